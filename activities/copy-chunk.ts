@@ -1,0 +1,134 @@
+/**
+ * copyChunk: one slice of a chunk's copy. Keyset batches, each one target transaction: check
+ * the fence, delete the batch's key range, COPY its rows, advance the checkpoint. Returns after
+ * about `sliceMs` with the committed checkpoint, so the workflow can pause, throttle or cancel
+ * between slices; heartbeats inside, so a dead worker is noticed within the heartbeat timeout.
+ */
+import { Context } from '@temporalio/activity';
+import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
+import { Client } from 'pg';
+import { advanceCheckpoint, ChunkRef, claimChunk, holdsFence } from '../src/db/bookkeeping';
+import { inTransaction } from '../src/db/connections';
+import { copyRange, CopyTable, deleteRange } from '../src/db/copy-stream';
+import { asActivityFailure } from '../src/db/errors';
+import { Bound, keyAsText, keyFromRow, keyOrder, keyPredicate, ParamBinder } from '../src/db/ranges';
+import { displayQualified, quoteQualified } from '../src/identifiers';
+import { ChunkCheckpoint, ChunkPlan, Key } from '../src/plan';
+import { ActivityDeps } from './deps';
+
+export interface CopyChunkInput {
+  migrationId: string;
+  source: string;
+  target: string;
+  table: CopyTable;
+  chunk: ChunkPlan;
+  batchRows: number;
+  /** Grows with every dispatch of this chunk; with the attempt number it forms the fence token. */
+  fence: number;
+  sliceMs: number;
+  /** Copy rate cap for this chunk (the workflow divides the migration's cap among its chunks). */
+  rowsPerSecond?: number;
+}
+
+export interface CopyChunkResult {
+  checkpoint: ChunkCheckpoint;
+  rows: number;
+  bytes: number;
+  batches: number;
+}
+
+export const SUPERSEDED = 'Superseded';
+
+/** The fence token of this attempt: later dispatches and later attempts always hold bigger ones. */
+export function fenceToken(fence: number, attempt: number): number {
+  return fence * 1000 + Math.min(attempt, 999);
+}
+
+export function createCopyChunk({ connections, logger }: ActivityDeps) {
+  return async function copyChunk(input: CopyChunkInput): Promise<CopyChunkResult> {
+    const ctx = Context.current();
+    const { attempt, activityId } = ctx.info;
+    const token = fenceToken(input.fence, attempt);
+    const ref: ChunkRef = { migrationId: input.migrationId, tableIndex: input.table.index, chunkIndex: input.chunk.index };
+    const log = logger.child({
+      migrationId: input.migrationId,
+      table: displayQualified(input.table.source),
+      chunk: input.chunk.index,
+      attempt,
+    });
+    const started = Date.now();
+    let source: Client | undefined;
+    let target: Client | undefined;
+    try {
+      [source, target] = await Promise.all([connections.client(input.source), connections.client(input.target)]);
+      const claimed = await claimChunk(target, ref, token, `${activityId}#${attempt}`);
+      if (!claimed) throw superseded(ref);
+      let checkpoint: ChunkCheckpoint = claimed;
+      let rows = 0;
+      let bytes = 0;
+      let batches = 0;
+      while (!checkpoint.done && Date.now() - started < input.sliceMs) {
+        // Every committed batch is a resume point, so stopping between batches loses nothing.
+        if (ctx.cancellationSignal.aborted) throw new CancelledFailure('chunk copy cancelled');
+        const batch = await nextBatch(source, input, checkpoint.lastKey);
+        const stats = await inTransaction(target, async () => {
+          if (!(await holdsFence(target!, ref, token))) throw superseded(ref);
+          await deleteRange(target!, input.table, batch.bounds);
+          const copied = await copyRange(source!, target!, input.table, batch.bounds, (b) => ctx.heartbeat({ bytes: bytes + b }));
+          await advanceCheckpoint(target!, ref, batch.end, copied.rows, batch.end === null);
+          return copied;
+        });
+        rows += stats.rows;
+        bytes += stats.bytes;
+        batches += 1;
+        checkpoint = {
+          lastKey: batch.end ?? checkpoint.lastKey,
+          rowsCopied: checkpoint.rowsCopied + stats.rows,
+          done: batch.end === null,
+        };
+        ctx.heartbeat({ rowsCopied: checkpoint.rowsCopied });
+        if (input.rowsPerSecond && !checkpoint.done) {
+          const due = (rows / input.rowsPerSecond) * 1000 - (Date.now() - started);
+          if (due > 0) await ctx.sleep(Math.min(due, input.sliceMs));
+        }
+      }
+      log.info({ rows, bytes, batches, ms: Date.now() - started, done: checkpoint.done }, 'chunk slice copied');
+      return { checkpoint, rows, bytes, batches };
+    } catch (err) {
+      if (!(err instanceof ApplicationFailure) && !(err instanceof CancelledFailure)) log.warn({ err }, 'chunk slice failed');
+      throw err instanceof CancelledFailure ? err : asActivityFailure(err, `copy ${displayQualified(input.table.source)} chunk ${input.chunk.index}`);
+    } finally {
+      await Promise.all([source?.end().catch(() => undefined), target?.end().catch(() => undefined)]);
+    }
+  };
+}
+
+/**
+ * The next batch's key range: after the checkpoint (or from the chunk's lower bound) up to the
+ * batchRows-th key, or to the chunk's upper bound when fewer rows remain (then `end` is null).
+ */
+async function nextBatch(source: Client, input: CopyChunkInput, lastKey: Key | null): Promise<{ bounds: Bound[]; end: Key | null }> {
+  const from: Bound[] = lastKey
+    ? [{ op: '>', key: lastKey }]
+    : input.chunk.lower
+      ? [{ op: '>=', key: input.chunk.lower }]
+      : [];
+  const until: Bound[] = input.chunk.upper ? [{ op: '<', key: input.chunk.upper }] : [];
+  const binder = new ParamBinder();
+  const where = keyPredicate(input.table, [...from, ...until], binder);
+  const { rows } = await source.query(
+    `SELECT ${keyAsText(input.table)} FROM ${quoteQualified(input.table.source)} WHERE ${where}
+      ORDER BY ${keyOrder(input.table)} OFFSET ${input.batchRows - 1} LIMIT 1`,
+    binder.params,
+  );
+  if (rows.length === 0) return { bounds: [...from, ...until], end: null };
+  const end = keyFromRow(rows[0], input.table);
+  return { bounds: [...from, { op: '<=', key: end }], end };
+}
+
+function superseded(ref: ChunkRef): ApplicationFailure {
+  return ApplicationFailure.nonRetryable(
+    `chunk ${ref.chunkIndex} of table #${ref.tableIndex} is owned by a newer attempt; this one stops without writing`,
+    SUPERSEDED,
+  );
+}

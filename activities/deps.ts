@@ -1,0 +1,10 @@
+/** What every activity receives from the worker (or from a test): dependencies go in, not up. */
+import { ConnectionRegistry } from '../src/db/connections';
+import { Logger } from '../src/logger';
+
+export interface ActivityDeps {
+  connections: ConnectionRegistry;
+  logger: Logger;
+  /** Where secrets named by a spec (callback.secret) are looked up. */
+  env: NodeJS.ProcessEnv;
+}

@@ -1,0 +1,133 @@
+/**
+ * After the load: secondary indexes, unique and exclusion constraints, foreign keys (NOT VALID,
+ * then VALIDATE), sequence positions copied from the source's last_value, and ANALYZE.
+ * Every step checks what exists first, so a retry repeats nothing.
+ */
+import { Context } from '@temporalio/activity';
+import { ClientBase } from 'pg';
+import { readTable, SequenceInfo, TableInfo } from '../src/db/catalog';
+import { addConstraintSql, addForeignKeySql, createIndexSql } from '../src/db/ddl';
+import { asActivityFailure, refusal } from '../src/db/errors';
+import { displayQualified, QualifiedName, quoteIdent, quoteQualified, sameName } from '../src/identifiers';
+import { TablePlan } from '../src/plan';
+import { ActivityDeps } from './deps';
+
+export interface FinalizeTargetInput {
+  migrationId: string;
+  source: string;
+  target: string;
+  tables: Pick<TablePlan, 'source' | 'target' | 'targetExisted'>[];
+}
+
+export interface FinalizeTargetResult {
+  indexes: number;
+  constraints: number;
+  foreignKeys: number;
+  /** Foreign keys not added because the table they reference is neither migrated nor on the target. */
+  skippedForeignKeys: string[];
+}
+
+/** Heartbeats while a long statement (CREATE INDEX, VALIDATE) runs. */
+async function withHeartbeat<T>(fn: () => Promise<T>): Promise<T> {
+  const ctx = Context.current();
+  const timer = setInterval(() => ctx.heartbeat(), 2_000);
+  try {
+    return await fn();
+  } finally {
+    clearInterval(timer);
+  }
+}
+
+async function constraintExists(db: ClientBase, table: QualifiedName, name: string): Promise<{ validated: boolean } | null> {
+  const { rows } = await db.query(
+    `SELECT convalidated AS validated FROM pg_catalog.pg_constraint WHERE conrelid = to_regclass($1) AND conname = $2`,
+    [quoteQualified(table), name],
+  );
+  return rows[0] ?? null;
+}
+
+async function relationExists(db: ClientBase, name: QualifiedName): Promise<boolean> {
+  const { rows } = await db.query('SELECT to_regclass($1) IS NOT NULL AS present', [quoteQualified(name)]);
+  return rows[0].present;
+}
+
+export function createFinalizeTarget({ connections }: ActivityDeps) {
+  return async function finalizeTarget(input: FinalizeTargetInput): Promise<FinalizeTargetResult> {
+    const result: FinalizeTargetResult = { indexes: 0, constraints: 0, foreignKeys: 0, skippedForeignKeys: [] };
+    try {
+      return await connections.withClient(input.source, (source) =>
+        connections.withClient(input.target, async (target) => {
+          // A long index build must not hit the session's statement timeout.
+          await target.query('SET statement_timeout = 0');
+          try {
+            const infos: { plan: FinalizeTargetInput['tables'][number]; info: TableInfo }[] = [];
+            for (const plan of input.tables) {
+              const info = await readTable(source, plan.source);
+              if (!info) throw refusal('MissingTable', `table ${displayQualified(plan.source)} disappeared from the source`);
+              infos.push({ plan, info });
+            }
+            for (const { plan, info } of infos.filter((t) => !t.plan.targetExisted)) {
+              for (const unique of info.uniques) {
+                if (await constraintExists(target, plan.target, unique.name)) continue;
+                await withHeartbeat(() => target.query(addConstraintSql(unique, plan.target)));
+                result.constraints += 1;
+              }
+              for (const index of info.indexes) {
+                await withHeartbeat(() => target.query(createIndexSql(index, info, plan.target)));
+                result.indexes += 1;
+              }
+            }
+            for (const { plan, info } of infos.filter((t) => !t.plan.targetExisted)) {
+              for (const fk of info.foreignKeys) {
+                const mapped = infos.find((t) => sameName(t.plan.source, fk.referenced))?.plan.target ?? fk.referenced;
+                const existing = await constraintExists(target, plan.target, fk.name);
+                if (!existing) {
+                  if (!(await relationExists(target, mapped))) {
+                    result.skippedForeignKeys.push(`${displayQualified(plan.target)}.${fk.name} → ${displayQualified(mapped)}`);
+                    continue;
+                  }
+                  await target.query(addForeignKeySql(fk, plan.target, mapped));
+                }
+                if (!existing?.validated) {
+                  await withHeartbeat(() =>
+                    target.query(`ALTER TABLE ${quoteQualified(plan.target)} VALIDATE CONSTRAINT ${quoteIdent(fk.name)}`),
+                  );
+                  result.foreignKeys += 1;
+                }
+              }
+            }
+            for (const { plan, info } of infos) {
+              await copySequencePositions(source, target, info, plan.target);
+              await withHeartbeat(() => target.query(`ANALYZE ${quoteQualified(plan.target)}`));
+            }
+            return result;
+          } finally {
+            await target.query('RESET statement_timeout').catch(() => undefined);
+          }
+        }),
+      );
+    } catch (err) {
+      throw asActivityFailure(err, 'finalizeTarget');
+    }
+  };
+}
+
+/** Sets each target sequence to the source's last_value (not max(column): that misses used-up values). */
+export async function copySequencePositions(source: ClientBase, target: ClientBase, info: TableInfo, targetTable: QualifiedName): Promise<void> {
+  for (const seq of info.sequences) {
+    const position = await source.query(`SELECT last_value::text AS last_value, is_called FROM ${quoteQualified(seq.name)}`);
+    const targetSeq = await targetSequenceFor(target, seq, targetTable);
+    if (!targetSeq) continue;
+    await target.query('SELECT pg_catalog.setval($1::regclass, $2::int8, $3)', [
+      targetSeq,
+      position.rows[0].last_value,
+      position.rows[0].is_called,
+    ]);
+  }
+}
+
+/** The target column's own sequence (serial OWNED BY or identity), whatever its name. */
+async function targetSequenceFor(target: ClientBase, seq: SequenceInfo, table: QualifiedName): Promise<string | null> {
+  const { rows } = await target.query('SELECT pg_catalog.pg_get_serial_sequence($1, $2) AS seq', [quoteQualified(table), seq.column]);
+  return rows[0].seq;
+}

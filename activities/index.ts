@@ -1,0 +1,29 @@
+/**
+ * Every side effect Ferry performs, built from injected dependencies. Workflows import only the
+ * type `Activities` and call these through proxyActivities.
+ */
+import { createSendCallback } from './callback';
+import { createCopyChunk } from './copy-chunk';
+import { ActivityDeps } from './deps';
+import { createFinalizeTarget } from './finalize-target';
+import { createPreflight } from './preflight';
+import { createPrepareTarget } from './prepare-target';
+import { createRollbackTarget } from './rollback-target';
+import { createRepairRange, createValidateChunk } from './validate-chunk';
+
+export type { ActivityDeps };
+
+export function createActivities(deps: ActivityDeps) {
+  return {
+    preflight: createPreflight(deps),
+    prepareTarget: createPrepareTarget(deps),
+    copyChunk: createCopyChunk(deps),
+    validateChunk: createValidateChunk(deps),
+    repairRange: createRepairRange(deps),
+    finalizeTarget: createFinalizeTarget(deps),
+    ...createRollbackTarget(deps),
+    sendCallback: createSendCallback(deps),
+  };
+}
+
+export type Activities = ReturnType<typeof createActivities>;

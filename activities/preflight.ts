@@ -1,0 +1,235 @@
+/**
+ * preflight: connect to both sides, learn every table, plan its chunks, and refuse — as a
+ * non-retryable failure that names the table and the fix — whatever cannot work.
+ */
+import { PoolClient } from 'pg';
+import { autoChunkCount, EXACT_PLAN_ROWS, pickBoundaries, rangesFromBoundaries, samplePercent } from '../src/chunks';
+import { readTable, readUserTypes, TableInfo, typeExists } from '../src/db/catalog';
+import { refusal, sqlState } from '../src/db/errors';
+import { keyAsText, keyFromRow, keyOrder, KeyShape } from '../src/db/ranges';
+import { displayQualified, quoteQualified, sameName } from '../src/identifiers';
+import { KeyColumn, MigrationPlan, TablePlan } from '../src/plan';
+import { Spec, TableSpec } from '../src/spec';
+import { ActivityDeps } from './deps';
+
+export interface PreflightInput {
+  migrationId: string;
+  spec: Spec;
+}
+
+const SERVER_IDENTITY_SQL = `
+SELECT pg_catalog.pg_postmaster_start_time()::text || '/' ||
+       (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())::text AS identity,
+       pg_catalog.pg_is_in_recovery() AS in_recovery,
+       current_setting('server_version') AS version`;
+
+export function createPreflight({ connections }: ActivityDeps) {
+  return async function preflight({ spec }: PreflightInput): Promise<MigrationPlan> {
+    return connections.withClient(spec.source, (source) =>
+      connections.withClient(spec.target, async (target) => {
+        const [src, tgt] = await Promise.all([source.query(SERVER_IDENTITY_SQL), target.query(SERVER_IDENTITY_SQL)]);
+        const sameDatabase = src.rows[0].identity === tgt.rows[0].identity;
+        if (spec.mode === 'online' && src.rows[0].in_recovery) {
+          throw refusal(
+            'SourceInRecovery',
+            `source connection "${spec.source}" is a hot standby; online mode installs triggers on the source, so point it at the primary`,
+          );
+        }
+        const tables: TablePlan[] = [];
+        for (const [index, table] of spec.tables.entries()) {
+          if (sameDatabase && sameName(table.source, table.target)) {
+            throw refusal(
+              'SameTable',
+              `${displayQualified(table.source)}: source and target are the same table in the same database; give it a different target name or connection`,
+            );
+          }
+          tables.push(await planTable(source, target, spec, table, index));
+        }
+        return { tables, sourceServer: src.rows[0].version, targetServer: tgt.rows[0].version };
+      }),
+    );
+  };
+}
+
+async function planTable(source: PoolClient, target: PoolClient, spec: Spec, table: TableSpec, index: number): Promise<TablePlan> {
+  const label = displayQualified(table.source);
+  const info = await readTable(source, table.source);
+  if (!info) {
+    throw refusal(
+      'MissingTable',
+      `table ${label} does not exist on source connection "${spec.source}": check the schema and name (quoted names are case-sensitive)`,
+    );
+  }
+  if (info.relkind !== 'r' && info.relkind !== 'p') {
+    throw refusal('NotATable', `${label} is not a table (relkind ${info.relkind}); Ferry migrates tables only`);
+  }
+  if (!info.primaryKey) {
+    throw refusal(
+      'NoPrimaryKey',
+      `table ${label} has no primary key: add one (ALTER TABLE ${label} ADD PRIMARY KEY (…)); Ferry copies, resumes and validates by key ranges`,
+    );
+  }
+  await assertReadable(source, info, label, spec.source);
+
+  const keyColumns: KeyColumn[] = info.primaryKey.columns.map((name) => {
+    const column = info.columns.find((c) => c.name === name)!;
+    return { name, type: column.type, collatable: column.effectiveCollation !== null };
+  });
+  const copied = info.columns.filter((c) => !c.generated);
+  const targetLabel = displayQualified(table.target);
+  const existing = await readTable(target, table.target);
+
+  let binary = copied.every((c) => c.binaryPortable);
+  let keyCollateC = false;
+  if (existing) {
+    if (existing.relkind !== 'r' && existing.relkind !== 'p') {
+      throw refusal('IncompatibleTarget', `target ${targetLabel} exists and is not a table; choose another target name`);
+    }
+    for (const column of copied) {
+      const other = existing.columns.find((c) => c.name === column.name);
+      if (!other || other.generated) {
+        throw refusal(
+          'IncompatibleTarget',
+          `target table ${targetLabel} has no column "${column.name}" (type ${column.type}) that source ${label} has: add it to the target or drop the target table so Ferry creates it`,
+        );
+      }
+      if (other.type !== column.type) binary = false;
+    }
+    for (const other of existing.columns) {
+      if (!copied.some((c) => c.name === other.name) && other.notNull && other.defaultExpr === null && !other.generated && other.identity === '') {
+        throw refusal(
+          'IncompatibleTarget',
+          `target table ${targetLabel} has NOT NULL column "${other.name}" without a default that source ${label} does not have: give it a default or drop it`,
+        );
+      }
+    }
+    const targetKey = existing.primaryKey?.columns ?? [];
+    if (targetKey.join('\u0000') !== info.primaryKey.columns.join('\u0000')) {
+      throw refusal(
+        'IncompatibleTarget',
+        `target table ${targetLabel} must have the same primary key as the source (${info.primaryKey.columns.join(', ')}); it has ${targetKey.length ? targetKey.join(', ') : 'none'}`,
+      );
+    }
+    for (const key of keyColumns) {
+      const other = existing.columns.find((c) => c.name === key.name)!;
+      const mine = info.columns.find((c) => c.name === key.name)!;
+      if (other.type !== key.type) {
+        throw refusal(
+          'IncompatibleTarget',
+          `target table ${targetLabel}: key column "${key.name}" is ${other.type} but ${key.type} on the source; make the key types equal`,
+        );
+      }
+      if (key.collatable && other.effectiveCollation !== mine.effectiveCollation) keyCollateC = true;
+    }
+    const nonEmpty = await target.query(`SELECT EXISTS (SELECT 1 FROM ${quoteQualified(table.target)}) AS rows`);
+    if (nonEmpty.rows[0].rows && !spec.truncate) {
+      throw refusal(
+        'TargetNotEmpty',
+        `target table ${targetLabel} already has rows: empty it, or set truncate: true to let Ferry replace its contents`,
+      );
+    }
+  } else {
+    if (info.relkind === 'p') {
+      throw refusal(
+        'UnsupportedTable',
+        `${label} is partitioned: create the partitioned target table ${targetLabel} (with its partitions) first; Ferry then copies into it`,
+      );
+    }
+    await assertTypesCreatable(source, target, info, label);
+    keyCollateC = await keyCollationDiffers(target, info, keyColumns);
+  }
+
+  const shape: KeyShape = { keyColumns, keyCollateC };
+  const chunkCount = table.chunks ?? autoChunkCount(info.estimatedRows);
+  const boundaries = chunkCount > 1 ? pickBoundaries(await sampleKeys(source, info, shape), chunkCount) : [];
+  return {
+    index,
+    source: table.source,
+    target: table.target,
+    columns: copied.map((c) => c.name),
+    keyColumns,
+    copyFormat: binary ? 'binary' : 'text',
+    keyCollateC,
+    rowsEstimated: info.estimatedRows,
+    chunks: rangesFromBoundaries(boundaries),
+    targetExisted: existing !== null,
+    sourceWrites: info.writes,
+  };
+}
+
+/** With row_security=off a table whose policies would hide rows raises 42501 instead. */
+async function assertReadable(db: PoolClient, info: TableInfo, label: string, connection: string): Promise<void> {
+  try {
+    await db.query(`SELECT 1 FROM ${info.identText} LIMIT 1`);
+  } catch (err) {
+    const code = sqlState(err);
+    if (code === '42501') {
+      throw refusal(
+        'RowSecurity',
+        `${label} on connection "${connection}" is not fully readable: row-level security or privileges hide rows from Ferry's role; run Ferry as the table owner or a role with BYPASSRLS and SELECT`,
+        err as Error,
+      );
+    }
+    throw err;
+  }
+}
+
+async function assertTypesCreatable(source: PoolClient, target: PoolClient, info: TableInfo, label: string): Promise<void> {
+  const types = await readUserTypes(source, info.columns.map((c) => c.typeOid));
+  for (const type of types) {
+    const there = await typeExists(target, type.name);
+    const typeLabel = displayQualified(type.name);
+    if (there) {
+      if (type.kind === 'e') {
+        const missing = type.enumLabels.filter((l) => !there.labels.includes(l));
+        if (there.kind !== 'e' || missing.length > 0) {
+          throw refusal(
+            'IncompatibleTarget',
+            `type ${typeLabel} on the target is not the source's enum (missing ${missing.map((m) => `'${m}'`).join(', ') || 'enum kind'}): align it or drop it`,
+          );
+        }
+      }
+      continue;
+    }
+    if (type.kind !== 'e' && type.kind !== 'd') {
+      throw refusal(
+        'UnsupportedType',
+        `${label} uses type ${typeLabel}, which the target lacks and Ferry does not create: create it there (or install its extension) first`,
+      );
+    }
+  }
+}
+
+async function keyCollationDiffers(target: PoolClient, info: TableInfo, keys: KeyColumn[]): Promise<boolean> {
+  const collatable = keys.filter((k) => k.collatable);
+  if (collatable.length === 0) return false;
+  const targetDefault = (
+    await target.query(`SELECT 'default:' || datcollate AS c FROM pg_catalog.pg_database WHERE datname = current_database()`)
+  ).rows[0].c;
+  for (const key of collatable) {
+    const column = info.columns.find((c) => c.name === key.name)!;
+    if (column.collation === null) {
+      if (column.effectiveCollation !== targetDefault) return true;
+    } else {
+      const name = column.collation.split('.').pop()!.replace(/^"|"$/g, '');
+      const found = await target.query(
+        `SELECT collname || ':' || coalesce(collcollate, '') AS c FROM pg_catalog.pg_collation WHERE collname = $1`,
+        [name],
+      );
+      if (found.rowCount === 0) {
+        throw refusal(
+          'IncompatibleTarget',
+          `${displayQualified(info.name)}: key column "${key.name}" uses collation ${column.collation}, which the target database lacks: create it there first`,
+        );
+      }
+      if (found.rows[0].c !== column.effectiveCollation) return true;
+    }
+  }
+  return false;
+}
+
+async function sampleKeys(db: PoolClient, info: TableInfo, shape: KeyShape) {
+  const sample = info.estimatedRows <= EXACT_PLAN_ROWS ? '' : ` TABLESAMPLE SYSTEM (${samplePercent(info.estimatedRows)})`;
+  const { rows } = await db.query(`SELECT ${keyAsText(shape)} FROM ${info.identText}${sample} ORDER BY ${keyOrder(shape)}`);
+  return rows.map((row) => keyFromRow(row, shape));
+}

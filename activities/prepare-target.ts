@@ -1,0 +1,107 @@
+/**
+ * prepareTarget: in one target transaction, so a retry finds all or nothing — bookkeeping,
+ * schemas, user types, sequences and tables (columns, NOT NULL, defaults, CHECKs, primary key)
+ * and one checkpoint row per chunk. Every object it creates is recorded for rollback.
+ */
+import { Client } from 'pg';
+import { readTable, readUserTypes, typeExists } from '../src/db/catalog';
+import { inTransaction } from '../src/db/connections';
+import { BOOKKEEPING_DDL, lockBookkeeping } from '../src/db/bookkeeping';
+import { createSequenceSql, createTableSql, createTypeSql, targetSequenceName } from '../src/db/ddl';
+import { asActivityFailure, refusal } from '../src/db/errors';
+import { displayQualified, QualifiedName, quoteIdent, quoteQualified } from '../src/identifiers';
+import { MigrationPlan } from '../src/plan';
+import { ActivityDeps } from './deps';
+
+export interface PrepareTargetInput {
+  migrationId: string;
+  source: string;
+  target: string;
+  plan: MigrationPlan;
+  truncate: boolean;
+}
+
+export function createPrepareTarget({ connections, logger }: ActivityDeps) {
+  return async function prepareTarget(input: PrepareTargetInput): Promise<{ created: number }> {
+    const target = await connections.client(input.target);
+    try {
+      return await inTransaction(target, async () => {
+        await lockBookkeeping(target);
+        await target.query(BOOKKEEPING_DDL);
+        const done = await target.query('SELECT 1 FROM _ferry.migrations WHERE id = $1', [input.migrationId]);
+        if (done.rowCount) return { created: 0 }; // an earlier attempt committed; its result was lost
+        await target.query('INSERT INTO _ferry.migrations (id) VALUES ($1)', [input.migrationId]);
+        const record = recorder(target, input.migrationId);
+        await connections.withClient(input.source, async (source) => {
+          for (const table of input.plan.tables) {
+            const label = displayQualified(table.source);
+            if (table.targetExisted) {
+              if (input.truncate) await target.query(`TRUNCATE ${quoteQualified(table.target)}`);
+              await record('existing-table', table.target);
+            } else {
+              const info = await readTable(source, table.source);
+              if (!info) throw refusal('MissingTable', `table ${label} disappeared from the source after preflight`);
+              await ensureSchema(target, table.target.schema, record);
+              for (const type of await readUserTypes(source, info.columns.map((c) => c.typeOid))) {
+                if (await typeExists(target, type.name)) continue;
+                await target.query(createTypeSql(type));
+                await record('type', type.name);
+              }
+              for (const seq of info.sequences.filter((s) => !s.identity)) {
+                const name = targetSequenceName(seq, table.target);
+                const exists = await target.query('SELECT to_regclass($1) IS NOT NULL AS present', [quoteQualified(name)]);
+                if (!exists.rows[0].present) {
+                  await target.query(createSequenceSql(seq, name));
+                  await record('sequence', name);
+                }
+              }
+              await target.query(createTableSql(info, table.target));
+              await record('table', table.target);
+              for (const seq of info.sequences.filter((s) => !s.identity)) {
+                const name = targetSequenceName(seq, table.target);
+                await target.query(
+                  `ALTER SEQUENCE ${quoteQualified(name)} OWNED BY ${quoteQualified(table.target)}.${quoteIdent(seq.column)}`,
+                );
+              }
+            }
+            for (const chunk of table.chunks) {
+              await target.query(
+                `INSERT INTO _ferry.checkpoints (migration_id, table_index, chunk_index) VALUES ($1, $2, $3)`,
+                [input.migrationId, table.index, chunk.index],
+              );
+            }
+            logger.info({ migrationId: input.migrationId, table: label }, 'target table prepared');
+          }
+        });
+        return { created: (await target.query('SELECT count(*)::int AS n FROM _ferry.created_objects WHERE migration_id = $1', [input.migrationId])).rows[0].n };
+      });
+    } catch (err) {
+      throw asActivityFailure(err, 'prepareTarget');
+    } finally {
+      await target.end().catch(() => undefined);
+    }
+  };
+}
+
+type Recorder = (kind: 'schema' | 'type' | 'sequence' | 'table' | 'existing-table', name: QualifiedName | string) => Promise<void>;
+
+function recorder(db: Client, migrationId: string): Recorder {
+  let seq = 0;
+  return async (kind, name) => {
+    seq += 1;
+    const text = typeof name === 'string' ? quoteIdent(name) : quoteQualified(name);
+    await db.query('INSERT INTO _ferry.created_objects (migration_id, seq, kind, name) VALUES ($1, $2, $3, $4)', [
+      migrationId,
+      seq,
+      kind,
+      text,
+    ]);
+  };
+}
+
+async function ensureSchema(db: Client, schema: string, record: Recorder): Promise<void> {
+  const { rows } = await db.query('SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1', [schema]);
+  if (rows.length > 0) return;
+  await db.query(`CREATE SCHEMA ${quoteIdent(schema)}`);
+  await record('schema', schema);
+}

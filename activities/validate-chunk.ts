@@ -1,0 +1,167 @@
+/**
+ * validateChunk: count plus an order-independent checksum of a key range, source and target in
+ * parallel. The checksum is the sum of two 64-bit slices of md5 over each row's text form (an
+ * explicit column list, pinned session settings), so it is stable across PostgreSQL versions.
+ * A mismatch is narrowed by bisecting the range until the differing pieces are small.
+ *
+ * repairRange: re-copies one narrowed range in one fenced target transaction.
+ */
+import { Context } from '@temporalio/activity';
+import { ApplicationFailure } from '@temporalio/common';
+import { Client } from 'pg';
+import { ChunkRef, claimChunk, holdsFence } from '../src/db/bookkeeping';
+import { inTransaction } from '../src/db/connections';
+import { copyRange, CopyTable, deleteRange, selectColumns } from '../src/db/copy-stream';
+import { asActivityFailure } from '../src/db/errors';
+import { keyAsText, keyFromRow, keyOrder, keyPredicate, ParamBinder, rangeBounds } from '../src/db/ranges';
+import { displayQualified, QualifiedName, quoteQualified } from '../src/identifiers';
+import { KeyRange } from '../src/plan';
+import { sameKey } from '../src/chunks';
+import { fenceToken, SUPERSEDED } from './copy-chunk';
+import { ActivityDeps } from './deps';
+
+export interface ValidateChunkInput {
+  source: string;
+  target: string;
+  table: CopyTable;
+  range: KeyRange;
+  mode: 'count' | 'checksum';
+  /** Stop bisecting below this many rows. */
+  leafRows?: number;
+  /** More differing pieces than this are reported as the whole range. */
+  maxRanges?: number;
+}
+
+export interface RangeSummary {
+  rows: number;
+  sum: string;
+}
+
+export interface ValidateChunkResult {
+  match: boolean;
+  sourceRows: number;
+  targetRows: number;
+  mismatches: KeyRange[];
+}
+
+export interface RepairRangeInput {
+  migrationId: string;
+  source: string;
+  target: string;
+  table: CopyTable;
+  chunkIndex: number;
+  range: KeyRange;
+  fence: number;
+}
+
+function summarySql(table: CopyTable, relation: QualifiedName, where: string, mode: 'count' | 'checksum'): string {
+  if (mode === 'count') return `SELECT count(*)::int8 AS rows, '' AS sum FROM ${quoteQualified(relation)} WHERE ${where}`;
+  return `SELECT count(*)::int8 AS rows,
+                 coalesce(sum(('x' || substr(h, 1, 16))::bit(64)::int8), 0)::text || '/' ||
+                 coalesce(sum(('x' || substr(h, 17, 16))::bit(64)::int8), 0)::text AS sum
+            FROM (SELECT md5(ROW(${selectColumns(table)})::text) AS h FROM ${quoteQualified(relation)} WHERE ${where}) AS rows`;
+}
+
+async function summarise(db: Client, table: CopyTable, relation: QualifiedName, range: KeyRange, mode: 'count' | 'checksum'): Promise<RangeSummary> {
+  const binder = new ParamBinder();
+  const where = keyPredicate(table, rangeBounds(range), binder);
+  const { rows } = await db.query(summarySql(table, relation, where, mode), binder.params);
+  return { rows: Number(rows[0].rows), sum: rows[0].sum };
+}
+
+function same(a: RangeSummary, b: RangeSummary): boolean {
+  return a.rows === b.rows && a.sum === b.sum;
+}
+
+export function createValidateChunk({ connections }: ActivityDeps) {
+  return async function validateChunk(input: ValidateChunkInput): Promise<ValidateChunkResult> {
+    const ctx = Context.current();
+    const leafRows = input.leafRows ?? 1000;
+    const maxRanges = input.maxRanges ?? 64;
+    let source: Client | undefined;
+    let target: Client | undefined;
+    try {
+      [source, target] = await Promise.all([connections.client(input.source), connections.client(input.target)]);
+      const compare = async (range: KeyRange) => {
+        ctx.heartbeat();
+        return Promise.all([
+          summarise(source!, input.table, input.table.source, range, input.mode),
+          summarise(target!, input.table, input.table.target, range, input.mode),
+        ]);
+      };
+      const [s, t] = await compare(input.range);
+      if (same(s, t)) return { match: true, sourceRows: s.rows, targetRows: t.rows, mismatches: [] };
+
+      // Bisect at the median key of the fuller side until the differing pieces are small.
+      const mismatches: KeyRange[] = [];
+      const narrow = async (range: KeyRange, a: RangeSummary, b: RangeSummary, depth: number): Promise<void> => {
+        if (same(a, b)) return;
+        if (Math.max(a.rows, b.rows) <= leafRows || depth >= 32 || mismatches.length >= maxRanges) {
+          mismatches.push(range);
+          return;
+        }
+        const fuller = a.rows >= b.rows ? { db: source!, name: input.table.source, rows: a.rows } : { db: target!, name: input.table.target, rows: b.rows };
+        const binder = new ParamBinder();
+        const where = keyPredicate(input.table, rangeBounds(range), binder);
+        const { rows } = await fuller.db.query(
+          `SELECT ${keyAsText(input.table)} FROM ${quoteQualified(fuller.name)} WHERE ${where}
+            ORDER BY ${keyOrder(input.table)} OFFSET ${Math.floor(fuller.rows / 2)} LIMIT 1`,
+          binder.params,
+        );
+        const mid = rows.length ? keyFromRow(rows[0], input.table) : null;
+        if (!mid || (range.lower && sameKey(mid, range.lower))) {
+          mismatches.push(range);
+          return;
+        }
+        const halves: KeyRange[] = [
+          { lower: range.lower, upper: mid },
+          { lower: mid, upper: range.upper },
+        ];
+        for (const half of halves) {
+          const [hs, ht] = await compare(half);
+          await narrow(half, hs, ht, depth + 1);
+        }
+      };
+      await narrow(input.range, s, t, 0);
+      const tooMany = mismatches.length >= maxRanges;
+      return { match: false, sourceRows: s.rows, targetRows: t.rows, mismatches: tooMany ? [input.range] : mismatches };
+    } catch (err) {
+      throw asActivityFailure(err, `validate ${displayQualified(input.table.source)}`);
+    } finally {
+      await Promise.all([source?.end().catch(() => undefined), target?.end().catch(() => undefined)]);
+    }
+  };
+}
+
+export function createRepairRange({ connections, logger }: ActivityDeps) {
+  return async function repairRange(input: RepairRangeInput): Promise<{ deleted: number; copied: number }> {
+    const ctx = Context.current();
+    const token = fenceToken(input.fence, ctx.info.attempt);
+    const ref: ChunkRef = { migrationId: input.migrationId, tableIndex: input.table.index, chunkIndex: input.chunkIndex };
+    let source: Client | undefined;
+    let target: Client | undefined;
+    try {
+      [source, target] = await Promise.all([connections.client(input.source), connections.client(input.target)]);
+      // Taking the fence also stops any zombie copy of this chunk from writing after the repair.
+      if (!(await claimChunk(target, ref, token, `${ctx.info.activityId}#${ctx.info.attempt}`))) {
+        throw ApplicationFailure.nonRetryable('a newer attempt owns this chunk', SUPERSEDED);
+      }
+      const bounds = rangeBounds(input.range);
+      const result = await inTransaction(target, async () => {
+        if (!(await holdsFence(target!, ref, token))) throw ApplicationFailure.nonRetryable('a newer attempt owns this chunk', SUPERSEDED);
+        const deleted = await deleteRange(target!, input.table, bounds);
+        const copied = await copyRange(source!, target!, input.table, bounds, () => ctx.heartbeat());
+        return { deleted, copied: copied.rows };
+      });
+      logger.info(
+        { migrationId: input.migrationId, table: displayQualified(input.table.source), chunk: input.chunkIndex, ...result },
+        'range repaired',
+      );
+      return result;
+    } catch (err) {
+      throw asActivityFailure(err, `repair ${displayQualified(input.table.source)}`);
+    } finally {
+      await Promise.all([source?.end().catch(() => undefined), target?.end().catch(() => undefined)]);
+    }
+  };
+}

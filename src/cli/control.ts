@@ -1,0 +1,55 @@
+/** `ferry cancel | approve | pause | resume | throttle`: signals to a running migration. */
+import { Command } from 'commander';
+import { FerryClient } from '../client';
+import { nonNegativeInt, positiveInt } from './args';
+import { CliExit } from './output';
+
+async function signal(id: string, fn: (client: FerryClient) => Promise<void>, done: string): Promise<void> {
+  const client = await FerryClient.connect();
+  try {
+    await fn(client);
+    process.stdout.write(`${done}\n`);
+  } finally {
+    await client.close();
+  }
+}
+
+export function registerControlCommands(program: Command): void {
+  program
+    .command('cancel')
+    .description('cancel a migration: running work stops, compensations run, the callback reports CANCELLED')
+    .argument('<id>')
+    .option('--reason <text>', 'recorded in the status and the result')
+    .action((id: string, opts: { reason?: string }) => signal(id, (c) => c.cancel(id, opts.reason), `cancel requested for ${id}`));
+
+  program
+    .command('approve')
+    .description('approve the cutover of an online migration waiting for approval')
+    .argument('<id>')
+    .action((id: string) => signal(id, (c) => c.approve(id), `cutover approved for ${id}`));
+
+  program
+    .command('pause')
+    .description('pause: chunks and sync finish their current batch, checkpoint and wait')
+    .argument('<id>')
+    .action((id: string) => signal(id, (c) => c.pause(id), `pause requested for ${id}`));
+
+  program
+    .command('resume')
+    .description('resume a paused migration from its checkpoints')
+    .argument('<id>')
+    .action((id: string) => signal(id, (c) => c.resume(id), `resume requested for ${id}`));
+
+  program
+    .command('throttle')
+    .description('change the copy rate or batch size of a running migration')
+    .argument('<id>')
+    .option('--rows-per-second <n>', 'cap for the whole migration; 0 removes the cap', nonNegativeInt)
+    .option('--batch-rows <n>', 'rows per batch', positiveInt)
+    .action((id: string, opts: { rowsPerSecond?: number; batchRows?: number }) => {
+      if (opts.rowsPerSecond === undefined && opts.batchRows === undefined) {
+        throw new CliExit('throttle needs --rows-per-second or --batch-rows', 2);
+      }
+      return signal(id, (c) => c.throttle(id, opts), `throttle sent to ${id}`);
+    });
+}

@@ -1,0 +1,40 @@
+/**
+ * The `ferry` command line (DESIGN.md §5). Exit codes: 0 success, 2 invalid input (nothing
+ * started), 1 the migration failed or was cancelled (or an operational error).
+ */
+import { Command } from 'commander';
+import { registerControlCommands } from './control';
+import { registerMigrationCommands } from './migrations';
+import { registerProcessCommands } from './processes';
+import { exitCodeFor, printError } from './output';
+
+export function buildProgram(): Command {
+  const program = new Command('ferry')
+    .description('Durable PostgreSQL migrations on Temporal')
+    .showHelpAfterError()
+    .exitOverride();
+  registerProcessCommands(program);
+  registerMigrationCommands(program);
+  registerControlCommands(program);
+  return program;
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const program = buildProgram();
+  try {
+    await program.parseAsync(argv);
+    return typeof process.exitCode === 'number' ? process.exitCode : 0;
+  } catch (err) {
+    const commanderCode = (err as { code?: string }).code;
+    if (commanderCode === 'commander.helpDisplayed' || commanderCode === 'commander.version' || commanderCode === 'commander.help') return 0;
+    if (commanderCode?.startsWith('commander.')) return 2;
+    printError(err);
+    return exitCodeFor(err);
+  }
+}
+
+if (require.main === module) {
+  void main(process.argv).then((code) => {
+    process.exitCode = code;
+  });
+}

@@ -1,0 +1,123 @@
+/** `ferry start | status | result | list | validate`. */
+import { Command, Option } from 'commander';
+import { FerryClient } from '../client';
+import { displayQualified } from '../identifiers';
+import { loadSpecFile } from '../spec-file';
+import { isTerminalState, MIGRATION_STATES } from '../state-machine';
+import { CliExit, formatResult, formatStatus, printJson } from './output';
+
+async function withClient<T>(fn: (client: FerryClient) => Promise<T>): Promise<T> {
+  const client = await FerryClient.connect();
+  try {
+    return await fn(client);
+  } finally {
+    await client.close();
+  }
+}
+
+/** Prints a line whenever the migration's state, phase or copied rows move, until it ends. */
+export async function followProgress(client: FerryClient, id: string, intervalMs = 1000): Promise<void> {
+  let last = '';
+  for (;;) {
+    const s = await client.status(id);
+    const line = `${s.state} ${s.phase} ${s.tables.map((t) => `${t.source}:${t.phase}:${t.rowsCopied}`).join(' ')}`;
+    if (line !== last) {
+      process.stderr.write(`${new Date().toISOString()} ${s.state} ${s.phase}${s.paused ? ' (paused)' : ''}  ${s.tables.map((t) => `${t.source} ${t.rowsCopied}/~${t.rowsEstimated}`).join('  ')}\n`);
+      last = line;
+    }
+    if (isTerminalState(s.state)) return;
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
+}
+
+export function registerMigrationCommands(program: Command): void {
+  program
+    .command('start')
+    .description('validate SPEC, run preflight on the workers, start the migration and print its id')
+    .argument('<spec>', 'spec file (.yaml, .yml or .json; - for stdin)')
+    .option('--id <id>', 'migration id (overrides spec.id)')
+    .option('--wait', 'wait for the migration to end; exit 0 only if it succeeded')
+    .addOption(new Option('--json', 'print JSON'))
+    .action(async (specPath: string, opts: { id?: string; wait?: boolean; json?: boolean }) => {
+      const { raw } = loadSpecFile(specPath);
+      await withClient(async (client) => {
+        const started = await client.start(raw, { id: opts.id });
+        if (!opts.wait) {
+          if (opts.json) printJson(started);
+          else process.stdout.write(`${started.id}\n`);
+          return;
+        }
+        if (!opts.json) process.stderr.write(`migration ${started.id} started\n`);
+        if (!opts.json) await followProgress(client, started.id);
+        const result = await client.result(started.id);
+        if (opts.json) printJson(result);
+        else process.stdout.write(`${formatResult(result)}\n`);
+        if (result.state !== 'SUCCEEDED') throw new CliExit('', 1);
+      });
+    });
+
+  program
+    .command('status')
+    .description('show a migration\'s state, phase, tables, chunks and recent events')
+    .argument('<id>')
+    .addOption(new Option('--json', 'print the status document as JSON'))
+    .action(async (id: string, opts: { json?: boolean }) => {
+      await withClient(async (client) => {
+        const status = await client.status(id);
+        if (opts.json) printJson(status);
+        else process.stdout.write(`${formatStatus(status)}\n`);
+      });
+    });
+
+  program
+    .command('result')
+    .description('wait until a migration ends and print its result; exit 0 only if it succeeded')
+    .argument('<id>')
+    .addOption(new Option('--json', 'print the result document as JSON'))
+    .action(async (id: string, opts: { json?: boolean }) => {
+      await withClient(async (client) => {
+        const result = await client.result(id);
+        if (opts.json) printJson(result);
+        else process.stdout.write(`${formatResult(result)}\n`);
+        if (result.state !== 'SUCCEEDED') throw new CliExit('', 1);
+      });
+    });
+
+  program
+    .command('list')
+    .description('list migrations, newest first')
+    .addOption(new Option('--state <state>', 'only migrations in this state').choices([...MIGRATION_STATES]))
+    .addOption(new Option('--json', 'print JSON'))
+    .action(async (opts: { state?: string; json?: boolean }) => {
+      await withClient(async (client) => {
+        const migrations = await client.list({ state: opts.state });
+        if (opts.json) return printJson(migrations);
+        for (const m of migrations) process.stdout.write(`${m.id}\t${m.state}\t${m.phase}\t${m.startedAt}${m.endedAt ? `\t${m.endedAt}` : ''}\n`);
+      });
+    });
+
+  program
+    .command('validate')
+    .description('check a spec; with --connect also run preflight on the workers (nothing is started)')
+    .argument('<spec>')
+    .option('--connect', 'run preflight through the workers against both databases')
+    .addOption(new Option('--json', 'print JSON'))
+    .action(async (specPath: string, opts: { connect?: boolean; json?: boolean }) => {
+      const { raw, spec } = loadSpecFile(specPath);
+      if (!opts.connect) {
+        if (opts.json) return printJson(spec);
+        process.stdout.write(`spec ok: ${spec.mode} migration ${spec.source} → ${spec.target}, ${spec.tables.length} table(s)\n`);
+        return;
+      }
+      await withClient(async (client) => {
+        const plan = await client.preflight(raw, spec.id ?? 'validate');
+        if (opts.json) return printJson(plan);
+        process.stdout.write(`preflight ok: ${spec.source} (${plan.sourceServer}) → ${spec.target} (${plan.targetServer})\n`);
+        for (const t of plan.tables) {
+          process.stdout.write(
+            `  ${displayQualified(t.source)} → ${displayQualified(t.target)}: ~${t.rowsEstimated} rows, ${t.chunks.length} chunk(s), key (${t.keyColumns.map((k) => k.name).join(', ')}), ${t.copyFormat} COPY${t.targetExisted ? ', target exists' : ''}\n`,
+          );
+        }
+      });
+    });
+}

@@ -1,0 +1,245 @@
+/**
+ * FerryClient: the facade other services import (pg-boss style: one public class). It speaks
+ * only Temporal — the databases are reached by the workers — so it needs no connection URLs.
+ */
+import { randomBytes } from 'node:crypto';
+import {
+  Client,
+  Connection,
+  WorkflowExecutionAlreadyStartedError,
+  WorkflowFailedError,
+  WorkflowHandle,
+  WorkflowNotFoundError,
+} from '@temporalio/client';
+import { TypedSearchAttributes, WorkflowIdConflictPolicy } from '@temporalio/common';
+import { innermostApplicationFailure } from './failures';
+import { approveCutoverSignal, cancelSignal, pauseSignal, resumeSignal, stateQuery, throttleSignal, ThrottleRequest } from '../workflows/definitions';
+import { TemporalConfig, temporalConfig } from './config';
+import { FerryPhaseKey, FerrySourceKey, FerryStateKey, FerryTargetKey, HELPER_WORKFLOW_TYPES, MIGRATION_WORKFLOW, PREFLIGHT_WORKFLOW } from './names';
+import { MigrationPlan } from './plan';
+import { parseSpec, Spec } from './spec';
+import { MigrationState, Phase } from './state-machine';
+import { ResultDocument, StatusDocument } from './status';
+
+export interface StartOptions {
+  /** Overrides spec.id. */
+  id?: string;
+  /** Skip the preflight helper (the workflow runs its own preflight anyway). */
+  skipPreflight?: boolean;
+}
+
+export interface StartedMigration {
+  id: string;
+  runId: string;
+  plan?: MigrationPlan;
+  /** false when a migration with this id was already running and is returned instead. */
+  started: boolean;
+}
+
+export interface MigrationSummary {
+  id: string;
+  state: MigrationState | string;
+  phase: Phase | string;
+  startedAt: string;
+  endedAt?: string;
+}
+
+/** A refusal from preflight or the spec: nothing was started. */
+export class RefusedError extends Error {
+  constructor(
+    message: string,
+    readonly type: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+    this.name = 'RefusedError';
+  }
+}
+
+export function generateMigrationId(now = new Date()): string {
+  const stamp = now.toISOString().replace(/[-:]/g, '').replace('T', '-').slice(0, 15);
+  return `ferry-${stamp}-${randomBytes(3).toString('hex')}`;
+}
+
+export class FerryClient {
+  private constructor(
+    readonly client: Client,
+    readonly config: TemporalConfig,
+    private readonly ownsConnection: Connection | undefined,
+  ) {}
+
+  static async connect(config: Partial<TemporalConfig> = {}): Promise<FerryClient> {
+    const full = { ...temporalConfig(), ...config };
+    const connection = await Connection.connect({ address: full.address });
+    return new FerryClient(new Client({ connection, namespace: full.namespace }), full, connection);
+  }
+
+  /** Wraps an existing Temporal client (tests, services that already hold one). */
+  static fromClient(client: Client, config: Partial<TemporalConfig> = {}): FerryClient {
+    return new FerryClient(client, { ...temporalConfig(), ...config, namespace: client.options.namespace }, undefined);
+  }
+
+  async close(): Promise<void> {
+    await this.ownsConnection?.close();
+  }
+
+  handle(id: string): WorkflowHandle {
+    return this.client.workflow.getHandle(id);
+  }
+
+  /** Runs preflight on the workers; throws RefusedError when the migration cannot work. */
+  async preflight(specInput: unknown, migrationId: string): Promise<MigrationPlan> {
+    try {
+      return await this.client.workflow.execute(PREFLIGHT_WORKFLOW, {
+        taskQueue: this.config.taskQueue,
+        workflowId: `${migrationId}.preflight.${randomBytes(4).toString('hex')}`,
+        args: [specInput, migrationId],
+        workflowExecutionTimeout: '10 minutes',
+      });
+    } catch (err) {
+      const failure = innermostApplicationFailure(err);
+      if (failure) throw new RefusedError(failure.message, failure.type ?? 'Refused', { cause: err });
+      throw err;
+    }
+  }
+
+  /**
+   * Validates the spec, runs preflight through the workers, then starts migrationWorkflow and
+   * returns as soon as it is running. Starting an id that is already running returns that one.
+   */
+  async start(specInput: unknown, options: StartOptions = {}): Promise<StartedMigration> {
+    const spec: Spec = parseSpec(specInput);
+    const id = options.id ?? spec.id ?? generateMigrationId();
+    const running = await this.runningExecution(id);
+    if (running) return { id, runId: running, started: false };
+    const plan = options.skipPreflight ? undefined : await this.preflight(specInput, id);
+    const input = { ...(specInput as Record<string, unknown>), id };
+    try {
+      const handle = await this.client.workflow.start(MIGRATION_WORKFLOW, {
+        taskQueue: this.config.taskQueue,
+        workflowId: id,
+        args: [input],
+        workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
+        typedSearchAttributes: new TypedSearchAttributes([
+          { key: FerryStateKey, value: 'QUEUED' },
+          { key: FerryPhaseKey, value: 'PENDING' },
+          { key: FerrySourceKey, value: spec.source },
+          { key: FerryTargetKey, value: spec.target },
+        ]),
+        memo: { source: spec.source, target: spec.target, mode: spec.mode },
+        staticSummary: `Ferry ${spec.mode} migration ${spec.source} → ${spec.target}: ${spec.tables.length} table(s)`,
+      });
+      return { id, runId: handle.firstExecutionRunId, plan, started: true };
+    } catch (err) {
+      if (err instanceof WorkflowExecutionAlreadyStartedError) {
+        throw new RefusedError(`migration ${id} already exists and has ended; choose another id`, 'IdInUse', { cause: err });
+      }
+      throw err;
+    }
+  }
+
+  private async runningExecution(id: string): Promise<string | undefined> {
+    try {
+      const d = await this.handle(id).describe();
+      return d.status.name === 'RUNNING' ? d.runId : undefined;
+    } catch (err) {
+      if (err instanceof WorkflowNotFoundError) return undefined;
+      throw err;
+    }
+  }
+
+  /** The status document: from the workflow's query, or from visibility when no worker answers. */
+  async status(id: string): Promise<StatusDocument> {
+    const handle = this.handle(id);
+    try {
+      return await handle.query(stateQuery);
+    } catch (err) {
+      if (err instanceof WorkflowNotFoundError) throw err;
+      const d = await handle.describe();
+      const result = d.memo?.result as ResultDocument | undefined;
+      return {
+        id,
+        runId: d.runId,
+        state: (result?.state ?? d.typedSearchAttributes.get(FerryStateKey) ?? 'QUEUED') as MigrationState,
+        phase: (result?.phase ?? d.typedSearchAttributes.get(FerryPhaseKey) ?? 'PENDING') as Phase,
+        paused: false,
+        tables: result?.tables ?? [],
+        events: result?.events ?? [],
+        transitions: [],
+        error: result?.error ?? undefined,
+        startedAt: d.startTime.toISOString(),
+        endedAt: d.closeTime?.toISOString(),
+      };
+    }
+  }
+
+  /** Waits for the migration to end and returns its result document, for every outcome. */
+  async result(id: string): Promise<ResultDocument> {
+    const handle = this.handle(id);
+    try {
+      return await handle.result();
+    } catch (err) {
+      if (!(err instanceof WorkflowFailedError)) throw err;
+      const d = await handle.describe();
+      const fromMemo = d.memo?.result as ResultDocument | undefined;
+      if (fromMemo) return fromMemo;
+      const failure = innermostApplicationFailure(err);
+      const end = (d.closeTime ?? new Date()).toISOString();
+      return {
+        task_id: id,
+        state: d.status.name === 'CANCELLED' ? 'CANCELLED' : d.status.name === 'TIMED_OUT' ? 'TIMED_OUT' : 'FAILED',
+        phase: 'FAILED',
+        start_time: d.startTime.toISOString(),
+        end_time: end,
+        duration: '',
+        duration_ms: Date.parse(end) - d.startTime.getTime(),
+        error: { message: failure?.message ?? err.message, type: failure?.type ?? undefined },
+        metadata: null,
+        tables: [],
+        events: [],
+        rows_copied: 0,
+        warnings: [],
+      };
+    }
+  }
+
+  /** Migrations (not helper workflows), newest first, optionally by FerryState. */
+  async list(filter: { state?: string; limit?: number } = {}): Promise<MigrationSummary[]> {
+    let query = `WorkflowType = '${MIGRATION_WORKFLOW}'`;
+    if (filter.state) query += ` AND FerryState = '${filter.state.replace(/'/g, '')}'`;
+    const out: MigrationSummary[] = [];
+    for await (const w of this.client.workflow.list({ query })) {
+      if (HELPER_WORKFLOW_TYPES.includes(w.type)) continue;
+      const summary: MigrationSummary = {
+        id: w.workflowId,
+        state: w.typedSearchAttributes.get(FerryStateKey) ?? 'QUEUED',
+        phase: w.typedSearchAttributes.get(FerryPhaseKey) ?? 'PENDING',
+        startedAt: w.startTime.toISOString(),
+      };
+      if (w.closeTime) summary.endedAt = w.closeTime.toISOString();
+      out.push(summary);
+      if (out.length >= (filter.limit ?? 1000)) break;
+    }
+    return out;
+  }
+
+  async cancel(id: string, reason?: string): Promise<void> {
+    await this.handle(id).signal(cancelSignal, reason ? { reason } : {});
+  }
+
+  async approve(id: string): Promise<void> {
+    await this.handle(id).signal(approveCutoverSignal);
+  }
+
+  async pause(id: string): Promise<void> {
+    await this.handle(id).signal(pauseSignal);
+  }
+
+  async resume(id: string): Promise<void> {
+    await this.handle(id).signal(resumeSignal);
+  }
+
+  async throttle(id: string, request: ThrottleRequest): Promise<void> {
+    await this.handle(id).signal(throttleSignal, request);
+  }
+}

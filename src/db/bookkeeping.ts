@@ -1,0 +1,108 @@
+/**
+ * Ferry's bookkeeping on the target, schema `_ferry`: which migrations prepared the target,
+ * which objects each one created (so rollback drops exactly those), and one checkpoint row per
+ * chunk — the resume point and the fence that stops a zombie attempt from writing.
+ */
+import { ClientBase } from 'pg';
+import { Key } from '../plan';
+
+export const BOOKKEEPING_LOCK = 'ferry:bookkeeping';
+
+export const BOOKKEEPING_DDL = `
+CREATE SCHEMA IF NOT EXISTS _ferry;
+CREATE TABLE IF NOT EXISTS _ferry.migrations (
+  id          text PRIMARY KEY,
+  prepared_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS _ferry.created_objects (
+  migration_id text NOT NULL,
+  seq          int  NOT NULL,
+  kind         text NOT NULL CHECK (kind IN ('schema', 'type', 'sequence', 'table', 'existing-table')),
+  name         text NOT NULL,
+  PRIMARY KEY (migration_id, seq)
+);
+CREATE TABLE IF NOT EXISTS _ferry.checkpoints (
+  migration_id text   NOT NULL,
+  table_index  int    NOT NULL,
+  chunk_index  int    NOT NULL,
+  last_key     text[],
+  rows_copied  bigint NOT NULL DEFAULT 0,
+  done         boolean NOT NULL DEFAULT false,
+  owner_token  bigint NOT NULL DEFAULT 0,
+  owner        text,
+  updated_at   timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (migration_id, table_index, chunk_index)
+)`;
+
+/** Serialises creation and removal of the `_ferry` schema between concurrent migrations. */
+export async function lockBookkeeping(db: ClientBase): Promise<void> {
+  await db.query('SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext($1))', [BOOKKEEPING_LOCK]);
+}
+
+export async function bookkeepingExists(db: ClientBase): Promise<boolean> {
+  const { rows } = await db.query(`SELECT to_regclass('_ferry.migrations') IS NOT NULL AS present`);
+  return rows[0].present;
+}
+
+export interface ChunkRef {
+  migrationId: string;
+  tableIndex: number;
+  chunkIndex: number;
+}
+
+const REF = 'migration_id = $1 AND table_index = $2 AND chunk_index = $3';
+
+function refParams(ref: ChunkRef): unknown[] {
+  return [ref.migrationId, ref.tableIndex, ref.chunkIndex];
+}
+
+export interface CheckpointRow {
+  lastKey: Key | null;
+  rowsCopied: number;
+  done: boolean;
+}
+
+/**
+ * Claims the chunk for the attempt holding `token`. Tokens only grow, so an older attempt that
+ * is still running cannot claim it back. Returns the committed checkpoint, or null when a
+ * newer attempt already owns the chunk.
+ */
+export async function claimChunk(db: ClientBase, ref: ChunkRef, token: number, owner: string): Promise<CheckpointRow | null> {
+  const { rows } = await db.query(
+    `UPDATE _ferry.checkpoints SET owner_token = $4, owner = $5, updated_at = now()
+      WHERE ${REF} AND owner_token < $4
+      RETURNING last_key, rows_copied::int8 AS rows_copied, done`,
+    [...refParams(ref), token, owner],
+  );
+  if (rows.length === 0) return null;
+  return { lastKey: rows[0].last_key, rowsCopied: Number(rows[0].rows_copied), done: rows[0].done };
+}
+
+/** Inside a batch's transaction: lock the checkpoint row and check this attempt still owns it. */
+export async function holdsFence(db: ClientBase, ref: ChunkRef, token: number): Promise<boolean> {
+  const { rows } = await db.query(`SELECT owner_token::int8 AS token FROM _ferry.checkpoints WHERE ${REF} FOR UPDATE`, refParams(ref));
+  return rows.length === 1 && Number(rows[0].token) === token;
+}
+
+export async function advanceCheckpoint(db: ClientBase, ref: ChunkRef, lastKey: Key | null, rows: number, done: boolean): Promise<void> {
+  await db.query(
+    `UPDATE _ferry.checkpoints
+        SET last_key = coalesce($4::text[], last_key), rows_copied = rows_copied + $5, done = $6, updated_at = now()
+      WHERE ${REF}`,
+    [...refParams(ref), lastKey, rows, done],
+  );
+}
+
+export async function readCheckpoints(db: ClientBase, migrationId: string, tableIndex: number): Promise<Map<number, CheckpointRow>> {
+  const result = new Map<number, CheckpointRow>();
+  if (!(await bookkeepingExists(db))) return result;
+  const { rows } = await db.query(
+    `SELECT chunk_index, last_key, rows_copied::int8 AS rows_copied, done FROM _ferry.checkpoints
+      WHERE migration_id = $1 AND table_index = $2`,
+    [migrationId, tableIndex],
+  );
+  for (const r of rows) {
+    result.set(r.chunk_index, { lastKey: r.last_key, rowsCopied: Number(r.rows_copied), done: r.done });
+  }
+  return result;
+}

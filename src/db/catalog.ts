@@ -1,0 +1,309 @@
+/**
+ * Reads what Ferry needs to know about a table from pg_catalog: columns, keys, constraints,
+ * indexes, owned sequences and the user types the columns use. SQL kept as SQL; every query
+ * runs in a pinned session (empty search_path), so the definitions it returns are qualified.
+ */
+import { ClientBase } from 'pg';
+import { QualifiedName } from '../identifiers';
+
+export interface ColumnInfo {
+  name: string;
+  type: string;
+  typeOid: number;
+  notNull: boolean;
+  defaultExpr: string | null;
+  generated: boolean;
+  generationExpr: string | null;
+  identity: '' | 'a' | 'd';
+  /** Explicit column collation, qualified and quoted; null when the type's default applies. */
+  collation: string | null;
+  /** Effective collation as comparable text; null for non-collatable types. */
+  effectiveCollation: string | null;
+  binaryPortable: boolean;
+}
+
+export interface ConstraintInfo {
+  name: string;
+  definition: string;
+}
+
+export interface ForeignKeyInfo extends ConstraintInfo {
+  referenced: QualifiedName;
+  /** quote_ident form of the referenced table as it appears in `definition`. */
+  referencedText: string;
+}
+
+export interface SequenceInfo {
+  /** The column that owns it (serial, OWNED BY) or uses it as identity. */
+  column: string;
+  name: QualifiedName;
+  /** regclass text of the sequence as the source prints it in defaults. */
+  regclassText: string;
+  identity: boolean;
+  dataType: string;
+  /** CREATE SEQUENCE options after AS type: INCREMENT BY … NO CYCLE. */
+  definition: string;
+}
+
+export interface UserTypeInfo {
+  oid: number;
+  name: QualifiedName;
+  kind: 'e' | 'd' | 'c' | 'r' | 'b' | 'm' | 'p';
+  enumLabels: string[];
+  domainBase: string | null;
+  domainNotNull: boolean;
+  domainDefault: string | null;
+  domainChecks: ConstraintInfo[];
+  dependsOn: number[];
+}
+
+export interface TableInfo {
+  oid: number;
+  name: QualifiedName;
+  /** schema.table in quote_ident form, as pg_get_*def prints it. */
+  identText: string;
+  relkind: string;
+  rowSecurity: boolean;
+  estimatedRows: number;
+  columns: ColumnInfo[];
+  primaryKey: { name: string; columns: string[]; definition: string } | null;
+  checks: ConstraintInfo[];
+  /** Unique and exclusion constraints, added after the load. */
+  uniques: ConstraintInfo[];
+  indexes: ConstraintInfo[];
+  foreignKeys: ForeignKeyInfo[];
+  sequences: SequenceInfo[];
+  writes: number;
+}
+
+const TABLE_SQL = `
+SELECT c.oid::int8 AS oid, c.relkind::text AS relkind, c.relrowsecurity AS row_security,
+       c.reltuples::float8 AS reltuples, c.relpages::int8 AS relpages,
+       quote_ident(n.nspname) || '.' || quote_ident(c.relname) AS ident_text,
+       coalesce(s.n_tup_ins + s.n_tup_upd + s.n_tup_del, 0)::int8 AS writes
+  FROM pg_catalog.pg_class c
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+  LEFT JOIN pg_catalog.pg_stat_all_tables s ON s.relid = c.oid
+ WHERE n.nspname = $1 AND c.relname = $2`;
+
+const COLUMNS_SQL = `
+SELECT a.attname::text AS name,
+       pg_catalog.format_type(a.atttypid, a.atttypmod) AS type,
+       a.atttypid::int8 AS type_oid,
+       a.attnotnull AS not_null,
+       CASE WHEN a.attgenerated = '' THEN pg_catalog.pg_get_expr(d.adbin, d.adrelid) END AS default_expr,
+       a.attgenerated <> '' AS generated,
+       CASE WHEN a.attgenerated <> '' THEN pg_catalog.pg_get_expr(d.adbin, d.adrelid) END AS generation_expr,
+       a.attidentity::text AS identity,
+       CASE WHEN a.attcollation <> t.typcollation AND a.attcollation <> 0 THEN
+         (SELECT quote_ident(cn.nspname) || '.' || quote_ident(co.collname)
+            FROM pg_catalog.pg_collation co JOIN pg_catalog.pg_namespace cn ON cn.oid = co.collnamespace
+           WHERE co.oid = a.attcollation) END AS collation,
+       CASE WHEN a.attcollation = 0 THEN NULL
+            WHEN a.attcollation = 100 THEN
+              (SELECT 'default:' || datcollate FROM pg_catalog.pg_database WHERE datname = current_database())
+            ELSE (SELECT co.collname || ':' || coalesce(co.collcollate, '')
+                    FROM pg_catalog.pg_collation co WHERE co.oid = a.attcollation) END AS effective_collation,
+       t.typtype::text AS typtype, t.typelem::int8 AS typelem,
+       coalesce(bt.typtype::text, '') AS base_typtype, coalesce(bt.typelem, 0)::int8 AS base_typelem,
+       coalesce(bt.oid, 0)::int8 AS base_oid
+  FROM pg_catalog.pg_attribute a
+  JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+  LEFT JOIN pg_catalog.pg_type bt ON t.typtype = 'd' AND bt.oid = t.typbasetype
+  LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+ WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
+ ORDER BY a.attnum`;
+
+const CONSTRAINTS_SQL = `
+SELECT con.conname::text AS name, con.contype::text AS kind,
+       pg_catalog.pg_get_constraintdef(con.oid) AS definition,
+       ARRAY(SELECT a.attname::text
+               FROM unnest(con.conkey) WITH ORDINALITY k(attnum, ord)
+               JOIN pg_catalog.pg_attribute a ON a.attrelid = con.conrelid AND a.attnum = k.attnum
+              ORDER BY k.ord) AS columns,
+       rn.nspname::text AS ref_schema, rc.relname::text AS ref_name,
+       CASE WHEN rc.oid IS NOT NULL THEN quote_ident(rn.nspname) || '.' || quote_ident(rc.relname) END AS ref_text
+  FROM pg_catalog.pg_constraint con
+  LEFT JOIN pg_catalog.pg_class rc ON rc.oid = con.confrelid
+  LEFT JOIN pg_catalog.pg_namespace rn ON rn.oid = rc.relnamespace
+ WHERE con.conrelid = $1
+ ORDER BY con.conname`;
+
+const INDEXES_SQL = `
+SELECT ci.relname::text AS name, pg_catalog.pg_get_indexdef(i.indexrelid) AS definition
+  FROM pg_catalog.pg_index i
+  JOIN pg_catalog.pg_class ci ON ci.oid = i.indexrelid
+ WHERE i.indrelid = $1
+   AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint con
+                    WHERE con.conindid = i.indexrelid AND con.conrelid = i.indrelid AND con.contype IN ('p', 'u', 'x'))
+ ORDER BY ci.relname`;
+
+const SEQUENCES_SQL = `
+SELECT a.attname::text AS column, sn.nspname::text AS schema, s.relname::text AS name,
+       s.oid::regclass::text AS regclass_text, d.deptype = 'i' AS identity,
+       pg_catalog.format_type(seq.seqtypid, NULL) AS data_type,
+       'INCREMENT BY ' || seq.seqincrement || ' MINVALUE ' || seq.seqmin || ' MAXVALUE ' || seq.seqmax ||
+       ' START WITH ' || seq.seqstart || ' CACHE ' || seq.seqcache ||
+       CASE WHEN seq.seqcycle THEN ' CYCLE' ELSE ' NO CYCLE' END AS definition
+  FROM pg_catalog.pg_depend d
+  JOIN pg_catalog.pg_class s ON s.oid = d.objid AND s.relkind = 'S'
+  JOIN pg_catalog.pg_namespace sn ON sn.oid = s.relnamespace
+  JOIN pg_catalog.pg_sequence seq ON seq.seqrelid = s.oid
+  JOIN pg_catalog.pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
+ WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.refclassid = 'pg_catalog.pg_class'::regclass
+   AND d.refobjid = $1 AND d.deptype IN ('a', 'i')
+ ORDER BY a.attnum`;
+
+/** User-defined types reachable from the given type oids (array elements, domain bases), dependencies first. */
+const USER_TYPES_SQL = `
+WITH RECURSIVE reach(oid) AS (
+  SELECT unnest($1::oid[])
+  UNION
+  SELECT x.dep FROM reach r JOIN pg_catalog.pg_type t ON t.oid = r.oid,
+         LATERAL (VALUES (nullif(t.typelem, 0)), (nullif(t.typbasetype, 0))) AS x(dep)
+   WHERE x.dep IS NOT NULL
+)
+SELECT t.oid::int8 AS oid, n.nspname::text AS schema, t.typname::text AS name, t.typtype::text AS kind,
+       ARRAY(SELECT e.enumlabel::text FROM pg_catalog.pg_enum e WHERE e.enumtypid = t.oid ORDER BY e.enumsortorder) AS labels,
+       CASE WHEN t.typtype = 'd' THEN pg_catalog.format_type(t.typbasetype, t.typtypmod) END AS domain_base,
+       t.typnotnull AS domain_not_null, t.typdefault AS domain_default,
+       ARRAY(SELECT con.conname::text FROM pg_catalog.pg_constraint con WHERE con.contypid = t.oid ORDER BY con.conname) AS check_names,
+       ARRAY(SELECT pg_catalog.pg_get_constraintdef(con.oid) FROM pg_catalog.pg_constraint con WHERE con.contypid = t.oid ORDER BY con.conname) AS check_defs,
+       ARRAY(SELECT d::int8 FROM unnest(ARRAY[nullif(t.typelem, 0), nullif(t.typbasetype, 0)]) d WHERE d IS NOT NULL AND d >= 16384) AS depends_on
+  FROM reach r
+  JOIN pg_catalog.pg_type t ON t.oid = r.oid
+  JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
+ WHERE t.oid >= 16384 AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+   AND NOT (t.typelem <> 0 AND t.typlen = -1 AND t.typcategory = 'A')`;
+
+/** Types whose binary COPY form is the same in every PostgreSQL database. */
+function isBinaryPortable(row: {
+  type_oid: string;
+  typtype: string;
+  typelem: string;
+  base_typtype: string;
+  base_typelem: string;
+  base_oid: string;
+}): boolean {
+  const builtin = (oid: string) => Number(oid) < 16384;
+  if (row.typtype === 'e') return true;
+  if (row.typtype === 'd') {
+    return (row.base_typtype === 'b' && builtin(row.base_oid)) || row.base_typtype === 'e';
+  }
+  if (row.typtype === 'c') return false; // records carry column type oids
+  if (row.typtype === 'b' && Number(row.typelem) !== 0) return builtin(row.typelem) && builtin(row.type_oid);
+  return builtin(row.type_oid);
+}
+
+/** The table, or null when it does not exist (or is not a table). */
+export async function readTable(db: ClientBase, name: QualifiedName): Promise<TableInfo | null> {
+  const t = await db.query(TABLE_SQL, [name.schema, name.name]);
+  if (t.rowCount === 0) return null;
+  const row = t.rows[0];
+  const oid = Number(row.oid);
+  const [columns, constraints, indexes, sequences] = await Promise.all([
+    db.query(COLUMNS_SQL, [oid]),
+    db.query(CONSTRAINTS_SQL, [oid]),
+    db.query(INDEXES_SQL, [oid]),
+    db.query(SEQUENCES_SQL, [oid]),
+  ]);
+  let estimatedRows = Number(row.reltuples);
+  if (estimatedRows < 0) {
+    // Never analysed: count small tables, extrapolate big ones from their page count.
+    estimatedRows =
+      Number(row.relpages) < 10_000 && (row.relkind === 'r' || row.relkind === 'p')
+        ? Number((await db.query(`SELECT count(*)::int8 AS n FROM ${row.ident_text}`)).rows[0].n)
+        : Number(row.relpages) * 60;
+  }
+  const pk = constraints.rows.find((c) => c.kind === 'p');
+  return {
+    oid,
+    name,
+    identText: row.ident_text,
+    relkind: row.relkind,
+    rowSecurity: row.row_security,
+    estimatedRows: Math.max(0, Math.round(estimatedRows)),
+    writes: Number(row.writes),
+    columns: columns.rows.map((c) => ({
+      name: c.name,
+      type: c.type,
+      typeOid: Number(c.type_oid),
+      notNull: c.not_null,
+      defaultExpr: c.default_expr,
+      generated: c.generated,
+      generationExpr: c.generation_expr,
+      identity: c.identity,
+      collation: c.collation,
+      effectiveCollation: c.effective_collation,
+      binaryPortable: isBinaryPortable(c),
+    })),
+    primaryKey: pk ? { name: pk.name, columns: pk.columns, definition: pk.definition } : null,
+    checks: constraints.rows.filter((c) => c.kind === 'c').map((c) => ({ name: c.name, definition: c.definition })),
+    uniques: constraints.rows
+      .filter((c) => c.kind === 'u' || c.kind === 'x')
+      .map((c) => ({ name: c.name, definition: c.definition })),
+    foreignKeys: constraints.rows
+      .filter((c) => c.kind === 'f')
+      .map((c) => ({
+        name: c.name,
+        definition: c.definition,
+        referenced: { schema: c.ref_schema, name: c.ref_name },
+        referencedText: c.ref_text,
+      })),
+    indexes: indexes.rows.map((i) => ({ name: i.name, definition: i.definition })),
+    sequences: sequences.rows.map((s) => ({
+      column: s.column,
+      name: { schema: s.schema, name: s.name },
+      regclassText: s.regclass_text,
+      identity: s.identity,
+      dataType: s.data_type,
+      definition: s.definition,
+    })),
+  };
+}
+
+export async function readUserTypes(db: ClientBase, typeOids: number[]): Promise<UserTypeInfo[]> {
+  if (typeOids.length === 0) return [];
+  const { rows } = await db.query(USER_TYPES_SQL, [typeOids]);
+  const types: UserTypeInfo[] = rows.map((r) => ({
+    oid: Number(r.oid),
+    name: { schema: r.schema, name: r.name },
+    kind: r.kind,
+    enumLabels: r.labels,
+    domainBase: r.domain_base,
+    domainNotNull: r.domain_not_null,
+    domainDefault: r.domain_default,
+    domainChecks: (r.check_names as string[]).map((name, i) => ({ name, definition: r.check_defs[i] })),
+    dependsOn: (r.depends_on as string[]).map(Number),
+  }));
+  return orderByDependencies(types);
+}
+
+function orderByDependencies(types: UserTypeInfo[]): UserTypeInfo[] {
+  const byOid = new Map(types.map((t) => [t.oid, t]));
+  const ordered: UserTypeInfo[] = [];
+  const seen = new Set<number>();
+  const visit = (t: UserTypeInfo) => {
+    if (seen.has(t.oid)) return;
+    seen.add(t.oid);
+    for (const dep of t.dependsOn) {
+      const d = byOid.get(dep);
+      if (d) visit(d);
+    }
+    ordered.push(t);
+  };
+  types.forEach(visit);
+  return ordered;
+}
+
+/** Exists-check for a type by name on the other database. */
+export async function typeExists(db: ClientBase, name: QualifiedName): Promise<{ kind: string; labels: string[] } | null> {
+  const { rows } = await db.query(
+    `SELECT t.typtype::text AS kind,
+            ARRAY(SELECT e.enumlabel::text FROM pg_catalog.pg_enum e WHERE e.enumtypid = t.oid ORDER BY e.enumsortorder) AS labels
+       FROM pg_catalog.pg_type t JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
+      WHERE n.nspname = $1 AND t.typname = $2`,
+    [name.schema, name.name],
+  );
+  return rows[0] ?? null;
+}

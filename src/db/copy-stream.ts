@@ -1,0 +1,62 @@
+/**
+ * Streams one key range from source to target with COPY: `COPY (SELECT …) TO STDOUT` piped into
+ * `COPY … FROM STDIN`, binary when every column's binary form is portable, text otherwise.
+ * Rows never collect in memory; a metering stage counts bytes and lets the caller heartbeat.
+ */
+import { Transform, TransformCallback } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { ClientBase } from 'pg';
+import { from as copyFrom, to as copyTo } from 'pg-copy-streams';
+import { quoteIdent, quoteQualified } from '../identifiers';
+import { TablePlan } from '../plan';
+import { Bound, keyPredicate, literalBinder, ParamBinder } from './ranges';
+
+export type CopyTable = Pick<TablePlan, 'index' | 'source' | 'target' | 'columns' | 'keyColumns' | 'copyFormat' | 'keyCollateC'>;
+
+export interface CopyStats {
+  rows: number;
+  bytes: number;
+}
+
+class Meter extends Transform {
+  bytes = 0;
+  constructor(private readonly onProgress: (bytes: number) => void) {
+    super();
+  }
+  _transform(chunk: Buffer, _encoding: BufferEncoding, callback: TransformCallback): void {
+    this.bytes += chunk.length;
+    this.onProgress(this.bytes);
+    callback(null, chunk);
+  }
+}
+
+export function selectColumns(table: CopyTable): string {
+  return table.columns.map(quoteIdent).join(', ');
+}
+
+/** Copies the rows of `bounds` into the target; the caller owns the target transaction. */
+export async function copyRange(
+  source: ClientBase,
+  target: ClientBase,
+  table: CopyTable,
+  bounds: Bound[],
+  onProgress: (bytes: number) => void = () => undefined,
+): Promise<CopyStats> {
+  const columns = selectColumns(table);
+  const format = table.copyFormat === 'binary' ? '(FORMAT binary)' : '';
+  // COPY takes no parameters: key values enter as escaped, typed literals.
+  const where = keyPredicate(table, bounds, literalBinder);
+  const out = source.query(copyTo(`COPY (SELECT ${columns} FROM ${quoteQualified(table.source)} WHERE ${where}) TO STDOUT ${format}`));
+  const into = target.query(copyFrom(`COPY ${quoteQualified(table.target)} (${columns}) FROM STDIN ${format}`));
+  const meter = new Meter(onProgress);
+  await pipeline(out, meter, into);
+  return { rows: into.rowCount, bytes: meter.bytes };
+}
+
+/** Deletes the rows of `bounds` from the target (the batch's idempotent first step). */
+export async function deleteRange(target: ClientBase, table: CopyTable, bounds: Bound[]): Promise<number> {
+  const binder = new ParamBinder();
+  const where = keyPredicate(table, bounds, binder);
+  const result = await target.query(`DELETE FROM ${quoteQualified(table.target)} WHERE ${where}`, binder.params);
+  return result.rowCount ?? 0;
+}

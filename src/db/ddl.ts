@@ -1,0 +1,91 @@
+/**
+ * DDL for the target, derived from the source's catalog: user types, sequences, the table with
+ * its columns, defaults, CHECK constraints and primary key, and — after the load — indexes,
+ * unique constraints and foreign keys. Definitions come from pg_get_*def (qualified, because
+ * the session's search_path is empty); only table and sequence names are rewritten.
+ */
+import { escapeLiteral } from 'pg';
+import { QualifiedName, quoteIdent, quoteQualified } from '../identifiers';
+import { ConstraintInfo, ForeignKeyInfo, SequenceInfo, TableInfo, UserTypeInfo } from './catalog';
+
+export function createTypeSql(type: UserTypeInfo): string {
+  const name = quoteQualified(type.name);
+  if (type.kind === 'e') {
+    return `CREATE TYPE ${name} AS ENUM (${type.enumLabels.map((l) => escapeLiteral(l)).join(', ')})`;
+  }
+  if (type.kind === 'd') {
+    const parts = [`CREATE DOMAIN ${name} AS ${type.domainBase}`];
+    if (type.domainDefault !== null) parts.push(`DEFAULT ${type.domainDefault}`);
+    if (type.domainNotNull) parts.push('NOT NULL');
+    for (const check of type.domainChecks) parts.push(`CONSTRAINT ${quoteIdent(check.name)} ${check.definition}`);
+    return parts.join(' ');
+  }
+  throw new Error(`type kind ${type.kind} is not created by Ferry`);
+}
+
+/** Where a table's serial sequence goes on the target: the target table's schema, same name. */
+export function targetSequenceName(seq: SequenceInfo, target: QualifiedName): QualifiedName {
+  return { schema: target.schema, name: seq.name.name };
+}
+
+export function createSequenceSql(seq: SequenceInfo, name: QualifiedName): string {
+  return `CREATE SEQUENCE ${quoteQualified(name)} AS ${seq.dataType} ${seq.definition}`;
+}
+
+function regclassLiteral(name: QualifiedName): string {
+  return `${escapeLiteral(quoteQualified(name))}::regclass`;
+}
+
+/** CREATE TABLE with columns, NOT NULL, defaults, generated and identity columns, CHECKs and the primary key. */
+export function createTableSql(info: TableInfo, target: QualifiedName): string {
+  const lines: string[] = [];
+  for (const column of info.columns) {
+    let line = `${quoteIdent(column.name)} ${column.type}`;
+    if (column.collation) line += ` COLLATE ${column.collation}`;
+    const sequence = info.sequences.find((s) => s.column === column.name);
+    if (column.generated) {
+      line += ` GENERATED ALWAYS AS (${column.generationExpr}) STORED`;
+    } else if (column.identity !== '' && sequence) {
+      line += ` GENERATED ${column.identity === 'a' ? 'ALWAYS' : 'BY DEFAULT'} AS IDENTITY (${sequence.definition})`;
+    } else if (column.defaultExpr !== null) {
+      let expr = column.defaultExpr;
+      if (sequence && !sequence.identity) {
+        expr = expr
+          .split(`${escapeLiteral(sequence.regclassText)}::regclass`)
+          .join(regclassLiteral(targetSequenceName(sequence, target)));
+      }
+      line += ` DEFAULT ${expr}`;
+    }
+    if (column.notNull) line += ' NOT NULL';
+    lines.push(line);
+  }
+  for (const check of info.checks) lines.push(`CONSTRAINT ${quoteIdent(check.name)} ${check.definition}`);
+  if (info.primaryKey) lines.push(`CONSTRAINT ${quoteIdent(info.primaryKey.name)} ${info.primaryKey.definition}`);
+  return `CREATE TABLE ${quoteQualified(target)} (\n  ${lines.join(',\n  ')}\n)`;
+}
+
+/** CREATE INDEX IF NOT EXISTS on the target table, from the source's pg_get_indexdef. */
+export function createIndexSql(index: ConstraintInfo, info: TableInfo, target: QualifiedName): string {
+  const def = index.definition;
+  const on = / ON (ONLY )?/.exec(def);
+  const marker = ` ON ${on?.[1] ?? ''}${info.identText} USING `;
+  const at = def.indexOf(marker);
+  if (at < 0) throw new Error(`cannot read index definition of ${index.name}`);
+  const head = def.slice(0, at).replace(/^CREATE (UNIQUE )?INDEX /, (m) => `${m}IF NOT EXISTS `);
+  return `${head} ON ${quoteQualified(target)} USING ${def.slice(at + marker.length)}`;
+}
+
+export function addConstraintSql(constraint: ConstraintInfo, target: QualifiedName): string {
+  return `ALTER TABLE ${quoteQualified(target)} ADD CONSTRAINT ${quoteIdent(constraint.name)} ${constraint.definition}`;
+}
+
+/** FOREIGN KEY … REFERENCES <mapped target> …, added NOT VALID (validated in a second step). */
+export function addForeignKeySql(fk: ForeignKeyInfo, target: QualifiedName, referencedTarget: QualifiedName): string {
+  const marker = ` REFERENCES ${fk.referencedText}(`;
+  const at = fk.definition.indexOf(marker);
+  if (at < 0) throw new Error(`cannot read foreign key definition of ${fk.name}`);
+  let definition =
+    fk.definition.slice(0, at) + ` REFERENCES ${quoteQualified(referencedTarget)}(` + fk.definition.slice(at + marker.length);
+  if (!/ NOT VALID$/.test(definition)) definition += ' NOT VALID';
+  return `ALTER TABLE ${quoteQualified(target)} ADD CONSTRAINT ${quoteIdent(fk.name)} ${definition}`;
+}

@@ -1,0 +1,88 @@
+/**
+ * PostgreSQL identifiers: parsing the names a spec gives (`app."Order Lines"`) and quoting the
+ * names that go into SQL. Every identifier in Ferry's SQL goes through `quoteIdent`.
+ * Pure module: imported by workflows.
+ */
+
+export interface QualifiedName {
+  schema: string;
+  name: string;
+}
+
+const MAX_IDENTIFIER_BYTES = 63;
+
+export function quoteIdent(identifier: string): string {
+  if (identifier.includes('\u0000')) throw new Error('identifier contains a NUL character');
+  return `"${identifier.replace(/"/g, '""')}"`;
+}
+
+export function quoteQualified(q: QualifiedName): string {
+  return `${quoteIdent(q.schema)}.${quoteIdent(q.name)}`;
+}
+
+const PLAIN = /^[a-z_][a-z0-9_$]*$/;
+
+/** The name as a person would write it: quoted only where PostgreSQL needs quotes. */
+export function displayIdent(identifier: string): string {
+  return PLAIN.test(identifier) ? identifier : quoteIdent(identifier);
+}
+
+export function displayQualified(q: QualifiedName): string {
+  return `${displayIdent(q.schema)}.${displayIdent(q.name)}`;
+}
+
+/**
+ * Parses `schema.table` where either part may be a double-quoted identifier. Unquoted parts are
+ * folded to lower case as PostgreSQL does. Returns an error message instead of throwing.
+ */
+export function parseQualifiedName(text: string): QualifiedName | string {
+  const parts: string[] = [];
+  let i = 0;
+  while (i <= text.length) {
+    let part: string;
+    if (text[i] === '"') {
+      let j = i + 1;
+      part = '';
+      for (;;) {
+        if (j >= text.length) return 'has an unterminated quoted identifier';
+        if (text[j] === '"') {
+          if (text[j + 1] === '"') {
+            part += '"';
+            j += 2;
+            continue;
+          }
+          break;
+        }
+        part += text[j];
+        j += 1;
+      }
+      if (part.length === 0) return 'has an empty quoted identifier';
+      i = j + 1;
+    } else {
+      const m = /^[A-Za-z_][A-Za-z0-9_$]*/.exec(text.slice(i));
+      if (!m) {
+        return 'must be schema.table; quote names with other characters, e.g. app."Order Lines"';
+      }
+      part = m[0].toLowerCase();
+      i += m[0].length;
+    }
+    if (new TextEncoder().encode(part).length > MAX_IDENTIFIER_BYTES) {
+      return `has an identifier longer than ${MAX_IDENTIFIER_BYTES} bytes`;
+    }
+    if (part.includes('\u0000')) return 'contains a NUL character';
+    parts.push(part);
+    if (i === text.length) break;
+    if (text[i] !== '.') {
+      return 'must be schema.table; quote names with other characters, e.g. app."Order Lines"';
+    }
+    i += 1;
+  }
+  if (parts.length !== 2) {
+    return 'must be qualified as schema.table (for example public.orders)';
+  }
+  return { schema: parts[0], name: parts[1] };
+}
+
+export function sameName(a: QualifiedName, b: QualifiedName): boolean {
+  return a.schema === b.schema && a.name === b.name;
+}

@@ -1,0 +1,262 @@
+/**
+ * The migration spec (DESIGN.md §4): a zod schema for the JSON/YAML a person or a service
+ * writes, and its normalised form that workflows and activities use. Every refusal names the
+ * field (`tables[1].chunks: …`). Pure module: the workflow validates its own input with it too,
+ * because Go and Python callers start `migrationWorkflow` without Ferry's CLI.
+ */
+import { z } from 'zod';
+import { parseDuration } from './duration';
+import { displayQualified, parseQualifiedName, QualifiedName, sameName } from './identifiers';
+
+export const BATCH_ROWS = { min: 100, max: 1_000_000, default: 50_000 };
+export const CHUNKS = { min: 1, max: 256 };
+export const PARALLELISM = { tables: 2, chunks: 4, max: 64 };
+export const MAX_METADATA_BYTES = 16 * 1024;
+export const MAX_TABLES = 500;
+
+const connectionName = z
+  .string()
+  .regex(/^[A-Za-z][A-Za-z0-9_-]{0,62}$/, {
+    error:
+      'must be a connection name (letters, digits, _ or -), resolved on the workers through ' +
+      'FERRY_CONN_<NAME>; never a URL or a password',
+  });
+
+const qualifiedName = z.string().superRefine((text, ctx) => {
+  const parsed = parseQualifiedName(text);
+  if (typeof parsed === 'string') ctx.addIssue({ code: 'custom', message: parsed });
+});
+
+const duration = (min: number, max: number) =>
+  z.string().superRefine((text, ctx) => {
+    const ms = parseDuration(text);
+    if (ms === undefined) {
+      ctx.addIssue({ code: 'custom', message: 'must be a duration such as 90s, 30m, 12h or 1h30m' });
+    } else if (ms < min || ms > max) {
+      ctx.addIssue({ code: 'custom', message: `must be between ${min / 1000}s and ${max / 86_400_000}d` });
+    }
+  });
+
+const int = (min: number, max: number) => z.number().int().min(min).max(max);
+
+const tableEntry = z.union([
+  qualifiedName,
+  z.strictObject({
+    name: qualifiedName,
+    target: qualifiedName.optional(),
+    chunks: int(CHUNKS.min, CHUNKS.max).optional(),
+  }),
+]);
+
+export const specSchema = z
+  .strictObject({
+    id: z
+      .string()
+      .regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/, {
+        error: 'must be 1-100 letters, digits, ".", "_" or "-", starting with a letter or digit',
+      })
+      .optional(),
+    source: connectionName,
+    target: connectionName,
+    mode: z.enum(['full', 'online']).default('full'),
+    tables: z.array(tableEntry).min(1).max(MAX_TABLES),
+    truncate: z.boolean().default(false),
+    batchRows: int(BATCH_ROWS.min, BATCH_ROWS.max).default(BATCH_ROWS.default),
+    validation: z.enum(['none', 'count', 'checksum']).default('checksum'),
+    parallelism: z
+      .strictObject({
+        tables: int(1, PARALLELISM.max).default(PARALLELISM.tables),
+        chunks: int(1, PARALLELISM.max).default(PARALLELISM.chunks),
+      })
+      .optional(),
+    cutover: z
+      .strictObject({
+        approval: z.enum(['auto', 'manual']).default('auto'),
+        approvalTimeout: duration(1000, 30 * 86_400_000).default('24h'),
+        afterwards: z.enum(['keep-frozen', 'unfreeze']).default('keep-frozen'),
+      })
+      .optional(),
+    onFailure: z.enum(['rollback', 'keep']).default('rollback'),
+    deadline: duration(1000, 365 * 86_400_000).optional(),
+    callback: z
+      .strictObject({
+        url: z
+          .string()
+          .max(2048)
+          .refine((u) => isHttpUrl(u), { error: 'must be an http:// or https:// URL' }),
+        secret: z
+          .string()
+          .regex(/^[A-Z_][A-Z0-9_]{0,127}$/, {
+            error: 'must be the NAME of an environment variable on the workers (A-Z, 0-9, _), not the secret itself',
+          })
+          .optional(),
+        events: z.boolean().default(false),
+      })
+      .optional(),
+    metadata: z.record(z.string(), z.unknown()).optional(),
+  })
+  .superRefine((spec, ctx) => {
+    if (spec.mode === 'full' && spec.cutover !== undefined) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['cutover'],
+        message: 'applies only to mode: online; remove it or set mode: online',
+      });
+    }
+    if (spec.metadata !== undefined && JSON.stringify(spec.metadata).length > MAX_METADATA_BYTES) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['metadata'],
+        message: `must serialise to at most ${MAX_METADATA_BYTES} bytes of JSON`,
+      });
+    }
+    const seenSources = new Map<string, number>();
+    const seenTargets = new Map<string, number>();
+    spec.tables.forEach((entry, index) => {
+      const names = entryNames(entry);
+      if (!names) return;
+      const sourceKey = displayQualified(names.source);
+      const targetKey = displayQualified(names.target);
+      if (seenSources.has(sourceKey)) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['tables', index],
+          message: `lists ${sourceKey} again (already tables[${seenSources.get(sourceKey)}]); list each table once`,
+        });
+      }
+      if (seenTargets.has(targetKey) && !seenSources.has(sourceKey)) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['tables', index],
+          message: `targets ${targetKey}, which tables[${seenTargets.get(targetKey)}] targets too; give each table its own target`,
+        });
+      }
+      seenSources.set(sourceKey, index);
+      seenTargets.set(targetKey, index);
+      if (spec.source === spec.target && sameName(names.source, names.target)) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['tables', index],
+          message: `source and target are the same table (${sourceKey} on connection ${spec.source}); use a different target connection or a target name`,
+        });
+      }
+    });
+  });
+
+export type SpecInput = z.input<typeof specSchema>;
+type ParsedSpec = z.output<typeof specSchema>;
+
+export interface TableSpec {
+  source: QualifiedName;
+  target: QualifiedName;
+  chunks?: number;
+}
+
+export interface CutoverSpec {
+  approval: 'auto' | 'manual';
+  approvalTimeoutMs: number;
+  afterwards: 'keep-frozen' | 'unfreeze';
+}
+
+/** The normalised spec: names parsed, durations in milliseconds, defaults applied. */
+export interface Spec {
+  id?: string;
+  source: string;
+  target: string;
+  mode: 'full' | 'online';
+  tables: TableSpec[];
+  truncate: boolean;
+  batchRows: number;
+  validation: 'none' | 'count' | 'checksum';
+  parallelism: { tables: number; chunks: number };
+  cutover?: CutoverSpec;
+  onFailure: 'rollback' | 'keep';
+  deadlineMs?: number;
+  callback?: { url: string; secret?: string; events: boolean };
+  metadata?: Record<string, unknown>;
+}
+
+export interface SpecProblem {
+  path: string;
+  message: string;
+}
+
+export class SpecError extends Error {
+  constructor(readonly problems: SpecProblem[]) {
+    super(problems.map((p) => `${p.path}: ${p.message}`).join('\n'));
+    this.name = 'SpecError';
+  }
+}
+
+function isHttpUrl(text: string): boolean {
+  const m = /^(https?):\/\/[^\s/?#]+/i.exec(text);
+  return m !== null;
+}
+
+function entryNames(entry: ParsedSpec['tables'][number]): { source: QualifiedName; target: QualifiedName } | undefined {
+  const sourceText = typeof entry === 'string' ? entry : entry.name;
+  const targetText = typeof entry === 'string' ? entry : (entry.target ?? entry.name);
+  const source = parseQualifiedName(sourceText);
+  const target = parseQualifiedName(targetText);
+  if (typeof source === 'string' || typeof target === 'string') return undefined;
+  return { source, target };
+}
+
+function formatPath(path: readonly PropertyKey[]): string {
+  if (path.length === 0) return 'spec';
+  return path
+    .map((part, i) => (typeof part === 'number' ? `[${part}]` : `${i === 0 ? '' : '.'}${String(part)}`))
+    .join('');
+}
+
+function problemsOf(error: z.ZodError): SpecProblem[] {
+  return error.issues.map((issue) => {
+    let message = issue.message;
+    if (issue.code === 'unrecognized_keys') {
+      message = `unknown key${issue.keys.length > 1 ? 's' : ''} ${issue.keys.map((k) => `"${k}"`).join(', ')}; see schema/ferry-spec.schema.json for the fields a spec may have`;
+    }
+    return { path: formatPath(issue.path), message };
+  });
+}
+
+/** Validates an already-decoded spec object and returns its normalised form, or throws SpecError. */
+export function parseSpec(input: unknown): Spec {
+  const result = specSchema.safeParse(input);
+  if (!result.success) throw new SpecError(problemsOf(result.error));
+  const s = result.data;
+  return {
+    id: s.id,
+    source: s.source,
+    target: s.target,
+    mode: s.mode,
+    tables: s.tables.map((entry) => {
+      const names = entryNames(entry)!;
+      return typeof entry === 'string' || entry.chunks === undefined ? names : { ...names, chunks: entry.chunks };
+    }),
+    truncate: s.truncate,
+    batchRows: s.batchRows,
+    validation: s.validation,
+    parallelism: s.parallelism ?? { tables: PARALLELISM.tables, chunks: PARALLELISM.chunks },
+    cutover:
+      s.mode === 'online'
+        ? {
+            approval: s.cutover?.approval ?? 'auto',
+            approvalTimeoutMs: parseDuration(s.cutover?.approvalTimeout ?? '24h')!,
+            afterwards: s.cutover?.afterwards ?? 'keep-frozen',
+          }
+        : undefined,
+    onFailure: s.onFailure,
+    deadlineMs: s.deadline === undefined ? undefined : parseDuration(s.deadline),
+    callback: s.callback,
+    metadata: s.metadata,
+  };
+}
+
+/** The JSON Schema published for non-TypeScript callers (schema/ferry-spec.schema.json). */
+export function specJsonSchema(): Record<string, unknown> {
+  return {
+    ...z.toJSONSchema(specSchema, { io: 'input', unrepresentable: 'any' }),
+    $id: 'https://github.com/ferry/ferry/schema/ferry-spec.schema.json',
+    title: 'Ferry migration spec',
+  };
+}

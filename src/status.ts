@@ -1,0 +1,106 @@
+/**
+ * The status document (query `state`, `ferry status --json`) and the result document
+ * (`ferry result --json`, the callback body) of DESIGN.md §4. Pure module: built by workflows.
+ */
+import { formatDuration } from './duration';
+import { MigrationState, Phase, Transition } from './state-machine';
+
+export const EVENT_TYPES = [
+  'MigrationStarted',
+  'SliceMigrated',
+  'TableCopied',
+  'IncrementalCaughtUp',
+  'ValidationPassed',
+  'ConsistencyBreach',
+  'CutoverStarted',
+  'CutoverCompleted',
+  'RollbackStarted',
+  'RolledBack',
+  'MigrationFinished',
+] as const;
+export type EventType = (typeof EVENT_TYPES)[number];
+
+export interface MigrationEvent {
+  seq: number;
+  type: EventType;
+  at: string;
+  table?: string;
+  detail?: Record<string, unknown>;
+}
+
+export interface ChunkStatus {
+  state: 'PENDING' | 'COPYING' | 'DONE' | 'FAILED';
+  rowsCopied: number;
+  checkpoint: string[] | null;
+}
+
+export interface TableStatus {
+  source: string;
+  target: string;
+  phase: Phase;
+  rowsCopied: number;
+  rowsEstimated: number;
+  chunks: ChunkStatus[];
+  lag?: { pendingChanges: number; seconds: number };
+}
+
+export interface ErrorInfo {
+  message: string;
+  type?: string;
+  cause?: string;
+}
+
+export interface StatusDocument {
+  id: string;
+  runId: string;
+  state: MigrationState;
+  phase: Phase;
+  paused: boolean;
+  tables: TableStatus[];
+  events: MigrationEvent[];
+  transitions: ((Transition<MigrationState> & { machine: 'state' }) | (Transition<Phase> & { machine: 'phase' }))[];
+  error?: ErrorInfo;
+  startedAt: string;
+  endedAt?: string;
+  /** Events dropped from the front of `events` to keep history small. */
+  eventsDropped?: number;
+  warnings?: string[];
+}
+
+/** The result document and callback body (seed 000 §4.4 plus Ferry's fields). */
+export interface ResultDocument {
+  task_id: string;
+  state: MigrationState;
+  phase: Phase;
+  start_time: string;
+  end_time: string;
+  duration: string;
+  duration_ms: number;
+  error: ErrorInfo | null;
+  metadata: Record<string, unknown> | null;
+  tables: TableStatus[];
+  events: MigrationEvent[];
+  rows_copied: number;
+  warnings: string[];
+  callback?: { delivered: boolean; error?: string };
+}
+
+export function resultDocument(status: StatusDocument, metadata: Record<string, unknown> | undefined): ResultDocument {
+  const end = status.endedAt ?? status.startedAt;
+  const ms = Math.max(0, Date.parse(end) - Date.parse(status.startedAt));
+  return {
+    task_id: status.id,
+    state: status.state,
+    phase: status.phase,
+    start_time: status.startedAt,
+    end_time: end,
+    duration: formatDuration(ms),
+    duration_ms: ms,
+    error: status.error ?? null,
+    metadata: metadata ?? null,
+    tables: status.tables,
+    events: status.events,
+    rows_copied: status.tables.reduce((n, t) => n + t.rowsCopied, 0),
+    warnings: status.warnings ?? [],
+  };
+}

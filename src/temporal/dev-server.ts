@@ -1,0 +1,160 @@
+/**
+ * Runs `temporal server start-dev` with Ferry's search attributes registered, on chosen or free
+ * ports, and waits until its frontend answers. Falls back to @temporalio/testing's downloaded
+ * server when no local binary can be had (that path needs the internet).
+ */
+import { ChildProcess, spawn } from 'node:child_process';
+import { createServer } from 'node:net';
+import { Connection } from '@temporalio/client';
+import { FerryPhaseKey, FerrySourceKey, FerryStateKey, FerryTargetKey, SEARCH_ATTRIBUTES } from '../names';
+import { ensureTemporalBinary } from './binary';
+
+export interface DevServerOptions {
+  port?: number;
+  uiPort?: number;
+  /** Persist to this SQLite file (survives restarts); in-memory otherwise. */
+  dbFile?: string;
+  headless?: boolean;
+  namespace?: string;
+  logLevel?: 'debug' | 'info' | 'warn' | 'error';
+  /** --dynamic-config-value KEY=JSON entries. */
+  dynamicConfig?: Record<string, unknown>;
+  /** Pass the server's own output through (for `ferry server`). */
+  inheritOutput?: boolean;
+  codecEndpoint?: string;
+  report?: (line: string) => void;
+}
+
+export interface DevServer {
+  address: string;
+  namespace: string;
+  uiUrl?: string;
+  process?: ChildProcess;
+  stop(): Promise<void>;
+  /** Resolves when the server process exits. */
+  exited: Promise<number | null>;
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.unref();
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
+    });
+  });
+}
+
+/** Polls the frontend until the namespace answers, or fails after timeoutMs. */
+export async function waitForTemporal(address: string, namespace: string, timeoutMs: number, exited?: Promise<unknown>): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let gone = false;
+  void exited?.then(() => {
+    gone = true;
+  });
+  let lastError: unknown;
+  while (Date.now() < deadline && !gone) {
+    try {
+      const connection = await Connection.connect({ address, connectTimeout: 1_000 });
+      try {
+        await connection.workflowService.describeNamespace({ namespace });
+        return;
+      } finally {
+        await connection.close();
+      }
+    } catch (err) {
+      lastError = err;
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  }
+  throw new Error(
+    gone ? 'the Temporal dev server exited during start-up' : `Temporal at ${address} did not answer within ${timeoutMs / 1000}s`,
+    { cause: lastError },
+  );
+}
+
+export async function startDevServer(options: DevServerOptions = {}): Promise<DevServer> {
+  const namespace = options.namespace ?? 'default';
+  const binary = await ensureTemporalBinary(options.report);
+  if (!binary) return startDownloadedServer(options, namespace);
+
+  const port = options.port ?? (await freePort());
+  const args = ['server', 'start-dev', '--ip', '127.0.0.1', '--port', String(port), '--namespace', namespace];
+  args.push('--log-level', options.logLevel ?? 'error');
+  let uiUrl: string | undefined;
+  if (options.headless) {
+    args.push('--headless');
+  } else {
+    const uiPort = options.uiPort ?? (await freePort());
+    args.push('--ui-port', String(uiPort));
+    uiUrl = `http://127.0.0.1:${uiPort}`;
+  }
+  if (options.dbFile) args.push('--db-filename', options.dbFile);
+  if (options.codecEndpoint) args.push('--ui-codec-endpoint', options.codecEndpoint);
+  for (const [name, type] of Object.entries(SEARCH_ATTRIBUTES)) args.push('--search-attribute', `${name}=${type}`);
+  for (const [key, value] of Object.entries(options.dynamicConfig ?? {})) {
+    args.push('--dynamic-config-value', `${key}=${JSON.stringify(value)}`);
+  }
+
+  const child = spawn(binary, args, { stdio: options.inheritOutput ? 'inherit' : ['ignore', 'ignore', 'pipe'] });
+  let stderrTail = '';
+  child.stderr?.on('data', (d: Buffer) => {
+    stderrTail = (stderrTail + d.toString()).slice(-4000);
+  });
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  const killOnExit = () => child.kill('SIGKILL');
+  process.once('exit', killOnExit);
+
+  const address = `127.0.0.1:${port}`;
+  try {
+    await waitForTemporal(address, namespace, 60_000, exited);
+  } catch (err) {
+    child.kill('SIGKILL');
+    throw new Error(`could not start the Temporal dev server (${binary} ${args.join(' ')}): ${stderrTail.trim()}`, { cause: err });
+  }
+  return {
+    address,
+    namespace,
+    uiUrl,
+    process: child,
+    exited,
+    async stop() {
+      process.removeListener('exit', killOnExit);
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+}
+
+/** Last resort where no binary can be built: @temporalio/testing downloads one (internet needed). */
+async function startDownloadedServer(options: DevServerOptions, namespace: string): Promise<DevServer> {
+  options.report?.('ferry: no temporal binary and no Go toolchain; downloading a dev server through @temporalio/testing');
+  const { TestWorkflowEnvironment } = await import('@temporalio/testing');
+  const env = await TestWorkflowEnvironment.createLocal({
+    server: {
+      executable: { type: 'cached-download' },
+      namespace,
+      port: options.port,
+      ui: !options.headless,
+      uiPort: options.uiPort,
+      dbFilename: options.dbFile,
+      searchAttributes: [FerryStateKey, FerryPhaseKey, FerrySourceKey, FerryTargetKey],
+    },
+  });
+  let resolveExit: (code: number | null) => void = () => undefined;
+  const exited = new Promise<number | null>((r) => (resolveExit = r));
+  return {
+    address: env.address,
+    namespace,
+    exited,
+    async stop() {
+      await env.teardown();
+      resolveExit(0);
+    },
+  };
+}

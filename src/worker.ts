@@ -1,0 +1,89 @@
+/**
+ * One member of the worker pool: a Temporal worker on Ferry's task queue with the bundled
+ * workflows and the activities built from this process's connections and logger.
+ */
+import { readFileSync } from 'node:fs';
+import type { Duration } from '@temporalio/common';
+import { NativeConnection, Worker, WorkerOptions } from '@temporalio/worker';
+import { createActivities } from '../activities';
+import { TemporalConfig } from './config';
+import { ConnectionRegistry } from './db/connections';
+import { Logger } from './logger';
+
+export interface FerryWorkerOptions {
+  temporal: TemporalConfig;
+  logger: Logger;
+  env?: NodeJS.ProcessEnv;
+  /** Prebuilt workflow bundle (bundleWorkflowCode output); else workflows/ is bundled at start. */
+  workflowBundle?: { code: string };
+  maxConcurrentActivityTaskExecutions?: number;
+  maxConcurrentWorkflowTaskExecutions?: number;
+  /** Worker-wide activity rate cap (activities per second). */
+  maxActivitiesPerSecond?: number;
+  /** Server-side cap across every worker of the task queue. */
+  maxTaskQueueActivitiesPerSecond?: number;
+  shutdownGraceTime?: Duration;
+  identity?: string;
+}
+
+export interface FerryWorker {
+  worker: Worker;
+  connections: ConnectionRegistry;
+  /** Runs until shutdown; closes the database pools and the Temporal connection afterwards. */
+  run(): Promise<void>;
+  shutdown(): void;
+}
+
+export function workflowBundleFromEnv(env: NodeJS.ProcessEnv = process.env): { code: string } | undefined {
+  const path = env.FERRY_WORKFLOW_BUNDLE;
+  return path ? { code: readFileSync(path, 'utf8') } : undefined;
+}
+
+export const WORKFLOWS_PATH = require.resolve('../workflows');
+
+export async function createFerryWorker(options: FerryWorkerOptions): Promise<FerryWorker> {
+  const env = options.env ?? process.env;
+  const activitySlots = options.maxConcurrentActivityTaskExecutions ?? 8;
+  const connections = new ConnectionRegistry({ env, poolSize: activitySlots + 2, applicationName: 'ferry-worker' });
+  const connection = await NativeConnection.connect({ address: options.temporal.address });
+  const bundle = options.workflowBundle ?? workflowBundleFromEnv(env);
+  const workerOptions: WorkerOptions = {
+    connection,
+    namespace: options.temporal.namespace,
+    taskQueue: options.temporal.taskQueue,
+    ...(bundle ? { workflowBundle: bundle } : { workflowsPath: WORKFLOWS_PATH }),
+    activities: createActivities({ connections, logger: options.logger, env }),
+    maxConcurrentActivityTaskExecutions: activitySlots,
+    maxConcurrentWorkflowTaskExecutions: options.maxConcurrentWorkflowTaskExecutions ?? 40,
+    shutdownGraceTime: options.shutdownGraceTime ?? '30 seconds',
+  };
+  // The native worker refuses explicit undefined for optional settings.
+  if (options.maxActivitiesPerSecond) workerOptions.maxActivitiesPerSecond = options.maxActivitiesPerSecond;
+  if (options.maxTaskQueueActivitiesPerSecond) {
+    workerOptions.maxTaskQueueActivitiesPerSecond = options.maxTaskQueueActivitiesPerSecond;
+  }
+  if (options.identity) workerOptions.identity = options.identity;
+  let worker: Worker;
+  try {
+    worker = await Worker.create(workerOptions);
+  } catch (err) {
+    await connection.close();
+    await connections.close();
+    throw err;
+  }
+  return {
+    worker,
+    connections,
+    async run() {
+      try {
+        await worker.run();
+      } finally {
+        await connections.close();
+        await connection.close();
+      }
+    },
+    shutdown() {
+      if (worker.getState() === 'RUNNING') worker.shutdown();
+    },
+  };
+}

@@ -1,0 +1,42 @@
+/**
+ * Signals and queries (DESIGN.md §3 wire names). Imported by workflows and by the client, so
+ * `temporal workflow signal --name approveCutover` and FerryClient speak the same language.
+ */
+import { defineQuery, defineSignal } from '@temporalio/workflow';
+import { Phase } from '../src/state-machine';
+import { ChunkStatus, EventType, StatusDocument } from '../src/status';
+
+export interface CancelRequest {
+  reason?: string;
+}
+
+export interface ThrottleRequest {
+  /** Copy rate cap for the whole migration; 0 or absent removes the cap. */
+  rowsPerSecond?: number;
+  batchRows?: number;
+}
+
+export const cancelSignal = defineSignal<[CancelRequest?]>('cancel');
+export const approveCutoverSignal = defineSignal('approveCutover');
+export const pauseSignal = defineSignal('pause');
+export const resumeSignal = defineSignal('resume');
+export const throttleSignal = defineSignal<[ThrottleRequest]>('throttle');
+export const stateQuery = defineQuery<StatusDocument>('state');
+
+/** What the parent forwards to its table workflows. */
+export interface Control {
+  paused: boolean;
+  rowsPerSecond?: number;
+  batchRows?: number;
+}
+
+/** A child's milestone, reported to the parent, which owns the event sequence. */
+export interface TableProgress {
+  tableIndex: number;
+  phase?: Phase;
+  chunk?: { index: number } & ChunkStatus;
+  event?: { type: EventType; detail?: Record<string, unknown> };
+}
+
+export const controlSignal = defineSignal<[Control]>('control');
+export const tableProgressSignal = defineSignal<[TableProgress]>('tableProgress');

@@ -1,0 +1,23 @@
+/**
+ * preflightWorkflow: a short helper that runs preflight on the workers (which hold the
+ * connections) before `ferry start` starts the migration, so a refusal starts nothing.
+ */
+import { ApplicationFailure, proxyActivities } from '@temporalio/workflow';
+import type { Activities } from '../activities';
+import { MigrationPlan } from '../src/plan';
+import { parseSpec, SpecError } from '../src/spec';
+
+const { preflight } = proxyActivities<Activities>({
+  startToCloseTimeout: '5 minutes',
+  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '5 seconds', maximumAttempts: 3 },
+});
+
+export async function preflightWorkflow(specInput: unknown, migrationId: string): Promise<MigrationPlan> {
+  let spec;
+  try {
+    spec = parseSpec(specInput);
+  } catch (err) {
+    throw ApplicationFailure.nonRetryable(err instanceof SpecError ? err.message : String(err), 'InvalidSpec');
+  }
+  return preflight({ migrationId, spec });
+}

@@ -1,0 +1,46 @@
+/**
+ * Compensation as a list of undo steps (STYLE.md §5). Push an idempotent undo *before* the step
+ * it undoes (the step can commit and still lose its completion); compensate runs them newest
+ * first in a non-cancellable scope, logs an undo that fails and keeps going.
+ */
+import { CancellationScope, log } from '@temporalio/workflow';
+
+export interface UndoStep {
+  name: string;
+  run: () => Promise<unknown>;
+}
+
+export class Saga {
+  private steps: UndoStep[] = [];
+
+  push(name: string, run: () => Promise<unknown>): void {
+    this.steps.push({ name, run });
+  }
+
+  /** Past the point of no return: nothing to undo any more. */
+  clear(): void {
+    this.steps = [];
+  }
+
+  get size(): number {
+    return this.steps.length;
+  }
+
+  /** Runs every undo, newest first; returns the names of those that failed. */
+  async compensate(): Promise<string[]> {
+    const failed: string[] = [];
+    const steps = this.steps.reverse();
+    this.steps = [];
+    await CancellationScope.nonCancellable(async () => {
+      for (const step of steps) {
+        try {
+          await step.run();
+        } catch (err) {
+          log.error('compensation step failed', { step: step.name, error: String(err) });
+          failed.push(step.name);
+        }
+      }
+    });
+    return failed;
+  }
+}

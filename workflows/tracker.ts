@@ -1,0 +1,124 @@
+/**
+ * The parent workflow's view of a migration: its two state machines, per-table progress, the
+ * event log (capped, so history stays small) and the status document built from them.
+ */
+import { upsertSearchAttributes, setCurrentDetails } from '@temporalio/workflow';
+import { FerryPhaseKey, FerryStateKey } from '../src/names';
+import { displayQualified } from '../src/identifiers';
+import { TablePlan } from '../src/plan';
+import { migrationStateMachine, MigrationState, Phase, phaseMachine } from '../src/state-machine';
+import { ErrorInfo, EventType, MigrationEvent, StatusDocument, TableStatus } from '../src/status';
+import { TableProgress } from './definitions';
+
+export const MAX_EVENTS_KEPT = 200;
+
+export class Tracker {
+  readonly migration = migrationStateMachine();
+  readonly phase = phaseMachine();
+  readonly tables: TableStatus[] = [];
+  readonly warnings: string[] = [];
+  private readonly events: MigrationEvent[] = [];
+  private nextSeq = 1;
+  private dropped = 0;
+  paused = false;
+  error?: ErrorInfo;
+  endedAt?: string;
+  /** Called for every appended event (event webhooks). */
+  onEvent?: (event: MigrationEvent) => void;
+
+  constructor(
+    readonly id: string,
+    readonly runId: string,
+    readonly startedAt: string,
+  ) {}
+
+  now(): string {
+    return new Date().toISOString();
+  }
+
+  setState(to: MigrationState, reason?: string, at = this.now()): void {
+    this.migration.to(to, at, reason);
+    this.publish();
+  }
+
+  setPhase(to: Phase, reason?: string): void {
+    if (this.phase.state === to) return;
+    this.phase.to(to, this.now(), reason);
+    this.publish();
+  }
+
+  event(type: EventType, table?: string, detail?: Record<string, unknown>): MigrationEvent {
+    const e: MigrationEvent = { seq: this.nextSeq++, type, at: this.now() };
+    if (table !== undefined) e.table = table;
+    if (detail !== undefined) e.detail = detail;
+    this.events.push(e);
+    if (this.events.length > MAX_EVENTS_KEPT) {
+      this.events.shift();
+      this.dropped += 1;
+    }
+    this.onEvent?.(e);
+    return e;
+  }
+
+  addTables(plans: TablePlan[]): void {
+    for (const plan of plans) {
+      this.tables[plan.index] = {
+        source: displayQualified(plan.source),
+        target: displayQualified(plan.target),
+        phase: 'PENDING',
+        rowsCopied: 0,
+        rowsEstimated: plan.rowsEstimated,
+        chunks: plan.chunks.map(() => ({ state: 'PENDING', rowsCopied: 0, checkpoint: null })),
+      };
+    }
+  }
+
+  applyProgress(p: TableProgress): void {
+    const table = this.tables[p.tableIndex];
+    if (!table) return;
+    if (p.phase) table.phase = p.phase;
+    if (p.chunk) {
+      const { index, ...chunk } = p.chunk;
+      table.chunks[index] = chunk;
+      table.rowsCopied = table.chunks.reduce((n, c) => n + c.rowsCopied, 0);
+    }
+    if (p.event) this.event(p.event.type, table.source, p.event.detail);
+    this.publish();
+  }
+
+  /** Search attributes and the Web UI's current details follow every change. */
+  private publish(): void {
+    upsertSearchAttributes([
+      { key: FerryStateKey, value: this.migration.state },
+      { key: FerryPhaseKey, value: this.phase.state },
+    ]);
+    const copied = this.tables.reduce((n, t) => n + t.rowsCopied, 0);
+    const estimated = this.tables.reduce((n, t) => n + t.rowsEstimated, 0);
+    const lines = this.tables.map((t) => `- ${t.source} → ${t.target}: ${t.phase}, ${t.rowsCopied} / ~${t.rowsEstimated} rows`);
+    setCurrentDetails(
+      [`**${this.migration.state}** · phase ${this.phase.state}${this.paused ? ' · paused' : ''}`, `${copied} / ~${estimated} rows copied`, ...lines].join('\n'),
+    );
+  }
+
+  document(): StatusDocument {
+    const doc: StatusDocument = {
+      id: this.id,
+      runId: this.runId,
+      state: this.migration.state,
+      phase: this.phase.state,
+      paused: this.paused,
+      tables: this.tables,
+      events: this.events,
+      transitions: [
+        ...this.migration.transitions.map((t) => ({ machine: 'state' as const, ...t })),
+        ...this.phase.transitions.map((t) => ({ machine: 'phase' as const, ...t })),
+      ].sort((a, b) => a.at.localeCompare(b.at)),
+      startedAt: this.startedAt,
+    };
+    if (this.error) doc.error = this.error;
+    if (this.endedAt) doc.endedAt = this.endedAt;
+    if (this.dropped) doc.eventsDropped = this.dropped;
+    if (this.warnings.length) doc.warnings = this.warnings;
+    return doc;
+  }
+}
