@@ -24,6 +24,8 @@ export interface FerryWorkerOptions {
   maxTaskQueueActivitiesPerSecond?: number;
   shutdownGraceTime?: Duration;
   identity?: string;
+  /** Temporal worker interceptors (auditing, metrics, fault injection in tests). */
+  interceptors?: WorkerOptions['interceptors'];
 }
 
 export interface FerryWorker {
@@ -63,6 +65,7 @@ export async function createFerryWorker(options: FerryWorkerOptions): Promise<Fe
     workerOptions.maxTaskQueueActivitiesPerSecond = options.maxTaskQueueActivitiesPerSecond;
   }
   if (options.identity) workerOptions.identity = options.identity;
+  if (options.interceptors) workerOptions.interceptors = options.interceptors;
   let worker: Worker;
   try {
     worker = await Worker.create(workerOptions);

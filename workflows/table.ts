@@ -16,7 +16,7 @@ import {
   workflowInfo,
 } from '@temporalio/workflow';
 import type { Activities } from '../activities';
-import { CopyTable } from '../src/db/copy-stream';
+import type { CopyTable } from '../src/db/copy-stream';
 import { displayQualified } from '../src/identifiers';
 import { ChunkCheckpoint, KeyRange, TablePlan } from '../src/plan';
 import { Phase, phaseMachine, Transition } from '../src/state-machine';

@@ -201,12 +201,10 @@ export async function readTable(db: ClientBase, name: QualifiedName): Promise<Ta
   if (t.rowCount === 0) return null;
   const row = t.rows[0];
   const oid = Number(row.oid);
-  const [columns, constraints, indexes, sequences] = await Promise.all([
-    db.query(COLUMNS_SQL, [oid]),
-    db.query(CONSTRAINTS_SQL, [oid]),
-    db.query(INDEXES_SQL, [oid]),
-    db.query(SEQUENCES_SQL, [oid]),
-  ]);
+  const columns = await db.query(COLUMNS_SQL, [oid]);
+  const constraints = await db.query(CONSTRAINTS_SQL, [oid]);
+  const indexes = await db.query(INDEXES_SQL, [oid]);
+  const sequences = await db.query(SEQUENCES_SQL, [oid]);
   let estimatedRows = Number(row.reltuples);
   if (estimatedRows < 0) {
     // Never analysed: count small tables, extrapolate big ones from their page count.

@@ -1,0 +1,37 @@
+/**
+ * `npm test`: provisions what the suites need (the temporal binary, a running PostgreSQL), then
+ * runs the type checker, the linter and jest. Extra arguments go to jest.
+ */
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+import { DEFAULT_TEST_PG, ensurePostgres } from '../src/postgres';
+import { ensureTemporalBinary } from '../src/temporal/binary';
+
+const root = join(__dirname, '..');
+const bin = (name: string) => join(root, 'node_modules', '.bin', name);
+
+function step(title: string, command: string, args: string[], env: NodeJS.ProcessEnv = process.env): void {
+  process.stderr.write(`\n== ${title}\n`);
+  const started = Date.now();
+  const result = spawnSync(command, args, { cwd: root, stdio: 'inherit', env });
+  process.stderr.write(`== ${title}: ${result.status === 0 ? 'ok' : 'FAILED'} (${Math.round((Date.now() - started) / 1000)}s)\n`);
+  if (result.status !== 0) process.exit(result.status ?? 1);
+}
+
+async function main(): Promise<void> {
+  const binary = await ensureTemporalBinary();
+  if (!binary) {
+    process.stderr.write('ferry: no temporal binary and no Go toolchain: tests will try @temporalio/testing\'s download (internet needed)\n');
+  }
+  const pg = process.env.FERRY_TEST_PG ?? DEFAULT_TEST_PG;
+  await ensurePostgres(pg);
+  const env = { ...process.env, FERRY_TEST_PG: pg, ...(binary ? { FERRY_TEMPORAL_BIN: binary } : {}) };
+  step('type check (tsc --noEmit)', bin('tsc'), ['--noEmit', '-p', '.']);
+  step('lint (eslint)', bin('eslint'), ['.']);
+  step('tests (jest)', bin('jest'), process.argv.slice(2), env);
+}
+
+main().catch((err) => {
+  process.stderr.write(`ferry test: ${err instanceof Error ? err.message : String(err)}\n`);
+  process.exit(1);
+});

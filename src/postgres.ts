@@ -1,0 +1,53 @@
+/**
+ * Reaching the local PostgreSQL for tests, benchmarks and the demo: connect, and when the
+ * server is installed here but stopped, start it with pg_ctlcluster.
+ */
+import { spawnSync } from 'node:child_process';
+import { existsSync, readdirSync } from 'node:fs';
+import { Client } from 'pg';
+
+export const DEFAULT_TEST_PG = 'postgres://postgres@127.0.0.1:5432/postgres';
+
+export async function canConnect(url: string): Promise<Error | null> {
+  const client = new Client({ connectionString: url, connectionTimeoutMillis: 3000 });
+  try {
+    await client.connect();
+    await client.query('SELECT 1');
+    return null;
+  } catch (err) {
+    return err as Error;
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+}
+
+/** Starts the Debian cluster(s) installed on this machine; returns whether it tried. */
+function startLocalCluster(report: (line: string) => void): boolean {
+  if (!existsSync('/etc/postgresql') || !existsSync('/usr/bin/pg_ctlcluster')) return false;
+  for (const version of readdirSync('/etc/postgresql')) {
+    report(`ferry: starting the local PostgreSQL ${version} cluster (pg_ctlcluster ${version} main start)`);
+    spawnSync('pg_ctlcluster', ['--skip-systemctl-redirect', version, 'main', 'start'], { stdio: 'inherit' });
+  }
+  return true;
+}
+
+/**
+ * Makes sure `url` answers. Throws a message that says how to point Ferry at a server when
+ * none can be reached: tests never skip silently.
+ */
+export async function ensurePostgres(url: string, report: (line: string) => void = (l) => process.stderr.write(`${l}\n`)): Promise<void> {
+  let error = await canConnect(url);
+  if (!error) return;
+  const local = /@(127\.0\.0\.1|localhost)(:\d+)?\//.test(url) || !/@/.test(url);
+  if (local && startLocalCluster(report)) {
+    for (let i = 0; i < 20 && error; i += 1) {
+      await new Promise((r) => setTimeout(r, 500));
+      error = await canConnect(url);
+    }
+    if (!error) return;
+  }
+  throw new Error(
+    `PostgreSQL is not reachable at ${url.replace(/:[^:@/]*@/, ':***@')} (${error.message}). ` +
+      'Start it, or set FERRY_TEST_PG to a postgres:// URL of a server where this user may create databases.',
+  );
+}

@@ -1,0 +1,159 @@
+/**
+ * A real Temporal dev server on free ports, a client, and Ferry workers: in this process (fast)
+ * or as separate `ferry worker` processes (for SIGKILL). Teardown stops everything it started.
+ */
+import { ChildProcess, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { Client, Connection } from '@temporalio/client';
+import { DefaultLogger, Runtime, WorkerOptions } from '@temporalio/worker';
+import { FerryClient } from '../../src/client';
+import { connectionEnvVar } from '../../src/names';
+import { silentLogger } from '../../src/logger';
+import { DevServer, DevServerOptions, startDevServer } from '../../src/temporal/dev-server';
+import { createFerryWorker, FerryWorker } from '../../src/worker';
+
+export const ROOT = join(__dirname, '..', '..');
+export const FERRY_BIN = join(ROOT, 'bin', 'ferry.js');
+
+let runtimeInstalled = false;
+/** Keeps the SDK's own INFO lines out of test output. */
+function quietRuntime(): void {
+  if (runtimeInstalled) return;
+  runtimeInstalled = true;
+  try {
+    Runtime.install({ logger: new DefaultLogger('WARN') });
+  } catch {
+    // already installed in this process
+  }
+}
+
+export interface StackOptions {
+  /** Connection name → postgres URL, exported to workers as FERRY_CONN_<NAME>. */
+  connections: Record<string, string>;
+  /** In-process workers to start right away. */
+  workers?: number;
+  server?: DevServerOptions;
+  extraEnv?: Record<string, string>;
+}
+
+export interface RunningProcessWorker {
+  process: ChildProcess;
+  identity: string;
+  output: () => string;
+  exited: Promise<number | null>;
+}
+
+export class TestStack {
+  readonly inProcess: { worker: FerryWorker; running: Promise<void> }[] = [];
+  readonly processes: RunningProcessWorker[] = [];
+
+  private constructor(
+    readonly server: DevServer,
+    readonly connection: Connection,
+    readonly client: Client,
+    readonly ferry: FerryClient,
+    readonly taskQueue: string,
+    readonly env: NodeJS.ProcessEnv,
+  ) {}
+
+  static async start(options: StackOptions): Promise<TestStack> {
+    quietRuntime();
+    const server = await startDevServer({ headless: true, ...options.server });
+    const connection = await Connection.connect({ address: server.address });
+    const client = new Client({ connection, namespace: server.namespace });
+    const taskQueue = `ferry-test-${randomBytes(3).toString('hex')}`;
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      ...options.extraEnv,
+      TEMPORAL_ADDRESS: server.address,
+      TEMPORAL_NAMESPACE: server.namespace,
+      FERRY_TASK_QUEUE: taskQueue,
+    };
+    for (const [name, url] of Object.entries(options.connections)) env[connectionEnvVar(name)] = url;
+    const ferry = FerryClient.fromClient(client, { address: server.address, taskQueue });
+    const stack = new TestStack(server, connection, client, ferry, taskQueue, env);
+    for (let i = 0; i < (options.workers ?? 1); i += 1) await stack.startWorker();
+    return stack;
+  }
+
+  /** An in-process worker; interceptors can inject faults around activities. */
+  async startWorker(interceptors?: WorkerOptions['interceptors']): Promise<FerryWorker> {
+    const bundlePath = process.env.FERRY_WORKFLOW_BUNDLE;
+    const worker = await createFerryWorker({
+      temporal: { address: this.server.address, namespace: this.server.namespace, taskQueue: this.taskQueue },
+      logger: silentLogger(),
+      env: this.env,
+      workflowBundle: bundlePath ? { code: readFileSync(bundlePath, 'utf8') } : undefined,
+      identity: `in-process-${this.inProcess.length + 1}`,
+      shutdownGraceTime: '2 seconds',
+      interceptors,
+    });
+    this.inProcess.push({ worker, running: worker.run() });
+    return worker;
+  }
+
+  /** A separate `ferry worker` process, so a test can SIGKILL it. */
+  startWorkerProcess(identity: string, args: string[] = []): RunningProcessWorker {
+    const child = spawn(process.execPath, [FERRY_BIN, 'worker', '--identity', identity, '--shutdown-grace', '2s', ...args], {
+      env: { ...this.env, FERRY_LOG_LEVEL: 'warn' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    child.stdout?.on('data', (d) => (output = (output + d).slice(-20_000)));
+    child.stderr?.on('data', (d) => (output = (output + d).slice(-20_000)));
+    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+    const worker = { process: child, identity, output: () => output, exited };
+    this.processes.push(worker);
+    return worker;
+  }
+
+  /** Runs the `ferry` CLI against this stack; resolves with its exit code and output. */
+  runCli(args: string[], extraEnv: Record<string, string> = {}, timeoutMs = 120_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
+    return new Promise((resolve) => {
+      const child = spawn(process.execPath, [FERRY_BIN, ...args], { env: { ...this.env, ...extraEnv }, stdio: ['ignore', 'pipe', 'pipe'] });
+      let stdout = '';
+      let stderr = '';
+      child.stdout.on('data', (d) => (stdout += d));
+      child.stderr.on('data', (d) => (stderr += d));
+      const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+      child.on('exit', (code) => {
+        clearTimeout(timer);
+        resolve({ code, stdout, stderr });
+      });
+    });
+  }
+
+  async stopInProcessWorkers(): Promise<void> {
+    for (const { worker } of this.inProcess) worker.shutdown();
+    await Promise.allSettled(this.inProcess.map((w) => w.running));
+    this.inProcess.length = 0;
+  }
+
+  async teardown(): Promise<void> {
+    for (const p of this.processes) {
+      if (p.process.exitCode === null && p.process.signalCode === null) p.process.kill('SIGKILL');
+    }
+    await Promise.allSettled(this.processes.map((p) => p.exited));
+    await this.stopInProcessWorkers();
+    await this.connection.close().catch(() => undefined);
+    await this.server.stop();
+  }
+}
+
+/** Polls `fn` until it returns a truthy value (or throws after timeoutMs). */
+export async function eventually<T>(fn: () => Promise<T | undefined | null | false>, timeoutMs = 60_000, intervalMs = 200): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let lastError: unknown;
+  while (Date.now() < deadline) {
+    try {
+      const value = await fn();
+      if (value) return value;
+    } catch (err) {
+      lastError = err;
+    }
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
+  throw new Error(`condition not met within ${timeoutMs}ms${lastError ? `: ${String(lastError)}` : ''}`);
+}
