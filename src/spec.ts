@@ -209,13 +209,31 @@ function formatPath(path: readonly PropertyKey[]): string {
     .join('');
 }
 
+type Issue = z.core.$ZodIssue;
+
+/**
+ * A union's failure reports every branch; keep the branch that matched the value's type (an
+ * object entry's errors, not "expected string").
+ */
+function flatten(issues: readonly Issue[], prefix: PropertyKey[] = []): { path: PropertyKey[]; issue: Issue }[] {
+  return issues.flatMap((issue) => {
+    const path = [...prefix, ...issue.path];
+    if (issue.code === 'invalid_union' && issue.errors.length > 0) {
+      const branches = issue.errors.filter((branch) => !branch.every((i) => i.code === 'invalid_type' && i.path.length === 0));
+      if (branches.length > 0) return flatten(branches[0], path);
+    }
+    return [{ path, issue }];
+  });
+}
+
 function problemsOf(error: z.ZodError): SpecProblem[] {
-  return error.issues.map((issue) => {
+  return flatten(error.issues).map(({ path, issue }) => {
     let message = issue.message;
     if (issue.code === 'unrecognized_keys') {
       message = `unknown key${issue.keys.length > 1 ? 's' : ''} ${issue.keys.map((k) => `"${k}"`).join(', ')}; see schema/ferry-spec.schema.json for the fields a spec may have`;
     }
-    return { path: formatPath(issue.path), message };
+    if (issue.code === 'invalid_union') message = 'must be "schema.table" or { name: "schema.table", target?, chunks? }';
+    return { path: formatPath(path), message };
   });
 }
 

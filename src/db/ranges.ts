@@ -33,7 +33,7 @@ export class ParamBinder implements Binder {
 }
 
 export const literalBinder: Binder = {
-  bind: (value, type) => `${escapeLiteral(value)}::${type}`,
+  bind: (value, type) => `${escapeLiteral(value).trim()}::${type}`,
 };
 
 function keyExpression(shape: KeyShape, alias?: string): string {

@@ -1,0 +1,35 @@
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+
+const root = join(__dirname, '..', '..');
+
+/** Lints `code` as if it were `file`, with the project's own configuration (eslint's CLI). */
+async function lint(code: string, file: string): Promise<string[]> {
+  const run = spawnSync(join(root, 'node_modules', '.bin', 'eslint'), ['--format', 'json', '--stdin', '--stdin-filename', file], {
+    cwd: root,
+    input: code,
+    encoding: 'utf8',
+  });
+  const [result] = JSON.parse(run.stdout) as { messages: { ruleId: string; message: string }[] }[];
+  return result.messages.map((m) => `${m.ruleId}: ${m.message}`);
+}
+
+describe('the lint rule that keeps workflows deterministic', () => {
+  it('refuses Node modules and drivers in workflows/', async () => {
+    expect((await lint("import { readFileSync } from 'node:fs';\nexport const x = readFileSync;\n", 'workflows/bad.ts')).join('\n')).toMatch(
+      /no Node modules/,
+    );
+    expect((await lint("import { Client } from 'pg';\nexport const x = Client;\n", 'workflows/bad.ts')).join('\n')).toMatch(/belong in activities/);
+  });
+
+  it('allows activities as types only', async () => {
+    expect(await lint("import type { Activities } from '../activities';\nexport type A = Activities;\n", 'workflows/ok.ts')).toEqual([]);
+    expect((await lint("import { createActivities } from '../activities';\nexport const a = createActivities;\n", 'workflows/bad.ts')).join('\n')).toMatch(
+      /types only/,
+    );
+  });
+
+  it('holds the pure src modules that workflows import to the same rule', async () => {
+    expect((await lint("import { Pool } from 'pg';\nexport const p = Pool;\n", 'src/plan.ts')).join('\n')).toMatch(/belong in activities/);
+  });
+});

@@ -1,0 +1,108 @@
+import { autoChunkCount, pickBoundaries, rangesFromBoundaries } from '../../src/chunks';
+import { formatDuration, parseDuration } from '../../src/duration';
+import { displayQualified, parseQualifiedName, quoteIdent, quoteQualified } from '../../src/identifiers';
+import { keyPredicate, literalBinder, ParamBinder } from '../../src/db/ranges';
+import { classify } from '../../src/db/errors';
+
+describe('durations', () => {
+  it.each([
+    ['500ms', 500],
+    ['90s', 90_000],
+    ['1h30m', 5_400_000],
+    ['2d', 172_800_000],
+    ['1.5s', 1500],
+  ])('parses %s', (text, ms) => expect(parseDuration(text)).toBe(ms));
+
+  it.each(['', '12', 'h', '1 h', '-1s', '1y', '1h 30m'])('refuses %j', (text) => expect(parseDuration(text)).toBeUndefined());
+
+  it('formats like Go', () => {
+    expect(formatDuration(90_500)).toBe('1m30.5s');
+    expect(formatDuration(250)).toBe('250ms');
+    expect(formatDuration(3_723_000)).toBe('1h2m3s');
+  });
+});
+
+describe('identifiers', () => {
+  it('quotes every identifier, doubling embedded quotes', () => {
+    expect(quoteIdent('orders')).toBe('"orders"');
+    expect(quoteIdent('a"b')).toBe('"a""b"');
+    expect(quoteQualified({ schema: 'x; DROP', name: 'y' })).toBe('"x; DROP"."y"');
+    expect(() => quoteIdent('a\u0000b')).toThrow();
+  });
+
+  it('parses and displays names the way PostgreSQL does', () => {
+    expect(parseQualifiedName('Public.Orders')).toEqual({ schema: 'public', name: 'orders' });
+    expect(parseQualifiedName('"A"."b.c"')).toEqual({ schema: 'A', name: 'b.c' });
+    expect(parseQualifiedName('a.b.c')).toMatch(/schema\.table/);
+    expect(parseQualifiedName(`public.${'x'.repeat(64)}`)).toMatch(/longer than 63 bytes/);
+    expect(displayQualified({ schema: 'app', name: 'Order Lines' })).toBe('app."Order Lines"');
+  });
+});
+
+describe('chunk planning', () => {
+  const keys = Array.from({ length: 100 }, (_, i) => [String(i * 10)]);
+
+  it('cuts sorted keys into even ranges that cover everything', () => {
+    const chunks = rangesFromBoundaries(pickBoundaries(keys, 4));
+    expect(chunks).toEqual([
+      { index: 0, lower: null, upper: ['250'] },
+      { index: 1, lower: ['250'], upper: ['500'] },
+      { index: 2, lower: ['500'], upper: ['750'] },
+      { index: 3, lower: ['750'], upper: null },
+    ]);
+  });
+
+  it('never makes empty or duplicate boundaries from few keys', () => {
+    expect(rangesFromBoundaries(pickBoundaries([['1']], 8))).toEqual([{ index: 0, lower: null, upper: null }]);
+    expect(pickBoundaries([['1'], ['2']], 8)).toEqual([['2']]);
+    expect(pickBoundaries([], 4)).toEqual([]);
+  });
+
+  it('sizes automatic chunk counts from row estimates', () => {
+    expect(autoChunkCount(0)).toBe(1);
+    expect(autoChunkCount(2_000_000)).toBe(4);
+    expect(autoChunkCount(1e12)).toBe(32);
+  });
+});
+
+describe('key range predicates', () => {
+  const shape = {
+    keyColumns: [
+      { name: 'a', type: 'integer', collatable: false },
+      { name: 'b', type: 'text', collatable: true },
+    ],
+    keyCollateC: true,
+  };
+
+  it('compares composite keys as rows, with parameters', () => {
+    const binder = new ParamBinder();
+    const sql = keyPredicate(shape, [{ op: '>', key: ['1', "x'y"] }, { op: '<=', key: ['2', 'z'] }], binder);
+    expect(sql).toBe('("a", "b" COLLATE "C") > ($1::integer, $2::text) AND ("a", "b" COLLATE "C") <= ($3::integer, $4::text)');
+    expect(binder.params).toEqual(['1', "x'y", '2', 'z']);
+  });
+
+  it('escapes literals for COPY, which takes no parameters', () => {
+    expect(keyPredicate(shape, [{ op: '>=', key: ['1', "it's\\"] }], literalBinder)).toBe(
+      `("a", "b" COLLATE "C") >= ('1'::integer, E'it''s\\\\'::text)`,
+    );
+  });
+});
+
+describe('PostgreSQL error classification', () => {
+  it.each([
+    ['40001', 'retryable'],
+    ['40P01', 'retryable'],
+    ['55P03', 'retryable'],
+    ['57P01', 'retryable'],
+    ['08006', 'retryable'],
+    ['53300', 'retryable'],
+    ['42P01', 'fatal'],
+    ['23505', 'fatal'],
+    ['22P02', 'fatal'],
+    ['42501', 'fatal'],
+  ])('%s is %s', (code, kind) => expect(classify({ code })).toBe(kind));
+
+  it('retries network errors, which carry no SQLSTATE', () => {
+    expect(classify(Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' }))).toBe('retryable');
+  });
+});

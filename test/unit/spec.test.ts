@@ -1,0 +1,98 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseSpec, SpecError, specJsonSchema } from '../../src/spec';
+import { decodeSpecText } from '../../src/spec-file';
+
+function problems(input: unknown): string[] {
+  try {
+    parseSpec(input);
+  } catch (err) {
+    if (err instanceof SpecError) return err.problems.map((p) => `${p.path}: ${p.message}`);
+    throw err;
+  }
+  throw new Error('spec was accepted');
+}
+
+const minimal = { source: 'legacy', target: 'v2', tables: ['public.orders'] };
+
+describe('the spec', () => {
+  it('applies the documented defaults to a minimal spec', () => {
+    expect(parseSpec(minimal)).toEqual({
+      id: undefined,
+      source: 'legacy',
+      target: 'v2',
+      mode: 'full',
+      tables: [{ source: { schema: 'public', name: 'orders' }, target: { schema: 'public', name: 'orders' } }],
+      truncate: false,
+      batchRows: 50_000,
+      validation: 'checksum',
+      parallelism: { tables: 2, chunks: 4 },
+      cutover: undefined,
+      onFailure: 'rollback',
+      deadlineMs: undefined,
+      callback: undefined,
+      metadata: undefined,
+    });
+  });
+
+  it('reads quoted identifiers, folds unquoted ones and maps targets', () => {
+    const spec = parseSpec({
+      ...minimal,
+      tables: ['app."Order Lines"', 'Public.Orders', { name: '"My ""Schema"""."x.y"', target: 'archive.xy', chunks: 8 }],
+    });
+    expect(spec.tables).toEqual([
+      { source: { schema: 'app', name: 'Order Lines' }, target: { schema: 'app', name: 'Order Lines' } },
+      { source: { schema: 'public', name: 'orders' }, target: { schema: 'public', name: 'orders' } },
+      { source: { schema: 'My "Schema"', name: 'x.y' }, target: { schema: 'archive', name: 'xy' }, chunks: 8 },
+    ]);
+  });
+
+  it('turns online-mode options and durations into their normalised form', () => {
+    const spec = parseSpec({ ...minimal, mode: 'online', cutover: { approval: 'manual', approvalTimeout: '1h30m' }, deadline: '12h' });
+    expect(spec.cutover).toEqual({ approval: 'manual', approvalTimeoutMs: 5_400_000, afterwards: 'keep-frozen' });
+    expect(spec.deadlineMs).toBe(43_200_000);
+    expect(parseSpec({ ...minimal, mode: 'online' }).cutover).toEqual({ approval: 'auto', approvalTimeoutMs: 86_400_000, afterwards: 'keep-frozen' });
+  });
+
+  it.each([
+    [{ ...minimal, extra: 1 }, 'spec: unknown key "extra"'],
+    [{ ...minimal, tables: [] }, 'tables: Too small'],
+    [{ ...minimal, tables: ['orders'] }, 'tables[0]: must be qualified as schema.table'],
+    [{ ...minimal, tables: ['public.orders', 'PUBLIC.ORDERS'] }, 'tables[1]: lists public.orders again'],
+    [{ ...minimal, tables: ['a.x', { name: 'b.y', target: 'a.x' }] }, 'tables[1]: targets a.x'],
+    [{ ...minimal, tables: ['public."unterminated'] }, 'tables[0]: has an unterminated quoted identifier'],
+    [{ ...minimal, tables: [{ name: 'public.t', chunks: 0 }] }, 'tables[0].chunks'],
+    [{ ...minimal, tables: [{ name: 'public.t', chunks: 100000 }] }, 'tables[0].chunks'],
+    [{ ...minimal, tables: [{ name: 'public.t', chunks: 1.5 }] }, 'tables[0].chunks'],
+    [{ ...minimal, tables: ['public.t; DROP TABLE x'] }, 'tables[0]: must be schema.table'],
+    [{ ...minimal, batchRows: -1 }, 'batchRows: Too small'],
+    [{ ...minimal, batchRows: '100' }, 'batchRows: Invalid input: expected number'],
+    [{ ...minimal, source: 'postgres://u:p@host/db' }, 'source: must be a connection name'],
+    [{ ...minimal, target: 'legacy', source: 'legacy' }, 'tables[0]: source and target are the same table'],
+    [{ ...minimal, mode: 'fast' }, 'mode: Invalid option'],
+    [{ ...minimal, cutover: { approval: 'manual' } }, 'cutover: applies only to mode: online'],
+    [{ ...minimal, mode: 'online', cutover: { approvalTimeout: 'soon' } }, 'cutover.approvalTimeout: must be a duration'],
+    [{ ...minimal, deadline: '0s' }, 'deadline: must be between'],
+    [{ ...minimal, deadline: '12' }, 'deadline: must be a duration'],
+    [{ ...minimal, callback: { url: 'ftp://example.com/x' } }, 'callback.url: must be an http:// or https:// URL'],
+    [{ ...minimal, callback: { url: 'https://example.com', secret: 's3cr3t-value!' } }, 'callback.secret: must be the NAME of an environment variable'],
+    [{ ...minimal, metadata: { blob: 'x'.repeat(17_000) } }, 'metadata: must serialise to at most 16384 bytes'],
+    [{ ...minimal, validation: 'sometimes' }, 'validation: Invalid option'],
+    [{ ...minimal, id: '../etc' }, 'id: must be 1-100 letters'],
+  ])('refuses a bad spec with a message naming the field (%#)', (input, expected) => {
+    expect(problems(input).join('\n')).toContain(expected);
+  });
+
+  it('reads YAML and refuses duplicate keys there', () => {
+    expect(decodeSpecText('source: a\ntarget: b\ntables: [public.t]\n', 'x.yaml')).toEqual({ source: 'a', target: 'b', tables: ['public.t'] });
+    expect(() => decodeSpecText('source: a\nsource: b\n', 'x.yaml')).toThrow(/unique|duplicate/i);
+    expect(() => decodeSpecText('{"source":', 'x.json')).toThrow(SpecError);
+  });
+
+  it('publishes a JSON Schema that matches the zod schema', () => {
+    const published = JSON.parse(readFileSync(join(__dirname, '..', '..', 'schema', 'ferry-spec.schema.json'), 'utf8'));
+    expect(published).toEqual(JSON.parse(JSON.stringify(specJsonSchema())));
+    expect(published.additionalProperties).toBe(false);
+    expect(published.required).toEqual(['source', 'target', 'tables']);
+  });
+});
