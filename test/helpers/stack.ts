@@ -23,7 +23,7 @@ function quietRuntime(): void {
   if (runtimeInstalled) return;
   runtimeInstalled = true;
   try {
-    Runtime.install({ logger: new DefaultLogger('WARN') });
+    Runtime.install({ logger: new DefaultLogger('ERROR') });
   } catch {
     // already installed in this process
   }
@@ -79,7 +79,7 @@ export class TestStack {
   }
 
   /** An in-process worker; interceptors can inject faults around activities. */
-  async startWorker(interceptors?: WorkerOptions['interceptors']): Promise<FerryWorker> {
+  async startWorker(options: { interceptors?: WorkerOptions['interceptors']; activitySlots?: number } = {}): Promise<FerryWorker> {
     const bundlePath = process.env.FERRY_WORKFLOW_BUNDLE;
     const worker = await createFerryWorker({
       temporal: { address: this.server.address, namespace: this.server.namespace, taskQueue: this.taskQueue },
@@ -88,7 +88,8 @@ export class TestStack {
       workflowBundle: bundlePath ? { code: readFileSync(bundlePath, 'utf8') } : undefined,
       identity: `in-process-${this.inProcess.length + 1}`,
       shutdownGraceTime: '2 seconds',
-      interceptors,
+      interceptors: options.interceptors,
+      maxConcurrentActivityTaskExecutions: options.activitySlots,
     });
     this.inProcess.push({ worker, running: worker.run() });
     return worker;
@@ -97,7 +98,7 @@ export class TestStack {
   /** A separate `ferry worker` process, so a test can SIGKILL it. */
   startWorkerProcess(identity: string, args: string[] = []): RunningProcessWorker {
     const child = spawn(process.execPath, [FERRY_BIN, 'worker', '--identity', identity, '--shutdown-grace', '2s', ...args], {
-      env: { ...this.env, FERRY_LOG_LEVEL: 'warn' },
+      env: { ...this.env, FERRY_LOG_LEVEL: 'info' },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let output = '';
@@ -106,6 +107,16 @@ export class TestStack {
     const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
     const worker = { process: child, identity, output: () => output, exited };
     this.processes.push(worker);
+    return worker;
+  }
+
+  /** Starts a `ferry worker` process and waits until it polls the task queue. */
+  async startWorkerProcessReady(identity: string, args: string[] = []): Promise<RunningProcessWorker> {
+    const worker = this.startWorkerProcess(identity, args);
+    await eventually(async () => {
+      if (worker.process.exitCode !== null) throw new Error(`worker ${identity} exited: ${worker.output()}`);
+      return worker.output().includes('"msg":"worker started"');
+    }, 60_000);
     return worker;
   }
 

@@ -1,0 +1,42 @@
+/**
+ * The worker pool: several workers share the task queue and a migration's chunks spread over
+ * them. Each worker takes one activity at a time, so two chunks copying together must run on
+ * two workers; the history records who ran what.
+ */
+import { rowsAsText, TestDatabases } from '../helpers/databases';
+import { activityStarts } from '../helpers/history';
+import { TestStack } from '../helpers/stack';
+
+describe('a pool of two workers', () => {
+  let dbs: TestDatabases;
+  let stack: TestStack;
+
+  beforeAll(async () => {
+    dbs = await TestDatabases.create('pool', ['source', 'target']);
+    await dbs.exec('source', `CREATE TABLE public.events (id bigint PRIMARY KEY, payload text);
+      INSERT INTO public.events SELECT g, repeat(md5(g::text), 4) FROM generate_series(1, 40000) g; ANALYZE;`);
+    stack = await TestStack.start({ connections: { a: dbs.url('source'), b: dbs.url('target') }, workers: 0 });
+  });
+
+  afterAll(async () => {
+    await stack?.teardown();
+    await dbs?.drop();
+  });
+
+  it('shares one migration\'s chunks between both workers', async () => {
+    // Queue the migration and slow it down before any worker runs, so chunks overlap in time.
+    const { id } = await stack.ferry.start(
+      { source: 'a', target: 'b', batchRows: 1000, parallelism: { tables: 1, chunks: 2 }, tables: [{ name: 'public.events', chunks: 4 }] },
+      { id: 'pool', skipPreflight: true },
+    );
+    await stack.ferry.throttle(id, { rowsPerSecond: 40_000 });
+    await stack.startWorker({ activitySlots: 1 });
+    await stack.startWorker({ activitySlots: 1 });
+
+    const result = await stack.ferry.result(id);
+    expect(result.state).toBe('SUCCEEDED');
+    expect(await rowsAsText(dbs, 'target', 'public.events', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.events', 'id'));
+    const copiers = new Set((await activityStarts(stack.client, `${id}/table-0`)).filter((s) => s.activityType === 'copyChunk').map((s) => s.identity));
+    expect([...copiers].sort()).toEqual(['in-process-1', 'in-process-2']);
+  });
+});
