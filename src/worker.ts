@@ -43,6 +43,8 @@ export function workflowBundleFromEnv(env: NodeJS.ProcessEnv = process.env): { c
 
 export const WORKFLOWS_PATH = require.resolve('../workflows');
 
+export const HEARTBEAT_THROTTLE = { maxHeartbeatThrottleInterval: '2 seconds', defaultHeartbeatThrottleInterval: '2 seconds' } as const;
+
 export async function createFerryWorker(options: FerryWorkerOptions): Promise<FerryWorker> {
   const env = options.env ?? process.env;
   const activitySlots = options.maxConcurrentActivityTaskExecutions ?? 8;
@@ -58,6 +60,9 @@ export async function createFerryWorker(options: FerryWorkerOptions): Promise<Fe
     maxConcurrentActivityTaskExecutions: activitySlots,
     maxConcurrentWorkflowTaskExecutions: options.maxConcurrentWorkflowTaskExecutions ?? 40,
     shutdownGraceTime: options.shutdownGraceTime ?? '30 seconds',
+    // Cancellation reaches an activity only with a heartbeat's reply: send them often enough
+    // that cancel, pause and a lost worker are noticed within a couple of seconds.
+    ...HEARTBEAT_THROTTLE,
   };
   // The native worker refuses explicit undefined for optional settings.
   if (options.maxActivitiesPerSecond) workerOptions.maxActivitiesPerSecond = options.maxActivitiesPerSecond;

@@ -1,0 +1,205 @@
+/**
+ * The parent workflow's logic — chain order, saga compensation, cancellation, deadline, the
+ * final callback — on a real dev server with fake activities, so each case takes seconds.
+ * (Every real activity is tested against PostgreSQL in test/integration.)
+ */
+import { readFileSync } from 'node:fs';
+import { Context } from '@temporalio/activity';
+import { WorkflowFailedError } from '@temporalio/client';
+import { ApplicationFailure } from '@temporalio/common';
+import { NativeConnection, Worker } from '@temporalio/worker';
+import type { Activities } from '../../activities';
+import type { CallbackInput } from '../../activities/callback';
+import { ResultDocument } from '../../src/status';
+import { HEARTBEAT_THROTTLE } from '../../src/worker';
+import { eventually, TestStack } from '../helpers/stack';
+
+type Mode = { copy: 'ok' | 'slow' | 'fail' };
+
+describe('migrationWorkflow orchestration', () => {
+  let stack: TestStack;
+  let worker: Worker;
+  let running: Promise<void>;
+  let calls: string[];
+  let callbacks: CallbackInput[];
+  const mode: Mode = { copy: 'ok' };
+
+  const fakes: Partial<Activities> = {
+    async preflight() {
+      calls.push('preflight');
+      return {
+        sourceServer: '15',
+        targetServer: '15',
+        tables: [
+          {
+            index: 0,
+            source: { schema: 'public', name: 't' },
+            target: { schema: 'public', name: 't' },
+            columns: ['id'],
+            keyColumns: [{ name: 'id', type: 'bigint', collatable: false }],
+            copyFormat: 'binary',
+            keyCollateC: false,
+            rowsEstimated: 20,
+            chunks: [
+              { index: 0, lower: null, upper: ['10'] },
+              { index: 1, lower: ['10'], upper: null },
+            ],
+            targetExisted: false,
+            sourceWrites: 0,
+          },
+        ],
+      };
+    },
+    async prepareTarget() {
+      calls.push('prepareTarget');
+      return { created: 1 };
+    },
+    async copyChunk(input) {
+      calls.push(`copyChunk:${input.chunk.index}`);
+      if (mode.copy === 'fail') throw ApplicationFailure.nonRetryable('disk full', 'PostgresError.53100');
+      if (mode.copy === 'slow') {
+        const ctx = Context.current();
+        for (;;) {
+          ctx.heartbeat();
+          await ctx.sleep(100);
+        }
+      }
+      return { checkpoint: { lastKey: null, rowsCopied: 10, done: true }, rows: 10, bytes: 100, batches: 1 };
+    },
+    async validateChunk() {
+      calls.push('validateChunk');
+      return { match: true, sourceRows: 10, targetRows: 10, mismatches: [] };
+    },
+    async finalizeTarget() {
+      calls.push('finalizeTarget');
+      return { indexes: 0, constraints: 0, foreignKeys: 0, skippedForeignKeys: [] };
+    },
+    async dropTargetObjects() {
+      calls.push('dropTargetObjects');
+      return { dropped: [] };
+    },
+    async releaseBookkeeping() {
+      calls.push('releaseBookkeeping');
+    },
+    async sendCallback(input) {
+      calls.push('sendCallback');
+      callbacks.push(input);
+      return { status: 200 };
+    },
+  };
+
+  const spec = (extra: Record<string, unknown> = {}) => ({
+    source: 'a',
+    target: 'b',
+    tables: ['public.t'],
+    callback: { url: 'http://127.0.0.1:9/hook' },
+    ...extra,
+  });
+
+  beforeAll(async () => {
+    stack = await TestStack.start({ connections: {}, workers: 0 });
+    worker = await Worker.create({
+      connection: await NativeConnection.connect({ address: stack.server.address }),
+      taskQueue: stack.taskQueue,
+      workflowBundle: { code: readFileSync(process.env.FERRY_WORKFLOW_BUNDLE!, 'utf8') },
+      activities: fakes,
+      ...HEARTBEAT_THROTTLE,
+    });
+    running = worker.run();
+  });
+
+  afterAll(async () => {
+    worker?.shutdown();
+    await running;
+    await stack?.teardown();
+  });
+
+  beforeEach(() => {
+    calls = [];
+    callbacks = [];
+    mode.copy = 'ok';
+  });
+
+  async function start(id: string, extra?: Record<string, unknown>) {
+    return stack.ferry.start(spec(extra), { id, skipPreflight: true });
+  }
+
+  it('chains preflight → prepare → copy → validate → finalize → release, and calls back last', async () => {
+    const { id } = await start('chain');
+    const result = await stack.ferry.result(id);
+    expect(result.state).toBe('SUCCEEDED');
+    expect(calls[0]).toBe('preflight');
+    expect(calls[1]).toBe('prepareTarget');
+    expect(calls.slice(2, 4).sort()).toEqual(['copyChunk:0', 'copyChunk:1']);
+    expect(calls.slice(4)).toEqual(['validateChunk', 'validateChunk', 'finalizeTarget', 'releaseBookkeeping', 'sendCallback']);
+    expect(callbacks[0].idempotencyKey).toBe(id);
+    expect((callbacks[0].body as ResultDocument).state).toBe('SUCCEEDED');
+    expect(result.callback).toEqual({ delivered: true });
+  });
+
+  it('runs the compensation after a permanent failure and reports FAILED', async () => {
+    mode.copy = 'fail';
+    const { id } = await start('fails');
+    const result = await stack.ferry.result(id);
+    expect(result.state).toBe('FAILED');
+    expect(result.error).toMatchObject({ type: 'PostgresError.53100', message: 'disk full' });
+    expect(calls.slice(-2)).toEqual(['dropTargetObjects', 'sendCallback']);
+    expect((callbacks[0].body as ResultDocument).state).toBe('FAILED');
+  });
+
+  it('keeps everything for inspection with onFailure: keep', async () => {
+    mode.copy = 'fail';
+    const { id } = await start('keeps', { onFailure: 'keep' });
+    const result = await stack.ferry.result(id);
+    expect(result.state).toBe('FAILED');
+    expect(calls).not.toContain('dropTargetObjects');
+    expect(result.warnings.join()).toMatch(/onFailure: keep/);
+  });
+
+  it('stops running copies on the cancel signal, compensates, and calls back CANCELLED', async () => {
+    mode.copy = 'slow';
+    const { id } = await start('cancel-signal');
+    await eventually(async () => calls.filter((c) => c.startsWith('copyChunk')).length === 2);
+    await stack.ferry.cancel(id, 'operator changed their mind');
+    const result = await stack.ferry.result(id);
+    expect(result.state).toBe('CANCELLED');
+    expect(result.error).toEqual({ message: 'operator changed their mind', type: 'Cancelled' });
+    expect(calls.slice(-2)).toEqual(['dropTargetObjects', 'sendCallback']);
+    expect((callbacks[0].body as ResultDocument).state).toBe('CANCELLED');
+    const status = await stack.ferry.status(id);
+    expect(status.transitions.filter((t) => t.machine === 'state').map((t) => t.to)).toEqual(['QUEUED', 'RUNNING', 'CANCELLING', 'CANCELLED']);
+  });
+
+  it('treats Temporal\'s own cancellation the same way and ends the execution as Canceled', async () => {
+    mode.copy = 'slow';
+    const { id } = await start('cancel-temporal');
+    await eventually(async () => calls.filter((c) => c.startsWith('copyChunk')).length === 2);
+    await stack.client.workflow.getHandle(id).cancel();
+    const result = await stack.ferry.result(id);
+    expect(result.state).toBe('CANCELLED');
+    expect(calls.slice(-2)).toEqual(['dropTargetObjects', 'sendCallback']);
+    expect((await stack.client.workflow.getHandle(id).describe()).status.name).toBe('CANCELLED');
+  });
+
+  it('ends in TIMED_OUT with rollback when the deadline passes', async () => {
+    mode.copy = 'slow';
+    const { id } = await start('deadline', { deadline: '3s' });
+    const result = await stack.ferry.result(id);
+    expect(result.state).toBe('TIMED_OUT');
+    expect(result.error?.type).toBe('DeadlineExceeded');
+    expect(calls.slice(-2)).toEqual(['dropTargetObjects', 'sendCallback']);
+    expect(result.duration_ms).toBeGreaterThanOrEqual(3000);
+  });
+
+  it('refuses an invalid spec sent straight to the workflow by another SDK', async () => {
+    const handle = await stack.client.workflow.start('migrationWorkflow', {
+      taskQueue: stack.taskQueue,
+      workflowId: 'raw-invalid',
+      args: [{ source: 'a', tables: ['nope'] }],
+    });
+    const err = await handle.result().catch((e) => e);
+    expect(err).toBeInstanceOf(WorkflowFailedError);
+    expect(String(err.cause?.message)).toMatch(/target: Invalid input[\s\S]*tables\[0\]: must be qualified/);
+    expect(calls).toEqual([]);
+  });
+});
