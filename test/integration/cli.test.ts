@@ -1,0 +1,103 @@
+/**
+ * The `ferry` command line as an operator uses it: real processes, real exit codes, against a
+ * dev server, a worker and two PostgreSQL databases.
+ */
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { objectInventory, rowsAsText, TestDatabases } from '../helpers/databases';
+import { TestStack } from '../helpers/stack';
+
+describe('the ferry CLI', () => {
+  let dbs: TestDatabases;
+  let stack: TestStack;
+  const dir = mkdtempSync(join(tmpdir(), 'ferry-cli-'));
+  const file = (name: string, text: string) => {
+    const path = join(dir, name);
+    writeFileSync(path, text);
+    return path;
+  };
+
+  beforeAll(async () => {
+    dbs = await TestDatabases.create('cli', ['source', 'target']);
+    await dbs.exec('source', `CREATE TABLE public.customers (id int PRIMARY KEY, name text NOT NULL, email text UNIQUE);
+      INSERT INTO public.customers SELECT g, 'customer ' || g, 'c' || g || '@example.com' FROM generate_series(1, 2500) g;
+      CREATE TABLE public.keyless (v int);`);
+    stack = await TestStack.start({ connections: { legacy: dbs.url('source'), v2: dbs.url('target') } });
+  });
+
+  afterAll(async () => {
+    await stack?.teardown();
+    await dbs?.drop();
+  });
+
+  it('start --wait migrates, exits 0, and status/result/list report it', async () => {
+    const spec = file('ok.yaml', 'id: cli-ok\nsource: legacy\ntarget: v2\nbatchRows: 1000\ntables:\n  - public.customers\n');
+    const run = await stack.runCli(['start', spec, '--wait']);
+    expect(run.stderr).toContain('migration cli-ok started');
+    expect(run.stdout).toMatch(/migration cli-ok SUCCEEDED in .* \(2500 rows\)/);
+    expect(run.code).toBe(0);
+    expect(await rowsAsText(dbs, 'target', 'public.customers', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.customers', 'id'));
+
+    const status = await stack.runCli(['status', 'cli-ok', '--json']);
+    expect(status.code).toBe(0);
+    expect(JSON.parse(status.stdout)).toMatchObject({ id: 'cli-ok', state: 'SUCCEEDED', phase: 'COMPLETED', tables: [{ source: 'public.customers', rowsCopied: 2500 }] });
+
+    const result = await stack.runCli(['result', 'cli-ok', '--json']);
+    expect(result.code).toBe(0);
+    expect(JSON.parse(result.stdout)).toMatchObject({ task_id: 'cli-ok', state: 'SUCCEEDED', rows_copied: 2500, error: null });
+
+    const list = await stack.runCli(['list', '--json']);
+    expect(JSON.parse(list.stdout)).toEqual([expect.objectContaining({ id: 'cli-ok', state: 'SUCCEEDED', phase: 'COMPLETED' })]);
+    const failed = await stack.runCli(['list', '--state', 'FAILED', '--json']);
+    expect(JSON.parse(failed.stdout)).toEqual([]);
+  });
+
+  it('exits 2 and starts nothing for an invalid spec, naming the field', async () => {
+    const spec = file('bad.yaml', 'source: legacy\ntarget: v2\ntables: [customers]\nbatchRows: 0\nturbo: true\n');
+    const run = await stack.runCli(['start', spec]);
+    expect(run.code).toBe(2);
+    expect(run.stderr).toContain('tables[0]: must be qualified as schema.table');
+    expect(run.stderr).toContain('batchRows: Too small');
+    expect(run.stderr).toContain('unknown key "turbo"');
+    const validate = await stack.runCli(['validate', spec]);
+    expect(validate.code).toBe(2);
+  });
+
+  it('exits 2 for a preflight refusal and leaves both databases as they were', async () => {
+    const before = [await objectInventory(dbs, 'source'), await objectInventory(dbs, 'target')];
+    const spec = file('keyless.yaml', 'id: cli-keyless\nsource: legacy\ntarget: v2\ntables: [public.keyless]\n');
+    const run = await stack.runCli(['start', spec]);
+    expect(run.code).toBe(2);
+    expect(run.stderr).toContain('refused (NoPrimaryKey)');
+    expect(run.stderr).toContain('table public.keyless has no primary key');
+    expect((await stack.runCli(['status', 'cli-keyless'])).code).toBe(1);
+    expect([await objectInventory(dbs, 'source'), await objectInventory(dbs, 'target')]).toEqual(before);
+    const unknown = await stack.runCli(['start', file('conn.yaml', 'source: legacy\ntarget: nowhere\ntables: [public.customers]\n')]);
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toContain('connection "nowhere" is not configured on the workers: set FERRY_CONN_NOWHERE');
+  });
+
+  it('validate --connect runs preflight through the workers and prints the plan', async () => {
+    const spec = file('plan.yaml', 'source: legacy\ntarget: v2\ntables: [{name: public.customers, target: archive.customers, chunks: 3}]\n');
+    const run = await stack.runCli(['validate', spec, '--connect']);
+    expect(run.code).toBe(0);
+    expect(run.stdout).toMatch(/public\.customers → archive\.customers: ~2500 rows, 3 chunk\(s\), key \(id\), binary COPY/);
+    expect(await dbs.query('target', `SELECT 1 FROM pg_namespace WHERE nspname = 'archive'`)).toEqual([]);
+  });
+
+  it('result exits 1 for a migration that failed', async () => {
+    // A CHECK added NOT VALID over rows that violate it: the target enforces it, the copy fails for good.
+    await dbs.exec(
+      'source',
+      `CREATE TABLE public.small (id int PRIMARY KEY); INSERT INTO public.small VALUES (1), (-1);
+       ALTER TABLE public.small ADD CONSTRAINT pos CHECK (id > 0) NOT VALID;`,
+    );
+    const spec = file('fails.yaml', 'id: cli-fails\nsource: legacy\ntarget: v2\ntables: [public.small]\n');
+    const run = await stack.runCli(['start', spec, '--wait']);
+    expect(run.code).toBe(1);
+    expect(run.stdout).toMatch(/migration cli-fails FAILED/);
+    expect(run.stdout).toMatch(/violates check constraint "pos"/);
+    expect((await stack.runCli(['result', 'cli-fails'])).code).toBe(1);
+  });
+});
