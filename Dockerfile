@@ -1,0 +1,14 @@
+# The Ferry worker image: `ferry worker` by default; any other verb works too.
+FROM node:20-bookworm-slim
+WORKDIR /app
+ENV NODE_ENV=production
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --no-audit --no-fund
+COPY bin ./bin
+COPY src ./src
+COPY workflows ./workflows
+COPY activities ./activities
+COPY schema ./schema
+USER node
+ENTRYPOINT ["node", "bin/ferry.js"]
+CMD ["worker"]
