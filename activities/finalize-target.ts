@@ -16,7 +16,7 @@ export interface FinalizeTargetInput {
   migrationId: string;
   source: string;
   target: string;
-  tables: Pick<TablePlan, 'source' | 'target' | 'targetExisted'>[];
+  tables: Pick<TablePlan, 'source' | 'target' | 'targetExisted' | 'sourceWrites'>[];
 }
 
 export interface FinalizeTargetResult {
@@ -25,6 +25,8 @@ export interface FinalizeTargetResult {
   foreignKeys: number;
   /** Foreign keys not added because the table they reference is neither migrated nor on the target. */
   skippedForeignKeys: string[];
+  /** Tables whose source took writes after preflight (full mode assumes a quiet source). */
+  writtenDuringCopy: { table: string; changes: number }[];
 }
 
 /** Heartbeats while a long statement (CREATE INDEX, VALIDATE) runs. */
@@ -53,7 +55,7 @@ async function relationExists(db: ClientBase, name: QualifiedName): Promise<bool
 
 export function createFinalizeTarget({ connections }: ActivityDeps) {
   return async function finalizeTarget(input: FinalizeTargetInput): Promise<FinalizeTargetResult> {
-    const result: FinalizeTargetResult = { indexes: 0, constraints: 0, foreignKeys: 0, skippedForeignKeys: [] };
+    const result: FinalizeTargetResult = { indexes: 0, constraints: 0, foreignKeys: 0, skippedForeignKeys: [], writtenDuringCopy: [] };
     try {
       return await connections.withClient(input.source, (source) =>
         connections.withClient(input.target, async (target) => {
@@ -64,6 +66,10 @@ export function createFinalizeTarget({ connections }: ActivityDeps) {
             for (const plan of input.tables) {
               const info = await readTable(source, plan.source);
               if (!info) throw refusal('MissingTable', `table ${displayQualified(plan.source)} disappeared from the source`);
+              // Table statistics count every insert, update and delete since the server started.
+              if (info.writes > plan.sourceWrites) {
+                result.writtenDuringCopy.push({ table: displayQualified(plan.source), changes: info.writes - plan.sourceWrites });
+              }
               infos.push({ plan, info });
             }
             for (const { plan, info } of infos.filter((t) => !t.plan.targetExisted)) {

@@ -176,6 +176,11 @@ export async function migrationWorkflow(specInput: unknown, options: MigrationOp
         target: spec.target,
         tables: plan.tables,
       });
+      for (const { table, changes } of finalized.writtenDuringCopy) {
+        tracker.warnings.push(
+          `${table} took about ${changes} row changes while it was copied; validation compared the result, but full mode assumes a quiet source — use mode: online for tables that keep changing`,
+        );
+      }
       for (const fk of finalized.skippedForeignKeys) {
         tracker.warnings.push(`foreign key ${fk} not created: the referenced table is not on the target`);
       }

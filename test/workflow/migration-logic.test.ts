@@ -72,7 +72,7 @@ describe('migrationWorkflow orchestration', () => {
     },
     async finalizeTarget() {
       calls.push('finalizeTarget');
-      return { indexes: 0, constraints: 0, foreignKeys: 0, skippedForeignKeys: [] };
+      return { indexes: 0, constraints: 0, foreignKeys: 0, skippedForeignKeys: [], writtenDuringCopy: [] };
     },
     async dropTargetObjects() {
       calls.push('dropTargetObjects');
