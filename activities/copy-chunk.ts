@@ -6,7 +6,7 @@
  */
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
-import { Client } from 'pg';
+import { Client, Pool } from 'pg';
 import { advanceCheckpoint, ChunkRef, claimChunk, holdsFence } from '../src/db/bookkeeping';
 import { inTransaction } from '../src/db/connections';
 import { copyRange, CopyTable, deleteRange } from '../src/db/copy-stream';
@@ -67,11 +67,21 @@ export function createCopyChunk({ connections, logger }: ActivityDeps) {
       let rows = 0;
       let bytes = 0;
       let batches = 0;
-      while (!checkpoint.done && Date.now() - started < input.sliceMs) {
+      // The next batch's end key is looked up (on a pooled connection) while this batch copies.
+      const keys = connections.pool(input.source);
+      let upcoming = checkpoint.done ? undefined : nextBatch(keys, input, checkpoint.lastKey);
+      // At least one batch per call, however short the slice: every call makes progress.
+      while (upcoming && (batches === 0 || Date.now() - started < input.sliceMs)) {
         // Every committed batch is a resume point, so stopping between batches loses nothing.
         if (ctx.cancellationSignal.aborted) throw new CancelledFailure('chunk copy cancelled');
-        const batch = await nextBatch(source, input, checkpoint.lastKey);
+        const batch = await upcoming;
+        upcoming = batch.end === null ? undefined : nextBatch(keys, input, batch.end);
+        upcoming?.catch(() => undefined); // awaited on the next turn; never left unhandled
         const stats = await inTransaction(target, async () => {
+          // Data and checkpoint commit together, so a batch lost in a target crash is simply
+          // copied again: no need to wait for each commit's WAL flush. The final, synchronous
+          // commits of finalize and cleanup flush everything before success is reported.
+          await target!.query('SET LOCAL synchronous_commit = off');
           if (!(await holdsFence(target!, ref, token))) throw superseded(ref);
           await deleteRange(target!, input.table, batch.bounds);
           const copied = await copyRange(source!, target!, input.table, batch.bounds, (b) => ctx.heartbeat({ bytes: bytes + b }));
@@ -107,7 +117,7 @@ export function createCopyChunk({ connections, logger }: ActivityDeps) {
  * The next batch's key range: after the checkpoint (or from the chunk's lower bound) up to the
  * batchRows-th key, or to the chunk's upper bound when fewer rows remain (then `end` is null).
  */
-async function nextBatch(source: Client, input: CopyChunkInput, lastKey: Key | null): Promise<{ bounds: Bound[]; end: Key | null }> {
+async function nextBatch(source: Pool, input: CopyChunkInput, lastKey: Key | null): Promise<{ bounds: Bound[]; end: Key | null }> {
   const from: Bound[] = lastKey
     ? [{ op: '>', key: lastKey }]
     : input.chunk.lower

@@ -4,8 +4,8 @@
  */
 import { PoolClient } from 'pg';
 import { autoChunkCount, EXACT_PLAN_ROWS, pickBoundaries, rangesFromBoundaries, samplePercent } from '../src/chunks';
-import { readTable, readUserTypes, TableInfo, typeExists } from '../src/db/catalog';
-import { refusal, sqlState } from '../src/db/errors';
+import { estimateRows, readTable, readUserTypes, TableInfo, typeExists } from '../src/db/catalog';
+import { asActivityFailure, refusal, sqlState } from '../src/db/errors';
 import { keyAsText, keyFromRow, keyOrder, KeyShape } from '../src/db/ranges';
 import { displayQualified, quoteQualified, sameName } from '../src/identifiers';
 import { KeyColumn, MigrationPlan, TablePlan } from '../src/plan';
@@ -25,29 +25,35 @@ SELECT pg_catalog.pg_postmaster_start_time()::text || '/' ||
 
 export function createPreflight({ connections }: ActivityDeps) {
   return async function preflight({ spec }: PreflightInput): Promise<MigrationPlan> {
-    return connections.withClient(spec.source, (source) =>
-      connections.withClient(spec.target, async (target) => {
-        const [src, tgt] = await Promise.all([source.query(SERVER_IDENTITY_SQL), target.query(SERVER_IDENTITY_SQL)]);
-        const sameDatabase = src.rows[0].identity === tgt.rows[0].identity;
-        if (spec.mode === 'online') {
-          // Capture, incremental sync and cutover are not built yet: refuse rather than run a
-          // full load that would silently miss the writes made during the copy.
-          throw refusal('NotImplemented', 'mode: online is not available in this version of Ferry; use mode: full with writes to the source stopped');
-        }
-        const tables: TablePlan[] = [];
-        for (const [index, table] of spec.tables.entries()) {
-          if (sameDatabase && sameName(table.source, table.target)) {
-            throw refusal(
-              'SameTable',
-              `${displayQualified(table.source)}: source and target are the same table in the same database; give it a different target name or connection`,
-            );
-          }
-          tables.push(await planTable(source, target, spec, table, index));
-        }
-        return { tables, sourceServer: src.rows[0].version, targetServer: tgt.rows[0].version };
-      }),
-    );
+    try {
+      return await connections.withClient(spec.source, (source) =>
+        connections.withClient(spec.target, (target) => planMigration(source, target, spec)),
+      );
+    } catch (err) {
+      throw asActivityFailure(err, 'preflight');
+    }
   };
+}
+
+async function planMigration(source: PoolClient, target: PoolClient, spec: Spec): Promise<MigrationPlan> {
+  const [src, tgt] = await Promise.all([source.query(SERVER_IDENTITY_SQL), target.query(SERVER_IDENTITY_SQL)]);
+  const sameDatabase = src.rows[0].identity === tgt.rows[0].identity;
+  if (spec.mode === 'online') {
+    // Capture, incremental sync and cutover are not built yet: refuse rather than run a
+    // full load that would silently miss the writes made during the copy.
+    throw refusal('NotImplemented', 'mode: online is not available in this version of Ferry; use mode: full with writes to the source stopped');
+  }
+  const tables: TablePlan[] = [];
+  for (const [index, table] of spec.tables.entries()) {
+    if (sameDatabase && sameName(table.source, table.target)) {
+      throw refusal(
+        'SameTable',
+        `${displayQualified(table.source)}: source and target are the same table in the same database; give it a different target name or connection`,
+      );
+    }
+    tables.push(await planTable(source, target, spec, table, index));
+  }
+  return { tables, sourceServer: src.rows[0].version, targetServer: tgt.rows[0].version };
 }
 
 async function planTable(source: PoolClient, target: PoolClient, spec: Spec, table: TableSpec, index: number): Promise<TablePlan> {
@@ -69,6 +75,7 @@ async function planTable(source: PoolClient, target: PoolClient, spec: Spec, tab
     );
   }
   await assertReadable(source, info, label, spec.source);
+  info.estimatedRows = await estimateRows(source, info);
 
   const keyColumns: KeyColumn[] = info.primaryKey.columns.map((name) => {
     const column = info.columns.find((c) => c.name === name)!;

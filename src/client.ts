@@ -118,7 +118,7 @@ export class FerryClient {
       const handle = await this.client.workflow.start(MIGRATION_WORKFLOW, {
         taskQueue: this.config.taskQueue,
         workflowId: id,
-        args: [input],
+        args: plan ? [input, { plan }] : [input],
         workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
         typedSearchAttributes: new TypedSearchAttributes([
           { key: FerryStateKey, value: 'QUEUED' },

@@ -2,19 +2,19 @@
  * One member of the worker pool: a Temporal worker on Ferry's task queue with the bundled
  * workflows and the activities built from this process's connections and logger.
  */
-import { readFileSync } from 'node:fs';
 import type { Duration } from '@temporalio/common';
 import { NativeConnection, Worker, WorkerOptions } from '@temporalio/worker';
 import { createActivities } from '../activities';
 import { TemporalConfig } from './config';
 import { ConnectionRegistry } from './db/connections';
 import { Logger } from './logger';
+import { workflowBundle } from './temporal/bundle';
 
 export interface FerryWorkerOptions {
   temporal: TemporalConfig;
   logger: Logger;
   env?: NodeJS.ProcessEnv;
-  /** Prebuilt workflow bundle (bundleWorkflowCode output); else workflows/ is bundled at start. */
+  /** Prebuilt workflow bundle; else FERRY_WORKFLOW_BUNDLE, else the cached build (src/temporal/bundle.ts). */
   workflowBundle?: { code: string };
   maxConcurrentActivityTaskExecutions?: number;
   maxConcurrentWorkflowTaskExecutions?: number;
@@ -36,12 +36,6 @@ export interface FerryWorker {
   shutdown(): void;
 }
 
-export function workflowBundleFromEnv(env: NodeJS.ProcessEnv = process.env): { code: string } | undefined {
-  const path = env.FERRY_WORKFLOW_BUNDLE;
-  return path ? { code: readFileSync(path, 'utf8') } : undefined;
-}
-
-export const WORKFLOWS_PATH = require.resolve('../workflows');
 
 export const HEARTBEAT_THROTTLE = { maxHeartbeatThrottleInterval: '2 seconds', defaultHeartbeatThrottleInterval: '2 seconds' } as const;
 
@@ -50,12 +44,12 @@ export async function createFerryWorker(options: FerryWorkerOptions): Promise<Fe
   const activitySlots = options.maxConcurrentActivityTaskExecutions ?? 8;
   const connections = new ConnectionRegistry({ env, poolSize: activitySlots + 2, applicationName: 'ferry-worker' });
   const connection = await NativeConnection.connect({ address: options.temporal.address });
-  const bundle = options.workflowBundle ?? workflowBundleFromEnv(env);
+  const bundle = options.workflowBundle ?? workflowBundle(env);
   const workerOptions: WorkerOptions = {
     connection,
     namespace: options.temporal.namespace,
     taskQueue: options.temporal.taskQueue,
-    ...(bundle ? { workflowBundle: bundle } : { workflowsPath: WORKFLOWS_PATH }),
+    workflowBundle: bundle,
     activities: createActivities({ connections, logger: options.logger, env }),
     maxConcurrentActivityTaskExecutions: activitySlots,
     maxConcurrentWorkflowTaskExecutions: options.maxConcurrentWorkflowTaskExecutions ?? 40,

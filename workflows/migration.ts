@@ -70,6 +70,11 @@ const notify = proxyActivities<Activities>({
 export interface MigrationOptions {
   /** Continue-as-new threshold handed to table workflows (history events). */
   tableHistoryLimit?: number;
+  /**
+   * The plan `ferry start` got from preflight moments before; without it (any other caller)
+   * the workflow runs preflight itself.
+   */
+  plan?: MigrationPlan;
 }
 
 export async function migrationWorkflow(specInput: unknown, options: MigrationOptions = {}): Promise<ResultDocument> {
@@ -156,7 +161,7 @@ export async function migrationWorkflow(specInput: unknown, options: MigrationOp
   let failure: unknown;
   try {
     await main.run(async () => {
-      const plan = await checks.preflight({ migrationId: info.workflowId, spec });
+      const plan = options.plan ?? (await checks.preflight({ migrationId: info.workflowId, spec }));
       tracker.addTables(plan.tables);
       upsertMemo({ source: spec.source, target: spec.target, tables: tracker.tables.map((t) => `${t.source} → ${t.target}`) });
       tracker.event('MigrationStarted', undefined, { mode: spec.mode, tables: plan.tables.length });

@@ -18,6 +18,13 @@ async function withClient<T>(fn: (client: FerryClient) => Promise<T>): Promise<T
 /** Prints a line whenever the migration's state, phase or copied rows move, until it ends. */
 export async function followProgress(client: FerryClient, id: string, intervalMs = 1000): Promise<void> {
   let last = '';
+  let ended = false;
+  const end = client
+    .result(id)
+    .catch(() => undefined)
+    .then(() => {
+      ended = true;
+    });
   for (;;) {
     const s = await client.status(id);
     const line = `${s.state} ${s.phase} ${s.tables.map((t) => `${t.source}:${t.phase}:${t.rowsCopied}`).join(' ')}`;
@@ -25,8 +32,8 @@ export async function followProgress(client: FerryClient, id: string, intervalMs
       process.stderr.write(`${new Date().toISOString()} ${s.state} ${s.phase}${s.paused ? ' (paused)' : ''}  ${s.tables.map((t) => `${t.source} ${t.rowsCopied}/~${t.rowsEstimated}`).join('  ')}\n`);
       last = line;
     }
-    if (isTerminalState(s.state)) return;
-    await new Promise((r) => setTimeout(r, intervalMs));
+    if (isTerminalState(s.state) || ended) return;
+    await Promise.race([end, new Promise((r) => setTimeout(r, intervalMs))]);
   }
 }
 

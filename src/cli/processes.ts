@@ -2,8 +2,6 @@
 import { Command } from 'commander';
 import { temporalConfig } from '../config';
 import { createLogger } from '../logger';
-import { startDevServer } from '../temporal/dev-server';
-import { createFerryWorker } from '../worker';
 import { duration, positiveInt } from './args';
 
 function untilSignal(): Promise<NodeJS.Signals> {
@@ -23,6 +21,8 @@ export function registerProcessCommands(program: Command): void {
     .option('--headless', 'no Web UI')
     .option('--codec-endpoint <url>', 'payload codec endpoint for the Web UI (see `ferry codec-server`)')
     .action(async (opts: { port: number; uiPort: number; dbFile?: string; headless?: boolean; codecEndpoint?: string }) => {
+      // Loaded on demand: the worker SDK and its dependencies make every other verb slower to start.
+      const { startDevServer } = require('../temporal/dev-server') as typeof import('../temporal/dev-server');
       const server = await startDevServer({
         port: opts.port,
         uiPort: opts.uiPort,
@@ -57,6 +57,7 @@ export function registerProcessCommands(program: Command): void {
         shutdownGrace: number;
         identity?: string;
       }) => {
+        const { createFerryWorker } = require('../worker') as typeof import('../worker');
         const logger = createLogger({ name: 'ferry-worker' });
         const temporal = temporalConfig();
         const envConcurrency = Number(process.env.FERRY_WORKER_CONCURRENCY) || undefined;

@@ -64,7 +64,9 @@ export interface TableInfo {
   identText: string;
   relkind: string;
   rowSecurity: boolean;
+  /** pg_class.reltuples: -1 when the table was never analysed (see estimateRows). */
   estimatedRows: number;
+  pages: number;
   columns: ColumnInfo[];
   primaryKey: { name: string; columns: string[]; definition: string } | null;
   checks: ConstraintInfo[];
@@ -205,14 +207,6 @@ export async function readTable(db: ClientBase, name: QualifiedName): Promise<Ta
   const constraints = await db.query(CONSTRAINTS_SQL, [oid]);
   const indexes = await db.query(INDEXES_SQL, [oid]);
   const sequences = await db.query(SEQUENCES_SQL, [oid]);
-  let estimatedRows = Number(row.reltuples);
-  if (estimatedRows < 0) {
-    // Never analysed: count small tables, extrapolate big ones from their page count.
-    estimatedRows =
-      Number(row.relpages) < 10_000 && (row.relkind === 'r' || row.relkind === 'p')
-        ? Number((await db.query(`SELECT count(*)::int8 AS n FROM ${row.ident_text}`)).rows[0].n)
-        : Number(row.relpages) * 60;
-  }
   const pk = constraints.rows.find((c) => c.kind === 'p');
   return {
     oid,
@@ -220,7 +214,8 @@ export async function readTable(db: ClientBase, name: QualifiedName): Promise<Ta
     identText: row.ident_text,
     relkind: row.relkind,
     rowSecurity: row.row_security,
-    estimatedRows: Math.max(0, Math.round(estimatedRows)),
+    estimatedRows: Math.round(Number(row.reltuples)),
+    pages: Number(row.relpages),
     writes: Number(row.writes),
     columns: columns.rows.map((c) => ({
       name: c.name,
@@ -258,6 +253,13 @@ export async function readTable(db: ClientBase, name: QualifiedName): Promise<Ta
       definition: s.definition,
     })),
   };
+}
+
+/** A row estimate: the statistics, or for a never-analysed table a count (small) or a guess from its pages. */
+export async function estimateRows(db: ClientBase, info: TableInfo): Promise<number> {
+  if (info.estimatedRows >= 0) return info.estimatedRows;
+  if (info.pages < 10_000) return Number((await db.query(`SELECT count(*)::int8 AS n FROM ${info.identText}`)).rows[0].n);
+  return info.pages * 60;
 }
 
 export async function readUserTypes(db: ClientBase, typeOids: number[]): Promise<UserTypeInfo[]> {

@@ -18,14 +18,20 @@ export interface CopyStats {
   bytes: number;
 }
 
+/** Counts bytes and reports progress at most once a second (heartbeats are not free). */
 class Meter extends Transform {
   bytes = 0;
+  private reported = Date.now();
   constructor(private readonly onProgress: (bytes: number) => void) {
     super();
   }
   _transform(chunk: Buffer, _encoding: BufferEncoding, callback: TransformCallback): void {
     this.bytes += chunk.length;
-    this.onProgress(this.bytes);
+    const now = Date.now();
+    if (now - this.reported >= 1000) {
+      this.reported = now;
+      this.onProgress(this.bytes);
+    }
     callback(null, chunk);
   }
 }

@@ -26,7 +26,7 @@ describe('the spec', () => {
       truncate: false,
       batchRows: 50_000,
       validation: 'checksum',
-      parallelism: { tables: 2, chunks: 4 },
+      parallelism: { tables: 2, chunks: 2 },
       cutover: undefined,
       onFailure: 'rollback',
       deadlineMs: undefined,

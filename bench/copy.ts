@@ -1,0 +1,185 @@
+/**
+ * `npm run bench:copy` — copy throughput against PostgreSQL's own COPY, on this machine.
+ *
+ * Creates a table of ROWS rows (bigint key, int, text, numeric(12,2), two md5 texts,
+ * timestamptz; about 300 MB at 2,000,000 rows) in a fresh source database, then times, in one run:
+ *   (a) psql "COPY … TO STDOUT (FORMAT binary)" | psql "COPY … FROM STDIN (FORMAT binary)"
+ *       into a table that has its primary key (as Ferry's target has during the load);
+ *   (b) pgcopydb clone --table-jobs 2, when pgcopydb is installed;
+ *   (c) ferry start --wait with validation none, and again with checksum, through a dev server
+ *       and one `ferry worker` process, whose peak RSS (VmHWM) it reports.
+ * Prints rows/s and the ratios ferry/raw and ferry/pgcopydb. Figures, never assertions.
+ *
+ * Options: --rows N (default 2000000), --pg URL (admin URL), --keep (leave the databases).
+ */
+import { spawn, spawnSync } from 'node:child_process';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Client } from 'pg';
+import { findOnPath } from '../src/temporal/binary';
+import { DEFAULT_TEST_PG, ensurePostgres } from '../src/postgres';
+import { startDevServer } from '../src/temporal/dev-server';
+import { connectionEnvVar } from '../src/names';
+
+const args = process.argv.slice(2);
+const arg = (name: string, fallback: string) => (args.includes(name) ? args[args.indexOf(name) + 1] : fallback);
+const ROWS = Number(arg('--rows', '2000000'));
+const ADMIN = arg('--pg', process.env.FERRY_TEST_PG ?? DEFAULT_TEST_PG);
+const KEEP = args.includes('--keep');
+const ROOT = join(__dirname, '..');
+const PSQL = findOnPath('psql') ?? '/usr/bin/psql';
+
+const TABLE_DDL = `CREATE TABLE public.bench_rows (
+  id bigint PRIMARY KEY, account int NOT NULL, label text, amount numeric(12,2),
+  h1 text, h2 text, created_at timestamptz)`;
+
+const url = (db: string) => Object.assign(new URL(ADMIN), { pathname: `/${db}` }).toString();
+
+async function sql(target: string, text: string): Promise<Record<string, unknown>[]> {
+  const client = new Client({ connectionString: target });
+  await client.connect();
+  try {
+    const r = await client.query(text);
+    return (Array.isArray(r) ? r[r.length - 1] : r).rows;
+  } finally {
+    await client.end();
+  }
+}
+
+function seconds(ms: number): string {
+  return `${(ms / 1000).toFixed(2)} s`;
+}
+
+function rate(ms: number): string {
+  return `${Math.round(ROWS / (ms / 1000)).toLocaleString('en-US')} rows/s`;
+}
+
+async function timed(fn: () => Promise<void>): Promise<number> {
+  const started = process.hrtime.bigint();
+  await fn();
+  return Number(process.hrtime.bigint() - started) / 1e6;
+}
+
+function run(command: string, argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<{ code: number | null; out: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(command, argv, { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => (out += d));
+    child.on('exit', (code) => resolve({ code, out }));
+  });
+}
+
+function peakRssMb(pid: number): number {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const kb = Number(/VmHWM:\s+(\d+) kB/.exec(status)?.[1] ?? 0);
+  return Math.round(kb / 1024);
+}
+
+async function main(): Promise<void> {
+  await ensurePostgres(ADMIN);
+  const tag = Date.now().toString(36);
+  const dbs = { source: `ferry_bench_src_${tag}`, raw: `ferry_bench_raw_${tag}`, pgcopydb: `ferry_bench_pgcopydb_${tag}`, none: `ferry_bench_none_${tag}`, checksum: `ferry_bench_sum_${tag}` };
+  for (const db of Object.values(dbs)) await sql(ADMIN, `CREATE DATABASE ${db}`);
+  const results: Record<string, number> = {};
+  try {
+    process.stdout.write(`seeding ${ROWS.toLocaleString('en-US')} rows… `);
+    await sql(url(dbs.source), `${TABLE_DDL};
+      INSERT INTO public.bench_rows SELECT g, g % 100000, 'label ' || g, (g % 1000000) / 100.0, md5(g::text), md5((g * 7)::text),
+             '2020-01-01'::timestamptz + g * interval '1 second' FROM generate_series(1, ${ROWS}) g`);
+    await sql(url(dbs.source), 'VACUUM ANALYZE public.bench_rows');
+    const [size] = await sql(url(dbs.source), `SELECT pg_size_pretty(pg_table_size('public.bench_rows')) AS s`);
+    process.stdout.write(`done (${size.s})\n\n`);
+
+    // (a) raw binary COPY, psql to psql, into a table with its primary key.
+    await sql(url(dbs.raw), TABLE_DDL);
+    await sql(ADMIN, 'CHECKPOINT');
+    results.raw = await timed(async () => {
+      const r = spawnSync('bash', ['-o', 'pipefail', '-c',
+        `${PSQL} -X -q "${url(dbs.source)}" -c "COPY public.bench_rows TO STDOUT (FORMAT binary)" | ${PSQL} -X -q "${url(dbs.raw)}" -c "COPY public.bench_rows FROM STDIN (FORMAT binary)"`]);
+      if (r.status !== 0) throw new Error(`raw COPY failed: ${r.stderr}`);
+    });
+    process.stdout.write(`(a) raw COPY (binary, psql | psql)      ${seconds(results.raw).padStart(9)}  ${rate(results.raw)}\n`);
+
+    // (b) pgcopydb, when installed.
+    const pgcopydb = findOnPath('pgcopydb');
+    if (pgcopydb) {
+      await sql(ADMIN, 'CHECKPOINT');
+      const work = join(tmpdir(), `ferry-bench-pgcopydb-${tag}`);
+      results.pgcopydb = await timed(async () => {
+        const r = await run(pgcopydb, ['clone', '--source', url(dbs.source), '--target', url(dbs.pgcopydb), '--table-jobs', '2', '--index-jobs', '2', '--dir', work, '--no-owner', '--no-acl', '--skip-extensions']);
+        if (r.code !== 0) throw new Error(`pgcopydb failed: ${r.out.slice(-2000)}`);
+      });
+      process.stdout.write(`(b) pgcopydb clone --table-jobs 2        ${seconds(results.pgcopydb).padStart(9)}  ${rate(results.pgcopydb)}\n`);
+    } else {
+      process.stdout.write('(b) pgcopydb: not installed (apt-get install pgcopydb), skipped\n');
+    }
+
+    // (c) ferry, one worker process, through a dev server.
+    const server = await startDevServer({ headless: true });
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      TEMPORAL_ADDRESS: server.address,
+      FERRY_LOG_LEVEL: 'warn',
+      [connectionEnvVar('bench_src')]: url(dbs.source),
+      [connectionEnvVar('bench_none')]: url(dbs.none),
+      [connectionEnvVar('bench_sum')]: url(dbs.checksum),
+    };
+    const worker = spawn(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'worker'], { env, stdio: ['ignore', 'ignore', 'pipe'] });
+    let workerLog = '';
+    worker.stderr.on('data', (d) => (workerLog = (workerLog + d).slice(-5000)));
+    worker.on('exit', (code) => {
+      if (code !== null && code !== 0) {
+        process.stderr.write(`bench: the ferry worker exited with ${code}:\n${workerLog}\n`);
+        process.exit(1);
+      }
+    });
+    try {
+      // Warm-up: bundle workflows and open connections before timing.
+      const warm = join(tmpdir(), `ferry-bench-warm-${tag}.json`);
+      await sql(url(dbs.source), 'CREATE TABLE public.warm (id int PRIMARY KEY); INSERT INTO public.warm VALUES (1)');
+      writeFileSync(warm, JSON.stringify({ source: 'bench_src', target: 'bench_none', tables: ['public.warm'] }));
+      const w = await run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'start', warm, '--wait'], env);
+      if (w.code !== 0) throw new Error(`warm-up failed: ${w.out}\n${workerLog}`);
+      await sql(url(dbs.none), 'DROP TABLE public.warm');
+
+      for (const [name, target, validation] of [
+        ['none', 'bench_none', 'none'],
+        ['checksum', 'bench_sum', 'checksum'],
+      ] as const) {
+        const specFile = join(tmpdir(), `ferry-bench-${name}-${tag}.json`);
+        writeFileSync(specFile, JSON.stringify({ source: 'bench_src', target, validation, tables: ['public.bench_rows'] }));
+        await sql(ADMIN, 'CHECKPOINT');
+        results[name] = await timed(async () => {
+          const r = await run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'start', specFile, '--wait', '--json'], env);
+          if (r.code !== 0) throw new Error(`ferry failed: ${r.out}\n${workerLog}`);
+        });
+        const [count] = await sql(url(target === 'bench_none' ? dbs.none : dbs.checksum), 'SELECT count(*)::int AS n FROM public.bench_rows');
+        if (count.n !== ROWS) throw new Error(`ferry copied ${count.n} rows, expected ${ROWS}`);
+        process.stdout.write(`(c) ferry start --wait, validation ${name.padEnd(8)} ${seconds(results[name]).padStart(9)}  ${rate(results[name])}\n`);
+      }
+      results.rss = peakRssMb(worker.pid!);
+    } finally {
+      worker.kill('SIGTERM');
+      await new Promise((r) => worker.on('exit', r));
+      await server.stop();
+    }
+
+    process.stdout.write('\n');
+    process.stdout.write(`ferry (validation none) / raw COPY:      ${(results.raw / results.none).toFixed(2)} × raw throughput\n`);
+    process.stdout.write(`ferry (validation checksum) / raw COPY:  ${(results.raw / results.checksum).toFixed(2)} × raw throughput\n`);
+    if (results.pgcopydb) {
+      process.stdout.write(`ferry (validation none) / pgcopydb:      ${(results.pgcopydb / results.none).toFixed(2)} × pgcopydb throughput\n`);
+    }
+    process.stdout.write(`ferry worker peak RSS (VmHWM):           ${results.rss} MB\n`);
+    process.stdout.write(`(ferry times are end to end: preflight, target DDL, copy, validation, ANALYZE, cleanup)\n`);
+  } finally {
+    if (!KEEP) for (const db of Object.values(dbs)) await sql(ADMIN, `DROP DATABASE IF EXISTS ${db} WITH (FORCE)`).catch(() => undefined);
+  }
+}
+
+main().catch((err) => {
+  process.stderr.write(`bench failed: ${err instanceof Error ? err.message : String(err)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,123 @@
+/**
+ * Activities called directly (MockActivityEnvironment) against real PostgreSQL: pinned
+ * sessions, the chunk fence against zombie attempts, resuming from committed checkpoints, and
+ * preflight's refusal of tables that row-level security would silently shrink.
+ */
+import { randomBytes } from 'node:crypto';
+import { MockActivityEnvironment } from '@temporalio/testing';
+import { ApplicationFailure } from '@temporalio/common';
+import { createActivities } from '../../activities';
+import { CopyChunkInput, CopyChunkResult } from '../../activities/copy-chunk';
+import { ConnectionRegistry } from '../../src/db/connections';
+import { PINNED_SETTINGS } from '../../src/db/session';
+import { silentLogger } from '../../src/logger';
+import { parseSpec } from '../../src/spec';
+import { adminUrl, TestDatabases, withClient } from '../helpers/databases';
+
+describe('activities on real PostgreSQL', () => {
+  let dbs: TestDatabases;
+  let connections: ConnectionRegistry;
+  let activities: ReturnType<typeof createActivities>;
+  const role = `ferry_limited_${randomBytes(3).toString('hex')}`;
+
+  const table: CopyChunkInput['table'] = {
+    index: 0,
+    source: { schema: 'public', name: 'items' },
+    target: { schema: 'public', name: 'items' },
+    columns: ['id', 'v'],
+    keyColumns: [{ name: 'id', type: 'integer', collatable: false }],
+    copyFormat: 'binary',
+    keyCollateC: false,
+  };
+  const input = (over: Partial<CopyChunkInput> = {}): CopyChunkInput => ({
+    migrationId: 'm1',
+    source: 'src',
+    target: 'dst',
+    table,
+    chunk: { index: 0, lower: null, upper: null },
+    batchRows: 100,
+    fence: 10,
+    sliceMs: 60_000,
+    ...over,
+  });
+
+  beforeAll(async () => {
+    dbs = await TestDatabases.create('acts', ['source', 'target']);
+    await dbs.exec('source', `CREATE TABLE public.items (id int PRIMARY KEY, v text);
+      INSERT INTO public.items SELECT g, 'v' || g FROM generate_series(1, 1000) g;
+      CREATE TABLE public.secret (id int PRIMARY KEY, owner text);
+      INSERT INTO public.secret VALUES (1, 'alice'), (2, 'bob');
+      ALTER TABLE public.secret ENABLE ROW LEVEL SECURITY;
+      CREATE POLICY only_alice ON public.secret USING (owner = 'alice');`);
+    await withClient(adminUrl(), (c) => c.query(`CREATE ROLE ${role} LOGIN`));
+    await dbs.exec('source', `GRANT SELECT ON ALL TABLES IN SCHEMA public TO ${role}`);
+    await dbs.exec(
+      'target',
+      `CREATE TABLE public.items (id int PRIMARY KEY, v text);
+       CREATE SCHEMA _ferry;
+       CREATE TABLE _ferry.checkpoints (migration_id text, table_index int, chunk_index int, last_key text[], rows_copied bigint NOT NULL DEFAULT 0,
+         done boolean NOT NULL DEFAULT false, owner_token bigint NOT NULL DEFAULT 0, owner text, updated_at timestamptz NOT NULL DEFAULT now(),
+         PRIMARY KEY (migration_id, table_index, chunk_index));
+       INSERT INTO _ferry.checkpoints (migration_id, table_index, chunk_index) VALUES ('m1', 0, 0);`,
+    );
+    const limited = new URL(dbs.url('source'));
+    limited.username = role;
+    const env = { FERRY_CONN_SRC: dbs.url('source'), FERRY_CONN_DST: dbs.url('target'), FERRY_CONN_LIMITED: limited.toString() };
+    connections = new ConnectionRegistry({ env });
+    activities = createActivities({ connections, logger: silentLogger(), env });
+  });
+
+  afterAll(async () => {
+    await connections?.close();
+    await dbs?.drop();
+    await withClient(adminUrl(), (c) => c.query(`DROP ROLE IF EXISTS ${role}`));
+  });
+
+  it('pins every session: date, interval, time zone, float and bytea formats, RLS, search_path, timeouts', async () => {
+    const client = await connections.client('src');
+    try {
+      for (const [name, value] of Object.entries(PINNED_SETTINGS)) {
+        const { rows } = await client.query(`SELECT current_setting($1) AS v`, [name]);
+        expect({ name, value: rows[0].v }).toEqual({ name, value: name === 'DateStyle' ? 'ISO, YMD' : value });
+      }
+      const timeouts = await client.query(`SELECT current_setting('statement_timeout') AS s, current_setting('lock_timeout') AS l`);
+      expect(timeouts.rows[0]).toEqual({ s: '10min', l: '5s' });
+    } finally {
+      await client.end();
+    }
+  });
+
+  it('resumes a chunk from its committed checkpoint, one short slice after another', async () => {
+    const env = new MockActivityEnvironment();
+    const first: CopyChunkResult = await env.run(activities.copyChunk, input({ sliceMs: 0 }));
+    expect(first).toMatchObject({ rows: 100, batches: 1, checkpoint: { lastKey: ['100'], rowsCopied: 100, done: false } });
+    const second: CopyChunkResult = await env.run(activities.copyChunk, input({ fence: 11, sliceMs: 0 }));
+    expect(second.checkpoint).toEqual({ lastKey: ['200'], rowsCopied: 200, done: false });
+    const rest: CopyChunkResult = await env.run(activities.copyChunk, input({ fence: 12 }));
+    expect(rest.checkpoint).toEqual({ lastKey: ['1000'], rowsCopied: 1000, done: true });
+    expect(rest.rows).toBe(800);
+    const [{ n, sum }] = await dbs.query<{ n: number; sum: string }>('target', 'SELECT count(*)::int AS n, sum(id)::text AS sum FROM public.items');
+    expect({ n, sum }).toEqual({ n: 1000, sum: '500500' });
+  });
+
+  it('stops a zombie attempt (older fence token) before it writes anything', async () => {
+    await dbs.exec('target', `UPDATE _ferry.checkpoints SET last_key = NULL, rows_copied = 0, done = false; TRUNCATE public.items;`);
+    const newer = new MockActivityEnvironment({ attempt: 1 });
+    await newer.run(activities.copyChunk, input({ fence: 20, sliceMs: 0 }));
+    const zombie = new MockActivityEnvironment({ attempt: 5 });
+    const err = (await zombie.run(activities.copyChunk, input({ fence: 19 })).catch((e: unknown) => e)) as ApplicationFailure;
+    expect(err).toBeInstanceOf(ApplicationFailure);
+    expect(err.type).toBe('Superseded');
+    expect(err.nonRetryable).toBe(true);
+    const [{ n }] = await dbs.query<{ n: number }>('target', 'SELECT count(*)::int AS n FROM public.items');
+    expect(n).toBe(100);
+  });
+
+  it('refuses a table whose row-level security would hide rows from Ferry', async () => {
+    const spec = parseSpec({ source: 'limited', target: 'dst', tables: ['public.secret'] });
+    const err = (await new MockActivityEnvironment().run(activities.preflight, { migrationId: 'rls', spec }).catch((e: unknown) => e)) as ApplicationFailure;
+    expect(err).toBeInstanceOf(ApplicationFailure);
+    expect(err.type).toBe('RowSecurity');
+    expect(err.message).toMatch(/public\.secret on connection "limited" is not fully readable: row-level security/);
+  });
+});
