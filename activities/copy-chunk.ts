@@ -7,7 +7,7 @@
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { Client, Pool } from 'pg';
-import { advanceCheckpoint, ChunkRef, claimChunk, holdsFence } from '../src/db/bookkeeping';
+import { advanceCheckpoint, ChunkRef, claimChunk, holdsFence, touchCheckpoint } from '../src/db/bookkeeping';
 import { inTransaction } from '../src/db/connections';
 import { copyRange, CopyTable, deleteRange } from '../src/db/copy-stream';
 import { asActivityFailure } from '../src/db/errors';
@@ -79,8 +79,8 @@ export function createCopyChunk({ connections, logger }: ActivityDeps) {
         upcoming?.catch(() => undefined); // awaited on the next turn; never left unhandled
         const stats = await inTransaction(target, async () => {
           // Data and checkpoint commit together, so a batch lost in a target crash is simply
-          // copied again: no need to wait for each commit's WAL flush. The final, synchronous
-          // commits of finalize and cleanup flush everything before success is reported.
+          // copied again: no need to wait for each commit's WAL flush. The slice ends with a
+          // synchronous commit, so nothing reported to the workflow can be lost.
           await target!.query('SET LOCAL synchronous_commit = off');
           if (!(await holdsFence(target!, ref, token))) throw superseded(ref);
           await deleteRange(target!, input.table, batch.bounds);
@@ -102,6 +102,9 @@ export function createCopyChunk({ connections, logger }: ActivityDeps) {
           if (due > 0) await ctx.sleep(Math.min(due, input.sliceMs));
         }
       }
+      // Durability barrier before the workflow hears of this progress: a synchronous commit
+      // flushes the WAL of every asynchronously committed batch before it.
+      if (batches > 0) await touchCheckpoint(target, ref);
       log.info({ rows, bytes, batches, ms: Date.now() - started, done: checkpoint.done }, 'chunk slice copied');
       return { checkpoint, rows, bytes, batches };
     } catch (err) {

@@ -93,16 +93,7 @@ export async function advanceCheckpoint(db: ClientBase, ref: ChunkRef, lastKey: 
   );
 }
 
-export async function readCheckpoints(db: ClientBase, migrationId: string, tableIndex: number): Promise<Map<number, CheckpointRow>> {
-  const result = new Map<number, CheckpointRow>();
-  if (!(await bookkeepingExists(db))) return result;
-  const { rows } = await db.query(
-    `SELECT chunk_index, last_key, rows_copied::int8 AS rows_copied, done FROM _ferry.checkpoints
-      WHERE migration_id = $1 AND table_index = $2`,
-    [migrationId, tableIndex],
-  );
-  for (const r of rows) {
-    result.set(r.chunk_index, { lastKey: r.last_key, rowsCopied: Number(r.rows_copied), done: r.done });
-  }
-  return result;
+/** A synchronous commit on the checkpoint row (the session default), flushing all WAL before it. */
+export async function touchCheckpoint(db: ClientBase, ref: ChunkRef): Promise<void> {
+  await db.query(`UPDATE _ferry.checkpoints SET updated_at = now() WHERE ${REF}`, refParams(ref));
 }
