@@ -146,7 +146,7 @@ async function planTable(source: PoolClient, target: PoolClient, spec: Spec, tab
   }
 
   const shape: KeyShape = { keyColumns, keyCollateC };
-  const chunkCount = table.chunks ?? autoChunkCount(info.estimatedRows);
+  const chunkCount = table.chunks ?? autoChunkCount(info.estimatedRows, spec.parallelism.chunks);
   const boundaries = chunkCount > 1 ? pickBoundaries(await sampleKeys(source, info, shape), chunkCount) : [];
   return {
     index,

@@ -6,13 +6,17 @@
 import { ChunkPlan, Key } from './plan';
 
 export const ROWS_PER_AUTO_CHUNK = 500_000;
-export const MAX_AUTO_CHUNKS = 32;
 /** Tables up to this many rows are planned from every key; bigger ones from a sample. */
 export const EXACT_PLAN_ROWS = 50_000;
 export const SAMPLE_KEYS = 20_000;
 
-export function autoChunkCount(estimatedRows: number): number {
-  return Math.min(MAX_AUTO_CHUNKS, Math.max(1, Math.ceil(estimatedRows / ROWS_PER_AUTO_CHUNK)));
+/**
+ * One chunk per half-million rows, but never more than can copy at once: chunks beyond the
+ * parallelism only queue up, and the last round's stragglers then copy alone (measured: 4
+ * chunks two at a time take 10–15% longer than 2). Batches keep big chunks resumable.
+ */
+export function autoChunkCount(estimatedRows: number, parallelism: number): number {
+  return Math.min(parallelism, Math.max(1, Math.ceil(estimatedRows / ROWS_PER_AUTO_CHUNK)));
 }
 
 /** TABLESAMPLE SYSTEM percentage that yields about SAMPLE_KEYS keys. */

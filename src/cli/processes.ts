@@ -1,7 +1,6 @@
 /** `ferry server` (embedded Temporal dev server) and `ferry worker` (one pool member). */
 import { Command } from 'commander';
 import { temporalConfig } from '../config';
-import { createLogger } from '../logger';
 import { duration, positiveInt } from './args';
 
 function untilSignal(): Promise<NodeJS.Signals> {
@@ -58,6 +57,7 @@ export function registerProcessCommands(program: Command): void {
         identity?: string;
       }) => {
         const { createFerryWorker } = require('../worker') as typeof import('../worker');
+        const { createLogger } = require('../logger') as typeof import('../logger');
         const logger = createLogger({ name: 'ferry-worker' });
         const temporal = temporalConfig();
         const envConcurrency = Number(process.env.FERRY_WORKER_CONCURRENCY) || undefined;

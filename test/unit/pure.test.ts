@@ -58,10 +58,11 @@ describe('chunk planning', () => {
     expect(pickBoundaries([], 4)).toEqual([]);
   });
 
-  it('sizes automatic chunk counts from row estimates', () => {
-    expect(autoChunkCount(0)).toBe(1);
-    expect(autoChunkCount(2_000_000)).toBe(4);
-    expect(autoChunkCount(1e12)).toBe(32);
+  it('sizes automatic chunk counts from row estimates, up to the parallelism', () => {
+    expect(autoChunkCount(0, 4)).toBe(1);
+    expect(autoChunkCount(2_000_000, 8)).toBe(4);
+    expect(autoChunkCount(2_000_000, 2)).toBe(2);
+    expect(autoChunkCount(1e12, 16)).toBe(16);
   });
 });
 
