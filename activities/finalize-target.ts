@@ -17,6 +17,12 @@ export interface FinalizeTargetInput {
   source: string;
   target: string;
   tables: Pick<TablePlan, 'source' | 'target' | 'targetExisted' | 'sourceWrites'>[];
+  /**
+   * all (full mode); online mode splits it: `indexes` (non-unique, before the freeze: a live
+   * sync cannot violate them) and `constraints` (unique, foreign keys, sequences, ANALYZE — after
+   * the final drain, when the data is final).
+   */
+  part?: 'all' | 'indexes' | 'constraints';
 }
 
 export interface FinalizeTargetResult {
@@ -72,17 +78,24 @@ export function createFinalizeTarget({ connections }: ActivityDeps) {
               }
               infos.push({ plan, info });
             }
+            const part = input.part ?? 'all';
+            const plainIndexes = part !== 'constraints';
+            const constraints = part !== 'indexes';
             for (const { plan, info } of infos.filter((t) => !t.plan.targetExisted)) {
+              for (const index of info.indexes) {
+                const unique = /^CREATE UNIQUE /.test(index.definition);
+                if (unique ? !constraints : !plainIndexes) continue;
+                await withHeartbeat(() => target.query(createIndexSql(index, info, plan.target)));
+                result.indexes += 1;
+              }
+              if (!constraints) continue;
               for (const unique of info.uniques) {
                 if (await constraintExists(target, plan.target, unique.name)) continue;
                 await withHeartbeat(() => target.query(addConstraintSql(unique, plan.target)));
                 result.constraints += 1;
               }
-              for (const index of info.indexes) {
-                await withHeartbeat(() => target.query(createIndexSql(index, info, plan.target)));
-                result.indexes += 1;
-              }
             }
+            if (!constraints) return result;
             for (const { plan, info } of infos.filter((t) => !t.plan.targetExisted)) {
               for (const fk of info.foreignKeys) {
                 const mapped = infos.find((t) => sameName(t.plan.source, fk.referenced))?.plan.target ?? fk.referenced;

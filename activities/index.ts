@@ -3,12 +3,15 @@
  * type `Activities` and call these through proxyActivities.
  */
 import { createSendCallback } from './callback';
+import { createCaptureActivities } from './capture';
+import { createCheckDirty } from './check-dirty';
 import { createCopyChunk } from './copy-chunk';
 import { ActivityDeps } from './deps';
 import { createFinalizeTarget } from './finalize-target';
 import { createPreflight } from './preflight';
 import { createPrepareTarget } from './prepare-target';
 import { createRollbackTarget } from './rollback-target';
+import { createSyncActivities } from './sync-changes';
 import { createRepairRange, createValidateChunk } from './validate-chunk';
 
 export type { ActivityDeps };
@@ -22,6 +25,9 @@ export function createActivities(deps: ActivityDeps) {
     repairRange: createRepairRange(deps),
     finalizeTarget: createFinalizeTarget(deps),
     ...createRollbackTarget(deps),
+    ...createCaptureActivities(deps),
+    ...createSyncActivities(deps),
+    checkDirtyKeys: createCheckDirty(deps),
     sendCallback: createSendCallback(deps),
   };
 }

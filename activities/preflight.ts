@@ -38,10 +38,11 @@ export function createPreflight({ connections }: ActivityDeps) {
 async function planMigration(source: PoolClient, target: PoolClient, spec: Spec): Promise<MigrationPlan> {
   const [src, tgt] = await Promise.all([source.query(SERVER_IDENTITY_SQL), target.query(SERVER_IDENTITY_SQL)]);
   const sameDatabase = src.rows[0].identity === tgt.rows[0].identity;
-  if (spec.mode === 'online') {
-    // Capture, incremental sync and cutover are not built yet: refuse rather than run a
-    // full load that would silently miss the writes made during the copy.
-    throw refusal('NotImplemented', 'mode: online is not available in this version of Ferry; use mode: full with writes to the source stopped');
+  if (spec.mode === 'online' && src.rows[0].in_recovery) {
+    throw refusal(
+      'SourceInRecovery',
+      `source connection "${spec.source}" is a hot standby; online mode installs triggers on the source, so point it at the primary`,
+    );
   }
   const tables: TablePlan[] = [];
   for (const [index, table] of spec.tables.entries()) {

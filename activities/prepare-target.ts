@@ -6,7 +6,7 @@
 import { Client } from 'pg';
 import { readTable, readUserTypes, typeExists } from '../src/db/catalog';
 import { inTransaction } from '../src/db/connections';
-import { BOOKKEEPING_DDL, lockBookkeeping } from '../src/db/bookkeeping';
+import { BOOKKEEPING_DDL, lockBookkeeping, SYNC_CHUNK } from '../src/db/bookkeeping';
 import { createSequenceSql, createTableSql, createTypeSql, targetSequenceName } from '../src/db/ddl';
 import { asActivityFailure, refusal } from '../src/db/errors';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified } from '../src/identifiers';
@@ -64,10 +64,10 @@ export function createPrepareTarget({ connections, logger }: ActivityDeps) {
                 );
               }
             }
-            for (const chunk of table.chunks) {
+            for (const chunk of [...table.chunks.map((c) => c.index), SYNC_CHUNK]) {
               await target.query(
                 `INSERT INTO _ferry.checkpoints (migration_id, table_index, chunk_index) VALUES ($1, $2, $3)`,
-                [input.migrationId, table.index, chunk.index],
+                [input.migrationId, table.index, chunk],
               );
             }
             logger.info({ migrationId: input.migrationId, table: label }, 'target table prepared');

@@ -27,6 +27,7 @@ const DROP: Record<string, (name: string) => string> = {
 
 async function forgetMigration(db: ClientBase, migrationId: string): Promise<void> {
   await db.query('DELETE FROM _ferry.checkpoints WHERE migration_id = $1', [migrationId]);
+  await db.query('DELETE FROM _ferry.dirty WHERE migration_id = $1', [migrationId]);
   await db.query('DELETE FROM _ferry.created_objects WHERE migration_id = $1', [migrationId]);
   await db.query('DELETE FROM _ferry.migrations WHERE id = $1', [migrationId]);
   const others = await db.query('SELECT 1 FROM _ferry.migrations LIMIT 1');

@@ -8,9 +8,10 @@
  *   (b) pgcopydb clone --table-jobs 2, when pgcopydb is installed;
  *   (c) ferry start --wait with validation none, and again with checksum, through a dev server
  *       and one `ferry worker` process, whose peak RSS (VmHWM) it reports.
- * Prints rows/s and the ratios ferry/raw and ferry/pgcopydb. Figures, never assertions.
+ * Each is run --repeat times (default 3) into a fresh target; the median is reported with the
+ * range. Prints rows/s and the ratios ferry/raw and ferry/pgcopydb. Figures, never assertions.
  *
- * Options: --rows N (default 2000000), --pg URL (admin URL), --keep (leave the databases).
+ * Options: --rows N (default 2000000), --repeat N (3), --pg URL (admin URL), --keep.
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -27,6 +28,7 @@ const arg = (name: string, fallback: string) => (args.includes(name) ? args[args
 const ROWS = Number(arg('--rows', '2000000'));
 const ADMIN = arg('--pg', process.env.FERRY_TEST_PG ?? DEFAULT_TEST_PG);
 const KEEP = args.includes('--keep');
+const REPEAT = Number(arg('--repeat', '3'));
 const ROOT = join(__dirname, '..');
 const PSQL = findOnPath('psql') ?? '/usr/bin/psql';
 
@@ -49,6 +51,35 @@ async function sql(target: string, text: string): Promise<Record<string, unknown
 
 function seconds(ms: number): string {
   return `${(ms / 1000).toFixed(2)} s`;
+}
+
+interface Sample {
+  median: number;
+  min: number;
+  max: number;
+}
+
+/** Runs `fresh` (untimed set-up), `fn` (timed) and `check` (untimed) REPEAT times. */
+async function repeated(fresh: () => Promise<void>, fn: () => Promise<void>, check: () => Promise<void> = async () => undefined): Promise<Sample> {
+  const times: number[] = [];
+  for (let i = 0; i < REPEAT; i += 1) {
+    await fresh();
+    await sql(ADMIN, 'CHECKPOINT');
+    times.push(await timed(fn));
+    await check();
+  }
+  times.sort((a, b) => a - b);
+  return { median: times[Math.floor(times.length / 2)], min: times[0], max: times[times.length - 1] };
+}
+
+function line(label: string, s: Sample): string {
+  const range = REPEAT > 1 ? `  (${seconds(s.min)}–${seconds(s.max)})` : '';
+  return `${label.padEnd(42)} ${seconds(s.median).padStart(8)}  ${rate(s.median).padStart(16)}${range}\n`;
+}
+
+async function recreate(db: string): Promise<void> {
+  await sql(ADMIN, `DROP DATABASE IF EXISTS ${db} WITH (FORCE)`);
+  await sql(ADMIN, `CREATE DATABASE ${db}`);
 }
 
 function rate(ms: number): string {
@@ -82,7 +113,8 @@ async function main(): Promise<void> {
   const tag = Date.now().toString(36);
   const dbs = { source: `ferry_bench_src_${tag}`, raw: `ferry_bench_raw_${tag}`, pgcopydb: `ferry_bench_pgcopydb_${tag}`, none: `ferry_bench_none_${tag}`, checksum: `ferry_bench_sum_${tag}` };
   for (const db of Object.values(dbs)) await sql(ADMIN, `CREATE DATABASE ${db}`);
-  const results: Record<string, number> = {};
+  const results: Record<string, Sample> = {};
+  let rss = 0;
   try {
     process.stdout.write(`seeding ${ROWS.toLocaleString('en-US')} rows… `);
     await sql(url(dbs.source), `${TABLE_DDL};
@@ -93,25 +125,32 @@ async function main(): Promise<void> {
     process.stdout.write(`done (${size.s})\n\n`);
 
     // (a) raw binary COPY, psql to psql, into a table with its primary key.
-    await sql(url(dbs.raw), TABLE_DDL);
-    await sql(ADMIN, 'CHECKPOINT');
-    results.raw = await timed(async () => {
-      const r = spawnSync('bash', ['-o', 'pipefail', '-c',
-        `${PSQL} -X -q "${url(dbs.source)}" -c "COPY public.bench_rows TO STDOUT (FORMAT binary)" | ${PSQL} -X -q "${url(dbs.raw)}" -c "COPY public.bench_rows FROM STDIN (FORMAT binary)"`]);
-      if (r.status !== 0) throw new Error(`raw COPY failed: ${r.stderr}`);
-    });
-    process.stdout.write(`(a) raw COPY (binary, psql | psql)      ${seconds(results.raw).padStart(9)}  ${rate(results.raw)}\n`);
+    const raw = await repeated(
+      async () => {
+        await recreate(dbs.raw);
+        await sql(url(dbs.raw), TABLE_DDL);
+      },
+      async () => {
+        const r = spawnSync('bash', ['-o', 'pipefail', '-c',
+          `${PSQL} -X -q "${url(dbs.source)}" -c "COPY public.bench_rows TO STDOUT (FORMAT binary)" | ${PSQL} -X -q "${url(dbs.raw)}" -c "COPY public.bench_rows FROM STDIN (FORMAT binary)"`]);
+        if (r.status !== 0) throw new Error(`raw COPY failed: ${r.stderr}`);
+      },
+    );
+    process.stdout.write(line('(a) raw COPY (binary, psql | psql)', raw));
 
     // (b) pgcopydb, when installed.
     const pgcopydb = findOnPath('pgcopydb');
+    let copydb: Sample | undefined;
     if (pgcopydb) {
-      await sql(ADMIN, 'CHECKPOINT');
       const work = join(tmpdir(), `ferry-bench-pgcopydb-${tag}`);
-      results.pgcopydb = await timed(async () => {
-        const r = await run(pgcopydb, ['clone', '--source', url(dbs.source), '--target', url(dbs.pgcopydb), '--table-jobs', '2', '--index-jobs', '2', '--dir', work, '--no-owner', '--no-acl', '--skip-extensions']);
-        if (r.code !== 0) throw new Error(`pgcopydb failed: ${r.out.slice(-2000)}`);
-      });
-      process.stdout.write(`(b) pgcopydb clone --table-jobs 2        ${seconds(results.pgcopydb).padStart(9)}  ${rate(results.pgcopydb)}\n`);
+      copydb = await repeated(
+        () => recreate(dbs.pgcopydb),
+        async () => {
+          const r = await run(pgcopydb, ['clone', '--source', url(dbs.source), '--target', url(dbs.pgcopydb), '--table-jobs', '2', '--index-jobs', '2', '--dir', work, '--no-owner', '--no-acl', '--skip-extensions', '--restart']);
+          if (r.code !== 0) throw new Error(`pgcopydb failed: ${r.out.slice(-2000)}`);
+        },
+      );
+      process.stdout.write(line('(b) pgcopydb clone --table-jobs 2', copydb));
     } else {
       process.stdout.write('(b) pgcopydb: not installed (apt-get install pgcopydb), skipped\n');
     }
@@ -148,32 +187,36 @@ async function main(): Promise<void> {
         ['none', 'bench_none', 'none'],
         ['checksum', 'bench_sum', 'checksum'],
       ] as const) {
+        const db = target === 'bench_none' ? dbs.none : dbs.checksum;
         const specFile = join(tmpdir(), `ferry-bench-${name}-${tag}.json`);
         writeFileSync(specFile, JSON.stringify({ source: 'bench_src', target, validation, tables: ['public.bench_rows'] }));
-        await sql(ADMIN, 'CHECKPOINT');
-        results[name] = await timed(async () => {
-          const r = await run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'start', specFile, '--wait', '--json'], env);
-          if (r.code !== 0) throw new Error(`ferry failed: ${r.out}\n${workerLog}`);
-        });
-        const [count] = await sql(url(target === 'bench_none' ? dbs.none : dbs.checksum), 'SELECT count(*)::int AS n FROM public.bench_rows');
-        if (count.n !== ROWS) throw new Error(`ferry copied ${count.n} rows, expected ${ROWS}`);
-        process.stdout.write(`(c) ferry start --wait, validation ${name.padEnd(8)} ${seconds(results[name]).padStart(9)}  ${rate(results[name])}\n`);
+        results[name] = await repeated(
+          () => recreate(db),
+          async () => {
+            const r = await run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'start', specFile, '--wait', '--json'], env);
+            if (r.code !== 0) throw new Error(`ferry failed: ${r.out}\n${workerLog}`);
+          },
+          async () => {
+            const [count] = await sql(url(db), 'SELECT count(*)::int AS n FROM public.bench_rows');
+            if (count.n !== ROWS) throw new Error(`ferry copied ${count.n} rows, expected ${ROWS}`);
+          },
+        );
+        process.stdout.write(line(`(c) ferry start --wait, validation ${name}`, results[name]));
       }
-      results.rss = peakRssMb(worker.pid!);
+      rss = peakRssMb(worker.pid!);
     } finally {
       worker.kill('SIGTERM');
       await new Promise((r) => worker.on('exit', r));
       await server.stop();
     }
 
+    const ratio = (base: Sample, mine: Sample) => (base.median / mine.median).toFixed(2);
     process.stdout.write('\n');
-    process.stdout.write(`ferry (validation none) / raw COPY:      ${(results.raw / results.none).toFixed(2)} × raw throughput\n`);
-    process.stdout.write(`ferry (validation checksum) / raw COPY:  ${(results.raw / results.checksum).toFixed(2)} × raw throughput\n`);
-    if (results.pgcopydb) {
-      process.stdout.write(`ferry (validation none) / pgcopydb:      ${(results.pgcopydb / results.none).toFixed(2)} × pgcopydb throughput\n`);
-    }
-    process.stdout.write(`ferry worker peak RSS (VmHWM):           ${results.rss} MB\n`);
-    process.stdout.write(`(ferry times are end to end: preflight, target DDL, copy, validation, ANALYZE, cleanup)\n`);
+    process.stdout.write(`ferry (validation none) / raw COPY:      ${ratio(raw, results.none)} × raw throughput\n`);
+    process.stdout.write(`ferry (validation checksum) / raw COPY:  ${ratio(raw, results.checksum)} × raw throughput\n`);
+    if (copydb) process.stdout.write(`ferry (validation none) / pgcopydb:      ${ratio(copydb, results.none)} × pgcopydb throughput\n`);
+    process.stdout.write(`ferry worker peak RSS (VmHWM):           ${rss} MB\n`);
+    process.stdout.write(`(medians of ${REPEAT}; ferry times are end to end: CLI start, preflight, target DDL, copy, validation, ANALYZE, cleanup)\n`);
   } finally {
     if (!KEEP) for (const db of Object.values(dbs)) await sql(ADMIN, `DROP DATABASE IF EXISTS ${db} WITH (FORCE)`).catch(() => undefined);
   }

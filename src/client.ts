@@ -26,6 +26,8 @@ export interface StartOptions {
   id?: string;
   /** Skip the preflight helper (the workflow runs its own preflight anyway). */
   skipPreflight?: boolean;
+  /** Table workflows continue as new after this many history events (default 10,000). */
+  tableHistoryLimit?: number;
 }
 
 export interface StartedMigration {
@@ -118,7 +120,7 @@ export class FerryClient {
       const handle = await this.client.workflow.start(MIGRATION_WORKFLOW, {
         taskQueue: this.config.taskQueue,
         workflowId: id,
-        args: plan ? [input, { plan }] : [input],
+        args: [input, { plan, tableHistoryLimit: options.tableHistoryLimit }],
         workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
         typedSearchAttributes: new TypedSearchAttributes([
           { key: FerryStateKey, value: 'QUEUED' },

@@ -45,6 +45,21 @@ export interface TablePlan {
   sourceWrites: number;
 }
 
+/** What copying, syncing and validating one table needs (the plan minus its chunk list). */
+export type CopyTable = Pick<TablePlan, 'index' | 'source' | 'target' | 'columns' | 'keyColumns' | 'copyFormat' | 'keyCollateC'>;
+
+export function copyTableOf(t: TablePlan): CopyTable {
+  return {
+    index: t.index,
+    source: t.source,
+    target: t.target,
+    columns: t.columns,
+    keyColumns: t.keyColumns,
+    copyFormat: t.copyFormat,
+    keyCollateC: t.keyCollateC,
+  };
+}
+
 export interface MigrationPlan {
   tables: TablePlan[];
   sourceServer: string;

@@ -50,6 +50,15 @@ export interface ErrorInfo {
   cause?: string;
 }
 
+/** Online mode: how the cutover went. */
+export interface CutoverReport {
+  frozenAt: string;
+  /** From the freeze until the target was authoritative (or the source unfrozen). */
+  writeOutageMs: number;
+  dirtyRowsChecked: number;
+  afterwards: 'keep-frozen' | 'unfreeze';
+}
+
 export interface StatusDocument {
   id: string;
   runId: string;
@@ -65,6 +74,7 @@ export interface StatusDocument {
   /** Events dropped from the front of `events` to keep history small. */
   eventsDropped?: number;
   warnings?: string[];
+  cutover?: CutoverReport;
 }
 
 /** The result document and callback body (seed 000 §4.4 plus Ferry's fields). */
@@ -82,13 +92,15 @@ export interface ResultDocument {
   events: MigrationEvent[];
   rows_copied: number;
   warnings: string[];
+  /** Online mode: the freeze and its write outage. */
+  cutover?: CutoverReport;
   callback?: { delivered: boolean; error?: string };
 }
 
 export function resultDocument(status: StatusDocument, metadata: Record<string, unknown> | undefined): ResultDocument {
   const end = status.endedAt ?? status.startedAt;
   const ms = Math.max(0, Date.parse(end) - Date.parse(status.startedAt));
-  return {
+  const doc: ResultDocument = {
     task_id: status.id,
     state: status.state,
     phase: status.phase,
@@ -103,4 +115,6 @@ export function resultDocument(status: StatusDocument, metadata: Record<string, 
     rows_copied: status.tables.reduce((n, t) => n + t.rowsCopied, 0),
     warnings: status.warnings ?? [],
   };
+  if (status.cutover) doc.cutover = status.cutover;
+  return doc;
 }

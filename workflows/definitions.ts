@@ -4,7 +4,7 @@
  */
 import { defineQuery, defineSignal } from '@temporalio/workflow';
 import { Phase } from '../src/state-machine';
-import { ChunkStatus, EventType, StatusDocument } from '../src/status';
+import { ChunkStatus, EventType, StatusDocument, TableStatus } from '../src/status';
 
 export interface CancelRequest {
   reason?: string;
@@ -35,8 +35,14 @@ export interface TableProgress {
   tableIndex: number;
   phase?: Phase;
   chunk?: { index: number } & ChunkStatus;
+  lag?: TableStatus['lag'];
   event?: { type: EventType; detail?: Record<string, unknown> };
 }
 
+// Internal: parent ↔ table workflows.
 export const controlSignal = defineSignal<[Control]>('control');
 export const tableProgressSignal = defineSignal<[TableProgress]>('tableProgress');
+/** Online mode: the parent lets a table start copying (bounded tables copying at once). */
+export const startCopySignal = defineSignal('startCopy');
+/** Online mode, cutover: stop syncing and return; the parent drains the rest. */
+export const finishSyncSignal = defineSignal('finishSync');

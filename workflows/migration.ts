@@ -1,35 +1,31 @@
 /**
  * migrationWorkflow: one migration, workflow id = migration id (DESIGN.md §2).
- * Chain: preflight → prepareTarget → fan-out of one tableMigrationWorkflow per table (bounded)
- * → finalizeTarget; saga compensation on failure, cancellation or deadline; the result
- * callback last, always. Its argument is the spec itself, so any Temporal SDK can start it.
+ * preflight → the mode's chain (full-load.ts or online.ts) → release bookkeeping; on failure,
+ * cancellation or deadline the saga's compensations run in reverse; the result callback last,
+ * always. Its argument is the spec itself, so any Temporal SDK can start it.
  */
 import {
-  ActivityCancellationType,
+  allHandlersFinished,
   ApplicationFailure,
   CancellationScope,
   CancelledFailure,
-  ChildWorkflowCancellationType,
   ChildWorkflowHandle,
+  condition,
   isCancellation,
-  proxyActivities,
   setHandler,
   sleep,
-  startChild,
   upsertMemo,
   upsertSearchAttributes,
   workflowInfo,
-  allHandlersFinished,
-  condition,
 } from '@temporalio/workflow';
-import type { Activities } from '../activities';
 import { innermostApplicationFailure, rootMessage } from '../src/failures';
 import { FerrySourceKey, FerryTargetKey } from '../src/names';
-import { MigrationPlan } from '../src/plan';
 import { parseSpec, Spec, SpecError } from '../src/spec';
-import { resultDocument, ResultDocument } from '../src/status';
-import { runBounded } from './bounded';
+import { ErrorInfo, resultDocument, ResultDocument } from '../src/status';
+import { checks, notify, steps } from './activities';
+import { derivePhase, MigrationContext, MigrationOptions } from './context';
 import {
+  approveCutoverSignal,
   cancelSignal,
   Control,
   controlSignal,
@@ -39,43 +35,15 @@ import {
   tableProgressSignal,
   throttleSignal,
 } from './definitions';
+import { runFullLoad } from './full-load';
+import { runOnline } from './online';
 import { Saga } from './saga';
-import { tableMigrationWorkflow, TableWorkflowResult } from './table';
+import { tableMigrationWorkflow } from './table';
 import { Tracker } from './tracker';
 
-const steps = proxyActivities<Activities>({
-  startToCloseTimeout: '30 minutes',
-  heartbeatTimeout: '1 minute',
-  cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 20 },
-});
+export type { MigrationOptions };
 
-const checks = proxyActivities<Activities>({
-  startToCloseTimeout: '5 minutes',
-  cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '10 seconds', maximumAttempts: 3 },
-});
-
-const notify = proxyActivities<Activities>({
-  startToCloseTimeout: '30 seconds',
-  retry: {
-    initialInterval: '1 second',
-    backoffCoefficient: 2,
-    maximumInterval: '1 minute',
-    maximumAttempts: 8,
-    nonRetryableErrorTypes: ['CallbackRejected', 'CallbackSecretMissing'],
-  },
-});
-
-export interface MigrationOptions {
-  /** Continue-as-new threshold handed to table workflows (history events). */
-  tableHistoryLimit?: number;
-  /**
-   * The plan `ferry start` got from preflight moments before; without it (any other caller)
-   * the workflow runs preflight itself.
-   */
-  plan?: MigrationPlan;
-}
+type Outcome = 'SUCCEEDED' | 'FAILED' | 'CANCELLED' | 'TIMED_OUT';
 
 export async function migrationWorkflow(specInput: unknown, options: MigrationOptions = {}): Promise<ResultDocument> {
   const info = workflowInfo();
@@ -99,28 +67,22 @@ export async function migrationWorkflow(specInput: unknown, options: MigrationOp
     { key: FerryTargetKey, value: spec.target },
   ]);
 
-  // Control: pause, resume, throttle, cancel. Children get the control state forwarded.
+  // Control: pause, resume, throttle, approve, cancel. Table workflows get control forwarded.
   let control: Control = { paused: false };
+  let approved = false;
   const children = new Map<number, ChildWorkflowHandle<typeof tableMigrationWorkflow>>();
-  const forward = () => {
+  const setControl = (next: Control) => {
+    control = next;
     tracker.paused = control.paused;
     for (const child of children.values()) void child.signal(controlSignal, control).catch(() => undefined);
   };
-  setHandler(pauseSignal, () => {
-    control = { ...control, paused: true };
-    forward();
-  });
-  setHandler(resumeSignal, () => {
-    control = { ...control, paused: false };
-    forward();
-  });
-  setHandler(throttleSignal, (t) => {
-    control = {
-      ...control,
-      rowsPerSecond: t.rowsPerSecond || undefined,
-      batchRows: t.batchRows ?? control.batchRows,
-    };
-    forward();
+  setHandler(pauseSignal, () => setControl({ ...control, paused: true }));
+  setHandler(resumeSignal, () => setControl({ ...control, paused: false }));
+  setHandler(throttleSignal, (t) =>
+    setControl({ ...control, rowsPerSecond: t.rowsPerSecond || undefined, batchRows: t.batchRows ?? control.batchRows }),
+  );
+  setHandler(approveCutoverSignal, () => {
+    approved = true;
   });
   const main = new CancellationScope();
   let cancelReason: string | undefined;
@@ -136,16 +98,17 @@ export async function migrationWorkflow(specInput: unknown, options: MigrationOp
   // Event webhooks, when asked for: one delivery per event, each with its own idempotency key.
   const deliveries: Promise<unknown>[] = [];
   if (spec.callback?.events) {
-    const callback = spec.callback;
+    const { url, secret } = spec.callback;
     tracker.onEvent = (event) => {
       deliveries.push(
         CancellationScope.nonCancellable(() =>
-          notify.sendCallback({ url: callback.url, secret: callback.secret, idempotencyKey: `${info.workflowId}:${event.seq}`, body: { task_id: info.workflowId, event } }),
+          notify.sendCallback({ url, secret, idempotencyKey: `${info.workflowId}:${event.seq}`, body: { task_id: info.workflowId, event } }),
         ).catch(() => undefined),
       );
     };
   }
 
+  // The deadline is a timer, not an execution timeout: compensation and the callback still run.
   let timedOut = false;
   if (spec.deadlineMs !== undefined) {
     const deadlineMs = spec.deadlineMs;
@@ -157,7 +120,7 @@ export async function migrationWorkflow(specInput: unknown, options: MigrationOp
   }
 
   const saga = new Saga();
-  let outcome: 'SUCCEEDED' | 'FAILED' | 'CANCELLED' | 'TIMED_OUT' = 'SUCCEEDED';
+  let outcome: Outcome = 'SUCCEEDED';
   let failure: unknown;
   try {
     await main.run(async () => {
@@ -165,35 +128,24 @@ export async function migrationWorkflow(specInput: unknown, options: MigrationOp
       tracker.addTables(plan.tables);
       upsertMemo({ source: spec.source, target: spec.target, tables: tracker.tables.map((t) => `${t.source} → ${t.target}`) });
       tracker.event('MigrationStarted', undefined, { mode: spec.mode, tables: plan.tables.length });
-
-      if (spec.onFailure === 'rollback') {
-        saga.push('dropTargetObjects', () => steps.dropTargetObjects({ migrationId: info.workflowId, target: spec.target }));
-      }
-      await steps.prepareTarget({ migrationId: info.workflowId, source: spec.source, target: spec.target, plan, truncate: spec.truncate });
-      tracker.setPhase('FULL_MIGRATING', 'target prepared');
-
-      await copyTables(spec, plan, tracker, () => control, children, options);
-      derivePhase(tracker, spec);
-
-      const finalized = await steps.finalizeTarget({
-        migrationId: info.workflowId,
-        source: spec.source,
-        target: spec.target,
-        tables: plan.tables,
-      });
-      for (const { table, changes } of finalized.writtenDuringCopy) {
-        tracker.warnings.push(
-          `${table} took about ${changes} row changes while it was copied; validation compared the result, but full mode assumes a quiet source — use mode: online for tables that keep changing`,
-        );
-      }
-      for (const fk of finalized.skippedForeignKeys) {
-        tracker.warnings.push(`foreign key ${fk} not created: the referenced table is not on the target`);
-      }
+      const ctx: MigrationContext = {
+        id: info.workflowId,
+        spec,
+        plan,
+        tracker,
+        saga,
+        options,
+        children,
+        control: () => control,
+        approved: () => approved,
+      };
+      if (spec.mode === 'online') tracker.cutover = await runOnline(ctx);
+      else await runFullLoad(ctx);
     });
     // Past the point of no return: the target is complete, nothing to compensate.
     saga.clear();
     await CancellationScope.nonCancellable(() => steps.releaseBookkeeping({ migrationId: info.workflowId, target: spec.target }));
-    tracker.setPhase('COMPLETED', 'all tables copied and validated');
+    tracker.setPhase('COMPLETED', spec.mode === 'online' ? 'cut over to the target' : 'all tables copied and validated');
   } catch (err) {
     failure = err;
     outcome = timedOut ? 'TIMED_OUT' : isCancellation(err) ? 'CANCELLED' : 'FAILED';
@@ -215,10 +167,10 @@ export async function migrationWorkflow(specInput: unknown, options: MigrationOp
   tracker.event('MigrationFinished', undefined, { state: outcome });
   const result = resultDocument(tracker.document(), spec.metadata);
   if (spec.callback) {
-    const callback = spec.callback;
+    const { url, secret } = spec.callback;
     result.callback = await CancellationScope.nonCancellable(() =>
       notify
-        .sendCallback({ url: callback.url, secret: callback.secret, idempotencyKey: info.workflowId, body: result })
+        .sendCallback({ url, secret, idempotencyKey: info.workflowId, body: result })
         .then(() => ({ delivered: true }))
         .catch((err: unknown) => ({ delivered: false, error: rootMessage(err) })),
     );
@@ -241,63 +193,13 @@ export async function migrationWorkflow(specInput: unknown, options: MigrationOp
   });
 }
 
-async function copyTables(
-  spec: Spec,
-  plan: MigrationPlan,
-  tracker: Tracker,
-  control: () => Control,
-  children: Map<number, ChildWorkflowHandle<typeof tableMigrationWorkflow>>,
-  options: MigrationOptions,
-): Promise<TableWorkflowResult[]> {
-  const info = workflowInfo();
-  const results: TableWorkflowResult[] = [];
-  await runBounded(plan.tables, spec.parallelism.tables, async (table) => {
-    const child = await startChild(tableMigrationWorkflow, {
-      workflowId: `${info.workflowId}/table-${table.index}`,
-      cancellationType: ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
-      staticSummary: `${tracker.tables[table.index].source} → ${tracker.tables[table.index].target}`,
-      args: [
-        {
-          migrationId: info.workflowId,
-          parentWorkflowId: info.workflowId,
-          source: spec.source,
-          target: spec.target,
-          table,
-          batchRows: spec.batchRows,
-          validation: spec.validation,
-          chunkParallelism: spec.parallelism.chunks,
-          control: control(),
-          historyLimit: options.tableHistoryLimit,
-        },
-      ],
-    });
-    children.set(table.index, child);
-    try {
-      results[table.index] = await child.result();
-    } finally {
-      children.delete(table.index);
-    }
-  });
-  return results;
-}
-
-/** The migration's phase follows its tables: all copied → FULL_DONE, then VALIDATING. */
-function derivePhase(tracker: Tracker, spec: Spec): void {
-  const phases = tracker.tables.map((t) => t.phase);
-  const copied = phases.length > 0 && phases.every((p) => p === 'FULL_DONE' || p === 'VALIDATING' || p === 'COMPLETED');
-  if (tracker.phase.state === 'FULL_MIGRATING' && copied) tracker.setPhase('FULL_DONE', 'every table copied');
-  if (tracker.phase.state === 'FULL_DONE' && spec.validation !== 'none' && copied) {
-    tracker.setPhase('VALIDATING', `validation: ${spec.validation}`);
-  }
-}
-
-function errorInfo(err: unknown, outcome: string, cancelReason?: string) {
+function errorInfo(err: unknown, outcome: Outcome, cancelReason?: string): ErrorInfo {
   if (outcome === 'TIMED_OUT') return { message: 'deadline reached before the migration finished', type: 'DeadlineExceeded' };
   if (outcome === 'CANCELLED') return { message: cancelReason ?? 'migration cancelled', type: 'Cancelled' };
   const failure = innermostApplicationFailure(err);
-  return {
-    message: failure?.message ?? rootMessage(err),
-    type: failure?.type ?? undefined,
-    cause: rootMessage(err) !== failure?.message ? rootMessage(err) : undefined,
-  };
+  const root = rootMessage(err);
+  const info: ErrorInfo = { message: failure?.message ?? root };
+  if (failure?.type) info.type = failure.type;
+  if (root !== info.message) info.cause = root;
+  return info;
 }

@@ -1,8 +1,10 @@
 /**
  * tableMigrationWorkflow: one table, the per-table state machine of seed 001.
- * PENDING → FULL_MIGRATING (chunks in parallel, one short activity per slice) → FULL_DONE →
- * VALIDATING (count/checksum per chunk, bisect, re-copy, re-check) → COMPLETED.
- * It reports milestones to the parent and continues as new before its history grows large.
+ *   full:   PENDING → FULL_MIGRATING → FULL_DONE → VALIDATING → COMPLETED
+ *   online: PENDING → FULL_MIGRATING → FULL_DONE → INCR_SYNCING ⇄ VALIDATING … until the parent
+ *           asks it to finish at cutover (the parent then drains the last changes itself).
+ * Chunks copy in parallel as short activity slices; milestones go to the parent, which owns
+ * the event sequence. Long loops continue as new before the history grows large.
  */
 import {
   ActivityCancellationType,
@@ -16,16 +18,22 @@ import {
   workflowInfo,
 } from '@temporalio/workflow';
 import type { Activities } from '../activities';
-import type { CopyTable } from '../src/db/copy-stream';
 import { displayQualified } from '../src/identifiers';
-import { ChunkCheckpoint, KeyRange, TablePlan } from '../src/plan';
+import { ChunkCheckpoint, CopyTable, copyTableOf, KeyRange, TablePlan } from '../src/plan';
 import { Phase, phaseMachine, Transition } from '../src/state-machine';
-import { ChunkStatus, EventType } from '../src/status';
+import { ChunkStatus, EventType, TableStatus } from '../src/status';
 import { runBounded } from './bounded';
-import { Control, controlSignal, TableProgress, tableProgressSignal } from './definitions';
+import { Control, controlSignal, finishSyncSignal, startCopySignal, TableProgress, tableProgressSignal } from './definitions';
 
 export const SLICE_MS = 15_000;
 export const MAX_REPAIR_ROUNDS = 3;
+/** Online: how often caught-up tables re-check their dirty keys (keeps cutover's check small). */
+export const RECHECK_MS = 15_000;
+/** Online: pause between sync slices when the log was empty. */
+export const IDLE_POLL_MS = 500;
+/** Online: report lag to the parent at least this often (each report is a history event there). */
+export const LAG_REPORT_MS = 10_000;
+export const SYNC_BATCH_KEYS = 5_000;
 
 const copy = proxyActivities<Activities>({
   startToCloseTimeout: '10 minutes',
@@ -44,6 +52,7 @@ const check = proxyActivities<Activities>({
 export interface TableWorkflowInput {
   migrationId: string;
   parentWorkflowId: string;
+  mode: 'full' | 'online';
   source: string;
   target: string;
   table: TablePlan;
@@ -51,20 +60,37 @@ export interface TableWorkflowInput {
   validation: 'none' | 'count' | 'checksum';
   chunkParallelism: number;
   control: Control;
+  /** Wait for the parent's startCopy signal (online mode bounds how many tables copy at once). */
+  waitForCopySlot: boolean;
   /** Continue as new after this many history events (Temporal also suggests it). */
   historyLimit?: number;
   /** Carried across continue-as-new. */
-  carried?: {
-    phase: Phase;
-    transitions: Transition<Phase>[];
-    chunks: ChunkState[];
-  };
+  carried?: Carried;
+}
+
+interface Carried {
+  phase: Phase;
+  transitions: Transition<Phase>[];
+  chunks: ChunkState[];
+  copyAllowed: boolean;
+  sync: SyncState;
+  repairedRanges: number;
 }
 
 export interface ChunkState {
   status: ChunkStatus;
   /** The last fence handed out for this chunk; every dispatch takes a bigger one. */
   fence: number;
+}
+
+interface SyncState {
+  fence: number;
+  validationBegun: boolean;
+  validated: boolean;
+  validationRounds: number;
+  caughtUpReported: boolean;
+  lastRecheckAt: number;
+  lastLagReportAt: number;
 }
 
 export interface TableWorkflowResult {
@@ -75,12 +101,31 @@ export interface TableWorkflowResult {
 export async function tableMigrationWorkflow(input: TableWorkflowInput): Promise<TableWorkflowResult> {
   const { table } = input;
   const label = displayQualified(table.source);
-  const machine = phaseMachine(input.carried?.phase ?? 'PENDING', input.carried?.transitions);
+  const carried = input.carried;
+  const machine = phaseMachine(carried?.phase ?? 'PENDING', carried?.transitions);
   const chunks: ChunkState[] =
-    input.carried?.chunks ?? table.chunks.map(() => ({ status: { state: 'PENDING', rowsCopied: 0, checkpoint: null }, fence: 0 }));
+    carried?.chunks ?? table.chunks.map(() => ({ status: { state: 'PENDING', rowsCopied: 0, checkpoint: null }, fence: 0 }));
+  const sync: SyncState = carried?.sync ?? {
+    fence: 0,
+    validationBegun: false,
+    validated: false,
+    validationRounds: 0,
+    caughtUpReported: false,
+    lastRecheckAt: 0,
+    lastLagReportAt: 0,
+  };
+  let repairedRanges = carried?.repairedRanges ?? 0;
   let control: Control = input.control;
+  let copyAllowed = carried?.copyAllowed ?? !input.waitForCopySlot;
+  let finishRequested = false;
   setHandler(controlSignal, (c) => {
     control = c;
+  });
+  setHandler(startCopySignal, () => {
+    copyAllowed = true;
+  });
+  setHandler(finishSyncSignal, () => {
+    finishRequested = true;
   });
 
   const parent = getExternalWorkflowHandle(input.parentWorkflowId);
@@ -90,23 +135,25 @@ export async function tableMigrationWorkflow(input: TableWorkflowInput): Promise
     machine.to(to, new Date().toISOString(), reason);
     await report({ phase: to });
   };
-  const copyTable: CopyTable = {
-    index: table.index,
-    source: table.source,
-    target: table.target,
-    columns: table.columns,
-    keyColumns: table.keyColumns,
-    copyFormat: table.copyFormat,
-    keyCollateC: table.keyCollateC,
+  const copyTable = copyTableOf(table);
+  const nextFence = (holder: { fence: number }) => {
+    holder.fence = Math.max(Date.now(), holder.fence + 1);
+    return holder.fence;
   };
-  const nextFence = (chunk: ChunkState) => {
-    chunk.fence = Math.max(Date.now(), chunk.fence + 1);
-    return chunk.fence;
+  const historyFull = () => workflowInfo().continueAsNewSuggested || workflowInfo().historyLength >= (input.historyLimit ?? 10_000);
+  const carryOn = async (): Promise<never> => {
+    await condition(allHandlersFinished);
+    return continueAsNew<typeof tableMigrationWorkflow>({
+      ...input,
+      control,
+      carried: { phase: machine.state, transitions: machine.transitions, chunks, copyAllowed, sync, repairedRanges },
+    });
   };
-  const historyFull = () =>
-    workflowInfo().continueAsNewSuggested || workflowInfo().historyLength >= (input.historyLimit ?? 10_000);
 
-  if (machine.state === 'PENDING') await move('FULL_MIGRATING');
+  if (machine.state === 'PENDING') {
+    await condition(() => copyAllowed);
+    await move('FULL_MIGRATING');
+  }
 
   if (machine.state === 'FULL_MIGRATING') {
     await runBounded(
@@ -133,33 +180,91 @@ export async function tableMigrationWorkflow(input: TableWorkflowInput): Promise
           chunk.status = statusOf(result.checkpoint);
           await report({
             chunk: { index: i, ...chunk.status },
-            event: {
-              type: 'SliceMigrated',
-              detail: { chunk: i, rows: result.rows, bytes: result.bytes, done: result.checkpoint.done },
-            },
+            event: { type: 'SliceMigrated', detail: { chunk: i, rows: result.rows, bytes: result.bytes, done: result.checkpoint.done } },
           });
         }
       },
     );
-    if (chunks.some((c) => c.status.state !== 'DONE')) {
-      await condition(allHandlersFinished);
-      return continueAsNew<typeof tableMigrationWorkflow>({
-        ...input,
-        control,
-        carried: { phase: machine.state, transitions: machine.transitions, chunks },
-      });
-    }
+    if (chunks.some((c) => c.status.state !== 'DONE')) return carryOn();
     await move('FULL_DONE');
     await event('TableCopied', { rows: rowsCopied(chunks) });
   }
 
-  let repairedRanges = 0;
-  if (machine.state === 'FULL_DONE' && input.validation !== 'none') {
-    await move('VALIDATING');
-    repairedRanges = await validateTable(input, copyTable, chunks, nextFence, label);
-    await event('ValidationPassed', { mode: input.validation, rows: rowsCopied(chunks), repairedRanges });
+  if (input.mode === 'full') {
+    if (machine.state === 'FULL_DONE' && input.validation !== 'none') {
+      await move('VALIDATING');
+      repairedRanges = await validateFull(input, copyTable, chunks, nextFence, label);
+      await event('ValidationPassed', { mode: input.validation, rows: rowsCopied(chunks), repairedRanges });
+    }
+    await move('COMPLETED');
+    return { rowsCopied: rowsCopied(chunks), repairedRanges };
   }
-  await move('COMPLETED');
+
+  // Online: apply the change log until the parent asks to finish (cutover).
+  if (machine.state === 'FULL_DONE') await move('INCR_SYNCING', 'copy done; applying the change log');
+  while (!finishRequested) {
+    await condition(() => !control.paused || finishRequested);
+    if (finishRequested) break;
+    if (historyFull()) return carryOn();
+    const result = await copy.syncChanges({
+      migrationId: input.migrationId,
+      source: input.source,
+      target: input.target,
+      table: copyTable,
+      fence: nextFence(sync),
+      sliceMs: SLICE_MS,
+      batchKeys: SYNC_BATCH_KEYS,
+      recordDirty: sync.validationBegun,
+    });
+    const now = Date.now();
+    const lag: TableStatus['lag'] = { pendingChanges: result.pending, seconds: result.lagSeconds };
+    if (result.caughtUp && !sync.caughtUpReported) {
+      sync.caughtUpReported = true;
+      sync.lastLagReportAt = now;
+      await report({ lag, event: { type: 'IncrementalCaughtUp', detail: { applied: result.applied, lagSeconds: result.lagSeconds } } });
+    } else if (now - sync.lastLagReportAt >= LAG_REPORT_MS) {
+      sync.lastLagReportAt = now;
+      await report({ lag });
+    }
+    if (!result.caughtUp) continue;
+
+    if (!sync.validated && input.validation !== 'none') {
+      sync.validationBegun = true;
+      await move('VALIDATING', 'caught up');
+      const mismatches = await validateLive(input, copyTable);
+      if (mismatches.length === 0) {
+        sync.validated = true;
+        await event('ValidationPassed', { mode: input.validation, live: true, repairedRanges });
+        await move('AWAITING_APPROVAL', 'validated; syncing on until cutover');
+      } else {
+        sync.validationRounds += 1;
+        if (sync.validationRounds > MAX_REPAIR_ROUNDS) {
+          await event('ConsistencyBreach', { ranges: mismatches.length, rounds: MAX_REPAIR_ROUNDS });
+          throw ApplicationFailure.nonRetryable(
+            `${label}: ${mismatches.length} key range(s) still differ between source and target after ${MAX_REPAIR_ROUNDS} repair round(s)`,
+            'ConsistencyBreach',
+          );
+        }
+        // Never re-copy under a running sync: put the keys back into the log instead.
+        await check.enqueueKeys({ migrationId: input.migrationId, source: input.source, target: input.target, table: copyTable, ranges: mismatches });
+        repairedRanges += mismatches.length;
+        await move('INCR_SYNCING', `repairing ${mismatches.length} range(s) through the change log`);
+      }
+      continue;
+    }
+    if (!sync.validated) {
+      // validation: none — ready as soon as caught up.
+      sync.validated = true;
+      await move('AWAITING_APPROVAL', 'caught up; syncing on until cutover');
+    }
+    if (input.validation !== 'none' && now - sync.lastRecheckAt >= RECHECK_MS) {
+      sync.lastRecheckAt = now;
+      await check.checkDirtyKeys({ migrationId: input.migrationId, source: input.source, target: input.target, table: copyTable });
+      continue;
+    }
+    await condition(() => finishRequested, IDLE_POLL_MS);
+  }
+  if (machine.can('CUTTING_OVER')) await move('CUTTING_OVER', 'cutover: the parent drains the last changes');
   return { rowsCopied: rowsCopied(chunks), repairedRanges };
 }
 
@@ -171,11 +276,29 @@ function rowsCopied(chunks: ChunkState[]): number {
   return chunks.reduce((n, c) => n + c.status.rowsCopied, 0);
 }
 
+/** Online: compares every chunk against one source snapshot, leaving out keys still in the log. */
+async function validateLive(input: TableWorkflowInput, table: CopyTable): Promise<KeyRange[]> {
+  const mode = input.validation === 'count' ? 'count' : 'checksum';
+  const mismatches: KeyRange[] = [];
+  await runBounded(input.table.chunks, input.chunkParallelism, async (c) => {
+    const result = await check.validateChunk({
+      source: input.source,
+      target: input.target,
+      table,
+      range: { lower: c.lower, upper: c.upper },
+      mode,
+      live: { migrationId: input.migrationId },
+    });
+    mismatches.push(...result.mismatches);
+  });
+  return mismatches;
+}
+
 /**
- * Validates every chunk; narrowed mismatches are re-copied and re-checked up to
+ * Full mode: validates every chunk; narrowed mismatches are re-copied and re-checked up to
  * MAX_REPAIR_ROUNDS times, then the table fails with ConsistencyBreach.
  */
-async function validateTable(
+async function validateFull(
   input: TableWorkflowInput,
   table: CopyTable,
   chunks: ChunkState[],

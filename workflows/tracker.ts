@@ -7,7 +7,7 @@ import { FerryPhaseKey, FerryStateKey } from '../src/names';
 import { displayQualified } from '../src/identifiers';
 import { TablePlan } from '../src/plan';
 import { migrationStateMachine, MigrationState, Phase, phaseMachine } from '../src/state-machine';
-import { ErrorInfo, EventType, MigrationEvent, StatusDocument, TableStatus } from '../src/status';
+import { CutoverReport, ErrorInfo, EventType, MigrationEvent, StatusDocument, TableStatus } from '../src/status';
 import { TableProgress } from './definitions';
 
 export const MAX_EVENTS_KEPT = 200;
@@ -23,6 +23,7 @@ export class Tracker {
   paused = false;
   error?: ErrorInfo;
   endedAt?: string;
+  cutover?: CutoverReport;
   /** Called for every appended event (event webhooks). */
   onEvent?: (event: MigrationEvent) => void;
 
@@ -77,12 +78,19 @@ export class Tracker {
     const table = this.tables[p.tableIndex];
     if (!table) return;
     if (p.phase) table.phase = p.phase;
+    if (p.lag) table.lag = p.lag;
     if (p.chunk) {
       const { index, ...chunk } = p.chunk;
       table.chunks[index] = chunk;
       table.rowsCopied = table.chunks.reduce((n, c) => n + c.rowsCopied, 0);
     }
     if (p.event) this.event(p.event.type, table.source, p.event.detail);
+    this.publish();
+  }
+
+  /** Online cutover done: the table workflows have returned, the parent finished each table. */
+  completeTables(): void {
+    for (const t of this.tables) t.phase = 'COMPLETED';
     this.publish();
   }
 
@@ -119,6 +127,7 @@ export class Tracker {
     if (this.endedAt) doc.endedAt = this.endedAt;
     if (this.dropped) doc.eventsDropped = this.dropped;
     if (this.warnings.length) doc.warnings = this.warnings;
+    if (this.cutover) doc.cutover = this.cutover;
     return doc;
   }
 }

@@ -32,7 +32,17 @@ CREATE TABLE IF NOT EXISTS _ferry.checkpoints (
   owner        text,
   updated_at   timestamptz NOT NULL DEFAULT now(),
   PRIMARY KEY (migration_id, table_index, chunk_index)
+);
+-- Online mode: keys applied after a table's validation began, re-checked before cutover.
+CREATE TABLE IF NOT EXISTS _ferry.dirty (
+  migration_id text   NOT NULL,
+  table_index  int    NOT NULL,
+  pk           text[] NOT NULL,
+  PRIMARY KEY (migration_id, table_index, pk)
 )`;
+
+/** The checkpoint row that fences a table's incremental sync (chunks count from 0). */
+export const SYNC_CHUNK = -1;
 
 /** Serialises creation and removal of the `_ferry` schema between concurrent migrations. */
 export async function lockBookkeeping(db: ClientBase): Promise<void> {

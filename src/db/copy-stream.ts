@@ -8,10 +8,9 @@ import { pipeline } from 'node:stream/promises';
 import { ClientBase } from 'pg';
 import { from as copyFrom, to as copyTo } from 'pg-copy-streams';
 import { quoteIdent, quoteQualified } from '../identifiers';
-import { TablePlan } from '../plan';
+import { CopyTable } from '../plan';
 import { Bound, keyPredicate, literalBinder, ParamBinder } from './ranges';
 
-export type CopyTable = Pick<TablePlan, 'index' | 'source' | 'target' | 'columns' | 'keyColumns' | 'copyFormat' | 'keyCollateC'>;
 
 export interface CopyStats {
   rows: number;
@@ -40,23 +39,33 @@ export function selectColumns(table: CopyTable): string {
   return table.columns.map(quoteIdent).join(', ');
 }
 
+/** Streams the rows of a SELECT on the source into the target table with COPY. */
+export async function copyStream(
+  source: ClientBase,
+  target: ClientBase,
+  table: CopyTable,
+  select: string,
+  onProgress: (bytes: number) => void = () => undefined,
+): Promise<CopyStats> {
+  const format = table.copyFormat === 'binary' ? '(FORMAT binary)' : '';
+  const out = source.query(copyTo(`COPY (${select}) TO STDOUT ${format}`));
+  const into = target.query(copyFrom(`COPY ${quoteQualified(table.target)} (${selectColumns(table)}) FROM STDIN ${format}`));
+  const meter = new Meter(onProgress);
+  await pipeline(out, meter, into);
+  return { rows: into.rowCount, bytes: meter.bytes };
+}
+
 /** Copies the rows of `bounds` into the target; the caller owns the target transaction. */
 export async function copyRange(
   source: ClientBase,
   target: ClientBase,
   table: CopyTable,
   bounds: Bound[],
-  onProgress: (bytes: number) => void = () => undefined,
+  onProgress?: (bytes: number) => void,
 ): Promise<CopyStats> {
-  const columns = selectColumns(table);
-  const format = table.copyFormat === 'binary' ? '(FORMAT binary)' : '';
   // COPY takes no parameters: key values enter as escaped, typed literals.
   const where = keyPredicate(table, bounds, literalBinder);
-  const out = source.query(copyTo(`COPY (SELECT ${columns} FROM ${quoteQualified(table.source)} WHERE ${where}) TO STDOUT ${format}`));
-  const into = target.query(copyFrom(`COPY ${quoteQualified(table.target)} (${columns}) FROM STDIN ${format}`));
-  const meter = new Meter(onProgress);
-  await pipeline(out, meter, into);
-  return { rows: into.rowCount, bytes: meter.bytes };
+  return copyStream(source, target, table, `SELECT ${selectColumns(table)} FROM ${quoteQualified(table.source)} WHERE ${where}`, onProgress);
 }
 
 /** Deletes the rows of `bounds` from the target (the batch's idempotent first step). */

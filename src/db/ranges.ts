@@ -81,3 +81,26 @@ export function rangeBounds(range: KeyRange): Bound[] {
   if (range.upper) bounds.push({ op: '<', key: range.upper });
   return bounds;
 }
+
+/** `("a", "b") IN ((…), (…))` for a list of whole keys (equality needs no collation). */
+export function keyInList(shape: KeyShape, keys: Key[], binder: Binder): string {
+  if (keys.length === 0) return 'FALSE';
+  const cols = shape.keyColumns.map((c) => quoteIdent(c.name));
+  const lhs = cols.length === 1 ? cols[0] : `(${cols.join(', ')})`;
+  const values = keys.map((key) => {
+    const parts = key.map((v, i) => binder.bind(v, shape.keyColumns[i].type));
+    return parts.length === 1 ? parts[0] : `(${parts.join(', ')})`;
+  });
+  return `${lhs} IN (${values.join(', ')})`;
+}
+
+/** Distinct keys, first occurrence order. */
+export function distinctKeys(keys: Key[]): Key[] {
+  const seen = new Set<string>();
+  return keys.filter((k) => {
+    const id = JSON.stringify(k);
+    if (seen.has(id)) return false;
+    seen.add(id);
+    return true;
+  });
+}

@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, Runtime, WorkerOptions } from '@temporalio/worker';
 import { FerryClient } from '../../src/client';
+import type { ResultDocument } from '../../src/status';
 import { connectionEnvVar } from '../../src/names';
 import { silentLogger } from '../../src/logger';
 import { DevServer, DevServerOptions, startDevServer } from '../../src/temporal/dev-server';
@@ -167,4 +168,55 @@ export async function eventually<T>(fn: () => Promise<T | undefined | null | fal
     await new Promise((r) => setTimeout(r, intervalMs));
   }
   throw new Error(`condition not met within ${timeoutMs}ms${lastError ? `: ${String(lastError)}` : ''}`);
+}
+
+/** Waits until the migration reaches `phase`; on timeout the error carries its status document. */
+export async function waitForPhase(ferry: FerryClient, id: string, phase: string, timeoutMs = 90_000): Promise<void> {
+  let last: unknown;
+  try {
+    await eventually(async () => {
+      const status = await ferry.status(id);
+      last = status;
+      if (status.endedAt) throw new Error(`migration ended in ${status.state}: ${JSON.stringify(status.error)}`);
+      return status.phase === phase;
+    }, timeoutMs);
+  } catch (err) {
+    throw new Error(`${(err as Error).message}\nlast status: ${JSON.stringify(last, null, 1).slice(0, 6000)}`);
+  }
+}
+
+/** The result, or after timeoutMs an error describing where the migration stands. */
+export async function resultWithin(ferry: FerryClient, id: string, timeoutMs = 90_000): Promise<ResultDocument> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      void diagnose(ferry, id).then((text) => reject(new Error(`no result within ${timeoutMs}ms\n${text}`)));
+    }, timeoutMs);
+  });
+  try {
+    return await Promise.race([ferry.result(id), timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** State, table phases, events and pending activities of a migration and its table workflows. */
+export async function diagnose(ferry: FerryClient, id: string): Promise<string> {
+  const lines: string[] = [];
+  try {
+    const s = await ferry.status(id);
+    lines.push(`state ${s.state} phase ${s.phase}`);
+    for (const t of s.tables) lines.push(`  ${t.source} ${t.phase} rows ${t.rowsCopied} lag ${JSON.stringify(t.lag)}`);
+    lines.push(`events: ${s.events.map((e) => `${e.type}${e.table ? `(${e.table})` : ''}`).join(' ')}`);
+    const workflows = [id, ...s.tables.map((_, i) => `${id}/table-${i}`)];
+    for (const w of workflows) {
+      const d = await ferry.handle(w).describe().catch(() => undefined);
+      for (const a of d?.raw.pendingActivities ?? []) {
+        lines.push(`  pending in ${w}: ${a.activityType?.name} attempt ${a.attempt} ${a.lastFailure?.message ?? ''}`);
+      }
+    }
+  } catch (err) {
+    lines.push(`(diagnosis failed: ${String(err)})`);
+  }
+  return lines.join('\n');
 }

@@ -68,7 +68,7 @@ describe('migrationWorkflow orchestration', () => {
     },
     async validateChunk() {
       calls.push('validateChunk');
-      return { match: true, sourceRows: 10, targetRows: 10, mismatches: [] };
+      return { match: true, sourceRows: 10, targetRows: 10, mismatches: [], excluded: 0 };
     },
     async finalizeTarget() {
       calls.push('finalizeTarget');

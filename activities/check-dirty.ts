@@ -1,0 +1,103 @@
+/**
+ * checkDirtyKeys: online mode's re-check of the keys applied since a table's validation began
+ * (the dirty set). In one source snapshot, keys still waiting in the change log are skipped;
+ * every other dirty key's row is compared, source against target, by its full text. Matching
+ * keys leave the dirty set; differing ones go back into the log for the sync to repair. Before
+ * cutover (source frozen, log drained) this is the final proof, and its cost follows the number
+ * of changed rows, not the size of the table.
+ */
+import { Context } from '@temporalio/activity';
+import { Client } from 'pg';
+import { captureNames } from '../src/db/capture-sql';
+import { selectColumns } from '../src/db/copy-stream';
+import type { CopyTable } from '../src/plan';
+import { asActivityFailure } from '../src/db/errors';
+import { keyAsText, keyFromRow, keyInList, ParamBinder } from '../src/db/ranges';
+import { displayQualified, QualifiedName, quoteQualified } from '../src/identifiers';
+import { Key } from '../src/plan';
+import { ActivityDeps } from './deps';
+
+export interface CheckDirtyInput {
+  migrationId: string;
+  source: string;
+  target: string;
+  table: CopyTable;
+  batchKeys?: number;
+}
+
+export interface CheckDirtyResult {
+  checked: number;
+  /** Keys whose rows differed; they were put back into the change log. */
+  mismatched: number;
+  /** Keys skipped because they were waiting in the change log. */
+  waiting: number;
+  /** Dirty keys left after the check. */
+  remaining: number;
+}
+
+async function rowsByKey(db: Client, table: CopyTable, relation: QualifiedName, keys: Key[]): Promise<Map<string, string>> {
+  const binder = new ParamBinder();
+  const { rows } = await db.query(
+    `SELECT ${keyAsText(table)}, ROW(${selectColumns(table)})::text AS row FROM ${quoteQualified(relation)} AS t WHERE ${keyInList(table, keys, binder)}`,
+    binder.params,
+  );
+  return new Map(rows.map((r) => [JSON.stringify(keyFromRow(r, table)), r.row as string]));
+}
+
+export function createCheckDirty({ connections }: ActivityDeps) {
+  return async function checkDirtyKeys(input: CheckDirtyInput): Promise<CheckDirtyResult> {
+    const ctx = Context.current();
+    const batchKeys = input.batchKeys ?? 5000;
+    const log = quoteQualified(captureNames(input.migrationId, input.table.index).log);
+    let source: Client | undefined;
+    let target: Client | undefined;
+    try {
+      [source, target] = await Promise.all([connections.client(input.source), connections.client(input.target)]);
+      await source.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+      const waitingKeys = new Set((await source.query(`SELECT DISTINCT pk FROM ${log}`)).rows.map((r) => JSON.stringify(r.pk)));
+      const result: CheckDirtyResult = { checked: 0, mismatched: 0, waiting: 0, remaining: 0 };
+      let after: Key | null = null;
+      for (;;) {
+        const page: { rows: { pk: Key }[] } = await target.query(
+          `SELECT pk FROM _ferry.dirty WHERE migration_id = $1 AND table_index = $2 AND ($3::text[] IS NULL OR pk > $3::text[])
+            ORDER BY pk LIMIT ${batchKeys}`,
+          [input.migrationId, input.table.index, after],
+        );
+        if (page.rows.length === 0) break;
+        after = page.rows[page.rows.length - 1].pk;
+        const keys = page.rows.map((r) => r.pk).filter((k) => !waitingKeys.has(JSON.stringify(k)));
+        result.waiting += page.rows.length - keys.length;
+        if (keys.length === 0) continue;
+        const [theirs, ours] = await Promise.all([rowsByKey(source, input.table, input.table.source, keys), rowsByKey(target, input.table, input.table.target, keys)]);
+        const differing = keys.filter((k) => theirs.get(JSON.stringify(k)) !== ours.get(JSON.stringify(k)));
+        const matching = keys.filter((k) => theirs.get(JSON.stringify(k)) === ours.get(JSON.stringify(k)));
+        await target.query(
+          `DELETE FROM _ferry.dirty WHERE migration_id = $1 AND table_index = $2
+              AND pk IN (SELECT ARRAY(SELECT jsonb_array_elements_text(k)) FROM jsonb_array_elements($3::jsonb) AS k)`,
+          [input.migrationId, input.table.index, JSON.stringify(matching)],
+        );
+        if (differing.length > 0) {
+          // A separate connection: the snapshot transaction above is read-only in spirit.
+          await connections.withClient(input.source, (db) =>
+            db.query(`INSERT INTO ${log} (pk) SELECT ARRAY(SELECT jsonb_array_elements_text(k)) FROM jsonb_array_elements($1::jsonb) AS k`, [
+              JSON.stringify(differing),
+            ]),
+          );
+        }
+        result.checked += keys.length;
+        result.mismatched += differing.length;
+        ctx.heartbeat(result);
+      }
+      const left = await target.query('SELECT count(*)::int AS n FROM _ferry.dirty WHERE migration_id = $1 AND table_index = $2', [
+        input.migrationId,
+        input.table.index,
+      ]);
+      result.remaining = left.rows[0].n;
+      return result;
+    } catch (err) {
+      throw asActivityFailure(err, `check changed rows of ${displayQualified(input.table.source)}`);
+    } finally {
+      await Promise.all([source?.end().catch(() => undefined), target?.end().catch(() => undefined)]);
+    }
+  };
+}

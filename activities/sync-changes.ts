@@ -1,0 +1,190 @@
+/**
+ * Online mode, after a table's copy: the change log is a queue, consumed state-based.
+ *
+ * syncChanges: read the visible log rows, re-read each logged key's *current* source row and
+ * replace the target's (deleted when gone) in one fenced target transaction, then delete exactly
+ * those log ids. Never a sequence watermark: a transaction can take a lower id and commit after a
+ * higher one. Re-applying a key is harmless, so a crash anywhere loses nothing.
+ *
+ * enqueueKeys: online repair — validation puts the keys of differing ranges back into the log
+ * instead of re-copying under a running sync.
+ */
+import { Context } from '@temporalio/activity';
+import { ApplicationFailure } from '@temporalio/common';
+import { Client, ClientBase } from 'pg';
+import { ChunkRef, claimChunk, holdsFence, SYNC_CHUNK } from '../src/db/bookkeeping';
+import { CAPTURE_SCHEMA, captureNames, FINGERPRINT_SQL } from '../src/db/capture-sql';
+import { inTransaction } from '../src/db/connections';
+import { copyStream, selectColumns } from '../src/db/copy-stream';
+import type { CopyTable } from '../src/plan';
+import { asActivityFailure } from '../src/db/errors';
+import { distinctKeys, keyAsText, keyFromRow, keyInList, keyPredicate, literalBinder, ParamBinder, rangeBounds } from '../src/db/ranges';
+import { displayQualified, quoteQualified } from '../src/identifiers';
+import { Key, KeyRange } from '../src/plan';
+import { fenceToken, SUPERSEDED } from './copy-chunk';
+import { ActivityDeps } from './deps';
+
+export interface SyncInput {
+  migrationId: string;
+  source: string;
+  target: string;
+  table: CopyTable;
+  fence: number;
+  sliceMs: number;
+  /** Keys per round. */
+  batchKeys: number;
+  /** Record applied keys in the dirty set (the table's validation has begun). */
+  recordDirty: boolean;
+}
+
+export interface SyncResult {
+  applied: number;
+  rounds: number;
+  /**
+   * The last round found less than a full batch: the sync keeps up. (With live writers the log
+   * is never empty for long; "caught up" must not wait for that, or hot tables never converge.)
+   */
+  caughtUp: boolean;
+  pending: number;
+  lagSeconds: number;
+}
+
+export interface EnqueueInput {
+  migrationId: string;
+  source: string;
+  target: string;
+  table: CopyTable;
+  ranges: KeyRange[];
+}
+
+const PENDING_COUNT_CAP = 1_000_000;
+
+/** Replaces the target's rows for `keys` with the source's current rows (the caller owns the transaction). */
+export async function applyKeys(source: ClientBase, target: ClientBase, table: CopyTable, keys: Key[]): Promise<void> {
+  const deleteBinder = new ParamBinder();
+  await target.query(`DELETE FROM ${quoteQualified(table.target)} WHERE ${keyInList(table, keys, deleteBinder)}`, deleteBinder.params);
+  await copyStream(
+    source,
+    target,
+    table,
+    `SELECT ${selectColumns(table)} FROM ${quoteQualified(table.source)} WHERE ${keyInList(table, keys, literalBinder)}`,
+  );
+}
+
+async function recordDirty(target: ClientBase, migrationId: string, tableIndex: number, keys: Key[]): Promise<void> {
+  await target.query(
+    `INSERT INTO _ferry.dirty (migration_id, table_index, pk)
+     SELECT $1, $2, ARRAY(SELECT jsonb_array_elements_text(k)) FROM jsonb_array_elements($3::jsonb) AS k
+     ON CONFLICT DO NOTHING`,
+    [migrationId, tableIndex, JSON.stringify(keys)],
+  );
+}
+
+async function assertSchemaUnchanged(source: ClientBase, input: { migrationId: string; table: CopyTable }): Promise<void> {
+  const { rows } = await source.query(`SELECT relid, fingerprint FROM ${CAPTURE_SCHEMA}.captures WHERE migration_id = $1 AND table_index = $2`, [
+    input.migrationId,
+    input.table.index,
+  ]);
+  if (rows.length === 0) {
+    throw ApplicationFailure.nonRetryable(
+      `change capture for ${displayQualified(input.table.source)} is gone from the source; the migration cannot know what changed`,
+      'CaptureLost',
+    );
+  }
+  const now = await source.query(FINGERPRINT_SQL, [rows[0].relid]);
+  if (now.rows[0].fingerprint !== rows[0].fingerprint) {
+    throw ApplicationFailure.nonRetryable(
+      `${displayQualified(input.table.source)} was altered on the source during the online migration (columns now: ${now.rows[0].fingerprint}); ` +
+        'the copy no longer matches it — cancel, apply the change to the target too, and start again',
+      'SchemaChanged',
+    );
+  }
+}
+
+export function createSyncActivities({ connections, logger }: ActivityDeps) {
+  async function syncChanges(input: SyncInput): Promise<SyncResult> {
+    const ctx = Context.current();
+    const token = fenceToken(input.fence, ctx.info.attempt);
+    const ref: ChunkRef = { migrationId: input.migrationId, tableIndex: input.table.index, chunkIndex: SYNC_CHUNK };
+    const log = quoteQualified(captureNames(input.migrationId, input.table.index).log);
+    const started = Date.now();
+    let source: Client | undefined;
+    let target: Client | undefined;
+    try {
+      [source, target] = await Promise.all([connections.client(input.source), connections.client(input.target)]);
+      if (!(await claimChunk(target, ref, token, `${ctx.info.activityId}#${ctx.info.attempt}`))) {
+        throw ApplicationFailure.nonRetryable('a newer attempt owns this table\'s sync', SUPERSEDED);
+      }
+      await assertSchemaUnchanged(source, input);
+      let applied = 0;
+      let rounds = 0;
+      let caughtUp = false;
+      do {
+        if (ctx.cancellationSignal.aborted) break;
+        const { rows } = await source.query(`SELECT id, pk FROM ${log} ORDER BY id LIMIT ${input.batchKeys}`);
+        if (rows.length === 0) {
+          caughtUp = true;
+          break;
+        }
+        const keys = distinctKeys(rows.map((r) => r.pk as Key));
+        await inTransaction(target, async () => {
+          if (!(await holdsFence(target!, ref, token))) throw ApplicationFailure.nonRetryable('a newer attempt owns this table\'s sync', SUPERSEDED);
+          await applyKeys(source!, target!, input.table, keys);
+          if (input.recordDirty) await recordDirty(target!, input.migrationId, input.table.index, keys);
+        });
+        // Only after the target committed: delete exactly the log rows that were applied.
+        await source.query(`DELETE FROM ${log} WHERE id = ANY ($1::int8[])`, [rows.map((r) => r.id)]);
+        applied += keys.length;
+        rounds += 1;
+        ctx.heartbeat({ applied });
+        caughtUp = rows.length < input.batchKeys;
+      } while (!caughtUp && Date.now() - started < input.sliceMs);
+      const lag = await source.query(
+        `SELECT (SELECT count(*) FROM (SELECT 1 FROM ${log} LIMIT ${PENDING_COUNT_CAP}) s)::int AS pending,
+                coalesce(extract(epoch FROM clock_timestamp() - (SELECT logged_at FROM ${log} ORDER BY id LIMIT 1)), 0)::float8 AS lag`,
+      );
+      const pending = Number(lag.rows[0].pending);
+      return { applied, rounds, caughtUp, pending, lagSeconds: Math.round(Number(lag.rows[0].lag) * 1000) / 1000 };
+    } catch (err) {
+      if (!(err instanceof ApplicationFailure)) logger.warn({ err, migrationId: input.migrationId, table: displayQualified(input.table.source) }, 'sync failed');
+      throw asActivityFailure(err, `sync ${displayQualified(input.table.source)}`);
+    } finally {
+      await Promise.all([source?.end().catch(() => undefined), target?.end().catch(() => undefined)]);
+    }
+  }
+
+  /** Puts every key of the ranges, as either side has them, back into the change log. */
+  async function enqueueKeys(input: EnqueueInput): Promise<{ enqueued: number }> {
+    const log = quoteQualified(captureNames(input.migrationId, input.table.index).log);
+    try {
+      let enqueued = 0;
+      for (const range of input.ranges) {
+        const binder = new ParamBinder();
+        const where = keyPredicate(input.table, rangeBounds(range), binder);
+        const targetKeys = await connections.withClient(input.target, async (db) =>
+          (await db.query(`SELECT ${keyAsText(input.table)} FROM ${quoteQualified(input.table.target)} WHERE ${where}`, binder.params)).rows.map((r) =>
+            keyFromRow(r, input.table),
+          ),
+        );
+        const sourceKeys = await connections.withClient(input.source, async (db) =>
+          (await db.query(`SELECT ${keyAsText(input.table)} FROM ${quoteQualified(input.table.source)} WHERE ${where}`, binder.params)).rows.map((r) =>
+            keyFromRow(r, input.table),
+          ),
+        );
+        const keys = distinctKeys([...sourceKeys, ...targetKeys]);
+        if (keys.length === 0) continue;
+        await connections.withClient(input.source, (db) =>
+          db.query(`INSERT INTO ${log} (pk) SELECT ARRAY(SELECT jsonb_array_elements_text(k)) FROM jsonb_array_elements($1::jsonb) AS k`, [
+            JSON.stringify(keys),
+          ]),
+        );
+        enqueued += keys.length;
+      }
+      return { enqueued };
+    } catch (err) {
+      throw asActivityFailure(err, `enqueue keys of ${displayQualified(input.table.source)}`);
+    }
+  }
+
+  return { syncChanges, enqueueKeys };
+}

@@ -1,0 +1,196 @@
+/**
+ * SQL for online mode on the source: the change log (one queue table per migrated table), the
+ * row triggers that fill it, the TRUNCATE refusal, the DDL guard, and the cutover freeze.
+ * Names derive from a hash of the migration id, so concurrent migrations never collide and
+ * every name fits PostgreSQL's 63-byte limit.
+ */
+import { createHash } from 'node:crypto';
+import { escapeLiteral } from 'pg';
+import { QualifiedName, quoteIdent, quoteQualified } from '../identifiers';
+import { KeyColumn } from '../plan';
+
+export const CAPTURE_SCHEMA = '_ferry';
+/** Ferry's own DDL on guarded tables (the freeze) sets this locally to pass the DDL guard. */
+export const GUARD_BYPASS = "SET LOCAL ferry.ddl_guard = 'off'";
+/** The freeze lives outside `_ferry`, so removing capture can never unfreeze the source. */
+export const FREEZE_SCHEMA = '_ferry_freeze';
+
+/** Key types whose text form depends on session settings: their trigger pins those settings. */
+const SETTING_DEPENDENT = /^(date|time|timestamp|interval|real|double precision|float|bytea|money)/;
+
+export function migrationTag(migrationId: string): string {
+  return createHash('sha256').update(migrationId).digest('hex').slice(0, 12);
+}
+
+/** Per-table objects: the table's change log and its trigger function. */
+export interface CaptureNames {
+  log: QualifiedName;
+  captureFunction: QualifiedName;
+}
+
+export function captureNames(migrationId: string, tableIndex: number): CaptureNames {
+  const tag = migrationTag(migrationId);
+  return {
+    log: { schema: CAPTURE_SCHEMA, name: `log_${tag}_${tableIndex}` },
+    captureFunction: { schema: CAPTURE_SCHEMA, name: `capture_${tag}_${tableIndex}` },
+  };
+}
+
+/** Trigger names are per migration (each lives on its own table). */
+export function triggerNames(migrationId: string): { capture: string; truncate: string; freeze: string } {
+  const tag = migrationTag(migrationId);
+  return { capture: `ferry_capture_${tag}`, truncate: `ferry_no_truncate_${tag}`, freeze: `ferry_freeze_${tag}` };
+}
+
+export function refuseTruncateFunction(migrationId: string): QualifiedName {
+  return { schema: CAPTURE_SCHEMA, name: `refuse_truncate_${migrationTag(migrationId)}` };
+}
+
+export function guardFunction(migrationId: string): QualifiedName {
+  return { schema: CAPTURE_SCHEMA, name: `guard_ddl_${migrationTag(migrationId)}` };
+}
+
+export function guardEventTriggers(migrationId: string): string[] {
+  const tag = migrationTag(migrationId);
+  return [`ferry_guard_${tag}`, `ferry_guard_drop_${tag}`];
+}
+
+export function freezeFunction(migrationId: string): QualifiedName {
+  return { schema: FREEZE_SCHEMA, name: `frozen_${migrationTag(migrationId)}` };
+}
+
+export const CAPTURE_BOOKKEEPING_DDL = `
+CREATE SCHEMA IF NOT EXISTS ${CAPTURE_SCHEMA};
+CREATE TABLE IF NOT EXISTS ${CAPTURE_SCHEMA}.captures (
+  migration_id text NOT NULL,
+  table_index  int  NOT NULL,
+  relid        oid  NOT NULL,
+  fingerprint  text NOT NULL,
+  ddl_guard    boolean NOT NULL,
+  PRIMARY KEY (migration_id, table_index)
+)`;
+
+/** The queue of changed keys: consumed by id (read, apply, delete exactly those ids). */
+export function createLogSql(names: CaptureNames): string {
+  return `CREATE TABLE ${quoteQualified(names.log)} (
+  id        bigserial PRIMARY KEY,
+  pk        text[] NOT NULL,
+  logged_at timestamptz NOT NULL DEFAULT clock_timestamp()
+)`;
+}
+
+function keyArray(record: 'NEW' | 'OLD', keys: KeyColumn[]): string {
+  return `ARRAY[${keys.map((k) => `${record}.${quoteIdent(k.name)}::text`).join(', ')}]`;
+}
+
+/**
+ * The row trigger: NEW key on insert and update, OLD key on delete and on an update that
+ * changes the key. Keys whose text depends on session settings are written under Ferry's
+ * pinned settings, so the sync reads back exactly the key that was logged.
+ */
+export function createCaptureFunctionSql(names: CaptureNames, keys: KeyColumn[]): string {
+  const log = quoteQualified(names.log);
+  const keyExpr = keys.length === 1 ? `NEW.${quoteIdent(keys[0].name)}` : `(${keys.map((k) => `NEW.${quoteIdent(k.name)}`).join(', ')})`;
+  const oldExpr = keyExpr.replace(/NEW\./g, 'OLD.');
+  const pinned = keys.some((k) => SETTING_DEPENDENT.test(k.type))
+    ? `\nSET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres' SET TimeZone = 'UTC' SET extra_float_digits = 3 SET bytea_output = 'hex'`
+    : '';
+  return `CREATE OR REPLACE FUNCTION ${quoteQualified(names.captureFunction)}() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = ''${pinned} AS $ferry$
+BEGIN
+  IF TG_OP <> 'DELETE' THEN
+    INSERT INTO ${log} (pk) VALUES (${keyArray('NEW', keys)});
+  END IF;
+  IF TG_OP = 'DELETE' OR (TG_OP = 'UPDATE' AND ${oldExpr} IS DISTINCT FROM ${keyExpr}) THEN
+    INSERT INTO ${log} (pk) VALUES (${keyArray('OLD', keys)});
+  END IF;
+  RETURN NULL;
+END
+$ferry$`;
+}
+
+export function createRefuseTruncateSql(migrationId: string): string {
+  return `CREATE OR REPLACE FUNCTION ${quoteQualified(refuseTruncateFunction(migrationId))}() RETURNS trigger
+LANGUAGE plpgsql AS $ferry$
+BEGIN
+  RAISE EXCEPTION 'TRUNCATE of %.% is refused: Ferry migration % is copying this table online', TG_TABLE_SCHEMA, TG_TABLE_NAME, ${escapeLiteral(migrationId)}
+    USING ERRCODE = 'object_in_use', HINT = 'delete rows with DELETE, or cancel the migration first';
+END
+$ferry$`;
+}
+
+/** Triggers on one table: capture (AFTER ROW) and the TRUNCATE refusal, both ENABLE ALWAYS. */
+export function createTableTriggersSql(table: QualifiedName, names: CaptureNames, migrationId: string): string[] {
+  const t = quoteQualified(table);
+  const triggers = triggerNames(migrationId);
+  return [
+    `CREATE TRIGGER ${quoteIdent(triggers.capture)} AFTER INSERT OR UPDATE OR DELETE ON ${t}
+       FOR EACH ROW EXECUTE FUNCTION ${quoteQualified(names.captureFunction)}()`,
+    `ALTER TABLE ${t} ENABLE ALWAYS TRIGGER ${quoteIdent(triggers.capture)}`,
+    `CREATE TRIGGER ${quoteIdent(triggers.truncate)} BEFORE TRUNCATE ON ${t}
+       FOR EACH STATEMENT EXECUTE FUNCTION ${quoteQualified(refuseTruncateFunction(migrationId))}()`,
+    `ALTER TABLE ${t} ENABLE ALWAYS TRIGGER ${quoteIdent(triggers.truncate)}`,
+  ];
+}
+
+/**
+ * The DDL guard: an event trigger that refuses ALTER or DROP of a migrated table while the
+ * migration runs. Creating event triggers needs superuser; without it Ferry compares each
+ * table's column fingerprint instead (see fingerprintSql) and fails the migration clearly.
+ */
+export function createGuardSql(migrationId: string, relids: number[]): string[] {
+  const fn = quoteQualified(guardFunction(migrationId));
+  const [alterTrigger, dropTrigger] = guardEventTriggers(migrationId);
+  const oids = `ARRAY[${relids.join(', ')}]::oid[]`;
+  return [
+    `CREATE OR REPLACE FUNCTION ${fn}() RETURNS event_trigger LANGUAGE plpgsql AS $ferry$
+DECLARE
+  hit record;
+BEGIN
+  IF current_setting('ferry.ddl_guard', true) = 'off' THEN
+    RETURN;
+  END IF;
+  IF TG_EVENT = 'sql_drop' THEN
+    SELECT * INTO hit FROM pg_catalog.pg_event_trigger_dropped_objects()
+     WHERE classid = 'pg_catalog.pg_class'::regclass AND objid = ANY (${oids}) AND objsubid = 0 LIMIT 1;
+  ELSE
+    SELECT * INTO hit FROM pg_catalog.pg_event_trigger_ddl_commands()
+     WHERE classid = 'pg_catalog.pg_class'::regclass AND objid = ANY (${oids}) AND command_tag = 'ALTER TABLE' LIMIT 1;
+  END IF;
+  IF FOUND THEN
+    RAISE EXCEPTION '% of % is refused: Ferry migration % is copying this table online', TG_TAG, hit.object_identity, ${escapeLiteral(migrationId)}
+      USING ERRCODE = 'object_in_use', HINT = 'change the table after the cutover, or cancel the migration first';
+  END IF;
+END
+$ferry$`,
+    `CREATE EVENT TRIGGER ${quoteIdent(alterTrigger)} ON ddl_command_end EXECUTE FUNCTION ${fn}()`,
+    `CREATE EVENT TRIGGER ${quoteIdent(dropTrigger)} ON sql_drop EXECUTE FUNCTION ${fn}()`,
+  ];
+}
+
+/** Columns, types, NOT NULL and defaults of a table as one comparable string. */
+export const FINGERPRINT_SQL = `
+SELECT coalesce(string_agg(a.attname || ' ' || pg_catalog.format_type(a.atttypid, a.atttypmod) ||
+         CASE WHEN a.attnotnull THEN ' not null' ELSE '' END, ', ' ORDER BY a.attnum), '') AS fingerprint
+  FROM pg_catalog.pg_attribute a
+ WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped`;
+
+export function createFreezeFunctionSql(migrationId: string): string {
+  return `CREATE OR REPLACE FUNCTION ${quoteQualified(freezeFunction(migrationId))}() RETURNS trigger
+LANGUAGE plpgsql AS $ferry$
+BEGIN
+  RAISE EXCEPTION 'table %.% is frozen: Ferry migration % moved it to its new database; write there', TG_TABLE_SCHEMA, TG_TABLE_NAME, ${escapeLiteral(migrationId)}
+    USING ERRCODE = 'read_only_sql_transaction', HINT = 'ferry unfreeze ' || ${escapeLiteral(migrationId)} || ' lifts the freeze';
+END
+$ferry$`;
+}
+
+export function createFreezeTriggerSql(table: QualifiedName, migrationId: string): string[] {
+  const t = quoteQualified(table);
+  const trigger = quoteIdent(triggerNames(migrationId).freeze);
+  return [
+    `CREATE TRIGGER ${trigger} BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON ${t}
+       FOR EACH STATEMENT EXECUTE FUNCTION ${quoteQualified(freezeFunction(migrationId))}()`,
+    `ALTER TABLE ${t} ENABLE ALWAYS TRIGGER ${trigger}`,
+  ];
+}

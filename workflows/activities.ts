@@ -1,0 +1,37 @@
+/** Activity proxies with their timeouts and retry policies, shared by the parent's chains. */
+import { ActivityCancellationType, proxyActivities } from '@temporalio/workflow';
+import type { Activities } from '../activities';
+
+/** Database steps: DDL, capture, freeze, finalize. Retried with backoff; heartbeats for long DDL. */
+export const steps = proxyActivities<Activities>({
+  startToCloseTimeout: '30 minutes',
+  heartbeatTimeout: '1 minute',
+  cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 20 },
+});
+
+/** The final drain and checks at cutover: short slices, heartbeats per round. */
+export const drain = proxyActivities<Activities>({
+  startToCloseTimeout: '10 minutes',
+  heartbeatTimeout: '20 seconds',
+  cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 50 },
+});
+
+/** Preflight: a refusal is final, a flaky connection gets a few tries. */
+export const checks = proxyActivities<Activities>({
+  startToCloseTimeout: '5 minutes',
+  cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '10 seconds', maximumAttempts: 3 },
+});
+
+export const notify = proxyActivities<Activities>({
+  startToCloseTimeout: '30 seconds',
+  retry: {
+    initialInterval: '1 second',
+    backoffCoefficient: 2,
+    maximumInterval: '1 minute',
+    maximumAttempts: 8,
+    nonRetryableErrorTypes: ['CallbackRejected', 'CallbackSecretMissing'],
+  },
+});

@@ -1,0 +1,79 @@
+/** What the parent's chains share: the spec, the plan, the tracker, the saga, the children. */
+import { ChildWorkflowCancellationType, ChildWorkflowHandle, startChild, workflowInfo } from '@temporalio/workflow';
+import { MigrationPlan, TablePlan } from '../src/plan';
+import { Spec } from '../src/spec';
+import { steps } from './activities';
+import { Control } from './definitions';
+import { Saga } from './saga';
+import { tableMigrationWorkflow } from './table';
+import { Tracker } from './tracker';
+
+export interface MigrationOptions {
+  /** Continue-as-new threshold handed to table workflows (history events). */
+  tableHistoryLimit?: number;
+  /**
+   * The plan `ferry start` got from preflight moments before; without it (any other caller)
+   * the workflow runs preflight itself.
+   */
+  plan?: MigrationPlan;
+}
+
+export interface MigrationContext {
+  id: string;
+  spec: Spec;
+  plan: MigrationPlan;
+  tracker: Tracker;
+  saga: Saga;
+  options: MigrationOptions;
+  control(): Control;
+  children: Map<number, ChildWorkflowHandle<typeof tableMigrationWorkflow>>;
+  /** Set by the approveCutover signal. */
+  approved(): boolean;
+}
+
+/** Pushes the target's undo first (its completion can be lost), then prepares the target. */
+export async function prepareTarget(ctx: MigrationContext): Promise<void> {
+  const { id, spec, plan, saga } = ctx;
+  if (spec.onFailure === 'rollback') saga.push('dropTargetObjects', () => steps.dropTargetObjects({ migrationId: id, target: spec.target }));
+  await steps.prepareTarget({ migrationId: id, source: spec.source, target: spec.target, plan, truncate: spec.truncate });
+}
+
+export async function startTable(ctx: MigrationContext, table: TablePlan, waitForCopySlot: boolean) {
+  const { id, spec, tracker } = ctx;
+  const child = await startChild(tableMigrationWorkflow, {
+    workflowId: `${id}/table-${table.index}`,
+    cancellationType: ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
+    staticSummary: `${tracker.tables[table.index].source} → ${tracker.tables[table.index].target}`,
+    args: [
+      {
+        migrationId: id,
+        parentWorkflowId: workflowInfo().workflowId,
+        mode: spec.mode,
+        source: spec.source,
+        target: spec.target,
+        table,
+        batchRows: spec.batchRows,
+        validation: spec.validation,
+        chunkParallelism: spec.parallelism.chunks,
+        control: ctx.control(),
+        waitForCopySlot,
+        historyLimit: ctx.options.tableHistoryLimit,
+      },
+    ],
+  });
+  ctx.children.set(table.index, child);
+  return child;
+}
+
+/** Table phases that mean "its copy is done". */
+const COPIED = new Set(['FULL_DONE', 'INCR_SYNCING', 'VALIDATING', 'AWAITING_APPROVAL', 'CUTTING_OVER', 'COMPLETED']);
+
+/** The migration's phase follows its tables: all copied → FULL_DONE, then VALIDATING or INCR_SYNCING. */
+export function derivePhase(tracker: Tracker, spec: Spec): void {
+  const phases = tracker.tables.map((t) => t.phase);
+  const copied = phases.length > 0 && phases.every((p) => COPIED.has(p));
+  if (tracker.phase.state === 'FULL_MIGRATING' && copied) tracker.setPhase('FULL_DONE', 'every table copied');
+  if (tracker.phase.state !== 'FULL_DONE' || !copied) return;
+  if (spec.mode === 'online') tracker.setPhase('INCR_SYNCING', 'applying the change logs');
+  else if (spec.validation !== 'none') tracker.setPhase('VALIDATING', `validation: ${spec.validation}`);
+}
