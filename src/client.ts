@@ -15,7 +15,7 @@ import { TypedSearchAttributes, WorkflowIdConflictPolicy } from '@temporalio/com
 import { innermostApplicationFailure } from './failures';
 import { approveCutoverSignal, cancelSignal, pauseSignal, resumeSignal, stateQuery, throttleSignal, ThrottleRequest } from '../workflows/definitions';
 import { TemporalConfig, temporalConfig } from './config';
-import { FerryPhaseKey, FerrySourceKey, FerryStateKey, FerryTargetKey, HELPER_WORKFLOW_TYPES, MIGRATION_WORKFLOW, PREFLIGHT_WORKFLOW } from './names';
+import { FerryPhaseKey, FerrySourceKey, FerryStateKey, FerryTargetKey, HELPER_WORKFLOW_TYPES, MIGRATION_WORKFLOW, PREFLIGHT_WORKFLOW, UNFREEZE_WORKFLOW } from './names';
 import { MigrationPlan } from './plan';
 import { parseSpec, Spec } from './spec';
 import { MigrationState, Phase } from './state-machine';
@@ -243,5 +243,21 @@ export class FerryClient {
 
   async throttle(id: string, request: ThrottleRequest): Promise<void> {
     await this.handle(id).signal(throttleSignal, request);
+  }
+
+  /**
+   * Lifts the write freeze an online cutover left on the source (`cutover.afterwards:
+   * keep-frozen`). Runs a short helper workflow on the workers, which hold the connections.
+   */
+  async unfreeze(id: string): Promise<{ unfrozen: string[] }> {
+    const d = await this.handle(id).describe();
+    const source = d.memo?.source;
+    if (typeof source !== 'string') throw new RefusedError(`migration ${id} has no recorded source connection`, 'UnknownMigration');
+    return this.client.workflow.execute(UNFREEZE_WORKFLOW, {
+      taskQueue: this.config.taskQueue,
+      workflowId: `${id}.unfreeze.${randomBytes(4).toString('hex')}`,
+      args: [id, source],
+      workflowExecutionTimeout: '10 minutes',
+    });
   }
 }

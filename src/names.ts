@@ -11,7 +11,8 @@ export const MIGRATION_WORKFLOW = 'migrationWorkflow';
 export const TABLE_WORKFLOW = 'tableMigrationWorkflow';
 /** Internal helper workflows (not migrations; `ferry list` hides them). */
 export const PREFLIGHT_WORKFLOW = 'preflightWorkflow';
-export const HELPER_WORKFLOW_TYPES = [PREFLIGHT_WORKFLOW, 'unfreezeWorkflow'];
+export const UNFREEZE_WORKFLOW = 'unfreezeWorkflow';
+export const HELPER_WORKFLOW_TYPES = [PREFLIGHT_WORKFLOW, UNFREEZE_WORKFLOW];
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);
 export const FerryPhaseKey = defineSearchAttributeKey('FerryPhase', SearchAttributeType.KEYWORD);

@@ -41,6 +41,20 @@ export function registerControlCommands(program: Command): void {
     .action((id: string) => signal(id, (c) => c.resume(id), `resume requested for ${id}`));
 
   program
+    .command('unfreeze')
+    .description('lift the write freeze that an online cutover left on the source (cutover.afterwards: keep-frozen)')
+    .argument('<id>')
+    .action(async (id: string) => {
+      const client = await FerryClient.connect();
+      try {
+        const { unfrozen } = await client.unfreeze(id);
+        process.stdout.write(unfrozen.length ? `unfrozen: ${unfrozen.join(', ')}\n` : `nothing was frozen by ${id}\n`);
+      } finally {
+        await client.close();
+      }
+    });
+
+  program
     .command('throttle')
     .description('change the copy rate or batch size of a running migration')
     .argument('<id>')

@@ -80,6 +80,52 @@ describe('an online migration', () => {
     expect(triggers.map((t) => t.tgname.replace(/_[0-9a-f]{12}$/, ''))).toEqual(['ferry_freeze', 'ferry_freeze', 'ferry_freeze']);
     expect(await dbs.query('source', `SELECT nspname FROM pg_namespace WHERE nspname = '_ferry'`)).toEqual([]);
     await expect(dbs.exec('source', 'DELETE FROM public.docs')).rejects.toThrow(/frozen: Ferry migration online-live/);
+
+    const unfreeze = await stack.runCli(['unfreeze', id]);
+    expect(unfreeze.stdout).toContain('unfrozen: public.accounts, public.items, public.docs');
+    expect(unfreeze.code).toBe(0);
+    expect(await dbs.query('source', 'SELECT tgname FROM pg_trigger WHERE NOT tgisinternal')).toEqual([]);
+    await dbs.exec('source', 'DELETE FROM public.docs');
+  });
+
+  it('continues its table workflows as new during a long sync, stays queryable, and completes', async () => {
+    const { id } = await stack.ferry.start(spec({ cutover: { approval: 'manual', approvalTimeout: '5m' } }), { id: 'online-can', tableHistoryLimit: 40 });
+    const writers = await startWriters(dbs.url('source'), 2);
+    let result;
+    try {
+      await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL');
+      const runs = async () => {
+        const found: string[] = [];
+        for await (const w of stack.client.workflow.list({ query: `WorkflowId = '${id}/table-0'` })) found.push(w.status.name);
+        return found;
+      };
+      await eventually(async () => (await runs()).includes('CONTINUED_AS_NEW'), 60_000);
+      const during = await stack.ferry.status(id);
+      expect(during.phase).toBe('AWAITING_APPROVAL');
+      expect(during.tables[0].rowsCopied).toBeGreaterThan(19_000);
+      await stack.ferry.approve(id);
+      result = await resultWithin(stack.ferry, id, 60_000);
+    } finally {
+      await writers.stop();
+    }
+    expect(result.state).toBe('SUCCEEDED');
+    for (const [table, key] of TABLES) {
+      expect(await rowsAsText(dbs, 'target', table, key)).toEqual(await rowsAsText(dbs, 'source', table, key));
+    }
+    expect((await stack.ferry.status(id)).state).toBe('SUCCEEDED');
+  });
+
+  it('lifts the freeze itself with cutover.afterwards: unfreeze, leaving nothing of Ferry on the source', async () => {
+    const before = await objectInventory(dbs, 'source');
+    const { id } = await stack.ferry.start(spec({ cutover: { afterwards: 'unfreeze' } }), { id: 'online-unfreeze' });
+    const result = await resultWithin(stack.ferry, id);
+    expect(result.state).toBe('SUCCEEDED');
+    expect(result.cutover?.afterwards).toBe('unfreeze');
+    expect(await objectInventory(dbs, 'source')).toEqual(before);
+    await dbs.exec('source', `INSERT INTO public.docs VALUES (gen_random_uuid(), 'writable again')`);
+    for (const [table, key] of TABLES.slice(0, 2)) {
+      expect(await rowsAsText(dbs, 'target', table, key)).toEqual(await rowsAsText(dbs, 'source', table, key));
+    }
   });
 
   it('refuses TRUNCATE and ALTER of a migrated table while it runs', async () => {
