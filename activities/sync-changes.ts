@@ -10,7 +10,7 @@
  * instead of re-copying under a running sync.
  */
 import { Context } from '@temporalio/activity';
-import { ApplicationFailure } from '@temporalio/common';
+import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { Client, ClientBase } from 'pg';
 import { ChunkRef, claimChunk, holdsFence, SYNC_CHUNK } from '../src/db/bookkeeping';
 import { CAPTURE_SCHEMA, captureNames, FINGERPRINT_SQL } from '../src/db/capture-sql';
@@ -35,6 +35,12 @@ export interface SyncInput {
   batchKeys: number;
   /** Record applied keys in the dirty set (the table's validation has begun). */
   recordDirty: boolean;
+  /**
+   * Return as soon as the log is caught up (first catch-up, final drain). Otherwise keep
+   * polling the log every POLL_MS for the whole slice: one activity per slice instead of one
+   * per poll keeps Temporal's own load off the machines.
+   */
+  returnWhenCaughtUp: boolean;
 }
 
 export interface SyncResult {
@@ -58,6 +64,7 @@ export interface EnqueueInput {
 }
 
 const PENDING_COUNT_CAP = 1_000_000;
+export const POLL_MS = 200;
 
 /** Replaces the target's rows for `keys` with the source's current rows (the caller owns the transaction). */
 export async function applyKeys(source: ClientBase, target: ClientBase, table: CopyTable, keys: Key[]): Promise<void> {
@@ -119,12 +126,18 @@ export function createSyncActivities({ connections, logger }: ActivityDeps) {
       let applied = 0;
       let rounds = 0;
       let caughtUp = false;
-      do {
-        if (ctx.cancellationSignal.aborted) break;
+      while (Date.now() - started < input.sliceMs) {
+        // Each round commits before the next begins, so stopping here loses nothing.
+        if (ctx.cancellationSignal.aborted) throw new CancelledFailure('sync slice cancelled');
+        if (caughtUp) {
+          if (input.returnWhenCaughtUp) break;
+          ctx.heartbeat({ applied });
+          await ctx.sleep(POLL_MS);
+        }
         const { rows } = await source.query(`SELECT id, pk FROM ${log} ORDER BY id LIMIT ${input.batchKeys}`);
         if (rows.length === 0) {
           caughtUp = true;
-          break;
+          continue;
         }
         const keys = distinctKeys(rows.map((r) => r.pk as Key));
         await inTransaction(target, async () => {
@@ -138,7 +151,7 @@ export function createSyncActivities({ connections, logger }: ActivityDeps) {
         rounds += 1;
         ctx.heartbeat({ applied });
         caughtUp = rows.length < input.batchKeys;
-      } while (!caughtUp && Date.now() - started < input.sliceMs);
+      }
       const lag = await source.query(
         `SELECT (SELECT count(*) FROM (SELECT 1 FROM ${log} LIMIT ${PENDING_COUNT_CAP}) s)::int AS pending,
                 coalesce(extract(epoch FROM clock_timestamp() - (SELECT logged_at FROM ${log} ORDER BY id LIMIT 1)), 0)::float8 AS lag`,
@@ -146,6 +159,7 @@ export function createSyncActivities({ connections, logger }: ActivityDeps) {
       const pending = Number(lag.rows[0].pending);
       return { applied, rounds, caughtUp, pending, lagSeconds: Math.round(Number(lag.rows[0].lag) * 1000) / 1000 };
     } catch (err) {
+      if (err instanceof CancelledFailure) throw err;
       if (!(err instanceof ApplicationFailure)) logger.warn({ err, migrationId: input.migrationId, table: displayQualified(input.table.source) }, 'sync failed');
       throw asActivityFailure(err, `sync ${displayQualified(input.table.source)}`);
     } finally {

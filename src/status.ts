@@ -41,7 +41,8 @@ export interface TableStatus {
   rowsCopied: number;
   rowsEstimated: number;
   chunks: ChunkStatus[];
-  lag?: { pendingChanges: number; seconds: number };
+  /** Online mode: the change log's backlog, its age, and keys applied so far. */
+  lag?: { pendingChanges: number; seconds: number; changesApplied: number };
 }
 
 export interface ErrorInfo {

@@ -2,7 +2,7 @@
  * mode: online — the source keeps taking writes (DESIGN.md §2.6–2.7).
  *   prepareTarget → installCapture (before any row is copied) → every table's workflow copies
  *   (parallelism.tables at a time), then applies its change log, validates live, and keeps
- *   syncing → plain indexes → approval gate → freeze the source → tables stop, the parent
+ *   syncing → plain indexes → approval gate → tables stop → freeze the source → the parent
  *   drains the last changes → dirty-set check → constraints, foreign keys, sequences →
  *   point of no return → remove capture (→ unfreeze when asked).
  */
@@ -92,10 +92,12 @@ async function onlineChain(ctx: MigrationContext, settled: Promise<unknown>[]): 
 
   tracker.setPhase('CUTTING_OVER', cutover.approval === 'auto' ? 'approved automatically' : 'approved');
   tracker.event('CutoverStarted');
-  saga.push('unfreezeSource', () => steps.unfreezeSource({ migrationId: id, source: spec.source }));
-  const { frozenAt } = await steps.freezeSource({ migrationId: id, source: spec.source, tables: captureTables(ctx) });
+  // Tables stop syncing first (a slice stuck on a dead worker must not lengthen the outage);
+  // whatever they leave in the logs is drained below, after the freeze.
   for (const handle of handles) await handle.signal(finishSyncSignal);
   await Promise.all(handles.map((h) => h.result()));
+  saga.push('unfreezeSource', () => steps.unfreezeSource({ migrationId: id, source: spec.source }));
+  const { frozenAt } = await steps.freezeSource({ migrationId: id, source: spec.source, tables: captureTables(ctx) });
 
   // Frozen: the logs can only shrink. Drain them, then prove the changed rows equal.
   let dirtyChecked = 0;
@@ -112,6 +114,7 @@ async function onlineChain(ctx: MigrationContext, settled: Promise<unknown>[]): 
           sliceMs: SLICE_MS,
           batchKeys: SYNC_BATCH_KEYS,
           recordDirty: spec.validation !== 'none',
+          returnWhenCaughtUp: true,
         });
         if (r.caughtUp && r.pending === 0) return;
       }

@@ -10,6 +10,7 @@ import {
   ActivityCancellationType,
   allHandlersFinished,
   ApplicationFailure,
+  CancellationScope,
   condition,
   continueAsNew,
   getExternalWorkflowHandle,
@@ -18,6 +19,7 @@ import {
   workflowInfo,
 } from '@temporalio/workflow';
 import type { Activities } from '../activities';
+import type { SyncResult } from '../activities/sync-changes';
 import { displayQualified } from '../src/identifiers';
 import { ChunkCheckpoint, CopyTable, copyTableOf, KeyRange, TablePlan } from '../src/plan';
 import { Phase, phaseMachine, Transition } from '../src/state-machine';
@@ -85,6 +87,8 @@ export interface ChunkState {
 
 interface SyncState {
   fence: number;
+  /** Keys applied from the change log so far. */
+  applied: number;
   validationBegun: boolean;
   validated: boolean;
   validationRounds: number;
@@ -107,6 +111,7 @@ export async function tableMigrationWorkflow(input: TableWorkflowInput): Promise
     carried?.chunks ?? table.chunks.map(() => ({ status: { state: 'PENDING', rowsCopied: 0, checkpoint: null }, fence: 0 }));
   const sync: SyncState = carried?.sync ?? {
     fence: 0,
+    applied: 0,
     validationBegun: false,
     validated: false,
     validationRounds: 0,
@@ -118,14 +123,18 @@ export async function tableMigrationWorkflow(input: TableWorkflowInput): Promise
   let control: Control = input.control;
   let copyAllowed = carried?.copyAllowed ?? !input.waitForCopySlot;
   let finishRequested = false;
+  // A long sync slice is cancelled (it stops between rounds) when the table must pause or finish.
+  let syncScope: CancellationScope | undefined;
   setHandler(controlSignal, (c) => {
     control = c;
+    if (c.paused) syncScope?.cancel();
   });
   setHandler(startCopySignal, () => {
     copyAllowed = true;
   });
   setHandler(finishSyncSignal, () => {
     finishRequested = true;
+    syncScope?.cancel();
   });
 
   const parent = getExternalWorkflowHandle(input.parentWorkflowId);
@@ -206,18 +215,35 @@ export async function tableMigrationWorkflow(input: TableWorkflowInput): Promise
     await condition(() => !control.paused || finishRequested);
     if (finishRequested) break;
     if (historyFull()) return carryOn();
-    const result = await copy.syncChanges({
-      migrationId: input.migrationId,
-      source: input.source,
-      target: input.target,
-      table: copyTable,
-      fence: nextFence(sync),
-      sliceMs: SLICE_MS,
-      batchKeys: SYNC_BATCH_KEYS,
-      recordDirty: sync.validationBegun,
-    });
+    let result: SyncResult;
+    syncScope = new CancellationScope();
+    try {
+      result = await syncScope.run(() =>
+        copy.syncChanges({
+          migrationId: input.migrationId,
+          source: input.source,
+          target: input.target,
+          table: copyTable,
+          fence: nextFence(sync),
+          sliceMs: SLICE_MS,
+          batchKeys: SYNC_BATCH_KEYS,
+          recordDirty: sync.validationBegun,
+          // Until validated, come back as soon as caught up; afterwards poll for a whole slice.
+          returnWhenCaughtUp: !sync.validated,
+        }),
+      );
+    } catch (err) {
+      // We interrupted it (pause or cutover): however it ended — cancelled, or timed out on a
+      // dead worker — its committed rounds stand and the next sync takes over with a newer fence.
+      const interrupted = (finishRequested || control.paused) && !CancellationScope.current().consideredCancelled;
+      if (interrupted) continue;
+      throw err;
+    } finally {
+      syncScope = undefined;
+    }
     const now = Date.now();
-    const lag: TableStatus['lag'] = { pendingChanges: result.pending, seconds: result.lagSeconds };
+    sync.applied += result.applied;
+    const lag: TableStatus['lag'] = { pendingChanges: result.pending, seconds: result.lagSeconds, changesApplied: sync.applied };
     if (result.caughtUp && !sync.caughtUpReported) {
       sync.caughtUpReported = true;
       sync.lastLagReportAt = now;

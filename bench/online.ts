@@ -1,0 +1,180 @@
+/**
+ * `npm run bench:online` — what an online migration costs the application, on this machine.
+ *
+ * pgbench's tables (scale --scale, default 10; pgbench_history gets a bigserial key so it can
+ * move too) are migrated online while pgbench keeps writing, through a dev server and one
+ * `ferry worker` process. In one run it prints:
+ *   - source TPS without capture (pgbench before the migration) and with capture (pgbench while
+ *     every table is caught up and syncing, capture triggers on), and their ratio;
+ *   - the change-apply rate (keys applied per second by the sync, from the status document);
+ *   - the lag (age of the oldest unapplied change, read from the change logs on the source)
+ *     when approval is reached and when the cutover begins, and the write outage of the cutover.
+ * Figures, never assertions.
+ *
+ * Options: --scale N (10), --clients N (4), --seconds N (20, per pgbench measurement), --pg URL.
+ */
+import { spawn } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Client } from 'pg';
+import { FerryClient } from '../src/client';
+import { connectionEnvVar } from '../src/names';
+import { DEFAULT_TEST_PG, ensurePostgres } from '../src/postgres';
+import { findOnPath } from '../src/temporal/binary';
+import { startDevServer } from '../src/temporal/dev-server';
+
+const args = process.argv.slice(2);
+const arg = (name: string, fallback: string) => (args.includes(name) ? args[args.indexOf(name) + 1] : fallback);
+const SCALE = Number(arg('--scale', '10'));
+const CLIENTS = Number(arg('--clients', '4'));
+const SECONDS = Number(arg('--seconds', '20'));
+const ADMIN = arg('--pg', process.env.FERRY_TEST_PG ?? DEFAULT_TEST_PG);
+const ROOT = join(__dirname, '..');
+const PGBENCH = findOnPath('pgbench') ?? '/usr/lib/postgresql/15/bin/pgbench';
+
+const url = (db: string) => Object.assign(new URL(ADMIN), { pathname: `/${db}` }).toString();
+
+async function sql(target: string, text: string): Promise<Record<string, unknown>[]> {
+  const client = new Client({ connectionString: target });
+  await client.connect();
+  try {
+    const r = await client.query(text);
+    return (Array.isArray(r) ? r[r.length - 1] : r).rows;
+  } finally {
+    await client.end();
+  }
+}
+
+function run(command: string, argv: string[], env: NodeJS.ProcessEnv = process.env): { done: Promise<{ code: number | null; out: string }>; kill: () => void } {
+  const child = spawn(command, argv, { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  child.stdout.on('data', (d) => (out += d));
+  child.stderr.on('data', (d) => (out += d));
+  return { done: new Promise((resolve) => child.on('exit', (code) => resolve({ code, out }))), kill: () => child.kill('SIGINT') };
+}
+
+/** pgbench's TPCB-like script for `seconds`; returns transactions per second. */
+async function pgbench(db: string, seconds: number): Promise<number> {
+  const { out } = await run(PGBENCH, ['-n', '-c', String(CLIENTS), '-j', '2', '-T', String(seconds), url(db)]).done;
+  const tps = /tps = ([\d.]+) \(without initial connection time\)/.exec(out)?.[1];
+  if (!tps) throw new Error(`pgbench printed no TPS:\n${out}`);
+  return Number(tps);
+}
+
+/** Age in seconds of the oldest change waiting in any of the migration's logs on the source. */
+async function lagSeconds(db: string): Promise<number> {
+  const logs = await sql(url(db), `SELECT format('%I.%I', schemaname, tablename) AS t FROM pg_tables WHERE schemaname = '_ferry' AND tablename LIKE 'log\\_%'`);
+  let worst = 0;
+  for (const { t } of logs) {
+    const [row] = await sql(url(db), `SELECT coalesce(extract(epoch FROM clock_timestamp() - min(logged_at)), 0)::float8 AS lag FROM ${t}`);
+    worst = Math.max(worst, Number(row.lag));
+  }
+  return worst;
+}
+
+async function main(): Promise<void> {
+  await ensurePostgres(ADMIN);
+  const tag = Date.now().toString(36);
+  const source = `ferry_bench_pgb_src_${tag}`;
+  const target = `ferry_bench_pgb_tgt_${tag}`;
+  await sql(ADMIN, `CREATE DATABASE ${source}`);
+  await sql(ADMIN, `CREATE DATABASE ${target}`);
+  const server = await startDevServer({ headless: true });
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    TEMPORAL_ADDRESS: server.address,
+    FERRY_LOG_LEVEL: 'warn',
+    [connectionEnvVar('pgb_src')]: url(source),
+    [connectionEnvVar('pgb_tgt')]: url(target),
+  };
+  const worker = run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'worker'], env);
+  const ferry = await FerryClient.connect({ address: server.address });
+  try {
+    process.stdout.write(`pgbench -i -s ${SCALE}… `);
+    const init = await run(PGBENCH, ['-i', '-s', String(SCALE), '-q', url(source)]).done;
+    if (init.code !== 0) throw new Error(init.out);
+    await sql(url(source), 'ALTER TABLE public.pgbench_history ADD COLUMN id bigserial PRIMARY KEY');
+    await sql(url(source), 'VACUUM ANALYZE');
+    process.stdout.write('done\n\n');
+
+    const baseline = await pgbench(source, SECONDS);
+    process.stdout.write(`source TPS without capture:          ${baseline.toFixed(0)}  (pgbench -c ${CLIENTS}, ${SECONDS} s)\n`);
+
+    const spec = join(tmpdir(), `ferry-bench-online-${tag}.json`);
+    writeFileSync(
+      spec,
+      JSON.stringify({
+        id: `bench-online-${tag}`,
+        source: 'pgb_src',
+        target: 'pgb_tgt',
+        mode: 'online',
+        cutover: { approval: 'manual', approvalTimeout: '30m' },
+        tables: ['public.pgbench_accounts', 'public.pgbench_branches', 'public.pgbench_tellers', 'public.pgbench_history'],
+      }),
+    );
+    // Writers during the whole copy, as an application would keep writing.
+    const background = run(PGBENCH, ['-n', '-c', String(CLIENTS), '-j', '2', '-T', '3600', url(source)]);
+    const started = run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'start', spec, '--json'], env);
+    const startOut = await started.done;
+    if (startOut.code !== 0) throw new Error(`ferry start failed: ${startOut.out}`);
+    const id = JSON.parse(startOut.out).id as string;
+    const t0 = Date.now();
+    for (;;) {
+      const s = await ferry.status(id);
+      if (s.endedAt) throw new Error(`migration ended early: ${JSON.stringify(s.error)}`);
+      if (s.phase === 'AWAITING_APPROVAL') break;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    const lagAtApproval = await lagSeconds(source);
+    process.stdout.write(`copy + catch-up under load:          ${((Date.now() - t0) / 1000).toFixed(1)} s to AWAITING_APPROVAL\n`);
+    process.stdout.write(`lag when approval was reached:       ${lagAtApproval.toFixed(2)} s\n`);
+    background.kill();
+    await background.done;
+
+    const appliedOf = async () => (await ferry.status(id)).tables.reduce((n, t) => n + (t.lag?.changesApplied ?? 0), 0);
+    const appliedBefore = await appliedOf();
+    const measuredAt = Date.now();
+    let maxLag = 0;
+    const sampling = (async () => {
+      while (Date.now() - measuredAt < SECONDS * 1000) {
+        maxLag = Math.max(maxLag, await lagSeconds(source));
+        await new Promise((r) => setTimeout(r, 250));
+      }
+    })();
+    const withCapture = await pgbench(source, SECONDS);
+    await sampling;
+    // Lag reports reach the status at most every 10 s; let the last ones land.
+    await new Promise((r) => setTimeout(r, 11_000));
+    const applyRate = (await appliedOf() - appliedBefore) / ((Date.now() - measuredAt) / 1000);
+    process.stdout.write(`source TPS with capture (syncing):   ${withCapture.toFixed(0)}  → ${(withCapture / baseline).toFixed(2)} × without\n`);
+    process.stdout.write(`change-apply rate:                   ${applyRate.toFixed(0)} keys/s  (pgbench made about ${(withCapture * 4).toFixed(0)} changes/s)\n`);
+    process.stdout.write(`worst lag while pgbench ran:         ${maxLag.toFixed(2)} s\n`);
+
+    const tail = run(PGBENCH, ['-n', '-c', String(CLIENTS), '-j', '2', '-T', '3600', url(source)]);
+    await new Promise((r) => setTimeout(r, 3000));
+    const lagAtCutover = await lagSeconds(source);
+    await ferry.approve(id);
+    const result = await ferry.result(id);
+    tail.kill();
+    await tail.done;
+    process.stdout.write(`lag when the cutover began:          ${lagAtCutover.toFixed(2)} s\n`);
+    process.stdout.write(`write outage (freeze → cut over):    ${result.cutover ? `${result.cutover.writeOutageMs} ms` : 'n/a'}  (${result.state})\n`);
+    const [rows] = await sql(url(target), 'SELECT count(*)::int AS n FROM public.pgbench_history');
+    process.stdout.write(`pgbench_history rows on the target:  ${rows.n}\n`);
+  } finally {
+    await ferry.close();
+    worker.kill();
+    await worker.done;
+    await server.stop();
+    for (const db of [source, target]) await sql(ADMIN, `DROP DATABASE IF EXISTS ${db} WITH (FORCE)`).catch(() => undefined);
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (err) => {
+    process.stderr.write(`bench failed: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exit(1);
+  },
+);
