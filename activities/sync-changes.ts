@@ -64,7 +64,7 @@ export interface EnqueueInput {
 }
 
 const PENDING_COUNT_CAP = 1_000_000;
-export const POLL_MS = 200;
+export const POLL_MS = 500;
 
 /** Replaces the target's rows for `keys` with the source's current rows (the caller owns the transaction). */
 export async function applyKeys(source: ClientBase, target: ClientBase, table: CopyTable, keys: Key[]): Promise<void> {

@@ -4,14 +4,16 @@
  * pgbench's tables (scale --scale, default 10; pgbench_history gets a bigserial key so it can
  * move too) are migrated online while pgbench keeps writing, through a dev server and one
  * `ferry worker` process. In one run it prints:
- *   - source TPS without capture (pgbench before the migration) and with capture (pgbench while
- *     every table is caught up and syncing, capture triggers on), and their ratio;
+ *   - source TPS without capture (pgbench before the migration), with capture while the sync is
+ *     paused (the triggers' own cost), and with capture while every table syncs (on this machine
+ *     the sync's target writes share the source's cores), and their ratios;
  *   - the change-apply rate (keys applied per second by the sync, from the status document);
  *   - the lag (age of the oldest unapplied change, read from the change logs on the source)
  *     when approval is reached and when the cutover begins, and the write outage of the cutover.
  * Figures, never assertions.
  *
- * Options: --scale N (10), --clients N (4), --seconds N (20, per pgbench measurement), --pg URL.
+ * Options: --scale N (10), --clients N (4), --seconds N (20, per pgbench measurement),
+ * --validation none|count|checksum (checksum), --pg URL.
  */
 import { spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
@@ -30,6 +32,7 @@ const SCALE = Number(arg('--scale', '10'));
 const CLIENTS = Number(arg('--clients', '4'));
 const SECONDS = Number(arg('--seconds', '20'));
 const ADMIN = arg('--pg', process.env.FERRY_TEST_PG ?? DEFAULT_TEST_PG);
+const VALIDATION = arg('--validation', 'checksum');
 const ROOT = join(__dirname, '..');
 const PGBENCH = findOnPath('pgbench') ?? '/usr/lib/postgresql/15/bin/pgbench';
 
@@ -98,6 +101,8 @@ async function main(): Promise<void> {
     await sql(url(source), 'VACUUM ANALYZE');
     process.stdout.write('done\n\n');
 
+    await pgbench(source, 5); // warm-up: caches, autovacuum after the load
+    await sql(ADMIN, 'CHECKPOINT');
     const baseline = await pgbench(source, SECONDS);
     process.stdout.write(`source TPS without capture:          ${baseline.toFixed(0)}  (pgbench -c ${CLIENTS}, ${SECONDS} s)\n`);
 
@@ -109,6 +114,7 @@ async function main(): Promise<void> {
         source: 'pgb_src',
         target: 'pgb_tgt',
         mode: 'online',
+        validation: VALIDATION,
         cutover: { approval: 'manual', approvalTimeout: '30m' },
         tables: ['public.pgbench_accounts', 'public.pgbench_branches', 'public.pgbench_tellers', 'public.pgbench_history'],
       }),
@@ -132,7 +138,18 @@ async function main(): Promise<void> {
     background.kill();
     await background.done;
 
+    // Capture alone (the triggers), with the sync paused: what the application pays when the
+    // target and Ferry's workers run on other machines.
+    await ferry.pause(id);
+    await new Promise((r) => setTimeout(r, 3000));
+    await sql(ADMIN, 'CHECKPOINT');
+    const captureOnly = await pgbench(source, SECONDS);
+    await ferry.resume(id);
+    process.stdout.write(`source TPS with capture, sync paused: ${captureOnly.toFixed(0)}  → ${(captureOnly / baseline).toFixed(2)} × without\n`);
+    await new Promise((r) => setTimeout(r, 5000)); // let the sync catch up the paused backlog
+
     const appliedOf = async () => (await ferry.status(id)).tables.reduce((n, t) => n + (t.lag?.changesApplied ?? 0), 0);
+    await sql(ADMIN, 'CHECKPOINT');
     const appliedBefore = await appliedOf();
     const measuredAt = Date.now();
     let maxLag = 0;
@@ -147,7 +164,7 @@ async function main(): Promise<void> {
     // Lag reports reach the status at most every 10 s; let the last ones land.
     await new Promise((r) => setTimeout(r, 11_000));
     const applyRate = (await appliedOf() - appliedBefore) / ((Date.now() - measuredAt) / 1000);
-    process.stdout.write(`source TPS with capture (syncing):   ${withCapture.toFixed(0)}  → ${(withCapture / baseline).toFixed(2)} × without\n`);
+    process.stdout.write(`source TPS with capture and sync:    ${withCapture.toFixed(0)}  → ${(withCapture / baseline).toFixed(2)} × without (sync shares these 2 cores)\n`);
     process.stdout.write(`change-apply rate:                   ${applyRate.toFixed(0)} keys/s  (pgbench made about ${(withCapture * 4).toFixed(0)} changes/s)\n`);
     process.stdout.write(`worst lag while pgbench ran:         ${maxLag.toFixed(2)} s\n`);
 

@@ -19,21 +19,33 @@ export interface KeyShape {
   keyCollateC: boolean;
 }
 
-/** Turns a text value into SQL: a placeholder (collecting params) or an escaped literal. */
+/** Turns text values into SQL: placeholders (collecting params) or escaped literals. */
 export interface Binder {
   bind(value: string, type: string): string;
+  /** A whole array in one value: one literal to parse instead of thousands. */
+  bindArray(values: string[], elementType: string): string;
 }
 
 export class ParamBinder implements Binder {
-  readonly params: string[] = [];
+  readonly params: (string | string[])[] = [];
   bind(value: string, type: string): string {
     this.params.push(value);
     return `$${this.params.length}::${type}`;
   }
+  bindArray(values: string[], elementType: string): string {
+    this.params.push(values);
+    return `$${this.params.length}::${elementType}[]`;
+  }
+}
+
+/** PostgreSQL's text form of an array of non-null text values. */
+export function arrayLiteral(values: string[]): string {
+  return `{${values.map((v) => `"${v.replace(/[\\"]/g, (c) => `\\${c}`)}"`).join(',')}}`;
 }
 
 export const literalBinder: Binder = {
   bind: (value, type) => `${escapeLiteral(value).trim()}::${type}`,
+  bindArray: (values, elementType) => `${escapeLiteral(arrayLiteral(values)).trim()}::${elementType}[]`,
 };
 
 function keyExpression(shape: KeyShape, alias?: string): string {
@@ -82,16 +94,16 @@ export function rangeBounds(range: KeyRange): Bound[] {
   return bounds;
 }
 
-/** `("a", "b") IN ((…), (…))` for a list of whole keys (equality needs no collation). */
+/**
+ * Membership in a list of whole keys, with the list bound as one array per key column:
+ * `"id" = ANY ($1::bigint[])`, or for composite keys
+ * `("a", "b") IN (SELECT * FROM unnest($1::integer[], $2::text[]))`. Equality needs no collation.
+ */
 export function keyInList(shape: KeyShape, keys: Key[], binder: Binder): string {
   if (keys.length === 0) return 'FALSE';
-  const cols = shape.keyColumns.map((c) => quoteIdent(c.name));
-  const lhs = cols.length === 1 ? cols[0] : `(${cols.join(', ')})`;
-  const values = keys.map((key) => {
-    const parts = key.map((v, i) => binder.bind(v, shape.keyColumns[i].type));
-    return parts.length === 1 ? parts[0] : `(${parts.join(', ')})`;
-  });
-  return `${lhs} IN (${values.join(', ')})`;
+  const columns = shape.keyColumns.map((c, i) => binder.bindArray(keys.map((k) => k[i]), c.type));
+  if (columns.length === 1) return `${quoteIdent(shape.keyColumns[0].name)} = ANY (${columns[0]})`;
+  return `(${shape.keyColumns.map((c) => quoteIdent(c.name)).join(', ')}) IN (SELECT * FROM unnest(${columns.join(', ')}))`;
 }
 
 /** Distinct keys, first occurrence order. */

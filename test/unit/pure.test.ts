@@ -1,7 +1,7 @@
 import { autoChunkCount, pickBoundaries, rangesFromBoundaries } from '../../src/chunks';
 import { formatDuration, parseDuration } from '../../src/duration';
 import { displayQualified, parseQualifiedName, quoteIdent, quoteQualified } from '../../src/identifiers';
-import { keyPredicate, literalBinder, ParamBinder } from '../../src/db/ranges';
+import { arrayLiteral, keyInList, keyPredicate, literalBinder, ParamBinder } from '../../src/db/ranges';
 import { classify } from '../../src/db/errors';
 
 describe('durations', () => {
@@ -105,5 +105,32 @@ describe('PostgreSQL error classification', () => {
 
   it('retries network errors, which carry no SQLSTATE', () => {
     expect(classify(Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' }))).toBe('retryable');
+  });
+});
+
+describe('key lists', () => {
+  const single = { keyColumns: [{ name: 'id', type: 'bigint', collatable: false }], keyCollateC: false };
+  const composite = {
+    keyColumns: [
+      { name: 'a', type: 'integer', collatable: false },
+      { name: 'b', type: 'text', collatable: true },
+    ],
+    keyCollateC: false,
+  };
+
+  it('binds a whole key list as one array per column', () => {
+    const binder = new ParamBinder();
+    expect(keyInList(single, [['1'], ['2']], binder)).toBe('"id" = ANY ($1::bigint[])');
+    expect(binder.params).toEqual([['1', '2']]);
+    expect(keyInList(composite, [['1', 'x'], ['2', 'y']], new ParamBinder())).toBe(
+      '("a", "b") IN (SELECT * FROM unnest($1::integer[], $2::text[]))',
+    );
+  });
+
+  it('writes array literals that survive quotes, backslashes, commas and braces', () => {
+    expect(arrayLiteral(['a', 'b"c', 'd\\e', 'f,g', '{h}', ''])).toBe('{"a","b\\"c","d\\\\e","f,g","{h}",""}');
+    expect(keyInList(composite, [['1', "it's"]], literalBinder)).toBe(
+      `("a", "b") IN (SELECT * FROM unnest('{"1"}'::integer[], '{"it''s"}'::text[]))`,
+    );
   });
 });
