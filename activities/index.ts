@@ -9,7 +9,7 @@ import { createCopyChunk } from './copy-chunk';
 import { ActivityDeps } from './deps';
 import { createFinalizeTarget } from './finalize-target';
 import { createPreflight } from './preflight';
-import { createPrepareTarget } from './prepare-target';
+import { createPrepareTarget, createStoredPlan } from './prepare-target';
 import { createRollbackTarget } from './rollback-target';
 import { createSyncActivities } from './sync-changes';
 import { createRepairRange, createValidateChunk } from './validate-chunk';
@@ -20,6 +20,7 @@ export function createActivities(deps: ActivityDeps) {
   return {
     preflight: createPreflight(deps),
     prepareTarget: createPrepareTarget(deps),
+    storedPlan: createStoredPlan(deps),
     copyChunk: createCopyChunk(deps),
     validateChunk: createValidateChunk(deps),
     repairRange: createRepairRange(deps),

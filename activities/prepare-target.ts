@@ -6,7 +6,7 @@
 import { Client } from 'pg';
 import { readTable, readUserTypes, typeExists } from '../src/db/catalog';
 import { inTransaction } from '../src/db/connections';
-import { BOOKKEEPING_DDL, lockBookkeeping, SYNC_CHUNK } from '../src/db/bookkeeping';
+import { BOOKKEEPING_DDL, bookkeepingExists, lockBookkeeping, SYNC_CHUNK } from '../src/db/bookkeeping';
 import { createSequenceSql, createTableSql, createTypeSql, targetSequenceName } from '../src/db/ddl';
 import { asActivityFailure, refusal } from '../src/db/errors';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified } from '../src/identifiers';
@@ -30,7 +30,7 @@ export function createPrepareTarget({ connections, logger }: ActivityDeps) {
         await target.query(BOOKKEEPING_DDL);
         const done = await target.query('SELECT 1 FROM _ferry.migrations WHERE id = $1', [input.migrationId]);
         if (done.rowCount) return { created: 0 }; // an earlier attempt committed; its result was lost
-        await target.query('INSERT INTO _ferry.migrations (id) VALUES ($1)', [input.migrationId]);
+        await target.query('INSERT INTO _ferry.migrations (id, plan) VALUES ($1, $2)', [input.migrationId, JSON.stringify(input.plan)]);
         const record = recorder(target, input.migrationId);
         await connections.withClient(input.source, async (source) => {
           for (const table of input.plan.tables) {
@@ -79,6 +79,21 @@ export function createPrepareTarget({ connections, logger }: ActivityDeps) {
       throw asActivityFailure(err, 'prepareTarget');
     } finally {
       await target.end().catch(() => undefined);
+    }
+  };
+}
+
+/** The plan a migration's checkpoints refer to, when its bookkeeping is still on the target. */
+export function createStoredPlan({ connections }: ActivityDeps) {
+  return async function storedPlan({ migrationId, target }: { migrationId: string; target: string }): Promise<MigrationPlan | null> {
+    try {
+      return await connections.withClient(target, async (db) => {
+        if (!(await bookkeepingExists(db))) return null;
+        const { rows } = await db.query('SELECT plan FROM _ferry.migrations WHERE id = $1', [migrationId]);
+        return rows[0]?.plan ?? null;
+      });
+    } catch (err) {
+      throw asActivityFailure(err, 'storedPlan');
     }
   };
 }

@@ -12,7 +12,7 @@ import { Client } from 'pg';
 import { Connection } from '@temporalio/client';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { FerryClient } from '../src/client';
-import { followProgress } from '../src/cli/migrations';
+import { watch } from '../src/cli/watch';
 import { formatResult } from '../src/cli/output';
 import { temporalConfig } from '../src/config';
 import { silentLogger } from '../src/logger';
@@ -140,7 +140,7 @@ async function main(): Promise<number> {
     const started = await ferry.start(spec);
     say(`migration ${started.id} passed preflight and is running`);
     if (temporal.uiUrl) say(`watch it in the Web UI: ${temporal.uiUrl}/namespaces/${temporal.namespace}/workflows/${started.id}`);
-    await followProgress(ferry, started.id, 500);
+    await watch(ferry, started.id, { intervalMs: 500 });
     const result = await ferry.result(started.id);
     say(`\n${formatResult(result)}`);
 

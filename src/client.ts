@@ -6,12 +6,14 @@ import { randomBytes } from 'node:crypto';
 import {
   Client,
   Connection,
+  WorkflowExecutionDescription,
   WorkflowExecutionAlreadyStartedError,
   WorkflowFailedError,
   WorkflowHandle,
   WorkflowNotFoundError,
 } from '@temporalio/client';
 import { TypedSearchAttributes, WorkflowIdConflictPolicy } from '@temporalio/common';
+import { dataConverterFromEnv } from './codec';
 import { innermostApplicationFailure } from './failures';
 import { approveCutoverSignal, cancelSignal, pauseSignal, resumeSignal, stateQuery, throttleSignal, ThrottleRequest } from '../workflows/definitions';
 import { TemporalConfig, temporalConfig } from './config';
@@ -70,10 +72,12 @@ export class FerryClient {
     private readonly ownsConnection: Connection | undefined,
   ) {}
 
-  static async connect(config: Partial<TemporalConfig> = {}): Promise<FerryClient> {
-    const full = { ...temporalConfig(), ...config };
+  static async connect(config: Partial<TemporalConfig> = {}, env: NodeJS.ProcessEnv = process.env): Promise<FerryClient> {
+    const full = { ...temporalConfig(env), ...config };
+    // FERRY_CODEC_KEY: the workers' payload codec, or this client could not read what they wrote.
+    const dataConverter = dataConverterFromEnv(env);
     const connection = await Connection.connect({ address: full.address });
-    return new FerryClient(new Client({ connection, namespace: full.namespace }), full, connection);
+    return new FerryClient(new Client({ connection, namespace: full.namespace, dataConverter }), full, connection);
   }
 
   /** Wraps an existing Temporal client (tests, services that already hold one). */
@@ -118,26 +122,56 @@ export class FerryClient {
     const input = { ...(specInput as Record<string, unknown>), id };
     try {
       const handle = await this.client.workflow.start(MIGRATION_WORKFLOW, {
-        taskQueue: this.config.taskQueue,
-        workflowId: id,
+        ...this.startOptions(id, spec, input),
         args: [input, { plan, tableHistoryLimit: options.tableHistoryLimit }],
         workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
-        typedSearchAttributes: new TypedSearchAttributes([
-          { key: FerryStateKey, value: 'QUEUED' },
-          { key: FerryPhaseKey, value: 'PENDING' },
-          { key: FerrySourceKey, value: spec.source },
-          { key: FerryTargetKey, value: spec.target },
-        ]),
-        memo: { source: spec.source, target: spec.target, mode: spec.mode },
-        staticSummary: `Ferry ${spec.mode} migration ${spec.source} → ${spec.target}: ${spec.tables.length} table(s)`,
       });
       return { id, runId: handle.firstExecutionRunId, plan, started: true };
     } catch (err) {
       if (err instanceof WorkflowExecutionAlreadyStartedError) {
-        throw new RefusedError(`migration ${id} already exists and has ended; choose another id`, 'IdInUse', { cause: err });
+        throw new RefusedError(`migration ${id} already exists and has ended; choose another id (or \`ferry retry ${id}\` if it failed)`, 'IdInUse', {
+          cause: err,
+        });
       }
       throw err;
     }
+  }
+
+  /**
+   * `ferry retry`: FAILED → PENDING. A new run of the same migration id that resumes from the
+   * plan and checkpoints a failed run left on the target (`onFailure: keep`); after a rollback
+   * there is nothing left, and it starts afresh.
+   */
+  async retry(id: string): Promise<StartedMigration> {
+    const d = await this.handle(id).describe();
+    const state = d.typedSearchAttributes.get(FerryStateKey) ?? d.status.name;
+    if (d.status.name === 'RUNNING' || state !== 'FAILED') {
+      throw new RefusedError(`migration ${id} is ${d.status.name === 'RUNNING' ? 'still running' : state}; only a FAILED migration can be retried`, 'NotFailed');
+    }
+    const input = d.memo?.spec;
+    if (!input) throw new RefusedError(`migration ${id} did not record its spec; start it again with ferry start`, 'NoSpec');
+    const spec = parseSpec(input);
+    const handle = await this.client.workflow.start(MIGRATION_WORKFLOW, {
+      ...this.startOptions(id, spec, input),
+      args: [input, { resume: true }],
+    });
+    return { id, runId: handle.firstExecutionRunId, started: true };
+  }
+
+  /** Task queue, search attributes, memo (with the spec, for retry) and the Web UI summary. */
+  private startOptions(id: string, spec: Spec, input: unknown) {
+    return {
+      taskQueue: this.config.taskQueue,
+      workflowId: id,
+      typedSearchAttributes: new TypedSearchAttributes([
+        { key: FerryStateKey, value: 'QUEUED' },
+        { key: FerryPhaseKey, value: 'PENDING' },
+        { key: FerrySourceKey, value: spec.source },
+        { key: FerryTargetKey, value: spec.target },
+      ]),
+      memo: { source: spec.source, target: spec.target, mode: spec.mode, spec: input },
+      staticSummary: `Ferry ${spec.mode} migration ${spec.source} → ${spec.target}: ${spec.tables.length} table(s)`,
+    };
   }
 
   private async runningExecution(id: string): Promise<string | undefined> {
@@ -150,29 +184,75 @@ export class FerryClient {
     }
   }
 
-  /** The status document: from the workflow's query, or from visibility when no worker answers. */
+  /**
+   * The status document: the workflow's `state` query when a worker answers, else what
+   * visibility knows (memo, search attributes). Two states are derived here, not stored:
+   * QUEUED — no worker has run the workflow yet — and RETRYING — an activity of the migration
+   * or of its tables is past its first attempt (its last error is attached).
+   */
   async status(id: string): Promise<StatusDocument> {
     const handle = this.handle(id);
+    const d = await handle.describe();
+    const running = d.status.name === 'RUNNING';
+    if (running && !(await this.hasRunAWorkflowTask(d.workflowId, d.runId))) return this.fromVisibility(d, 'QUEUED');
+    let doc: StatusDocument;
     try {
-      return await handle.query(stateQuery);
-    } catch (err) {
-      if (err instanceof WorkflowNotFoundError) throw err;
-      const d = await handle.describe();
-      const result = d.memo?.result as ResultDocument | undefined;
-      return {
-        id,
-        runId: d.runId,
-        state: (result?.state ?? d.typedSearchAttributes.get(FerryStateKey) ?? 'QUEUED') as MigrationState,
-        phase: (result?.phase ?? d.typedSearchAttributes.get(FerryPhaseKey) ?? 'PENDING') as Phase,
-        paused: false,
-        tables: result?.tables ?? [],
-        events: result?.events ?? [],
-        transitions: [],
-        error: result?.error ?? undefined,
-        startedAt: d.startTime.toISOString(),
-        endedAt: d.closeTime?.toISOString(),
-      };
+      doc = await this.client.connection.withDeadline(Date.now() + 5_000, () => handle.query(stateQuery));
+    } catch {
+      doc = this.fromVisibility(d);
     }
+    if (running && doc.state === 'RUNNING') {
+      const retrying = await this.retryingActivity(id, doc.tables.length);
+      if (retrying) {
+        doc.state = 'RETRYING';
+        doc.retrying = retrying;
+      }
+    }
+    return doc;
+  }
+
+  private async hasRunAWorkflowTask(workflowId: string, runId: string): Promise<boolean> {
+    const page = await this.client.workflowService.getWorkflowExecutionHistory({
+      namespace: this.client.options.namespace,
+      execution: { workflowId, runId },
+      maximumPageSize: 10,
+    });
+    return (page.history?.events ?? []).some((e) => e.workflowTaskCompletedEventAttributes);
+  }
+
+  private async retryingActivity(id: string, tables: number): Promise<StatusDocument['retrying']> {
+    for (const workflowId of [id, ...Array.from({ length: tables }, (_, i) => `${id}/table-${i}`)]) {
+      const d = await this.handle(workflowId).describe().catch(() => undefined);
+      if (d?.status.name !== 'RUNNING') continue;
+      const pending = (d.raw.pendingActivities ?? []).find((a) => (a.attempt ?? 1) > 1);
+      if (pending) {
+        return {
+          workflowId,
+          activity: pending.activityType?.name ?? 'activity',
+          attempt: pending.attempt ?? 2,
+          lastError: pending.lastFailure?.message ?? undefined,
+        };
+      }
+    }
+    return undefined;
+  }
+
+  private fromVisibility(d: WorkflowExecutionDescription, derived?: 'QUEUED'): StatusDocument {
+    const result = d.memo?.result as ResultDocument | undefined;
+    const doc: StatusDocument = {
+      id: d.workflowId,
+      runId: d.runId,
+      state: derived ?? ((result?.state ?? d.typedSearchAttributes.get(FerryStateKey) ?? 'QUEUED') as MigrationState),
+      phase: (result?.phase ?? d.typedSearchAttributes.get(FerryPhaseKey) ?? 'PENDING') as Phase,
+      paused: false,
+      tables: result?.tables ?? [],
+      events: result?.events ?? [],
+      transitions: [],
+      startedAt: d.startTime.toISOString(),
+    };
+    if (result?.error) doc.error = result.error;
+    if (d.closeTime) doc.endedAt = d.closeTime.toISOString();
+    return doc;
   }
 
   /** Waits for the migration to end and returns its result document, for every outcome. */

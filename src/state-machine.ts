@@ -118,6 +118,6 @@ export function phaseMachine(initial: Phase = 'PENDING', history?: Transition<Ph
   return new StateMachine<Phase>('phase', PHASE_TRANSITIONS, initial, history);
 }
 
-export function isTerminalState(state: MigrationState): boolean {
+export function isTerminalState(state: string): boolean {
   return state === 'SUCCEEDED' || state === 'FAILED' || state === 'CANCELLED' || state === 'TIMED_OUT';
 }

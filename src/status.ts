@@ -63,7 +63,8 @@ export interface CutoverReport {
 export interface StatusDocument {
   id: string;
   runId: string;
-  state: MigrationState;
+  /** RETRYING is derived when status is read (an activity past its first attempt). */
+  state: MigrationState | 'RETRYING';
   phase: Phase;
   paused: boolean;
   tables: TableStatus[];
@@ -76,6 +77,8 @@ export interface StatusDocument {
   eventsDropped?: number;
   warnings?: string[];
   cutover?: CutoverReport;
+  /** With state RETRYING: the activity being retried and its last error. */
+  retrying?: { workflowId: string; activity: string; attempt: number; lastError?: string };
 }
 
 /** The result document and callback body (seed 000 §4.4 plus Ferry's fields). */
@@ -103,7 +106,7 @@ export function resultDocument(status: StatusDocument, metadata: Record<string, 
   const ms = Math.max(0, Date.parse(end) - Date.parse(status.startedAt));
   const doc: ResultDocument = {
     task_id: status.id,
-    state: status.state,
+    state: status.state === 'RETRYING' ? 'RUNNING' : status.state,
     phase: status.phase,
     start_time: status.startedAt,
     end_time: end,

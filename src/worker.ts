@@ -5,9 +5,11 @@
 import type { Duration } from '@temporalio/common';
 import { NativeConnection, Worker, WorkerOptions } from '@temporalio/worker';
 import { createActivities } from '../activities';
+import { dataConverterFromEnv } from './codec';
 import { TemporalConfig } from './config';
 import { ConnectionRegistry } from './db/connections';
 import { Logger } from './logger';
+import { auditInterceptors, FerryMetrics } from './telemetry';
 import { workflowBundle } from './temporal/bundle';
 
 export interface FerryWorkerOptions {
@@ -24,8 +26,10 @@ export interface FerryWorkerOptions {
   maxTaskQueueActivitiesPerSecond?: number;
   shutdownGraceTime?: Duration;
   identity?: string;
-  /** Temporal worker interceptors (auditing, metrics, fault injection in tests). */
+  /** More Temporal worker interceptors (fault injection in tests); the audit interceptor is always on. */
   interceptors?: WorkerOptions['interceptors'];
+  /** Ferry's Prometheus metrics, fed by the audit interceptor. */
+  metrics?: FerryMetrics;
 }
 
 export interface FerryWorker {
@@ -64,9 +68,16 @@ export async function createFerryWorker(options: FerryWorkerOptions): Promise<Fe
     workerOptions.maxTaskQueueActivitiesPerSecond = options.maxTaskQueueActivitiesPerSecond;
   }
   if (options.identity) workerOptions.identity = options.identity;
-  if (options.interceptors) workerOptions.interceptors = options.interceptors;
+  const audit = auditInterceptors(options.logger, options.metrics);
+  workerOptions.interceptors = {
+    ...options.interceptors,
+    activity: [...(audit.activity ?? []), ...(options.interceptors?.activity ?? [])],
+  };
   let worker: Worker;
   try {
+    // FERRY_CODEC_KEY: encrypt every payload this worker sends (the workflow sandbox never sees it).
+    const dataConverter = dataConverterFromEnv(env);
+    if (dataConverter) workerOptions.dataConverter = dataConverter;
     worker = await Worker.create(workerOptions);
   } catch (err) {
     await connection.close();

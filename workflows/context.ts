@@ -16,6 +16,8 @@ export interface MigrationOptions {
    * the workflow runs preflight itself.
    */
   plan?: MigrationPlan;
+  /** `ferry retry`: a new run after FAILED, resuming from the plan and checkpoints left behind. */
+  resume?: boolean;
 }
 
 export interface MigrationContext {

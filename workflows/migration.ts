@@ -47,7 +47,8 @@ type Outcome = 'SUCCEEDED' | 'FAILED' | 'CANCELLED' | 'TIMED_OUT';
 
 export async function migrationWorkflow(specInput: unknown, options: MigrationOptions = {}): Promise<ResultDocument> {
   const info = workflowInfo();
-  const tracker = new Tracker(info.workflowId, info.runId, new Date(info.startTime).toISOString());
+  const tracker = new Tracker(info.workflowId, info.runId, new Date(info.startTime).toISOString(), options.resume ? 'FAILED' : 'PENDING');
+  if (options.resume) tracker.setState('PENDING', 'ferry retry', new Date(info.startTime).toISOString());
   tracker.setState('QUEUED', undefined, new Date(info.startTime).toISOString());
   tracker.setState('RUNNING', 'picked up by a worker');
   setHandler(stateQuery, () => tracker.document());
@@ -124,7 +125,8 @@ export async function migrationWorkflow(specInput: unknown, options: MigrationOp
   let failure: unknown;
   try {
     await main.run(async () => {
-      const plan = options.plan ?? (await checks.preflight({ migrationId: info.workflowId, spec }));
+      const stored = options.resume ? await steps.storedPlan({ migrationId: info.workflowId, target: spec.target }) : null;
+      const plan = stored ?? options.plan ?? (await checks.preflight({ migrationId: info.workflowId, spec }));
       tracker.addTables(plan.tables);
       upsertMemo({ source: spec.source, target: spec.target, tables: tracker.tables.map((t) => `${t.source} → ${t.target}`) });
       tracker.event('MigrationStarted', undefined, { mode: spec.mode, tables: plan.tables.length });

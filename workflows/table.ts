@@ -19,7 +19,6 @@ import {
   workflowInfo,
 } from '@temporalio/workflow';
 import type { Activities } from '../activities';
-import type { SyncResult } from '../activities/sync-changes';
 import { displayQualified } from '../src/identifiers';
 import { ChunkCheckpoint, CopyTable, copyTableOf, KeyRange, TablePlan } from '../src/plan';
 import { Phase, phaseMachine, Transition } from '../src/state-machine';
@@ -123,18 +122,39 @@ export async function tableMigrationWorkflow(input: TableWorkflowInput): Promise
   let control: Control = input.control;
   let copyAllowed = carried?.copyAllowed ?? !input.waitForCopySlot;
   let finishRequested = false;
-  // A long sync slice is cancelled (it stops between rounds) when the table must pause or finish.
-  let syncScope: CancellationScope | undefined;
+  // Activity slices in flight; a control change (pause, throttle, cutover) interrupts them. They
+  // stop after their current batch, whose checkpoint is committed, and the next slice carries on.
+  const slices = new Set<CancellationScope>();
+  let controlVersion = 0;
+  const interrupt = () => {
+    controlVersion += 1;
+    for (const scope of slices) scope.cancel();
+  };
+  const interruptible = async <T>(fn: () => Promise<T>): Promise<T | undefined> => {
+    const scope = new CancellationScope();
+    const version = controlVersion;
+    slices.add(scope);
+    try {
+      return await scope.run(fn);
+    } catch (err) {
+      // However an interrupted slice ended (cancelled, or timed out on a dead worker), its
+      // committed work stands; anything else is a real failure.
+      if (controlVersion !== version && !CancellationScope.current().consideredCancelled) return undefined;
+      throw err;
+    } finally {
+      slices.delete(scope);
+    }
+  };
   setHandler(controlSignal, (c) => {
     control = c;
-    if (c.paused) syncScope?.cancel();
+    interrupt();
   });
   setHandler(startCopySignal, () => {
     copyAllowed = true;
   });
   setHandler(finishSyncSignal, () => {
     finishRequested = true;
-    syncScope?.cancel();
+    interrupt();
   });
 
   const parent = getExternalWorkflowHandle(input.parentWorkflowId);
@@ -175,17 +195,20 @@ export async function tableMigrationWorkflow(input: TableWorkflowInput): Promise
           if (historyFull()) return;
           chunk.status.state = 'COPYING';
           const active = chunks.filter((c) => c.status.state === 'COPYING').length;
-          const result = await copy.copyChunk({
-            migrationId: input.migrationId,
-            source: input.source,
-            target: input.target,
-            table: copyTable,
-            chunk: table.chunks[i],
-            batchRows: control.batchRows ?? input.batchRows,
-            fence: nextFence(chunk),
-            sliceMs: SLICE_MS,
-            rowsPerSecond: control.rowsPerSecond ? Math.max(1, Math.floor(control.rowsPerSecond / active)) : undefined,
-          });
+          const result = await interruptible(() =>
+            copy.copyChunk({
+              migrationId: input.migrationId,
+              source: input.source,
+              target: input.target,
+              table: copyTable,
+              chunk: table.chunks[i],
+              batchRows: control.batchRows ?? input.batchRows,
+              fence: nextFence(chunk),
+              sliceMs: SLICE_MS,
+              rowsPerSecond: control.rowsPerSecond ? Math.max(1, Math.floor(control.rowsPerSecond / active)) : undefined,
+            }),
+          );
+          if (!result) continue; // interrupted: the next slice runs under the new control
           chunk.status = statusOf(result.checkpoint);
           await report({
             chunk: { index: i, ...chunk.status },
@@ -215,32 +238,21 @@ export async function tableMigrationWorkflow(input: TableWorkflowInput): Promise
     await condition(() => !control.paused || finishRequested);
     if (finishRequested) break;
     if (historyFull()) return carryOn();
-    let result: SyncResult;
-    syncScope = new CancellationScope();
-    try {
-      result = await syncScope.run(() =>
-        copy.syncChanges({
-          migrationId: input.migrationId,
-          source: input.source,
-          target: input.target,
-          table: copyTable,
-          fence: nextFence(sync),
-          sliceMs: SLICE_MS,
-          batchKeys: SYNC_BATCH_KEYS,
-          recordDirty: sync.validationBegun,
-          // Until validated, come back as soon as caught up; afterwards poll for a whole slice.
-          returnWhenCaughtUp: !sync.validated,
-        }),
-      );
-    } catch (err) {
-      // We interrupted it (pause or cutover): however it ended — cancelled, or timed out on a
-      // dead worker — its committed rounds stand and the next sync takes over with a newer fence.
-      const interrupted = (finishRequested || control.paused) && !CancellationScope.current().consideredCancelled;
-      if (interrupted) continue;
-      throw err;
-    } finally {
-      syncScope = undefined;
-    }
+    const result = await interruptible(() =>
+      copy.syncChanges({
+        migrationId: input.migrationId,
+        source: input.source,
+        target: input.target,
+        table: copyTable,
+        fence: nextFence(sync),
+        sliceMs: SLICE_MS,
+        batchKeys: SYNC_BATCH_KEYS,
+        recordDirty: sync.validationBegun,
+        // Until validated, come back as soon as caught up; afterwards poll for a whole slice.
+        returnWhenCaughtUp: !sync.validated,
+      }),
+    );
+    if (!result) continue;
     const now = Date.now();
     sync.applied += result.applied;
     const lag: TableStatus['lag'] = { pendingChanges: result.pending, seconds: result.lagSeconds, changesApplied: sync.applied };

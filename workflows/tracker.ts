@@ -6,14 +6,14 @@ import { upsertSearchAttributes, setCurrentDetails } from '@temporalio/workflow'
 import { FerryPhaseKey, FerryStateKey } from '../src/names';
 import { displayQualified } from '../src/identifiers';
 import { TablePlan } from '../src/plan';
-import { migrationStateMachine, MigrationState, Phase, phaseMachine } from '../src/state-machine';
+import { migrationStateMachine, MigrationState, Phase, phaseMachine, StateMachine } from '../src/state-machine';
 import { CutoverReport, ErrorInfo, EventType, MigrationEvent, StatusDocument, TableStatus } from '../src/status';
 import { TableProgress } from './definitions';
 
 export const MAX_EVENTS_KEPT = 200;
 
 export class Tracker {
-  readonly migration = migrationStateMachine();
+  readonly migration: StateMachine<MigrationState>;
   readonly phase = phaseMachine();
   readonly tables: TableStatus[] = [];
   readonly warnings: string[] = [];
@@ -31,7 +31,10 @@ export class Tracker {
     readonly id: string,
     readonly runId: string,
     readonly startedAt: string,
-  ) {}
+    initial: MigrationState = 'PENDING',
+  ) {
+    this.migration = migrationStateMachine(initial);
+  }
 
   now(): string {
     return new Date().toISOString();

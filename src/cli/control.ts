@@ -41,6 +41,20 @@ export function registerControlCommands(program: Command): void {
     .action((id: string) => signal(id, (c) => c.resume(id), `resume requested for ${id}`));
 
   program
+    .command('retry')
+    .description('retry a FAILED migration: a new run resumes from the checkpoints onFailure: keep left')
+    .argument('<id>')
+    .action(async (id: string) => {
+      const client = await FerryClient.connect();
+      try {
+        const { runId } = await client.retry(id);
+        process.stdout.write(`${id} retried (run ${runId})\n`);
+      } finally {
+        await client.close();
+      }
+    });
+
+  program
     .command('unfreeze')
     .description('lift the write freeze that an online cutover left on the source (cutover.afterwards: keep-frozen)')
     .argument('<id>')

@@ -3,6 +3,7 @@
  * started), 1 the migration failed or was cancelled (or an operational error).
  */
 import { Command } from 'commander';
+import { registerCodecCommand } from './codec';
 import { registerControlCommands } from './control';
 import { registerMigrationCommands } from './migrations';
 import { registerProcessCommands } from './processes';
@@ -16,6 +17,7 @@ export function buildProgram(): Command {
   registerProcessCommands(program);
   registerMigrationCommands(program);
   registerControlCommands(program);
+  registerCodecCommand(program);
   return program;
 }
 

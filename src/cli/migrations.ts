@@ -3,8 +3,9 @@ import { Command, Option } from 'commander';
 import { FerryClient } from '../client';
 import { displayQualified } from '../identifiers';
 import { loadSpecFile } from '../spec-file';
-import { isTerminalState, MIGRATION_STATES } from '../state-machine';
+import { MIGRATION_STATES } from '../state-machine';
 import { CliExit, formatResult, formatStatus, printJson } from './output';
+import { watch } from './watch';
 
 async function withClient<T>(fn: (client: FerryClient) => Promise<T>): Promise<T> {
   const client = await FerryClient.connect();
@@ -12,28 +13,6 @@ async function withClient<T>(fn: (client: FerryClient) => Promise<T>): Promise<T
     return await fn(client);
   } finally {
     await client.close();
-  }
-}
-
-/** Prints a line whenever the migration's state, phase or copied rows move, until it ends. */
-export async function followProgress(client: FerryClient, id: string, intervalMs = 1000): Promise<void> {
-  let last = '';
-  let ended = false;
-  const end = client
-    .result(id)
-    .catch(() => undefined)
-    .then(() => {
-      ended = true;
-    });
-  for (;;) {
-    const s = await client.status(id);
-    const line = `${s.state} ${s.phase} ${s.tables.map((t) => `${t.source}:${t.phase}:${t.rowsCopied}`).join(' ')}`;
-    if (line !== last) {
-      process.stderr.write(`${new Date().toISOString()} ${s.state} ${s.phase}${s.paused ? ' (paused)' : ''}  ${s.tables.map((t) => `${t.source} ${t.rowsCopied}/~${t.rowsEstimated}`).join('  ')}\n`);
-      last = line;
-    }
-    if (isTerminalState(s.state) || ended) return;
-    await Promise.race([end, new Promise((r) => setTimeout(r, intervalMs))]);
   }
 }
 
@@ -55,9 +34,24 @@ export function registerMigrationCommands(program: Command): void {
           return;
         }
         if (!opts.json) process.stderr.write(`migration ${started.id} started\n`);
-        if (!opts.json) await followProgress(client, started.id);
+        if (!opts.json) await watch(client, started.id);
         const result = await client.result(started.id);
         if (opts.json) printJson(result);
+        else process.stdout.write(`${formatResult(result)}\n`);
+        if (result.state !== 'SUCCEEDED') throw new CliExit('', 1);
+      });
+    });
+
+  program
+    .command('watch')
+    .description('follow a migration until it ends: progress bars per table (plain lines when not a terminal)')
+    .argument('<id>')
+    .addOption(new Option('--json', 'print each changed status document as one JSON line, then the result'))
+    .action(async (id: string, opts: { json?: boolean }) => {
+      await withClient(async (client) => {
+        await watch(client, id, { json: opts.json });
+        const result = await client.result(id);
+        if (opts.json) process.stdout.write(`${JSON.stringify(result)}\n`);
         else process.stdout.write(`${formatResult(result)}\n`);
         if (result.state !== 'SUCCEEDED') throw new CliExit('', 1);
       });

@@ -1,6 +1,7 @@
 /** `ferry server` (embedded Temporal dev server) and `ferry worker` (one pool member). */
 import { Command } from 'commander';
 import { temporalConfig } from '../config';
+import { RefusedError } from '../client';
 import { duration, positiveInt } from './args';
 
 function untilSignal(): Promise<NodeJS.Signals> {
@@ -41,45 +42,89 @@ export function registerProcessCommands(program: Command): void {
   program
     .command('worker')
     .description('run one worker of the pool: executes migrations\' workflows and activities')
-    .option('--concurrency <n>', 'activities this worker runs at once (FERRY_WORKER_CONCURRENCY)', positiveInt)
-    .option('--workflow-concurrency <n>', 'workflow tasks this worker runs at once', positiveInt)
-    .option('--max-activities-per-second <n>', 'rate cap for this worker', positiveInt)
-    .option('--task-queue-activities-per-second <n>', 'server-side rate cap across all workers of the queue', positiveInt)
-    .option('--shutdown-grace <duration>', 'how long SIGTERM waits for in-flight activities', duration, 30_000)
+    .option('--concurrency <n>', 'activities this worker runs at once (FERRY_WORKER_CONCURRENCY, default 8)', positiveInt)
+    .option('--workflow-concurrency <n>', 'workflow tasks this worker runs at once (FERRY_WORKFLOW_CONCURRENCY, default 40)', positiveInt)
+    .option('--max-activities-per-second <n>', 'rate cap for this worker (FERRY_MAX_ACTIVITIES_PER_SECOND)', positiveInt)
+    .option('--task-queue-activities-per-second <n>', 'server-side rate cap across all workers of the queue (FERRY_TASK_QUEUE_ACTIVITIES_PER_SECOND)', positiveInt)
+    .option('--shutdown-grace <duration>', 'how long SIGTERM waits for in-flight activities (FERRY_SHUTDOWN_GRACE, default 30s)', duration)
+    .option('--metrics-port <port>', 'serve /metrics, /healthz and /readyz on this port (FERRY_METRICS_PORT)', positiveInt)
     .option('--identity <name>', 'worker identity shown in Temporal')
-    .action(
-      async (opts: {
-        concurrency?: number;
-        workflowConcurrency?: number;
-        maxActivitiesPerSecond?: number;
-        taskQueueActivitiesPerSecond?: number;
-        shutdownGrace: number;
-        identity?: string;
-      }) => {
-        const { createFerryWorker } = require('../worker') as typeof import('../worker');
-        const { createLogger } = require('../logger') as typeof import('../logger');
-        const logger = createLogger({ name: 'ferry-worker' });
-        const temporal = temporalConfig();
-        const envConcurrency = Number(process.env.FERRY_WORKER_CONCURRENCY) || undefined;
-        const worker = await createFerryWorker({
-          temporal,
-          logger,
-          maxConcurrentActivityTaskExecutions: opts.concurrency ?? envConcurrency,
-          maxConcurrentWorkflowTaskExecutions: opts.workflowConcurrency,
-          maxActivitiesPerSecond: opts.maxActivitiesPerSecond,
-          maxTaskQueueActivitiesPerSecond: opts.taskQueueActivitiesPerSecond,
-          shutdownGraceTime: opts.shutdownGrace,
-          identity: opts.identity,
-        });
-        const onSignal = (signal: NodeJS.Signals) => {
-          logger.info({ signal }, 'shutting down: finishing or checkpointing in-flight work');
-          worker.shutdown();
-        };
-        process.once('SIGINT', onSignal);
-        process.once('SIGTERM', onSignal);
-        logger.info({ address: temporal.address, namespace: temporal.namespace, taskQueue: temporal.taskQueue }, 'worker started');
+    .action(async (flags: WorkerFlags) => {
+      const opts = workerSettings(flags, process.env);
+      const { createFerryWorker } = require('../worker') as typeof import('../worker');
+      const { createLogger } = require('../logger') as typeof import('../logger');
+      const telemetry = require('../telemetry') as typeof import('../telemetry');
+      const logger = createLogger({ name: 'ferry-worker' });
+      const temporal = temporalConfig();
+      const metrics = opts.metricsPort ? telemetry.createMetrics() : undefined;
+      const sdkMetricsUrl = await telemetry.installRuntime({ logger, metrics: Boolean(metrics) });
+      const worker = await createFerryWorker({
+        temporal,
+        logger,
+        metrics,
+        maxConcurrentActivityTaskExecutions: opts.concurrency,
+        maxConcurrentWorkflowTaskExecutions: opts.workflowConcurrency,
+        maxActivitiesPerSecond: opts.maxActivitiesPerSecond,
+        maxTaskQueueActivitiesPerSecond: opts.taskQueueActivitiesPerSecond,
+        shutdownGraceTime: opts.shutdownGrace,
+        identity: flags.identity,
+      });
+      const http =
+        metrics && opts.metricsPort
+          ? await telemetry.serveTelemetry({
+              port: opts.metricsPort,
+              metrics,
+              sdkMetricsUrl,
+              ready: () => worker.worker.getState() === 'RUNNING',
+              live: () => worker.worker.getState() !== 'FAILED',
+            })
+          : undefined;
+      const onSignal = (signal: NodeJS.Signals) => {
+        logger.info({ signal }, 'shutting down: finishing or checkpointing in-flight work');
+        worker.shutdown();
+      };
+      process.once('SIGINT', onSignal);
+      process.once('SIGTERM', onSignal);
+      logger.info(
+        { address: temporal.address, namespace: temporal.namespace, taskQueue: temporal.taskQueue, ...opts },
+        'worker started',
+      );
+      try {
         await worker.run();
-        logger.info('worker stopped');
-      },
-    );
+      } finally {
+        http?.close();
+      }
+      logger.info('worker stopped');
+    });
+}
+
+interface WorkerFlags {
+  concurrency?: number;
+  workflowConcurrency?: number;
+  maxActivitiesPerSecond?: number;
+  taskQueueActivitiesPerSecond?: number;
+  shutdownGrace?: number;
+  metricsPort?: number;
+  identity?: string;
+}
+
+/** Flags win over the environment (FERRY_*), which wins over the defaults: one place for both. */
+export function workerSettings(flags: WorkerFlags, env: NodeJS.ProcessEnv): Omit<WorkerFlags, 'identity'> & { shutdownGrace: number } {
+  const fromEnv = (name: string, parse: (v: string) => number): number | undefined => {
+    const raw = env[name];
+    if (raw === undefined || raw === '') return undefined;
+    try {
+      return parse(raw);
+    } catch (err) {
+      throw new RefusedError(`${name}=${raw} ${(err as Error).message}: fix or unset it`, 'InvalidEnvironment');
+    }
+  };
+  return {
+    concurrency: flags.concurrency ?? fromEnv('FERRY_WORKER_CONCURRENCY', positiveInt),
+    workflowConcurrency: flags.workflowConcurrency ?? fromEnv('FERRY_WORKFLOW_CONCURRENCY', positiveInt),
+    maxActivitiesPerSecond: flags.maxActivitiesPerSecond ?? fromEnv('FERRY_MAX_ACTIVITIES_PER_SECOND', positiveInt),
+    taskQueueActivitiesPerSecond: flags.taskQueueActivitiesPerSecond ?? fromEnv('FERRY_TASK_QUEUE_ACTIVITIES_PER_SECOND', positiveInt),
+    shutdownGrace: flags.shutdownGrace ?? fromEnv('FERRY_SHUTDOWN_GRACE', duration) ?? 30_000,
+    metricsPort: flags.metricsPort ?? fromEnv('FERRY_METRICS_PORT', positiveInt),
+  };
 }

@@ -12,7 +12,9 @@ export const BOOKKEEPING_DDL = `
 CREATE SCHEMA IF NOT EXISTS _ferry;
 CREATE TABLE IF NOT EXISTS _ferry.migrations (
   id          text PRIMARY KEY,
-  prepared_at timestamptz NOT NULL DEFAULT now()
+  prepared_at timestamptz NOT NULL DEFAULT now(),
+  -- the chunk plan the checkpoints refer to: ferry retry resumes with exactly this plan
+  plan        jsonb NOT NULL
 );
 CREATE TABLE IF NOT EXISTS _ferry.created_objects (
   migration_id text NOT NULL,

@@ -8,7 +8,9 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, Runtime, WorkerOptions } from '@temporalio/worker';
+import type { DataConverter } from '@temporalio/common';
 import { FerryClient } from '../../src/client';
+import { dataConverterFromEnv } from '../../src/codec';
 import type { ResultDocument } from '../../src/status';
 import { connectionEnvVar } from '../../src/names';
 import { silentLogger } from '../../src/logger';
@@ -37,6 +39,8 @@ export interface StackOptions {
   workers?: number;
   server?: DevServerOptions;
   extraEnv?: Record<string, string>;
+  /** The test client's data converter; by default the payload codec of the env (FERRY_CODEC_KEY), as the workers'. */
+  dataConverter?: DataConverter;
 }
 
 export interface RunningProcessWorker {
@@ -63,7 +67,8 @@ export class TestStack {
     quietRuntime();
     const server = await startDevServer({ headless: true, ...options.server });
     const connection = await Connection.connect({ address: server.address });
-    const client = new Client({ connection, namespace: server.namespace });
+    const dataConverter = options.dataConverter ?? dataConverterFromEnv({ ...process.env, ...options.extraEnv });
+    const client = new Client({ connection, namespace: server.namespace, dataConverter });
     const taskQueue = `ferry-test-${randomBytes(3).toString('hex')}`;
     const env: NodeJS.ProcessEnv = {
       ...process.env,
@@ -80,10 +85,10 @@ export class TestStack {
   }
 
   /** An in-process worker; interceptors can inject faults around activities. */
-  async startWorker(options: { interceptors?: WorkerOptions['interceptors']; activitySlots?: number } = {}): Promise<FerryWorker> {
+  async startWorker(options: { interceptors?: WorkerOptions['interceptors']; activitySlots?: number; taskQueue?: string } = {}): Promise<FerryWorker> {
     const bundlePath = process.env.FERRY_WORKFLOW_BUNDLE;
     const worker = await createFerryWorker({
-      temporal: { address: this.server.address, namespace: this.server.namespace, taskQueue: this.taskQueue },
+      temporal: { address: this.server.address, namespace: this.server.namespace, taskQueue: options.taskQueue ?? this.taskQueue },
       logger: silentLogger(),
       env: this.env,
       workflowBundle: bundlePath ? { code: readFileSync(bundlePath, 'utf8') } : undefined,

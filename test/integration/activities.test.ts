@@ -4,7 +4,8 @@
  * preflight's refusal of tables that row-level security would silently shrink.
  */
 import { randomBytes } from 'node:crypto';
-import { MockActivityEnvironment } from '@temporalio/testing';
+import { MockActivityEnvironment as SdkMockActivityEnvironment } from '@temporalio/testing';
+import { DefaultLogger } from '@temporalio/worker';
 import { ApplicationFailure } from '@temporalio/common';
 import { createActivities } from '../../activities';
 import { CopyChunkInput, CopyChunkResult } from '../../activities/copy-chunk';
@@ -13,6 +14,13 @@ import { PINNED_SETTINGS } from '../../src/db/session';
 import { silentLogger } from '../../src/logger';
 import { parseSpec } from '../../src/spec';
 import { adminUrl, TestDatabases, withClient } from '../helpers/databases';
+
+/** The SDK's mock environment, without its log line for every (expected) activity failure. */
+class MockActivityEnvironment extends SdkMockActivityEnvironment {
+  constructor(info?: ConstructorParameters<typeof SdkMockActivityEnvironment>[0]) {
+    super(info, { logger: new DefaultLogger('ERROR') });
+  }
+}
 
 describe('activities on real PostgreSQL', () => {
   let dbs: TestDatabases;

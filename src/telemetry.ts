@@ -1,0 +1,245 @@
+/**
+ * What a worker tells the people who run it: Prometheus metrics (Ferry's own, merged with the
+ * Temporal SDK's from the runtime's exporter), /healthz and /readyz, an audit line for every
+ * activity task, and the SDK's runtime logs routed into the same pino logger.
+ */
+import { createServer, Server } from 'node:http';
+import { AddressInfo, createServer as createTcpServer } from 'node:net';
+import type { LogLevel, LogMetadata, Logger as SdkLogger } from '@temporalio/common';
+import type { Runtime as RuntimeType, WorkerOptions } from '@temporalio/worker';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { CopyChunkResult } from '../activities/copy-chunk';
+import type { SyncResult } from '../activities/sync-changes';
+import type { ValidateChunkResult } from '../activities/validate-chunk';
+import { Logger } from './logger';
+
+export interface FerryMetrics {
+  registry: Registry;
+  rowsCopied: Counter<'table'>;
+  bytesCopied: Counter<'table'>;
+  batches: Counter<'table'>;
+  changesApplied: Counter<'table'>;
+  changeLag: Gauge<'migration' | 'table'>;
+  validationMismatches: Counter<'table'>;
+  callbacks: Counter<'kind' | 'outcome'>;
+  activities: Histogram<'activity' | 'outcome'>;
+}
+
+export function createMetrics(): FerryMetrics {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry, prefix: 'ferry_process_' });
+  const registers = [registry];
+  return {
+    registry,
+    rowsCopied: new Counter({ name: 'ferry_rows_copied_total', help: 'Rows copied into target tables', labelNames: ['table'], registers }),
+    bytesCopied: new Counter({ name: 'ferry_bytes_copied_total', help: 'COPY bytes streamed into target tables', labelNames: ['table'], registers }),
+    batches: new Counter({ name: 'ferry_batches_total', help: 'Copy batches committed', labelNames: ['table'], registers }),
+    changesApplied: new Counter({ name: 'ferry_changes_applied_total', help: 'Captured changes applied to the target', labelNames: ['table'], registers }),
+    changeLag: new Gauge({
+      name: 'ferry_change_lag_pending',
+      help: 'Captured changes waiting to be applied, as of the last sync slice',
+      labelNames: ['migration', 'table'],
+      registers,
+    }),
+    validationMismatches: new Counter({
+      name: 'ferry_validation_mismatches_total',
+      help: 'Ranges whose source and target differed at validation',
+      labelNames: ['table'],
+      registers,
+    }),
+    callbacks: new Counter({ name: 'ferry_callbacks_total', help: 'Callback deliveries by kind and outcome', labelNames: ['kind', 'outcome'], registers }),
+    activities: new Histogram({
+      name: 'ferry_activity_duration_seconds',
+      help: 'Activity task duration by activity type and outcome',
+      labelNames: ['activity', 'outcome'],
+      buckets: [0.05, 0.25, 1, 5, 15, 30, 60, 300],
+      registers,
+    }),
+  };
+}
+
+interface ActivityArgs {
+  migrationId?: string;
+  table?: { source?: { schema: string; name: string } };
+  chunk?: { index?: number };
+  chunkIndex?: number;
+  idempotencyKey?: string;
+}
+
+function tableLabel(args: ActivityArgs | undefined): string | undefined {
+  const source = args?.table?.source;
+  return source ? `${source.schema}.${source.name}` : undefined;
+}
+
+/** Result callbacks carry the migration id as idempotency key, events `<id>:<seq>`. */
+function callbackKind(args: ActivityArgs | undefined): 'event' | 'result' {
+  return args?.idempotencyKey?.includes(':') ? 'event' : 'result';
+}
+
+/** Counts what an activity's result says it did. Results are plain data: read them, never trust shapes blindly. */
+function record(metrics: FerryMetrics, activity: string, args: ActivityArgs | undefined, migrationId: string, result: unknown): void {
+  const table = tableLabel(args) ?? 'unknown';
+  if (activity === 'copyChunk' || activity === 'repairRange') {
+    const r = result as Partial<CopyChunkResult> | undefined;
+    if (typeof r?.rows === 'number') metrics.rowsCopied.inc({ table }, r.rows);
+    if (typeof r?.bytes === 'number') metrics.bytesCopied.inc({ table }, r.bytes);
+    if (typeof r?.batches === 'number') metrics.batches.inc({ table }, r.batches);
+  } else if (activity === 'syncChanges') {
+    const r = result as Partial<SyncResult> | undefined;
+    if (typeof r?.applied === 'number') metrics.changesApplied.inc({ table }, r.applied);
+    if (typeof r?.pending === 'number') metrics.changeLag.set({ migration: migrationId, table }, r.pending);
+  } else if (activity === 'validateChunk') {
+    const r = result as Partial<ValidateChunkResult> | undefined;
+    if (Array.isArray(r?.mismatches) && r.mismatches.length > 0) metrics.validationMismatches.inc({ table }, r.mismatches.length);
+  } else if (activity === 'sendCallback') {
+    metrics.callbacks.inc({ kind: callbackKind(args), outcome: 'delivered' });
+  }
+}
+
+/**
+ * One audit line per activity task (seed 003): start at debug, then exactly one of completed
+ * (info, with duration) or failed (warn, with the error and its stack), carrying migration,
+ * table, chunk and attempt. The same interceptor feeds the metrics.
+ */
+export function auditInterceptors(logger: Logger, metrics?: FerryMetrics): NonNullable<WorkerOptions['interceptors']> {
+  return {
+    activity: [
+      (ctx) => ({
+        inbound: {
+          async execute(input, next) {
+            const info = ctx.info;
+            const args = input.args[0] as ActivityArgs | undefined;
+            const workflowId = info.workflowExecution?.workflowId ?? '';
+            const migrationId = args?.migrationId ?? workflowId.split('/')[0];
+            const fields = {
+              migrationId,
+              workflowId,
+              activity: info.activityType,
+              table: tableLabel(args),
+              chunk: args?.chunk?.index ?? args?.chunkIndex,
+              attempt: info.attempt,
+            };
+            const started = process.hrtime.bigint();
+            const seconds = () => Number(process.hrtime.bigint() - started) / 1e9;
+            logger.debug(fields, 'activity started');
+            try {
+              const result = await next(input);
+              const duration = seconds();
+              logger.info({ ...fields, durationMs: Math.round(duration * 1000) }, 'activity completed');
+              if (metrics) {
+                metrics.activities.observe({ activity: info.activityType, outcome: 'completed' }, duration);
+                record(metrics, info.activityType, args, migrationId, result);
+              }
+              return result;
+            } catch (err) {
+              const duration = seconds();
+              const cancelled = ctx.cancellationSignal.aborted;
+              logger.warn({ ...fields, durationMs: Math.round(duration * 1000), err }, cancelled ? 'activity cancelled' : 'activity failed');
+              if (metrics) {
+                metrics.activities.observe({ activity: info.activityType, outcome: cancelled ? 'cancelled' : 'failed' }, duration);
+                if (info.activityType === 'sendCallback') {
+                  const rejected = (err as { type?: string }).type === 'CallbackRejected';
+                  metrics.callbacks.inc({ kind: callbackKind(args), outcome: rejected ? 'rejected' : 'failed' });
+                }
+              }
+              throw err;
+            }
+          },
+        },
+      }),
+    ],
+  };
+}
+
+/** The SDK's logger interface over pino, so runtime and worker logs land in one JSON stream. */
+export function sdkLogger(logger: Logger): SdkLogger {
+  const levels: Record<LogLevel, 'trace' | 'debug' | 'info' | 'warn' | 'error'> = {
+    TRACE: 'trace',
+    DEBUG: 'debug',
+    INFO: 'info',
+    WARN: 'warn',
+    ERROR: 'error',
+  };
+  const log = (level: LogLevel, message: string, meta?: LogMetadata) => logger[levels[level] ?? 'info']({ sdk: true, ...meta }, message);
+  return {
+    log,
+    trace: (m, meta) => log('TRACE', m, meta),
+    debug: (m, meta) => log('DEBUG', m, meta),
+    info: (m, meta) => log('INFO', m, meta),
+    warn: (m, meta) => log('WARN', m, meta),
+    error: (m, meta) => log('ERROR', m, meta),
+  };
+}
+
+/** A port the kernel says is free right now (for the SDK's loopback-only exporter). */
+export async function freePort(host = '127.0.0.1'): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = createTcpServer();
+    probe.once('error', reject);
+    probe.listen(0, host, () => {
+      const { port } = probe.address() as AddressInfo;
+      probe.close(() => resolve(port));
+    });
+  });
+}
+
+/**
+ * Installs the Temporal runtime once per process, before any connection: its logs forwarded to
+ * `logger`, and (when metrics are wanted) its Prometheus exporter on a loopback port that
+ * serveTelemetry merges into /metrics. Returns that exporter's URL.
+ */
+export async function installRuntime(options: { logger: Logger; metrics: boolean }): Promise<string | undefined> {
+  const { Runtime } = require('@temporalio/worker') as { Runtime: typeof RuntimeType };
+  const sdkPort = options.metrics ? await freePort() : undefined;
+  const level = (process.env.FERRY_SDK_LOG_LEVEL ?? 'WARN').toUpperCase() as LogLevel;
+  Runtime.install({
+    logger: sdkLogger(options.logger),
+    telemetryOptions: {
+      logging: { filter: { core: level, other: level }, forward: {} },
+      ...(sdkPort ? { metrics: { prometheus: { bindAddress: `127.0.0.1:${sdkPort}` } } } : {}),
+    },
+  });
+  return sdkPort ? `http://127.0.0.1:${sdkPort}/metrics` : undefined;
+}
+
+export interface TelemetryServerOptions {
+  port: number;
+  host?: string;
+  metrics: FerryMetrics;
+  /** The SDK exporter's URL (installRuntime); its text is appended to Ferry's own metrics. */
+  sdkMetricsUrl?: string;
+  /** Ready: the worker polls its task queue. */
+  ready: () => boolean;
+  /** Live: false once the worker has failed for good. */
+  live: () => boolean;
+}
+
+/** GET /metrics, /healthz, /readyz on one port (`ferry worker --metrics-port`). */
+export async function serveTelemetry(options: TelemetryServerOptions): Promise<Server> {
+  const server = createServer((req, res) => {
+    const path = (req.url ?? '/').split('?')[0];
+    const reply = (status: number, body: string, type = 'text/plain; charset=utf-8') => {
+      res.writeHead(status, { 'content-type': type });
+      res.end(body);
+    };
+    if (req.method !== 'GET') return reply(405, 'method not allowed\n');
+    if (path === '/healthz') return options.live() ? reply(200, 'ok\n') : reply(503, 'worker failed\n');
+    if (path === '/readyz') return options.ready() ? reply(200, 'ready\n') : reply(503, 'not polling\n');
+    if (path !== '/metrics') return reply(404, 'not found: try /metrics, /healthz or /readyz\n');
+    void (async () => {
+      const own = await options.metrics.registry.metrics();
+      let sdk = '';
+      if (options.sdkMetricsUrl) {
+        sdk = await fetch(options.sdkMetricsUrl, { signal: AbortSignal.timeout(2000) })
+          .then((r) => (r.ok ? r.text() : ''))
+          .catch(() => '');
+      }
+      reply(200, `${own}\n${sdk}`, options.metrics.registry.contentType);
+    })().catch((err: Error) => reply(500, `${err.message}\n`));
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port, options.host ?? '0.0.0.0', () => resolve());
+  });
+  return server;
+}

@@ -1,0 +1,153 @@
+/**
+ * Controlling a running migration: pause and resume, throttle, idempotent start, QUEUED and
+ * RETRYING derived from Temporal, list by state, and `ferry retry` resuming from checkpoints.
+ * Copy rates are read from the target database, not from Ferry's report.
+ */
+import { ApplicationFailure } from '@temporalio/common';
+import { FerryClient } from '../../src/client';
+import { rowsAsText, TestDatabases } from '../helpers/databases';
+import { beforeActivity } from '../helpers/interceptors';
+import { eventually, resultWithin, TestStack } from '../helpers/stack';
+
+/** Runs a CLI verb that prints JSON; a failure shows the CLI's stderr. */
+async function cliJson<T>(stack: TestStack, args: string[]): Promise<T> {
+  const r = await stack.runCli(args);
+  if (r.code !== 0) throw new Error(`ferry ${args.join(' ')} exited ${r.code}: ${r.stderr}`);
+  return JSON.parse(r.stdout) as T;
+}
+
+async function targetRows(dbs: TestDatabases, table: string): Promise<number> {
+  const rows = await dbs.query<{ n: number }>('target', `SELECT count(*)::int AS n FROM ${table}`).catch(() => [{ n: 0 }]);
+  return rows[0].n;
+}
+
+/** Rows per second arriving in the target table over `ms`. */
+async function rate(dbs: TestDatabases, table: string, ms: number): Promise<number> {
+  const before = await targetRows(dbs, table);
+  const started = Date.now();
+  await new Promise((r) => setTimeout(r, ms));
+  return ((await targetRows(dbs, table)) - before) / ((Date.now() - started) / 1000);
+}
+
+describe('controlling migrations', () => {
+  let dbs: TestDatabases;
+  let stack: TestStack;
+  let failPrepare = 0;
+
+  beforeAll(async () => {
+    dbs = await TestDatabases.create('control', ['source', 'target']);
+    await dbs.exec(
+      'source',
+      `CREATE TABLE public.big (id bigint PRIMARY KEY, payload text);
+       INSERT INTO public.big SELECT g, md5(g::text) FROM generate_series(1, 200000) g;
+       CREATE TABLE public.small (id int PRIMARY KEY, v int);
+       INSERT INTO public.small SELECT g, g FROM generate_series(1, 1000) g;
+       CREATE TABLE public.halves (id int PRIMARY KEY, v int);
+       INSERT INTO public.halves SELECT g, g FROM generate_series(1, 4000) g;
+       UPDATE public.halves SET v = -1 WHERE id = 3500;
+       ALTER TABLE public.halves ADD CONSTRAINT v_positive CHECK (v > 0) NOT VALID;
+       ANALYZE;`,
+    );
+    stack = await TestStack.start({ connections: { src: dbs.url('source'), dst: dbs.url('target') } });
+  });
+
+  afterAll(async () => {
+    await stack?.teardown();
+    await dbs?.drop();
+  });
+
+  it('shows QUEUED until a worker picks the migration up, and RETRYING while an activity retries', async () => {
+    // A task queue no worker polls yet.
+    const taskQueue = `${stack.taskQueue}-late`;
+    const ferry = FerryClient.fromClient(stack.client, { taskQueue });
+    const { id } = await ferry.start({ source: 'src', target: 'dst', tables: ['public.small'] }, { id: 'queued', skipPreflight: true });
+    expect((await ferry.status(id)).state).toBe('QUEUED');
+    expect(await stack.runCli(['status', id, '--json']).then((r) => JSON.parse(r.stdout).state)).toBe('QUEUED');
+
+    failPrepare = 3;
+    await stack.startWorker({
+      taskQueue,
+      interceptors: beforeActivity('prepareTarget', async () => {
+        if (failPrepare-- > 0) throw ApplicationFailure.retryable('target is restarting', 'TargetUnavailable');
+      }),
+    });
+    const retrying = await eventually(async () => {
+      const s = await stack.ferry.status(id);
+      return s.state === 'RETRYING' ? s : undefined;
+    }, 30_000);
+    expect(retrying.retrying).toMatchObject({ workflowId: id, activity: 'prepareTarget', lastError: 'target is restarting' });
+    expect(retrying.retrying!.attempt).toBeGreaterThanOrEqual(2);
+    expect((await resultWithin(stack.ferry, id)).state).toBe('SUCCEEDED');
+    await dbs.exec('target', 'DROP TABLE public.small');
+  });
+
+  it('starting an id that is already running returns that migration instead of a second one', async () => {
+    const spec = { source: 'src', target: 'dst', tables: ['public.big'] };
+    const first = await stack.ferry.start(spec, { id: 'same-id' });
+    await stack.ferry.throttle(first.id, { rowsPerSecond: 20_000 });
+    const second = await stack.ferry.start(spec, { id: 'same-id' });
+    expect(second).toEqual({ id: 'same-id', runId: first.runId, started: false });
+    await stack.ferry.cancel(first.id);
+    expect((await resultWithin(stack.ferry, first.id)).state).toBe('CANCELLED');
+  });
+
+  it('pauses between batches, resumes from the checkpoints, and obeys throttle changes within seconds', async () => {
+    const { id } = await stack.ferry.start({ source: 'src', target: 'dst', batchRows: 2000, tables: [{ name: 'public.big', chunks: 2 }] }, { id: 'paced' });
+    await stack.ferry.throttle(id, { rowsPerSecond: 5000 });
+    await new Promise((r) => setTimeout(r, 3000));
+    const throttled = await rate(dbs, 'public.big', 4000);
+    expect(throttled).toBeGreaterThan(1000);
+    expect(throttled).toBeLessThan(8000);
+
+    expect((await stack.runCli(['pause', id])).code).toBe(0);
+    await eventually(async () => (await stack.ferry.status(id)).paused);
+    await new Promise((r) => setTimeout(r, 4000));
+    expect(await rate(dbs, 'public.big', 3000)).toBe(0);
+    const pausedStatus = await stack.ferry.status(id);
+    expect(pausedStatus.paused).toBe(true);
+
+    await stack.runCli(['resume', id]);
+    expect((await stack.runCli(['throttle', id, '--rows-per-second', '20000'])).code).toBe(0);
+    await new Promise((r) => setTimeout(r, 2000));
+    const faster = await rate(dbs, 'public.big', 3000);
+    expect(faster).toBeGreaterThan(throttled * 1.5);
+    await stack.ferry.throttle(id, { rowsPerSecond: 0 });
+    const result = await resultWithin(stack.ferry, id);
+    expect(result.state).toBe('SUCCEEDED');
+    expect(await rowsAsText(dbs, 'target', 'public.big', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.big', 'id'));
+    await dbs.exec('target', 'DROP TABLE public.big');
+  });
+
+  it('retries a FAILED migration from the checkpoints onFailure: keep left, and lists by state', async () => {
+    const spec = { source: 'src', target: 'dst', onFailure: 'keep', batchRows: 500, tables: [{ name: 'public.halves', chunks: 2 }] };
+    const { id } = await stack.ferry.start(spec, { id: 'retry-me' });
+    const failed = await resultWithin(stack.ferry, id);
+    expect(failed.state).toBe('FAILED');
+    expect(failed.error?.cause).toMatch(/v_positive/);
+    const kept = await targetRows(dbs, 'public.halves');
+    expect(kept).toBeGreaterThanOrEqual(2000); // the first chunk's rows stayed (onFailure: keep)
+
+    const failedList = await cliJson<{ id: string }[]>(stack, ['list', '--state', 'FAILED', '--json']);
+    expect(failedList.map((m) => m.id)).toEqual(['retry-me']);
+
+    await dbs.exec('source', 'UPDATE public.halves SET v = 1 WHERE id = 3500');
+    const retry = await stack.runCli(['retry', id]);
+    expect(retry.code).toBe(0);
+    const result = await resultWithin(stack.ferry, id);
+    expect(result.state).toBe('SUCCEEDED');
+    expect(await rowsAsText(dbs, 'target', 'public.halves', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.halves', 'id'));
+    // The chunk that had finished was not copied again: the new run's slice for it moved 0 rows.
+    const slices = result.events.filter((e) => e.type === 'SliceMigrated').map((e) => e.detail as { chunk: number; rows: number });
+    expect(slices.find((s) => s.chunk === 0)?.rows).toBe(0);
+    const status = await stack.ferry.status(id);
+    expect(status.transitions.filter((t) => t.machine === 'state').map((t) => `${t.from}→${t.to}`)).toEqual([
+      'FAILED→PENDING',
+      'PENDING→QUEUED',
+      'QUEUED→RUNNING',
+      'RUNNING→SUCCEEDED',
+    ]);
+    const succeeded = (await cliJson<{ id: string }[]>(stack, ['list', '--state', 'SUCCEEDED', '--json'])).map((m) => m.id);
+    expect(succeeded).toContain('retry-me');
+    expect(succeeded).not.toContain('same-id');
+  });
+});

@@ -1,0 +1,131 @@
+/**
+ * What operators see: a `ferry worker --metrics-port` process serving Ferry's own metrics (checked
+ * against row counts in the target database) merged with the Temporal SDK's, /healthz and /readyz,
+ * one audit log line per activity task, the SDK's logs in the same JSON stream, and `ferry watch`
+ * output when stdout is not a terminal.
+ */
+import { createServer, Server } from 'node:http';
+import { AddressInfo } from 'node:net';
+import { TestDatabases } from '../helpers/databases';
+import { activityStarts } from '../helpers/history';
+import { eventually, resultWithin, RunningProcessWorker, TestStack } from '../helpers/stack';
+import { freePort } from '../../src/telemetry';
+
+async function get(port: number, path: string): Promise<{ status: number; body: string }> {
+  const r = await fetch(`http://127.0.0.1:${port}${path}`);
+  return { status: r.status, body: await r.text() };
+}
+
+/** The value of one sample line of a Prometheus text exposition, or undefined. */
+function sample(text: string, name: string, labels: Record<string, string>): number | undefined {
+  const want = Object.entries(labels).map(([k, v]) => `${k}="${v}"`);
+  for (const l of text.split('\n')) {
+    if (!l.startsWith(`${name}{`) && !l.startsWith(`${name} `)) continue;
+    const labelText = l.slice(name.length).split('}')[0];
+    if (want.every((w) => labelText.includes(w))) return Number(l.split(' ').pop());
+  }
+  return undefined;
+}
+
+describe('observability', () => {
+  let dbs: TestDatabases;
+  let stack: TestStack;
+  let worker: RunningProcessWorker;
+  let port: number;
+  let receiver: Server;
+  let receiverUrl: string;
+  let deliveries = 0;
+
+  beforeAll(async () => {
+    dbs = await TestDatabases.create('observe', ['source', 'target']);
+    await dbs.exec(
+      'source',
+      `CREATE TABLE public.readings (id bigint PRIMARY KEY, sensor int NOT NULL, value double precision);
+       INSERT INTO public.readings SELECT g, g % 17, g / 3.0 FROM generate_series(1, 30000) g;
+       ANALYZE;`,
+    );
+    receiver = createServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        deliveries += 1;
+        res.writeHead(200).end();
+      });
+    });
+    await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', () => r()));
+    receiverUrl = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
+    stack = await TestStack.start({ connections: { src: dbs.url('source'), dst: dbs.url('target') }, workers: 0 });
+    port = await freePort();
+    worker = await stack.startWorkerProcessReady('observed', ['--metrics-port', String(port)]);
+  });
+
+  afterAll(async () => {
+    await stack?.teardown();
+    receiver?.close();
+    await dbs?.drop();
+  });
+
+  it('serves health, readiness and metrics that match the databases, with audit lines per activity task', async () => {
+    expect(await get(port, '/healthz')).toEqual({ status: 200, body: 'ok\n' });
+    await eventually(async () => (await get(port, '/readyz')).status === 200, 20_000);
+    expect((await get(port, '/nope')).status).toBe(404);
+
+    const { id } = await stack.ferry.start({
+      source: 'src',
+      target: 'dst',
+      batchRows: 4000,
+      tables: [{ name: 'public.readings', chunks: 2 }],
+      callback: { url: receiverUrl },
+    });
+    const watched = stack.runCli(['watch', id]);
+    const watchedJson = stack.runCli(['watch', id, '--json']);
+    expect((await resultWithin(stack.ferry, id)).state).toBe('SUCCEEDED');
+    await eventually(async () => deliveries >= 1, 20_000);
+
+    const copied = (await dbs.query<{ n: number }>('target', 'SELECT count(*)::int AS n FROM public.readings'))[0].n;
+    expect(copied).toBe(30000);
+    const metrics = await eventually(async () => {
+      const m = (await get(port, '/metrics')).body;
+      return sample(m, 'ferry_callbacks_total', { kind: 'result', outcome: 'delivered' }) === 1 ? m : undefined;
+    }, 20_000);
+    expect(sample(metrics, 'ferry_rows_copied_total', { table: 'public.readings' })).toBe(copied);
+    expect(sample(metrics, 'ferry_batches_total', { table: 'public.readings' })).toBeGreaterThanOrEqual(30000 / 4000);
+    expect(sample(metrics, 'ferry_bytes_copied_total', { table: 'public.readings' })).toBeGreaterThan(30000 * 8);
+    const copyTasks = (await activityStarts(stack.client, `${id}/table-0`)).filter((a) => a.activityType === 'copyChunk').length;
+    expect(sample(metrics, 'ferry_activity_duration_seconds_count', { activity: 'copyChunk', outcome: 'completed' })).toBe(copyTasks);
+    // The Temporal SDK's own metrics, from the runtime's exporter, on the same endpoint.
+    expect(metrics).toMatch(/^temporal_\w+/m);
+
+    const lines = worker
+      .output()
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
+    const audits = lines.filter((l) => l.msg === 'activity completed' && l.activity === 'copyChunk');
+    expect(audits).toHaveLength(copyTasks);
+    expect(audits[0]).toMatchObject({ migrationId: id, table: 'public.readings', attempt: 1 });
+    expect(typeof audits[0].durationMs).toBe('number');
+    expect(audits.map((a) => a.chunk).sort()).toEqual(expect.arrayContaining([0, 1]));
+    // The SDK's runtime logs arrive in the same JSON stream, marked as the SDK's.
+    expect(lines.some((l) => l.sdk === true)).toBe(true);
+
+    // `ferry watch` without a terminal: plain timestamped lines on stderr, the result on stdout.
+    const plain = await watched;
+    expect(plain.code).toBe(0);
+    expect(plain.stderr).toMatch(/^\d{4}-\d\d-\d\dT[\d:.]+Z (RUNNING|SUCCEEDED) \w+ +public\.readings \w+ \d+\/~\d+/m);
+    expect(plain.stderr).not.toMatch(/\u001b\[/); // no terminal escape codes
+    expect(plain.stdout).toMatch(/SUCCEEDED/);
+    const json = await watchedJson;
+    expect(json.code).toBe(0);
+    const docs = json.stdout.trim().split('\n').map((l) => JSON.parse(l) as { id?: string; task_id?: string; state: string });
+    const result = docs.pop()!;
+    expect(result).toMatchObject({ task_id: id, state: 'SUCCEEDED' });
+    expect(docs.length).toBeGreaterThanOrEqual(1);
+    expect(docs.every((d) => d.id === id)).toBe(true);
+  });
+
+  it('exits 0 on SIGTERM and closes its endpoints', async () => {
+    worker.process.kill('SIGTERM');
+    expect(await worker.exited).toBe(0);
+    await expect(get(port, '/readyz')).rejects.toThrow();
+  });
+});
