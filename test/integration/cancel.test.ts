@@ -1,0 +1,158 @@
+/**
+ * Cancellation at every phase (preflight, copy, sync, validation, the approval wait), through
+ * Ferry's `cancel` signal, `ferry cancel` and Temporal's own cancellation (`temporal workflow
+ * cancel`): each ends CANCELLED with both databases exactly as they were before and a CANCELLED
+ * result callback. Signals and the `state` query also work from the `temporal` CLI binary.
+ */
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { locateTemporalBinary } from '../../src/temporal/binary';
+import { objectInventory, rowsAsText, TestDatabases } from '../helpers/databases';
+import { beforeActivity } from '../helpers/interceptors';
+import { Receiver } from '../helpers/receiver';
+import { eventually, resultWithin, TestStack, waitForPhase } from '../helpers/stack';
+
+const SCHEMA = `
+CREATE TYPE public.mood AS ENUM ('calm', 'busy');
+CREATE TABLE public.orders (id bigint PRIMARY KEY, customer int NOT NULL, total numeric(10,2), mood public.mood DEFAULT 'calm');
+INSERT INTO public.orders SELECT g, g % 97, g / 3.0, 'calm' FROM generate_series(1, 60000) g;
+CREATE INDEX orders_customer ON public.orders (customer);
+CREATE TABLE public.notes (id int PRIMARY KEY, body text);
+INSERT INTO public.notes SELECT g, 'note ' || g FROM generate_series(1, 2000) g;
+ANALYZE;`;
+
+interface Snapshot {
+  source: string[];
+  target: string[];
+  orders: string[];
+}
+
+describe('cancellation', () => {
+  let dbs: TestDatabases;
+  let stack: TestStack;
+  let receiver: Receiver;
+  let before: Snapshot;
+  const slow = { preflight: false, validate: false };
+
+  const snapshot = async (): Promise<Snapshot> => ({
+    source: await objectInventory(dbs, 'source'),
+    target: await objectInventory(dbs, 'target'),
+    orders: await rowsAsText(dbs, 'source', 'public.orders', 'id'),
+  });
+
+  /** The `temporal` CLI against the test's dev server (asynchronously: the worker runs in this process). */
+  const temporal = async (...args: string[]): Promise<string> => {
+    const { stdout } = await promisify(execFile)(locateTemporalBinary()!, [...args, '--address', stack.server.address, '--namespace', stack.server.namespace], {
+      encoding: 'utf8',
+      timeout: 30_000,
+    });
+    return stdout;
+  };
+
+  const spec = (hook: string, extra: Record<string, unknown> = {}) => ({
+    source: 'src',
+    target: 'dst',
+    batchRows: 2000,
+    tables: [{ name: 'public.orders', chunks: 2 }, 'public.notes'],
+    callback: { url: `${receiver.url}/${hook}` },
+    ...extra,
+  });
+
+  /** Waits for the end, then checks the outcome, the callback and both databases. */
+  async function expectCancelledAndClean(id: string, hook: string): Promise<void> {
+    const result = await resultWithin(stack.ferry, id);
+    expect(result.state).toBe('CANCELLED');
+    expect(result.callback).toEqual({ delivered: true });
+    const calls = receiver.to(`/${hook}`).filter((d) => d.headers['idempotency-key'] === id);
+    expect(calls).toHaveLength(1);
+    expect(calls[0].json).toMatchObject({ task_id: id, state: 'CANCELLED' });
+    expect(await snapshot()).toEqual(before);
+    // The source still takes writes: no freeze, no capture trigger left behind.
+    await dbs.exec('source', "UPDATE public.orders SET mood = 'busy' WHERE id = 1; UPDATE public.orders SET mood = 'calm' WHERE id = 1");
+  }
+
+  beforeAll(async () => {
+    dbs = await TestDatabases.create('cancel', ['source', 'target']);
+    await dbs.exec('source', SCHEMA);
+    receiver = await Receiver.start();
+    stack = await TestStack.start({ connections: { src: dbs.url('source'), dst: dbs.url('target') }, workers: 0 });
+    await stack.startWorker({
+      interceptors: {
+        activity: [
+          ...(beforeActivity('preflight', async () => {
+            if (slow.preflight) await new Promise((r) => setTimeout(r, 4000));
+          })!.activity ?? []),
+          ...(beforeActivity('validateChunk', async () => {
+            if (slow.validate) await new Promise((r) => setTimeout(r, 4000));
+          })!.activity ?? []),
+        ],
+      },
+    });
+    before = await snapshot();
+  });
+
+  afterAll(async () => {
+    await stack?.teardown();
+    await receiver?.close();
+    await dbs?.drop();
+  });
+
+  it('during preflight (the cancel signal sent with the temporal CLI)', async () => {
+    slow.preflight = true;
+    try {
+      const { id } = await stack.ferry.start(spec('preflight'), { id: 'cancel-preflight', skipPreflight: true });
+      await eventually(async () => (await stack.ferry.status(id)).state === 'RUNNING');
+      await temporal('workflow', 'signal', '--workflow-id', id, '--name', 'cancel', '--input', '{"reason":"wrong tables"}');
+      await expectCancelledAndClean(id, 'preflight');
+      expect((await stack.ferry.result(id)).error?.message).toMatch(/wrong tables/);
+    } finally {
+      slow.preflight = false;
+    }
+  });
+
+  it('during the copy (Temporal\'s own cancellation, `temporal workflow cancel`)', async () => {
+    const { id } = await stack.ferry.start(spec('copy'), { id: 'cancel-copy' });
+    await stack.ferry.throttle(id, { rowsPerSecond: 4000 });
+    await eventually(async () => (await dbs.query<{ n: number }>('target', 'SELECT count(*)::int AS n FROM public.orders').catch(() => [{ n: 0 }]))[0].n > 0);
+    // The state query and the pause signal through the temporal CLI, as another program would.
+    const state = JSON.parse(await temporal('workflow', 'query', '--workflow-id', id, '--type', 'state', '--output', 'json')) as {
+      queryResult: [{ phase: string; tables: unknown[] }];
+    };
+    expect(state.queryResult[0].phase).toBe('FULL_MIGRATING');
+    expect(state.queryResult[0].tables).toHaveLength(2);
+    await temporal('workflow', 'signal', '--workflow-id', id, '--name', 'pause');
+    await eventually(async () => (await stack.ferry.status(id)).paused);
+    await temporal('workflow', 'cancel', '--workflow-id', id);
+    await expectCancelledAndClean(id, 'copy');
+    const described = await stack.client.workflow.getHandle(id).describe();
+    expect(described.status.name).toBe('CANCELLED');
+  });
+
+  it('during validation (`ferry cancel`)', async () => {
+    slow.validate = true;
+    try {
+      const { id } = await stack.ferry.start(spec('validate'), { id: 'cancel-validate' });
+      await waitForPhase(stack.ferry, id, 'VALIDATING');
+      const cancel = await stack.runCli(['cancel', id, '--reason', 'maintenance window over']);
+      expect(cancel.code).toBe(0);
+      await expectCancelledAndClean(id, 'validate');
+    } finally {
+      slow.validate = false;
+    }
+  });
+
+  it('during incremental sync of an online migration', async () => {
+    const { id } = await stack.ferry.start(spec('sync', { mode: 'online', cutover: { approval: 'manual', approvalTimeout: '10m' } }), { id: 'cancel-sync' });
+    await eventually(async () => (await stack.ferry.status(id)).tables.some((t) => t.phase === 'INCR_SYNCING'), 90_000);
+    await dbs.exec('source', 'UPDATE public.notes SET body = body WHERE id <= 50'); // changes are being captured
+    await stack.ferry.cancel(id, 'sync test');
+    await expectCancelledAndClean(id, 'sync');
+  });
+
+  it('while waiting for approval (the approveCutover gate), with the Temporal client\'s cancel', async () => {
+    const { id } = await stack.ferry.start(spec('approval', { mode: 'online', cutover: { approval: 'manual', approvalTimeout: '10m' } }), { id: 'cancel-approval' });
+    await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL');
+    await stack.client.workflow.getHandle(id).cancel();
+    await expectCancelledAndClean(id, 'approval');
+  });
+});
