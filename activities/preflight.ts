@@ -2,6 +2,7 @@
  * preflight: connect to both sides, learn every table, plan its chunks, and refuse — as a
  * non-retryable failure that names the table and the fix — whatever cannot work.
  */
+import { ApplicationFailure } from '@temporalio/common';
 import { PoolClient } from 'pg';
 import { autoChunkCount, EXACT_PLAN_ROWS, pickBoundaries, rangesFromBoundaries, samplePercent } from '../src/chunks';
 import { estimateRows, readTable, readUserTypes, TableInfo, typeExists } from '../src/db/catalog';
@@ -23,8 +24,24 @@ SELECT pg_catalog.pg_postmaster_start_time()::text || '/' ||
        pg_catalog.pg_is_in_recovery() AS in_recovery,
        current_setting('server_version') AS version`;
 
+/**
+ * The refusal with the spec field it is about in front (`target: …`, `tables[37]: …`), as the
+ * spec's own refusals have: in a long table list the index is what finds the entry.
+ */
+function atField(err: unknown, field: string): unknown {
+  if (!(err instanceof ApplicationFailure) || !err.nonRetryable) return err;
+  return refusal(err.type ?? 'Refused', `${field}: ${err.message}`, err.cause);
+}
+
 export function createPreflight({ connections }: ActivityDeps) {
   return async function preflight({ spec }: PreflightInput): Promise<MigrationPlan> {
+    for (const field of ['source', 'target'] as const) {
+      try {
+        connections.url(spec[field]);
+      } catch (err) {
+        throw atField(err, field);
+      }
+    }
     try {
       return await connections.withClient(spec.source, (source) =>
         connections.withClient(spec.target, (target) => planMigration(source, target, spec)),
@@ -49,10 +66,14 @@ async function planMigration(source: PoolClient, target: PoolClient, spec: Spec)
     if (sameDatabase && sameName(table.source, table.target)) {
       throw refusal(
         'SameTable',
-        `${displayQualified(table.source)}: source and target are the same table in the same database; give it a different target name or connection`,
+        `tables[${index}]: ${displayQualified(table.source)}: source and target are the same table in the same database; give it a different target name or connection`,
       );
     }
-    tables.push(await planTable(source, target, spec, table, index));
+    try {
+      tables.push(await planTable(source, target, spec, table, index));
+    } catch (err) {
+      throw atField(err, `tables[${index}]`);
+    }
   }
   return { tables, sourceServer: src.rows[0].version, targetServer: tgt.rows[0].version };
 }

@@ -1,15 +1,19 @@
 /**
- * `npm run demo`: a whole migration on this machine in one command. Uses TEMPORAL_ADDRESS when a
- * server answers there, else starts the embedded dev server (with the Web UI); creates a source
- * and a target database on the local PostgreSQL, seeds customers / orders / order_items with
- * foreign keys, runs workers in this process, migrates, checks the result with SQL on both
- * sides, and cleans up (`--keep` leaves everything running to explore).
+ * `npm run demo`: an online migration on this machine in one command. Uses TEMPORAL_ADDRESS when
+ * a server answers there, else starts the embedded dev server (with the Web UI); uses the local
+ * PostgreSQL (starting it when installed but stopped); seeds customers / orders / order_items with foreign keys; starts two workers;
+ * runs an online migration while a writer keeps changing rows; shows live progress; approves the
+ * cutover; prints the result, the Web UI link and the signed callback a local receiver got;
+ * checks both sides with SQL; cleans up (`--keep` leaves everything running to explore).
  *
- * Options: --keep, --rows N (orders; default 60000), --pg URL (admin URL; default FERRY_TEST_PG
- * or postgres://postgres@127.0.0.1:5432/postgres).
+ * Options: --keep, --rows N (orders; default 60000, so about 200,000 rows in all), --pg URL (admin
+ * URL; default FERRY_TEST_PG or postgres://postgres@127.0.0.1:5432/postgres).
  */
+import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { createServer, IncomingHttpHeaders } from 'node:http';
+import { AddressInfo } from 'node:net';
 import { Client } from 'pg';
-import { Connection } from '@temporalio/client';
+import { Client as TemporalClient, Connection } from '@temporalio/client';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { FerryClient } from '../src/client';
 import { watch } from '../src/cli/watch';
@@ -27,27 +31,25 @@ const rowsArg = args.indexOf('--rows');
 const ORDERS = rowsArg >= 0 ? Number(args[rowsArg + 1]) : 60_000;
 const pgArg = args.indexOf('--pg');
 const ADMIN_PG = pgArg >= 0 ? args[pgArg + 1] : (process.env.FERRY_TEST_PG ?? DEFAULT_TEST_PG);
+const HOOK_SECRET_VAR = 'FERRY_DEMO_HOOK_SECRET';
 
 const say = (line: string) => process.stdout.write(`${line}\n`);
 
-function dbUrl(name: string): string {
-  const url = new URL(ADMIN_PG);
-  url.pathname = `/${name}`;
-  return url.toString();
-}
-
-async function sql(url: string, text: string): Promise<Record<string, unknown>[]> {
+async function sql(url: string, text: string, params?: unknown[]): Promise<Record<string, unknown>[]> {
   const client = new Client({ connectionString: url });
   await client.connect();
   try {
-    const result = await client.query(text);
+    const result = await client.query(text, params);
     return (Array.isArray(result) ? result[result.length - 1] : result).rows;
   } finally {
     await client.end();
   }
 }
 
-const SEED = (orders: number) => `
+const SEED = (orders: number) => {
+  const customers = Math.max(1, Math.floor(orders / 5));
+  return `
+CREATE SCHEMA shop;
 CREATE TYPE shop.order_status AS ENUM ('new', 'paid', 'shipped', 'cancelled');
 CREATE TABLE shop.customers (
   id bigserial PRIMARY KEY, email text NOT NULL UNIQUE, name text NOT NULL, country char(2),
@@ -63,17 +65,57 @@ CREATE TABLE shop.order_items (
 INSERT INTO shop.customers (email, name, country, created_at)
   SELECT 'customer' || g || '@example.com', 'Customer ' || g, (ARRAY['DE','FR','US','CN','BR'])[1 + g % 5],
          '2023-01-01'::timestamptz + g * interval '7 minutes'
-    FROM generate_series(1, ${Math.max(1, Math.floor(orders / 5))}) g;
+    FROM generate_series(1, ${customers}) g;
 INSERT INTO shop.orders (customer_id, status, total, placed_at)
-  SELECT 1 + g % ${Math.max(1, Math.floor(orders / 5))}, (ARRAY['new','paid','shipped','cancelled'])[1 + g % 4]::shop.order_status,
+  SELECT 1 + g % ${customers}, (ARRAY['new','paid','shipped','cancelled'])[1 + g % 4]::shop.order_status,
          (g % 50000) / 100.0, '2024-01-01'::timestamptz + g * interval '1 minute'
     FROM generate_series(1, ${orders}) g;
 INSERT INTO shop.order_items SELECT o, l, 'SKU-' || (o * 7 + l) % 1000, 1 + l, (o % 900) / 10.0 + 1
     FROM generate_series(1, ${orders}) o, generate_series(1, 2) l;
 ANALYZE;`;
+};
+
+const TABLES: [string, string][] = [
+  ['shop.customers', 'id'],
+  ['shop.orders', 'id'],
+  ['shop.order_items', 'order_id, line'],
+];
 
 const FINGERPRINT = (table: string, key: string) =>
   `SELECT count(*)::int AS rows, md5(string_agg(t::text, E'\\n' ORDER BY ${key})) AS digest FROM ${table} t`;
+
+interface DemoDatabases {
+  kind: string;
+  source: string;
+  target: string;
+  cleanup(): Promise<void>;
+}
+
+/** Two fresh databases on the local PostgreSQL. */
+async function localDatabases(tag: string): Promise<DemoDatabases> {
+  const names = [`ferry_demo_source_${tag}`, `ferry_demo_target_${tag}`];
+  for (const name of names) await sql(ADMIN_PG, `CREATE DATABASE ${name}`);
+  const url = (name: string) => Object.assign(new URL(ADMIN_PG), { pathname: `/${name}` }).toString();
+  return {
+    kind: `PostgreSQL at ${new URL(ADMIN_PG).host}`,
+    source: url(names[0]),
+    target: url(names[1]),
+    async cleanup() {
+      for (const name of names) await sql(ADMIN_PG, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`).catch(() => undefined);
+    },
+  };
+}
+
+/**
+ * The local PostgreSQL, started when installed but stopped. There is no embedded fallback: PGlite
+ * is one session underneath, and Ferry's activities hold several connections per database at
+ * once (a copy streams on one while the next batch's key is looked up on another), which
+ * deadlocked there when tried (README, "Limits").
+ */
+async function databases(tag: string): Promise<DemoDatabases> {
+  await ensurePostgres(ADMIN_PG, say);
+  return localDatabases(tag);
+}
 
 async function temporalServer(): Promise<{ address: string; namespace: string; server?: DevServer; uiUrl?: string }> {
   if (process.env.TEMPORAL_ADDRESS) {
@@ -88,24 +130,97 @@ async function temporalServer(): Promise<{ address: string; namespace: string; s
   return { address: server.address, namespace: server.namespace, server, uiUrl: server.uiUrl };
 }
 
+/** A local HTTP receiver for the result callback; verifies the HMAC signature it carries. */
+async function callbackReceiver(secret: string) {
+  const received: { headers: IncomingHttpHeaders; body: string; verified: boolean }[] = [];
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const body = Buffer.concat(chunks).toString('utf8');
+      const m = /^t=(\d+),v1=([0-9a-f]{64})$/.exec(String(req.headers['x-ferry-signature'] ?? ''));
+      const verified = Boolean(m) && timingSafeEqual(createHmac('sha256', secret).update(`${m![1]}.${body}`).digest(), Buffer.from(m![2], 'hex'));
+      received.push({ headers: req.headers, body, verified });
+      res.writeHead(verified ? 200 : 401).end();
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/ferry-result`, received, close: () => server.close() };
+}
+
+/**
+ * The application: keeps placing orders, changing their status and removing order lines on the
+ * source until the cutover freezes it — then reports the error a real writer would see.
+ */
+function startWriter(url: string) {
+  const stats = { transactions: 0, retried: 0, stoppedBy: '' };
+  let stop = false;
+  const done = (async () => {
+    const client = new Client({ connectionString: url });
+    await client.connect();
+    try {
+      while (!stop) {
+        try {
+          await client.query('BEGIN');
+          const [{ id }] = (
+            await client.query(
+              `INSERT INTO shop.orders (customer_id, status, total, placed_at)
+               SELECT id, 'new', 42.50, now() FROM shop.customers ORDER BY random() LIMIT 1 RETURNING id`,
+            )
+          ).rows;
+          await client.query(`INSERT INTO shop.order_items VALUES ($1, 1, 'SKU-NEW', 1, 21.25), ($1, 2, 'SKU-NEW', 2, 10.63)`, [id]);
+          await client.query(`UPDATE shop.orders SET status = 'paid' WHERE id = (SELECT max(id) - 100 FROM shop.orders)`);
+          await client.query(
+            `DELETE FROM shop.order_items WHERE (order_id, line) = (SELECT order_id, line FROM shop.order_items ORDER BY order_id LIMIT 1)`,
+          );
+          await client.query(`UPDATE shop.customers SET name = name || '.' WHERE id = $1`, [1 + (stats.transactions % 50)]);
+          await client.query('COMMIT');
+          stats.transactions += 1;
+        } catch (err) {
+          await client.query('ROLLBACK').catch(() => undefined);
+          // The freeze at cutover: the error a real application gets, naming the migration.
+          if (/frozen/.test((err as Error).message)) {
+            stats.stoppedBy = (err as Error).message;
+            return;
+          }
+          stats.retried += 1; // a deadlock or lock timeout while the freeze takes its locks: retry
+        }
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    } finally {
+      await client.end().catch(() => undefined);
+    }
+  })();
+  return {
+    stats,
+    stop: async () => {
+      stop = true;
+      await done;
+    },
+  };
+}
+
 async function main(): Promise<number> {
   Runtime.install({ logger: new DefaultLogger('ERROR') });
-  await ensurePostgres(ADMIN_PG, say);
   const tag = Date.now().toString(36);
-  const sourceDb = `ferry_demo_source_${tag}`;
-  const targetDb = `ferry_demo_target_${tag}`;
+  const dbs = await databases(tag);
+  const cleanups: (() => Promise<unknown>)[] = [() => dbs.cleanup()];
   const temporal = await temporalServer();
-  const cleanups: (() => Promise<unknown>)[] = [];
   try {
-    await sql(ADMIN_PG, `CREATE DATABASE ${sourceDb}`);
-    await sql(ADMIN_PG, `CREATE DATABASE ${targetDb}`);
-    cleanups.push(() => sql(ADMIN_PG, `DROP DATABASE IF EXISTS ${sourceDb} WITH (FORCE)`));
-    cleanups.push(() => sql(ADMIN_PG, `DROP DATABASE IF EXISTS ${targetDb} WITH (FORCE)`));
-    say(`PostgreSQL: seeding ${sourceDb} with ${ORDERS / 5} customers, ${ORDERS} orders, ${ORDERS * 2} order items…`);
-    await sql(dbUrl(sourceDb), `CREATE SCHEMA shop; ${SEED(ORDERS)}`);
+    say(`Databases: ${dbs.kind}`);
+    say(`Seeding the source: ${Math.floor(ORDERS / 5)} customers, ${ORDERS} orders, ${ORDERS * 2} order items…`);
+    await sql(dbs.source, SEED(ORDERS));
 
+    const secret = randomBytes(16).toString('hex');
+    const receiver = await callbackReceiver(secret);
+    cleanups.unshift(async () => receiver.close());
     const taskQueue = `ferry-demo-${tag}`;
-    const env = { ...process.env, [connectionEnvVar('shop_legacy')]: dbUrl(sourceDb), [connectionEnvVar('shop_v2')]: dbUrl(targetDb) };
+    const env = {
+      ...process.env,
+      [connectionEnvVar('shop_legacy')]: dbs.source,
+      [connectionEnvVar('shop_v2')]: dbs.target,
+      [HOOK_SECRET_VAR]: secret,
+    };
     const workers = await Promise.all(
       [1, 2].map((n) =>
         createFerryWorker({
@@ -122,46 +237,71 @@ async function main(): Promise<number> {
       workers.forEach((w) => w.shutdown());
       await Promise.allSettled(runs);
     });
-    say('Workers: 2 running in this process');
+    say('Workers: 2 running in this process (the pool; `ferry worker` runs one per process)');
 
     const connection = await Connection.connect({ address: temporal.address });
     cleanups.unshift(() => connection.close());
-    const { Client: TemporalClient } = await import('@temporalio/client');
     const ferry = FerryClient.fromClient(new TemporalClient({ connection, namespace: temporal.namespace }), { taskQueue });
     const spec = {
       id: `demo-${tag}`,
       source: 'shop_legacy',
       target: 'shop_v2',
+      mode: 'online',
       batchRows: 10_000,
       tables: ['shop.customers', 'shop.orders', 'shop.order_items'],
+      cutover: { approval: 'manual', approvalTimeout: '10m' },
+      callback: { url: receiver.url, secret: HOOK_SECRET_VAR },
       metadata: { team: 'demo' },
     };
     say(`\nferry start: ${JSON.stringify(spec)}`);
+    const writer = startWriter(dbs.source);
     const started = await ferry.start(spec);
-    say(`migration ${started.id} passed preflight and is running`);
+    say(`migration ${started.id} passed preflight and is running; a writer keeps changing the source`);
     if (temporal.uiUrl) say(`watch it in the Web UI: ${temporal.uiUrl}/namespaces/${temporal.namespace}/workflows/${started.id}`);
-    await watch(ferry, started.id, { intervalMs: 500 });
+
+    let approvedAt = 0;
+    await watch(ferry, started.id, {
+      intervalMs: 500,
+      onStatus: async (s) => {
+        if (s.phase !== 'AWAITING_APPROVAL' || approvedAt) return undefined;
+        approvedAt = Date.now();
+        await ferry.approve(started.id);
+        const lag = s.tables.map((t) => `${t.source} lag ${t.lag?.pendingChanges ?? 0}`).join(', ');
+        return `every table caught up and validated (${lag}): ferry approve ${started.id}`;
+      },
+    });
+    await writer.stop();
     const result = await ferry.result(started.id);
     say(`\n${formatResult(result)}`);
+    say(
+      `writer: ${writer.stats.transactions} transactions committed during the migration` +
+        `${writer.stats.retried ? ` (${writer.stats.retried} retried)` : ''}; then the source refused writes: ${writer.stats.stoppedBy || '(writer stopped first)'}`,
+    );
 
-    say('\nchecking with SQL on both databases:');
+    say('\ncallback received by the local receiver:');
+    for (const r of receiver.received) {
+      const body = JSON.parse(r.body) as { task_id: string; state: string; duration: string };
+      say(`  POST ${receiver.url}  Idempotency-Key: ${r.headers['idempotency-key']}`);
+      say(`  X-Ferry-Signature: ${r.headers['x-ferry-signature']}  (${r.verified ? 'verified with the shared secret' : 'DOES NOT VERIFY'})`);
+      say(`  body: task_id=${body.task_id} state=${body.state} duration=${body.duration} …`);
+    }
+    const callbackOk = receiver.received.length === 1 && receiver.received[0].verified;
+
+    say('\nchecking with SQL on both databases (the source is frozen now, so both are final):');
     let equal = result.state === 'SUCCEEDED';
-    for (const [table, key] of [
-      ['shop.customers', 'id'],
-      ['shop.orders', 'id'],
-      ['shop.order_items', 'order_id, line'],
-    ]) {
-      const [[s], [t]] = await Promise.all([sql(dbUrl(sourceDb), FINGERPRINT(table, key)), sql(dbUrl(targetDb), FINGERPRINT(table, key))]);
+    for (const [table, key] of TABLES) {
+      const [[s], [t]] = await Promise.all([sql(dbs.source, FINGERPRINT(table, key)), sql(dbs.target, FINGERPRINT(table, key))]);
       const same = s.rows === t.rows && s.digest === t.digest;
       equal &&= same;
       say(`  ${table}: source ${s.rows} rows, target ${t.rows} rows, ${same ? 'identical' : 'DIFFERENT'}`);
     }
+    if (temporal.uiUrl) say(`\nWeb UI: ${temporal.uiUrl}/namespaces/${temporal.namespace}/workflows/${started.id}`);
     if (keep) {
-      say(`\n--keep: leaving everything running. Databases ${sourceDb} and ${targetDb}; Temporal ${temporal.address}.`);
+      say(`\n--keep: leaving everything running. Source ${dbs.source}, target ${dbs.target}; Temporal ${temporal.address}.`);
       say('Press Ctrl-C to stop and clean up.');
       await new Promise((resolve) => process.once('SIGINT', resolve));
     }
-    return equal ? 0 : 1;
+    return equal && callbackOk ? 0 : 1;
   } finally {
     for (const cleanup of cleanups) await cleanup().catch(() => undefined);
     await temporal.server?.stop();

@@ -1,14 +1,22 @@
 /** Reads a spec from a .json, .yaml or .yml file (or "-" for stdin) and validates it. */
-import { readFileSync } from 'node:fs';
+import { readFileSync, statSync } from 'node:fs';
 import YAML from 'yaml';
 import { parseSpec, Spec, SpecError } from './spec';
+
+/** A real spec is a few KB (500 tables and 16 KB of metadata stay far below this). */
+export const MAX_SPEC_FILE_BYTES = 1024 * 1024;
 
 export interface LoadedSpec {
   raw: unknown;
   spec: Spec;
 }
 
+function tooLarge(name: string, bytes: number): SpecError {
+  return new SpecError([{ path: 'spec', message: `${name} is ${bytes} bytes; a spec may have at most ${MAX_SPEC_FILE_BYTES} bytes` }]);
+}
+
 export function decodeSpecText(text: string, name: string): unknown {
+  if (text.length > MAX_SPEC_FILE_BYTES) throw tooLarge(name, Buffer.byteLength(text));
   if (name.endsWith('.json')) {
     try {
       return JSON.parse(text);
@@ -16,18 +24,29 @@ export function decodeSpecText(text: string, name: string): unknown {
       throw new SpecError([{ path: 'spec', message: `${name} is not valid JSON: ${(err as Error).message}` }]);
     }
   }
-  const doc = YAML.parseDocument(text, { uniqueKeys: true, prettyErrors: true });
-  if (doc.errors.length > 0) {
-    throw new SpecError(doc.errors.map((e) => ({ path: 'spec', message: `${name}: ${e.message}` })));
+  try {
+    const doc = YAML.parseDocument(text, { uniqueKeys: true, prettyErrors: true });
+    if (doc.errors.length > 0) {
+      throw new SpecError(doc.errors.map((e) => ({ path: 'spec', message: `${name}: ${e.message}` })));
+    }
+    // Aliases expanding past this count are a "billion laughs" document; toJS throws.
+    return doc.toJS({ maxAliasCount: 50 });
+  } catch (err) {
+    if (err instanceof SpecError) throw err;
+    throw new SpecError([{ path: 'spec', message: `${name} is not a usable YAML document: ${(err as Error).message}` }]);
   }
-  return doc.toJS({ maxAliasCount: 50 });
 }
 
 export function loadSpecFile(path: string): LoadedSpec {
   let text: string;
   try {
+    if (path !== '-') {
+      const size = statSync(path).size;
+      if (size > MAX_SPEC_FILE_BYTES) throw tooLarge(path, size);
+    }
     text = readFileSync(path === '-' ? 0 : path, 'utf8');
   } catch (err) {
+    if (err instanceof SpecError) throw err;
     throw new SpecError([{ path: 'spec', message: `cannot read ${path}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}` }]);
   }
   const raw = decodeSpecText(text, path);

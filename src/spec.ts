@@ -85,7 +85,10 @@ export const specSchema = z
         url: z
           .string()
           .max(2048)
-          .refine((u) => isHttpUrl(u), { error: 'must be an http:// or https:// URL' }),
+          .refine((u) => isHttpUrl(u), { error: 'must be an http:// or https:// URL (no spaces or control characters)' })
+          .refine((u) => !hasCredentials(u), {
+            error: 'must not carry a user or password (they would be stored in workflow history); sign requests with callback.secret instead',
+          }),
         secret: z
           .string()
           .regex(/^[A-Z_][A-Z0-9_]{0,127}$/, {
@@ -105,12 +108,21 @@ export const specSchema = z
         message: 'applies only to mode: online; remove it or set mode: online',
       });
     }
-    if (spec.metadata !== undefined && JSON.stringify(spec.metadata).length > MAX_METADATA_BYTES) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['metadata'],
-        message: `must serialise to at most ${MAX_METADATA_BYTES} bytes of JSON`,
-      });
+    if (spec.metadata !== undefined) {
+      const bytes = jsonBytes(spec.metadata);
+      if (bytes === undefined) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['metadata'],
+          message: 'must be plain JSON data: no self-references (YAML aliases to itself) and no absurd nesting',
+        });
+      } else if (bytes > MAX_METADATA_BYTES) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['metadata'],
+          message: `must serialise to at most ${MAX_METADATA_BYTES} bytes of JSON (it has ${bytes}); keep large data elsewhere and put a reference here`,
+        });
+      }
     }
     const seenSources = new Map<string, number>();
     const seenTargets = new Map<string, number>();
@@ -190,9 +202,22 @@ export class SpecError extends Error {
   }
 }
 
+/** The whole text, not just its start: a newline or space could smuggle a second value past a prefix check. */
 function isHttpUrl(text: string): boolean {
-  const m = /^(https?):\/\/[^\s/?#]+/i.exec(text);
-  return m !== null;
+  return /^https?:\/\/[^\s\p{Cc}/?#]+(?:[/?#][^\s\p{Cc}]*)?$/iu.test(text);
+}
+
+function hasCredentials(text: string): boolean {
+  return /^https?:\/\/[^/?#]*@/i.test(text);
+}
+
+/** UTF-8 size of the value as JSON, or undefined when it has no JSON form (cycles, nesting deep enough to overflow the stack). */
+function jsonBytes(value: unknown): number | undefined {
+  try {
+    return new TextEncoder().encode(JSON.stringify(value)).length;
+  } catch {
+    return undefined;
+  }
 }
 
 function entryNames(entry: ParsedSpec['tables'][number]): { source: QualifiedName; target: QualifiedName } | undefined {
@@ -212,6 +237,14 @@ function formatPath(path: readonly PropertyKey[]): string {
 }
 
 type Issue = z.core.$ZodIssue;
+
+/** zod's own words where they would puzzle a person writing YAML ("expected int, received number"). */
+const plainMessage: z.core.$ZodErrorMap = (issue) => {
+  if (issue.code !== 'invalid_type') return undefined;
+  if (issue.input === undefined) return 'is required';
+  if (issue.expected === 'int') return 'must be a whole number';
+  return undefined;
+};
 
 /**
  * A union's failure reports every branch; keep the branch that matched the value's type (an
@@ -235,13 +268,16 @@ function problemsOf(error: z.ZodError): SpecProblem[] {
       message = `unknown key${issue.keys.length > 1 ? 's' : ''} ${issue.keys.map((k) => `"${k}"`).join(', ')}; see schema/ferry-spec.schema.json for the fields a spec may have`;
     }
     if (issue.code === 'invalid_union') message = 'must be "schema.table" or { name: "schema.table", target?, chunks? }';
+    if (issue.code === 'invalid_type' && path.length === 0) {
+      message = `${issue.message}; a spec is a mapping with source, target and tables (see schema/ferry-spec.schema.json)`;
+    }
     return { path: formatPath(path), message };
   });
 }
 
 /** Validates an already-decoded spec object and returns its normalised form, or throws SpecError. */
 export function parseSpec(input: unknown): Spec {
-  const result = specSchema.safeParse(input);
+  const result = specSchema.safeParse(input, { error: plainMessage });
   if (!result.success) throw new SpecError(problemsOf(result.error));
   const s = result.data;
   return {

@@ -27,9 +27,10 @@ export async function main(argv: string[]): Promise<number> {
     await program.parseAsync(argv);
     return typeof process.exitCode === 'number' ? process.exitCode : 0;
   } catch (err) {
-    const commanderCode = (err as { code?: string }).code;
+    const code = (err as { code?: unknown }).code;
+    const commanderCode = typeof code === 'string' && code.startsWith('commander.') ? code : undefined;
     if (commanderCode === 'commander.helpDisplayed' || commanderCode === 'commander.version' || commanderCode === 'commander.help') return 0;
-    if (commanderCode?.startsWith('commander.')) return 2;
+    if (commanderCode) return 2;
     printError(err);
     return exitCodeFor(err);
   }

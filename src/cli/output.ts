@@ -77,6 +77,11 @@ export function formatResult(r: ResultDocument): string {
   const lines = [`migration ${r.task_id} ${r.state} in ${r.duration}  (${r.rows_copied} rows)`];
   for (const t of r.tables) lines.push(`  ${t.source} → ${t.target}  ${t.phase}  ${t.rowsCopied} rows`);
   if (r.error) lines.push(`error: ${r.error.message}${r.error.cause ? ` (cause: ${r.error.cause})` : ''}`);
+  if (r.cutover) {
+    lines.push(
+      `cutover: write outage ${(r.cutover.writeOutageMs / 1000).toFixed(2)}s, ${r.cutover.dirtyRowsChecked} changed rows re-checked, source ${r.cutover.afterwards === 'unfreeze' ? 'unfrozen' : 'kept frozen'}`,
+    );
+  }
   for (const w of r.warnings) lines.push(`warning: ${w}`);
   if (r.callback) lines.push(`callback: ${r.callback.delivered ? 'delivered' : `not delivered (${r.callback.error})`}`);
   return lines.join('\n');

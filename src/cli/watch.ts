@@ -13,11 +13,20 @@ function lagText(t: TableStatus): string {
 
 function line(s: StatusDocument): string {
   const tables = s.tables.map((t) => `${t.source} ${t.phase} ${t.rowsCopied}/~${t.rowsEstimated}${t.lag ? ` ${lagText(t)}` : ''}`);
-  return `${new Date().toISOString()} ${s.state} ${s.phase}${s.paused ? ' (paused)' : ''}  ${tables.join('  ')}`;
+  const retrying = s.retrying ? ` (${s.retrying.activity} attempt ${s.retrying.attempt}${s.retrying.lastError ? `: ${s.retrying.lastError}` : ''})` : '';
+  return `${new Date().toISOString()} ${s.state}${retrying} ${s.phase}${s.paused ? ' (paused)' : ''}  ${tables.join('  ')}`;
 }
 
 /** Prints until the migration ends; resolves as soon as it has. */
-export async function watch(client: FerryClient, id: string, options: { intervalMs?: number; tty?: boolean; json?: boolean } = {}): Promise<void> {
+export interface WatchOptions {
+  intervalMs?: number;
+  tty?: boolean;
+  json?: boolean;
+  /** Called with every status read; a returned line is printed above the bars (the demo approves here). */
+  onStatus?: (s: StatusDocument) => Promise<string | undefined>;
+}
+
+export async function watch(client: FerryClient, id: string, options: WatchOptions = {}): Promise<void> {
   const intervalMs = options.intervalMs ?? 1000;
   const tty = !options.json && (options.tty ?? Boolean(process.stderr.isTTY));
   let ended = false;
@@ -69,6 +78,9 @@ export async function watch(client: FerryClient, id: string, options: { interval
         if (text !== last) process.stderr.write(`${line(s)}\n`);
         last = text;
       }
+      const note = await options.onStatus?.(s);
+      if (note && bars) bars.log(`${note}\n`);
+      else if (note) process.stderr.write(`${note}\n`);
       if (isTerminalState(s.state) || ended) return;
       await Promise.race([end, new Promise((r) => setTimeout(r, intervalMs))]);
     }

@@ -90,13 +90,15 @@ function keyArray(record: 'NEW' | 'OLD', keys: KeyColumn[]): string {
  */
 export function createCaptureFunctionSql(names: CaptureNames, keys: KeyColumn[]): string {
   const log = quoteQualified(names.log);
-  const keyExpr = keys.length === 1 ? `NEW.${quoteIdent(keys[0].name)}` : `(${keys.map((k) => `NEW.${quoteIdent(k.name)}`).join(', ')})`;
-  const oldExpr = keyExpr.replace(/NEW\./g, 'OLD.');
+  // Built per record, not by rewriting NEW. to OLD.: a column may be named "xNEW.y".
+  const key = (record: 'NEW' | 'OLD') =>
+    keys.length === 1 ? `${record}.${quoteIdent(keys[0].name)}` : `(${keys.map((k) => `${record}.${quoteIdent(k.name)}`).join(', ')})`;
+  const keyExpr = key('NEW');
+  const oldExpr = key('OLD');
   const pinned = keys.some((k) => SETTING_DEPENDENT.test(k.type))
     ? `\nSET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres' SET TimeZone = 'UTC' SET extra_float_digits = 3 SET bytea_output = 'hex'`
     : '';
-  return `CREATE OR REPLACE FUNCTION ${quoteQualified(names.captureFunction)}() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = ''${pinned} AS $ferry$
+  const body = `
 BEGIN
   IF TG_OP <> 'DELETE' THEN
     INSERT INTO ${log} (pk) VALUES (${keyArray('NEW', keys)});
@@ -106,7 +108,20 @@ BEGIN
   END IF;
   RETURN NULL;
 END
-$ferry$`;
+`;
+  return `CREATE OR REPLACE FUNCTION ${quoteQualified(names.captureFunction)}() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = ''${pinned} AS ${dollarQuoted(body)}`;
+}
+
+/**
+ * The body between dollar quotes whose tag it does not contain: a key column may be named
+ * `id$ferry$…` (a valid identifier, even unquoted), and a fixed tag would end the body there and
+ * run the rest of the name as SQL.
+ */
+export function dollarQuoted(body: string): string {
+  let tag = '$ferry$';
+  for (let i = 1; `${body}${tag}`.indexOf(tag) !== body.length; i += 1) tag = `$ferry${i}$`;
+  return `${tag}${body}${tag}`;
 }
 
 export function createRefuseTruncateSql(migrationId: string): string {

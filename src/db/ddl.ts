@@ -64,15 +64,31 @@ export function createTableSql(info: TableInfo, target: QualifiedName): string {
   return `CREATE TABLE ${quoteQualified(target)} (\n  ${lines.join(',\n  ')}\n)`;
 }
 
+/**
+ * Where `marker` first occurs outside double-quoted identifiers: an index or column may be named
+ * `x ON public.t USING y`, and splitting inside that name would build broken (or other) SQL.
+ */
+function indexOutsideQuotes(def: string, marker: string): number {
+  let quoted = false;
+  for (let i = 0; i < def.length; i += 1) {
+    if (!quoted && def.startsWith(marker, i)) return i;
+    if (def[i] === '"') quoted = !quoted; // a doubled "" flips twice
+  }
+  return -1;
+}
+
 /** CREATE INDEX IF NOT EXISTS on the target table, from the source's pg_get_indexdef. */
 export function createIndexSql(index: ConstraintInfo, info: TableInfo, target: QualifiedName): string {
   const def = index.definition;
-  const on = / ON (ONLY )?/.exec(def);
-  const marker = ` ON ${on?.[1] ?? ''}${info.identText} USING `;
-  const at = def.indexOf(marker);
-  if (at < 0) throw new Error(`cannot read index definition of ${index.name}`);
-  const head = def.slice(0, at).replace(/^CREATE (UNIQUE )?INDEX /, (m) => `${m}IF NOT EXISTS `);
-  return `${head} ON ${quoteQualified(target)} USING ${def.slice(at + marker.length)}`;
+  // The first match of either form: a predicate's string literal later on may contain the other.
+  const [found] = [' ON ', ' ON ONLY ']
+    .map((on) => `${on}${info.identText} USING `)
+    .map((marker) => ({ marker, at: indexOutsideQuotes(def, marker) }))
+    .filter((m) => m.at >= 0)
+    .sort((a, b) => a.at - b.at);
+  if (!found) throw new Error(`cannot read index definition of ${index.name}`);
+  const head = def.slice(0, found.at).replace(/^CREATE (UNIQUE )?INDEX /, (m) => `${m}IF NOT EXISTS `);
+  return `${head} ON ${quoteQualified(target)} USING ${def.slice(found.at + found.marker.length)}`;
 }
 
 export function addConstraintSql(constraint: ConstraintInfo, target: QualifiedName): string {
@@ -82,7 +98,7 @@ export function addConstraintSql(constraint: ConstraintInfo, target: QualifiedNa
 /** FOREIGN KEY … REFERENCES <mapped target> …, added NOT VALID (validated in a second step). */
 export function addForeignKeySql(fk: ForeignKeyInfo, target: QualifiedName, referencedTarget: QualifiedName): string {
   const marker = ` REFERENCES ${fk.referencedText}(`;
-  const at = fk.definition.indexOf(marker);
+  const at = indexOutsideQuotes(fk.definition, marker);
   if (at < 0) throw new Error(`cannot read foreign key definition of ${fk.name}`);
   let definition =
     fk.definition.slice(0, at) + ` REFERENCES ${quoteQualified(referencedTarget)}(` + fk.definition.slice(at + marker.length);

@@ -1,0 +1,345 @@
+/**
+ * Secrets stay out of Temporal (DESIGN.md §5): connection URLs and callback secrets never enter
+ * a history, memo or search attribute; with FERRY_CODEC_KEY every payload is ciphertext that only
+ * key holders — the client, the workers, `ferry codec-server` — can read. Checked on the real
+ * histories the dev server stores, not on what Ferry says about them.
+ */
+import { ChildProcess, spawn } from 'node:child_process';
+import { createHmac, randomBytes } from 'node:crypto';
+import { createServer, IncomingHttpHeaders, Server } from 'node:http';
+import { AddressInfo } from 'node:net';
+import { Client, WorkflowExecutionInfo } from '@temporalio/client';
+import { defaultPayloadConverter } from '@temporalio/common';
+import { historyToJSON } from '@temporalio/common/lib/proto-utils';
+import { AesGcmCodec, dataConverterFromEnv, parseCodecKey } from '../../src/codec';
+import { stateQuery } from '../../workflows/definitions';
+import { adminUrl, rowsAsText, TestDatabases, withClient } from '../helpers/databases';
+import { eventually, FERRY_BIN, TestStack } from '../helpers/stack';
+
+const SOURCE_SCHEMA = `
+CREATE TABLE public.zebra_accounts (id int PRIMARY KEY, holder text NOT NULL, balance numeric(12,2));
+INSERT INTO public.zebra_accounts SELECT g, 'holder ' || g, g * 1.5 FROM generate_series(1, 3000) g;
+CREATE TABLE public.zebra_ledger (id bigint PRIMARY KEY, account int, amount numeric(12,2));
+INSERT INTO public.zebra_ledger SELECT g, g % 3000 + 1, g / 7.0 FROM generate_series(1, 5000) g;
+ANALYZE;
+`;
+const TABLES = ['public.zebra_accounts', 'public.zebra_ledger'];
+
+interface JsonPayload {
+  metadata?: Record<string, string>;
+  data?: string;
+}
+interface FoundPayload {
+  workflowId: string;
+  path: string;
+  payload: JsonPayload;
+}
+
+const b64 = (s: string) => Buffer.from(s).toString('base64');
+const unb64 = (s: string | undefined) => Buffer.from(s ?? '', 'base64').toString('utf8');
+
+/** Every Payload in a history's proto JSON, with the path it sits at. */
+function payloadsIn(node: unknown, workflowId: string, path = '', out: FoundPayload[] = []): FoundPayload[] {
+  if (Array.isArray(node)) node.forEach((n, i) => payloadsIn(n, workflowId, `${path}[${i}]`, out));
+  else if (node && typeof node === 'object') {
+    const obj = node as Record<string, unknown>;
+    const metadata = obj.metadata as Record<string, unknown> | undefined;
+    if (metadata && typeof metadata === 'object' && typeof metadata.encoding === 'string') out.push({ workflowId, path, payload: obj as JsonPayload });
+    else for (const [k, v] of Object.entries(obj)) payloadsIn(v, workflowId, path ? `${path}.${k}` : k, out);
+  }
+  return out;
+}
+
+/**
+ * The forms a secret could take in stored bytes: itself, and base64 at each of the three
+ * alignments it can have inside a longer base64 string (payload data is stored base64).
+ */
+function encodedForms(secret: string): string[] {
+  const forms = [secret, encodeURIComponent(secret)];
+  for (let shift = 0; shift < 3; shift += 1) {
+    const encoded = Buffer.from('x'.repeat(shift) + secret).toString('base64');
+    // Drop the characters that also depend on the neighbouring bytes.
+    const start = shift === 0 ? 0 : shift + 1;
+    const end = encoded.replace(/=+$/, '').length - 2;
+    forms.push(encoded.slice(start, end));
+  }
+  return forms;
+}
+
+function hitsIn(corpus: string, secrets: Record<string, string>): string[] {
+  const hits: string[] = [];
+  for (const [label, secret] of Object.entries(secrets)) {
+    for (const form of encodedForms(secret)) if (corpus.includes(form)) hits.push(`${label} as ${form === secret ? 'plaintext' : form}`);
+  }
+  return hits;
+}
+
+/** Every execution on the stack's task queue (migration, table children, preflight), with its history. */
+async function executions(client: Client, taskQueue: string, expected: number): Promise<{ info: WorkflowExecutionInfo; history: string }[]> {
+  // Visibility trails the histories a little: wait until every execution shows as closed.
+  const infos = await eventually(async () => {
+    const found: WorkflowExecutionInfo[] = [];
+    for await (const info of client.workflow.list({ query: `TaskQueue = '${taskQueue}'` })) found.push(info);
+    return found.length >= expected && found.every((i) => i.closeTime) && found;
+  }, 20_000);
+  return Promise.all(infos.map(async (info) => ({ info, history: historyToJSON(await client.workflow.getHandle(info.workflowId, info.runId).fetchHistory()) })));
+}
+
+/** Records deliveries; answers 200. */
+async function startReceiver(): Promise<{ server: Server; url: string; deliveries: { headers: IncomingHttpHeaders; body: string }[] }> {
+  const deliveries: { headers: IncomingHttpHeaders; body: string }[] = [];
+  const server = createServer((req, res) => {
+    let body = '';
+    req.on('data', (d) => (body += d));
+    req.on('end', () => {
+      deliveries.push({ headers: req.headers, body });
+      res.writeHead(200).end();
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return { server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hooks/ferry`, deliveries };
+}
+
+function withCredentials(url: string, user: string, password: string): string {
+  const u = new URL(url);
+  u.username = user;
+  u.password = password;
+  return u.toString();
+}
+
+describe('connection URLs and callback secrets', () => {
+  const role = `ferry_secret_${randomBytes(4).toString('hex')}`;
+  const password = `pw-${randomBytes(24).toString('base64url')}`;
+  const hookSecret = `hook-${randomBytes(24).toString('hex')}`;
+  let dbs: TestDatabases;
+  let stack: TestStack;
+  let receiver: Awaited<ReturnType<typeof startReceiver>>;
+  let urls: { source: string; target: string };
+
+  beforeAll(async () => {
+    dbs = await TestDatabases.create('secrets_plain', ['source', 'target']);
+    await dbs.exec('source', SOURCE_SCHEMA);
+    // Local PostgreSQL trusts 127.0.0.1, so the password is never checked; it only has to be in the URL.
+    await withClient(adminUrl(), (c) => c.query(`CREATE ROLE "${role}" LOGIN SUPERUSER PASSWORD '${password}'`));
+    urls = { source: withCredentials(dbs.url('source'), role, password), target: withCredentials(dbs.url('target'), role, password) };
+    receiver = await startReceiver();
+    stack = await TestStack.start({ connections: { legacy: urls.source, v2: urls.target }, extraEnv: { HOOK_SECRET: hookSecret } });
+  });
+
+  afterAll(async () => {
+    await stack?.teardown();
+    await new Promise((r) => receiver?.server.close(r));
+    await dbs?.drop();
+    await withClient(adminUrl(), (c) => c.query(`DROP ROLE IF EXISTS "${role}"`));
+  });
+
+  it('never appear in any history, memo or search attribute of the migration, its tables or its preflight', async () => {
+    const id = `secrets-plain-${randomBytes(3).toString('hex')}`;
+    const spec = { source: 'legacy', target: 'v2', tables: TABLES, batchRows: 1000, callback: { url: receiver.url, secret: 'HOOK_SECRET', events: true } };
+    await stack.ferry.start(spec, { id });
+    const result = await stack.ferry.result(id);
+    expect(result.error).toBeNull();
+    expect(result.state).toBe('SUCCEEDED');
+
+    // The workers really used the password-bearing URLs (the tables they created belong to the role)
+    // and really signed with the secret.
+    for (const table of TABLES) expect(await rowsAsText(dbs, 'target', table, 'id')).toEqual(await rowsAsText(dbs, 'source', table, 'id'));
+    const owners = await dbs.query<{ tableowner: string }>('target', `SELECT DISTINCT tableowner FROM pg_tables WHERE tablename LIKE 'zebra%'`);
+    expect(owners).toEqual([{ tableowner: role }]);
+    const final = receiver.deliveries.find((d) => d.headers['idempotency-key'] === id);
+    expect(final).toBeDefined();
+    const [, t, mac] = /^t=(\d+),v1=([0-9a-f]{64})$/.exec(String(final?.headers['x-ferry-signature'])) ?? [];
+    expect(mac).toBe(createHmac('sha256', hookSecret).update(`${t}.${final?.body}`).digest('hex'));
+
+    const runs = await executions(stack.client, stack.taskQueue, 4);
+    expect(runs.map((r) => r.info.type).sort()).toEqual(['migrationWorkflow', 'preflightWorkflow', 'tableMigrationWorkflow', 'tableMigrationWorkflow']);
+    const corpus: string[] = [];
+    for (const { info, history } of runs) {
+      corpus.push(history);
+      // Payload data is base64 in the JSON: read it decoded too.
+      for (const { payload } of payloadsIn(JSON.parse(history), info.workflowId)) corpus.push(unb64(payload.data));
+      const d = await stack.client.workflow.getHandle(info.workflowId, info.runId).describe();
+      corpus.push(JSON.stringify(d.memo ?? {}), JSON.stringify(d.searchAttributes), JSON.stringify(d.typedSearchAttributes));
+      corpus.push(JSON.stringify(d.raw.executionConfig ?? {}), JSON.stringify(d.raw.workflowExecutionInfo?.memo ?? {}));
+    }
+    const text = corpus.join('\n');
+    // What is meant to be there is there: names, never values — so the search below reads real data.
+    expect(text).toContain('"source":"legacy"');
+    expect(text).toContain('public.zebra_ledger');
+    expect(text).toContain('HOOK_SECRET');
+    expect(text).toContain(receiver.url);
+    expect(hitsIn(text, { password, 'source URL': urls.source, 'target URL': urls.target, 'callback secret': hookSecret })).toEqual([]);
+  });
+});
+
+describe('payload encryption (FERRY_CODEC_KEY)', () => {
+  const key = randomBytes(32).toString('base64');
+  const keyId = parseCodecKey(key).id;
+  let dbs: TestDatabases;
+  let stack: TestStack;
+  let migrationId: string;
+  let startInput: JsonPayload[];
+  const codecServers: ChildProcess[] = [];
+
+  /** `ferry codec-server --port 0 …` as its own process; resolves with its URL once it listens. */
+  async function codecServer(env: Record<string, string>, args: string[] = []): Promise<{ url: string; process: ChildProcess }> {
+    const child = spawn(process.execPath, [FERRY_BIN, 'codec-server', '--port', '0', ...args], { env: { ...stack.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    codecServers.push(child);
+    let output = '';
+    const url = await new Promise<string>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`codec-server did not start: ${output}`)), 30_000);
+      const onData = (d: Buffer) => {
+        output += d;
+        const m = /codec server on (http:\/\/\S+)/.exec(output);
+        if (m) {
+          clearTimeout(timer);
+          resolve(m[1]);
+        }
+      };
+      child.stdout?.on('data', onData);
+      child.stderr?.on('data', onData);
+      child.on('exit', (code) => reject(new Error(`codec-server exited ${code}: ${output}`)));
+    });
+    return { url, process: child };
+  }
+
+  const post = (url: string, body: unknown, headers: Record<string, string> = {}) =>
+    fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', 'x-namespace': 'default', ...headers }, body: JSON.stringify(body) });
+
+  beforeAll(async () => {
+    dbs = await TestDatabases.create('secrets_codec', ['source', 'target']);
+    await dbs.exec('source', SOURCE_SCHEMA);
+    stack = await TestStack.start({ connections: { vault_src: dbs.url('source'), vault_dst: dbs.url('target') }, extraEnv: { FERRY_CODEC_KEY: key } });
+  });
+
+  afterAll(async () => {
+    for (const child of codecServers) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    await stack?.teardown();
+    await dbs?.drop();
+  });
+
+  it('encrypts every payload of the migration while the client and `ferry status` still read its state', async () => {
+    migrationId = `secrets-codec-${randomBytes(3).toString('hex')}`;
+    await stack.ferry.start({ source: 'vault_src', target: 'vault_dst', tables: TABLES, batchRows: 1000, metadata: { team: 'zebra-team' } }, { id: migrationId });
+    const result = await stack.ferry.result(migrationId);
+    expect(result.state).toBe('SUCCEEDED');
+    for (const table of TABLES) expect(await rowsAsText(dbs, 'target', table, 'id')).toEqual(await rowsAsText(dbs, 'source', table, 'id'));
+
+    const runs = await executions(stack.client, stack.taskQueue, 4);
+    expect(runs.map((r) => r.info.type).sort()).toEqual(['migrationWorkflow', 'preflightWorkflow', 'tableMigrationWorkflow', 'tableMigrationWorkflow']);
+    const found = runs.flatMap(({ info, history }) => payloadsIn(JSON.parse(history), info.workflowId));
+    // Search attributes are indexed by the server and never encrypted (FerrySource/FerryTarget are names).
+    const payloads = found.filter((p) => !p.path.includes('searchAttributes'));
+    const kinds = new Set(payloads.map((p) => p.path.replace(/^events\[\d+\]\./, '').replace(/\[\d+\]|\.payloads|\.fields\.\w+/g, '')));
+    for (const kind of [
+      'workflowExecutionStartedEventAttributes.input',
+      'workflowExecutionStartedEventAttributes.memo',
+      'activityTaskScheduledEventAttributes.input',
+      'activityTaskCompletedEventAttributes.result',
+      'workflowExecutionSignaledEventAttributes.input',
+      'startChildWorkflowExecutionInitiatedEventAttributes.input',
+      'workflowExecutionCompletedEventAttributes.result',
+    ]) {
+      expect([...kinds]).toContain(kind);
+    }
+    const notEncrypted = payloads.filter((p) => unb64(p.payload.metadata?.encoding) !== 'binary/encrypted' || unb64(p.payload.metadata?.['encryption-key-id']) !== keyId);
+    expect(notEncrypted.map((p) => `${p.workflowId} ${p.path} ${unb64(p.payload.metadata?.encoding)}`)).toEqual([]);
+    const leaks = payloads.filter((p) => /zebra|vault_src|vault_dst/.test(Buffer.from(p.payload.data ?? '', 'base64').toString('latin1')));
+    expect(leaks.map((p) => `${p.workflowId} ${p.path}`)).toEqual([]);
+    const migration = runs.find((r) => r.info.type === 'migrationWorkflow');
+    startInput = JSON.parse(migration?.history ?? '{}').events[0].workflowExecutionStartedEventAttributes.input.payloads;
+
+    // Holders of the key read everything: the query result, the status document, the CLI.
+    const state = await stack.client.workflow.getHandle(migrationId).query(stateQuery);
+    expect(state.tables.map((t) => t.source)).toEqual(TABLES);
+    const status = await stack.ferry.status(migrationId);
+    expect([status.state, status.phase]).toEqual(['SUCCEEDED', 'COMPLETED']);
+    const cli = await stack.runCli(['status', migrationId, '--json']);
+    expect({ code: cli.code, stderr: cli.stderr }).toMatchObject({ code: 0 });
+    expect(JSON.parse(cli.stdout).tables.map((t: { source: string }) => t.source)).toEqual(TABLES);
+    const { memo } = await stack.client.workflow.getHandle(migrationId).describe();
+    expect(memo?.source).toBe('vault_src');
+  });
+
+  it('leaves a client without the key, or with another key, unable to read anything', async () => {
+    const plain = new Client({ connection: stack.connection, namespace: stack.server.namespace });
+    const history = await plain.workflow.getHandle(migrationId).fetchHistory();
+    const input = history.events?.[0].workflowExecutionStartedEventAttributes?.input?.payloads?.[0];
+    expect(Buffer.from(input?.metadata?.encoding ?? []).toString()).toBe('binary/encrypted');
+    expect(Buffer.from(input?.data ?? []).toString('latin1')).not.toMatch(/zebra|vault/);
+    expect(() => defaultPayloadConverter.fromPayload(input ?? {})).toThrow(/binary\/encrypted/);
+    await expect(plain.workflow.getHandle(migrationId).query(stateQuery)).rejects.toThrow(/binary\/encrypted/);
+
+    const otherKey = randomBytes(32).toString('hex');
+    const wrong = new Client({ connection: stack.connection, namespace: stack.server.namespace, dataConverter: dataConverterFromEnv({ FERRY_CODEC_KEY: otherKey }) });
+    await expect(wrong.workflow.getHandle(migrationId).query(stateQuery)).rejects.toThrow(new RegExp(`encrypted with key ${keyId}`));
+
+    const cli = await stack.runCli(['status', migrationId, '--json'], { FERRY_CODEC_KEY: '' });
+    expect(cli.code).not.toBe(0);
+    expect(cli.stdout).not.toMatch(/zebra/);
+  });
+
+  it('serves the codec to the Web UI: decode, encode, CORS, and an HTTP error for the wrong key', async () => {
+    const server = await codecServer({ FERRY_CODEC_KEY: key }, ['--cors-origin', 'http://ui.example.test:8080']);
+
+    // The migration's encrypted input decodes back to the spec it was started with.
+    const decoded = await post(`${server.url}/decode`, { payloads: startInput });
+    expect(decoded.status).toBe(200);
+    expect(decoded.headers.get('access-control-allow-origin')).toBe('http://ui.example.test:8080');
+    const [spec] = ((await decoded.json()) as { payloads: JsonPayload[] }).payloads;
+    expect(unb64(spec.metadata?.encoding)).toBe('json/plain');
+    expect(JSON.parse(unb64(spec.data))).toMatchObject({ id: migrationId, source: 'vault_src', target: 'vault_dst', tables: TABLES });
+
+    // The browser's preflight before it POSTs.
+    const preflight = await fetch(`${server.url}/decode`, {
+      method: 'OPTIONS',
+      headers: { origin: 'http://ui.example.test:8080', 'access-control-request-method': 'POST', 'access-control-request-headers': 'content-type,x-namespace,authorization' },
+    });
+    expect(preflight.status).toBeLessThan(300);
+    expect(preflight.headers.get('access-control-allow-origin')).toBe('http://ui.example.test:8080');
+    expect(preflight.headers.get('access-control-allow-methods')).toMatch(/POST/);
+    expect(preflight.headers.get('access-control-allow-headers')?.split(/,\s*/).sort()).toEqual(['authorization', 'content-type', 'x-namespace']);
+
+    // encode → decode round-trips; payloads that were never encrypted pass through untouched.
+    const original = { metadata: { encoding: b64('json/plain') }, data: b64('{"hello":"zebra world"}') };
+    const encoded = ((await (await post(`${server.url}/encode`, { payloads: [original] })).json()) as { payloads: JsonPayload[] }).payloads;
+    expect(unb64(encoded[0].metadata?.encoding)).toBe('binary/encrypted');
+    expect(unb64(encoded[0].data)).not.toContain('zebra');
+    const back = ((await (await post(`${server.url}/decode`, { payloads: [...encoded, original] })).json()) as { payloads: JsonPayload[] }).payloads;
+    expect(back).toEqual([original, original]);
+
+    const malformed = await post(`${server.url}/decode`, { nope: true });
+    expect(malformed.status).toBe(400);
+
+    // Another key: an HTTP error that says why, not garbage.
+    const other = await codecServer({ FERRY_CODEC_KEY: randomBytes(32).toString('base64') });
+    const refused = await post(`${other.url}/decode`, { payloads: startInput });
+    expect(refused.status).toBe(422);
+    expect(((await refused.json()) as { error: string }).error).toContain(keyId);
+
+    // A malformed key is refused up front, naming the variable and the format.
+    const bad = await stack.runCli(['codec-server', '--port', '0'], { FERRY_CODEC_KEY: 'not-a-key' });
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/FERRY_CODEC_KEY must be 32 random bytes as base64/);
+
+    for (const s of [server, other]) {
+      s.process.kill('SIGTERM');
+      expect(await new Promise((r) => s.process.once('exit', r))).toBe(0);
+    }
+  });
+
+  it('rotates keys: a previous key still opens what it sealed, a hex key equals its base64 form', async () => {
+    const oldKey = parseCodecKey(randomBytes(32).toString('hex'));
+    const sealed = await new AesGcmCodec(oldKey).encode([{ metadata: { encoding: Buffer.from('json/plain') }, data: Buffer.from('"zebra"') }]);
+    const rotated = new AesGcmCodec(parseCodecKey(randomBytes(32).toString('base64')), [oldKey]);
+    const [opened] = await rotated.decode(sealed);
+    expect(Buffer.from(opened.data ?? []).toString()).toBe('"zebra"');
+    await expect(new AesGcmCodec(parseCodecKey(key)).decode(sealed)).rejects.toThrow(/FERRY_CODEC_PREVIOUS_KEYS/);
+    const tampered = Buffer.from(sealed[0].data ?? []);
+    tampered[20] ^= 1;
+    await expect(rotated.decode([{ ...sealed[0], data: tampered }])).rejects.toThrow(/failed authentication/);
+    const raw = randomBytes(32);
+    expect(parseCodecKey(raw.toString('hex')).id).toBe(parseCodecKey(raw.toString('base64')).id);
+    expect(() => dataConverterFromEnv({ FERRY_CODEC_KEY: raw.toString('base64').slice(0, 40) })).toThrow(/FERRY_CODEC_KEY must be/);
+  });
+});
