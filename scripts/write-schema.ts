@@ -1,8 +1,17 @@
-/** Regenerates schema/ferry-spec.schema.json from the zod spec (for Go, Python and editors). */
-import { writeFileSync } from 'node:fs';
+/**
+ * Regenerates schema/ferry-spec.schema.json from the zod spec (for Go, Python and editors) and
+ * the README's spec reference table from that schema.
+ */
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { specJsonSchema } from '../src/spec';
+import { withSpecReference } from '../src/spec-reference';
 
-const file = join(__dirname, '..', 'schema', 'ferry-spec.schema.json');
-writeFileSync(file, `${JSON.stringify(specJsonSchema(), null, 2)}\n`);
+const root = join(__dirname, '..');
+const schema = specJsonSchema();
+const file = join(root, 'schema', 'ferry-spec.schema.json');
+writeFileSync(file, `${JSON.stringify(schema, null, 2)}\n`);
 process.stdout.write(`wrote ${file}\n`);
+const readme = join(root, 'README.md');
+writeFileSync(readme, withSpecReference(readFileSync(readme, 'utf8'), JSON.parse(JSON.stringify(schema))));
+process.stdout.write(`updated the spec reference in ${readme}\n`);

@@ -19,7 +19,7 @@ import { approveCutoverSignal, cancelSignal, pauseSignal, resumeSignal, stateQue
 import { TemporalConfig, temporalConfig } from './config';
 import { FerryPhaseKey, FerrySourceKey, FerryStateKey, FerryTargetKey, HELPER_WORKFLOW_TYPES, MIGRATION_WORKFLOW, PREFLIGHT_WORKFLOW, UNFREEZE_WORKFLOW } from './names';
 import { MigrationPlan } from './plan';
-import { parseSpec, Spec } from './spec';
+import { checkThrottle, parseSpec, Spec } from './spec';
 import { MigrationState, Phase } from './state-machine';
 import { ResultDocument, StatusDocument } from './status';
 
@@ -114,8 +114,9 @@ export class FerryClient {
    * returns as soon as it is running. Starting an id that is already running returns that one.
    */
   async start(specInput: unknown, options: StartOptions = {}): Promise<StartedMigration> {
-    const spec: Spec = parseSpec(specInput);
-    const id = options.id ?? spec.id ?? generateMigrationId();
+    // --id overrides spec.id and is checked like it, before anything runs.
+    const spec: Spec = parseSpec(options.id ? { ...(specInput as Record<string, unknown>), id: options.id } : specInput);
+    const id = spec.id ?? generateMigrationId();
     const running = await this.runningExecution(id);
     if (running) return { id, runId: running, started: false };
     const plan = options.skipPreflight ? undefined : await this.preflight(specInput, id);
@@ -322,7 +323,9 @@ export class FerryClient {
   }
 
   async throttle(id: string, request: ThrottleRequest): Promise<void> {
-    await this.handle(id).signal(throttleSignal, request);
+    const checked = checkThrottle(request);
+    if (!checked.ok) throw new RefusedError(checked.reason, 'InvalidThrottle');
+    await this.handle(id).signal(throttleSignal, checked.value);
   }
 
   /**

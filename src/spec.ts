@@ -44,9 +44,9 @@ const int = (min: number, max: number) => z.number().int().min(min).max(max);
 const tableEntry = z.union([
   qualifiedName,
   z.strictObject({
-    name: qualifiedName,
-    target: qualifiedName.optional(),
-    chunks: int(CHUNKS.min, CHUNKS.max).optional(),
+    name: qualifiedName.describe('source table, schema-qualified (quoted identifiers allowed: app."Order Lines")'),
+    target: qualifiedName.optional().describe('target table; default: the same name'),
+    chunks: int(CHUNKS.min, CHUNKS.max).optional().describe('parallel primary-key ranges; default: from the estimated size'),
   }),
 ]);
 
@@ -57,29 +57,36 @@ export const specSchema = z
       .regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$/, {
         error: 'must be 1-100 letters, digits, ".", "_" or "-", starting with a letter or digit',
       })
-      .optional(),
-    source: connectionName,
-    target: connectionName,
-    mode: z.enum(['full', 'online']).default('full'),
-    tables: z.array(tableEntry).min(1).max(MAX_TABLES),
-    truncate: z.boolean().default(false),
-    batchRows: int(BATCH_ROWS.min, BATCH_ROWS.max).default(BATCH_ROWS.default),
-    validation: z.enum(['none', 'count', 'checksum']).default('checksum'),
+      .optional()
+      .describe('migration id = workflow id; generated when absent'),
+    source: connectionName.describe('connection name; workers resolve FERRY_CONN_<NAME> to a postgres URL'),
+    target: connectionName.describe('connection name of the target database'),
+    mode: z.enum(['full', 'online']).default('full').describe('full: the source is quiet; online: it keeps taking writes'),
+    tables: z
+      .array(tableEntry)
+      .min(1)
+      .max(MAX_TABLES)
+      .describe('"schema.table", or {name, target?, chunks?}'),
+    truncate: z.boolean().default(false).describe('allow a non-empty existing target table to be replaced'),
+    batchRows: int(BATCH_ROWS.min, BATCH_ROWS.max).default(BATCH_ROWS.default).describe('rows per copy batch (one target transaction)'),
+    validation: z.enum(['none', 'count', 'checksum']).default('checksum').describe('how copied data is proven equal'),
     parallelism: z
       .strictObject({
-        tables: int(1, PARALLELISM.max).default(PARALLELISM.tables),
-        chunks: int(1, PARALLELISM.max).default(PARALLELISM.chunks),
+        tables: int(1, PARALLELISM.max).default(PARALLELISM.tables).describe('tables copied at once'),
+        chunks: int(1, PARALLELISM.max).default(PARALLELISM.chunks).describe('chunk copies at once per table'),
       })
-      .optional(),
+      .optional()
+      .describe('raise chunks when the databases have cores to spare'),
     cutover: z
       .strictObject({
-        approval: z.enum(['auto', 'manual']).default('auto'),
-        approvalTimeout: duration(1000, 30 * 86_400_000).default('24h'),
-        afterwards: z.enum(['keep-frozen', 'unfreeze']).default('keep-frozen'),
+        approval: z.enum(['auto', 'manual']).default('auto').describe('manual waits for `ferry approve ID` (signal approveCutover)'),
+        approvalTimeout: duration(1000, 30 * 86_400_000).default('24h').describe('then the migration rolls back'),
+        afterwards: z.enum(['keep-frozen', 'unfreeze']).default('keep-frozen').describe('whether the source stays write-frozen after cutover'),
       })
-      .optional(),
-    onFailure: z.enum(['rollback', 'keep']).default('rollback'),
-    deadline: duration(1000, 365 * 86_400_000).optional(),
+      .optional()
+      .describe('online mode only'),
+    onFailure: z.enum(['rollback', 'keep']).default('rollback').describe('keep leaves target tables and checkpoints for inspection and `ferry retry`'),
+    deadline: duration(1000, 365 * 86_400_000).optional().describe('e.g. 12h; then TIMED_OUT and rollback'),
     callback: z
       .strictObject({
         url: z
@@ -88,17 +95,20 @@ export const specSchema = z
           .refine((u) => isHttpUrl(u), { error: 'must be an http:// or https:// URL (no spaces or control characters)' })
           .refine((u) => !hasCredentials(u), {
             error: 'must not carry a user or password (they would be stored in workflow history); sign requests with callback.secret instead',
-          }),
+          })
+          .describe('http(s) URL that receives the result document (POST JSON)'),
         secret: z
           .string()
           .regex(/^[A-Z_][A-Z0-9_]{0,127}$/, {
             error: 'must be the NAME of an environment variable on the workers (A-Z, 0-9, _), not the secret itself',
           })
-          .optional(),
-        events: z.boolean().default(false),
+          .optional()
+          .describe('NAME of the workers\' environment variable holding the HMAC-SHA256 key (X-Ferry-Signature)'),
+        events: z.boolean().default(false).describe('also POST every event, keyed <id>:<seq>'),
       })
-      .optional(),
-    metadata: z.record(z.string(), z.unknown()).optional(),
+      .optional()
+      .describe('result callback, sent for every outcome'),
+    metadata: z.record(z.string(), z.unknown()).optional().describe('free JSON (at most 16 KB), echoed in the result and callback'),
   })
   .superRefine((spec, ctx) => {
     if (spec.mode === 'full' && spec.cutover !== undefined) {
@@ -315,4 +325,29 @@ export function specJsonSchema(): Record<string, unknown> {
     $id: 'https://github.com/ferry/ferry/schema/ferry-spec.schema.json',
     title: 'Ferry migration spec',
   };
+}
+
+/**
+ * Checks a `throttle` signal's values (they arrive from any Temporal client, not only Ferry's):
+ * the accepted request, or the reason it is refused. A bad value must never reach a running copy.
+ */
+export function checkThrottle(request: unknown): { ok: true; value: { rowsPerSecond?: number; batchRows?: number } } | { ok: false; reason: string } {
+  if (request === null || typeof request !== 'object' || Array.isArray(request)) return { ok: false, reason: 'throttle takes {rowsPerSecond?, batchRows?}' };
+  const { rowsPerSecond, batchRows, ...rest } = request as Record<string, unknown>;
+  const unknown = Object.keys(rest);
+  if (unknown.length) return { ok: false, reason: `throttle: unknown field ${unknown[0]}; use rowsPerSecond or batchRows` };
+  const value: { rowsPerSecond?: number; batchRows?: number } = {};
+  if (rowsPerSecond !== undefined) {
+    if (typeof rowsPerSecond !== 'number' || !Number.isInteger(rowsPerSecond) || rowsPerSecond < 0 || rowsPerSecond > 100_000_000) {
+      return { ok: false, reason: 'throttle.rowsPerSecond must be a whole number from 0 (no cap) to 100000000' };
+    }
+    value.rowsPerSecond = rowsPerSecond;
+  }
+  if (batchRows !== undefined) {
+    if (typeof batchRows !== 'number' || !Number.isInteger(batchRows) || batchRows < BATCH_ROWS.min || batchRows > BATCH_ROWS.max) {
+      return { ok: false, reason: `throttle.batchRows must be a whole number from ${BATCH_ROWS.min} to ${BATCH_ROWS.max}` };
+    }
+    value.batchRows = batchRows;
+  }
+  return { ok: true, value };
 }

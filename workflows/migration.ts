@@ -20,7 +20,7 @@ import {
 } from '@temporalio/workflow';
 import { innermostApplicationFailure, rootMessage } from '../src/failures';
 import { FerrySourceKey, FerryTargetKey } from '../src/names';
-import { parseSpec, Spec, SpecError } from '../src/spec';
+import { checkThrottle, parseSpec, Spec, SpecError } from '../src/spec';
 import { ErrorInfo, resultDocument, ResultDocument } from '../src/status';
 import { checks, notify, steps } from './activities';
 import { derivePhase, MigrationContext, MigrationOptions } from './context';
@@ -79,9 +79,16 @@ export async function migrationWorkflow(specInput: unknown, options: MigrationOp
   };
   setHandler(pauseSignal, () => setControl({ ...control, paused: true }));
   setHandler(resumeSignal, () => setControl({ ...control, paused: false }));
-  setHandler(throttleSignal, (t) =>
-    setControl({ ...control, rowsPerSecond: t.rowsPerSecond || undefined, batchRows: t.batchRows ?? control.batchRows }),
-  );
+  setHandler(throttleSignal, (request) => {
+    // Signals come from any client (the temporal CLI too): a bad value is refused, not applied.
+    const checked = checkThrottle(request);
+    if (!checked.ok) {
+      tracker.warnings.push(`ignored a throttle signal: ${checked.reason}`);
+      return;
+    }
+    const t = checked.value;
+    setControl({ ...control, rowsPerSecond: t.rowsPerSecond || undefined, batchRows: t.batchRows ?? control.batchRows });
+  });
   setHandler(approveCutoverSignal, () => {
     approved = true;
   });

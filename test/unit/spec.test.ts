@@ -1,7 +1,10 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { parseSpec, SpecError, specJsonSchema } from '../../src/spec';
+import { checkThrottle, parseSpec, SpecError, specJsonSchema } from '../../src/spec';
+import { Client } from '@temporalio/client';
+import { FerryClient } from '../../src/client';
 import { decodeSpecText } from '../../src/spec-file';
+import { withSpecReference } from '../../src/spec-reference';
 
 function problems(input: unknown): string[] {
   try {
@@ -93,6 +96,34 @@ describe('the spec', () => {
     const published = JSON.parse(readFileSync(join(__dirname, '..', '..', 'schema', 'ferry-spec.schema.json'), 'utf8'));
     expect(published).toEqual(JSON.parse(JSON.stringify(specJsonSchema())));
     expect(published.additionalProperties).toBe(false);
+    // The README's spec reference is generated from the same schema (npm run schema).
+    const readme = readFileSync(join(__dirname, '..', '..', 'README.md'), 'utf8');
+    expect(readme).toBe(withSpecReference(readme, published));
+    expect(readme).toContain('| `cutover.approvalTimeout` | string | `"24h"` |');
     expect(published.required).toEqual(['source', 'target', 'tables']);
+  });
+});
+
+describe('throttle signal values', () => {
+  it('accepts whole numbers in range and refuses anything else with the field named', () => {
+    expect(checkThrottle({ rowsPerSecond: 5000, batchRows: 2000 })).toEqual({ ok: true, value: { rowsPerSecond: 5000, batchRows: 2000 } });
+    expect(checkThrottle({ rowsPerSecond: 0 })).toEqual({ ok: true, value: { rowsPerSecond: 0 } });
+    for (const bad of [{ batchRows: 0 }, { batchRows: 2.5 }, { batchRows: 'x' }, { batchRows: 10_000_000 }]) {
+      expect(checkThrottle(bad)).toMatchObject({ ok: false, reason: expect.stringContaining('throttle.batchRows') });
+    }
+    expect(checkThrottle({ rowsPerSecond: -1 })).toMatchObject({ ok: false, reason: expect.stringContaining('throttle.rowsPerSecond') });
+    expect(checkThrottle({ rows: 5 })).toMatchObject({ ok: false, reason: expect.stringContaining('unknown field rows') });
+    expect(checkThrottle(null)).toMatchObject({ ok: false });
+    expect(checkThrottle([1])).toMatchObject({ ok: false });
+  });
+});
+
+describe('start --id', () => {
+  it('is validated like spec.id before anything reaches Temporal', async () => {
+    const ferry = FerryClient.fromClient({ options: { namespace: 'default' } } as Client, { taskQueue: 'unused' }); // never called: refused first
+    const spec = { source: 'a', target: 'b', tables: ['public.t'] };
+    const err = await ferry.start(spec, { id: '../../etc/passwd' }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(SpecError);
+    expect((err as SpecError).problems[0].path).toBe('id');
   });
 });
