@@ -102,6 +102,13 @@ function run(command: string, argv: string[], env: NodeJS.ProcessEnv = process.e
   });
 }
 
+/** From `ferry start --wait --json` output: milliseconds from MigrationStarted to the last TableCopied. */
+function copyPhaseMs(out: string): number {
+  const result = JSON.parse(out.slice(out.indexOf('{\n'))) as { events: { type: string; at: string }[] };
+  const at = (type: string) => result.events.filter((e) => e.type === type).map((e) => Date.parse(e.at));
+  return Math.max(...at('TableCopied')) - Math.min(...at('MigrationStarted'));
+}
+
 function peakRssMb(pid: number): number {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
   const kb = Number(/VmHWM:\s+(\d+) kB/.exec(status)?.[1] ?? 0);
@@ -114,6 +121,7 @@ async function main(): Promise<void> {
   const dbs = { source: `ferry_bench_src_${tag}`, raw: `ferry_bench_raw_${tag}`, pgcopydb: `ferry_bench_pgcopydb_${tag}`, none: `ferry_bench_none_${tag}`, checksum: `ferry_bench_sum_${tag}` };
   for (const db of Object.values(dbs)) await sql(ADMIN, `CREATE DATABASE ${db}`);
   const results: Record<string, Sample> = {};
+  const copyPhase: Record<string, number> = {};
   let rss = 0;
   try {
     process.stdout.write(`seeding ${ROWS.toLocaleString('en-US')} rows… `);
@@ -190,11 +198,13 @@ async function main(): Promise<void> {
         const db = target === 'bench_none' ? dbs.none : dbs.checksum;
         const specFile = join(tmpdir(), `ferry-bench-${name}-${tag}.json`);
         writeFileSync(specFile, JSON.stringify({ source: 'bench_src', target, validation, tables: ['public.bench_rows'] }));
+        const phases: number[] = [];
         results[name] = await repeated(
           () => recreate(db),
           async () => {
             const r = await run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'start', specFile, '--wait', '--json'], env);
             if (r.code !== 0) throw new Error(`ferry failed: ${r.out}\n${workerLog}`);
+            phases.push(copyPhaseMs(r.out));
           },
           async () => {
             const [count] = await sql(url(db), 'SELECT count(*)::int AS n FROM public.bench_rows');
@@ -202,6 +212,8 @@ async function main(): Promise<void> {
           },
         );
         process.stdout.write(line(`(c) ferry start --wait, validation ${name}`, results[name]));
+        phases.sort((a, b) => a - b);
+        copyPhase[name] = phases[Math.floor(phases.length / 2)];
       }
       rss = peakRssMb(worker.pid!);
     } finally {
@@ -215,6 +227,10 @@ async function main(): Promise<void> {
     process.stdout.write(`ferry (validation none) / raw COPY:      ${ratio(raw, results.none)} × raw throughput\n`);
     process.stdout.write(`ferry (validation checksum) / raw COPY:  ${ratio(raw, results.checksum)} × raw throughput\n`);
     if (copydb) process.stdout.write(`ferry (validation none) / pgcopydb:      ${ratio(copydb, results.none)} × pgcopydb throughput\n`);
+    process.stdout.write(
+      `ferry copy phase alone (none):           ${seconds(copyPhase.none)}, ${(raw.median / copyPhase.none).toFixed(2)} × raw throughput ` +
+        '(MigrationStarted → TableCopied in the result\'s events: the chunk copies without CLI, preflight, DDL, ANALYZE)\n',
+    );
     process.stdout.write(`ferry worker peak RSS (VmHWM):           ${rss} MB\n`);
     process.stdout.write(`(medians of ${REPEAT}; ferry times are end to end: CLI start, preflight, target DDL, copy, validation, ANALYZE, cleanup)\n`);
   } finally {

@@ -5,6 +5,7 @@
  */
 import { ApplicationFailure } from '@temporalio/common';
 import { FerryClient } from '../../src/client';
+import { FerryPhaseKey, FerrySourceKey, FerryStateKey } from '../../src/names';
 import { rowsAsText, TestDatabases } from '../helpers/databases';
 import { beforeActivity } from '../helpers/interceptors';
 import { eventually, resultWithin, TestStack } from '../helpers/stack';
@@ -87,6 +88,17 @@ describe('controlling migrations', () => {
     await stack.ferry.throttle(first.id, { rowsPerSecond: 20_000 });
     const second = await stack.ferry.start(spec, { id: 'same-id' });
     expect(second).toEqual({ id: 'same-id', runId: first.runId, started: false });
+
+    // What the Web UI shows: summary, memo, search attributes, and the live current details.
+    const handle = stack.client.workflow.getHandle(first.id);
+    await eventually(async () => (await handle.describe()).typedSearchAttributes.get(FerryPhaseKey) === 'FULL_MIGRATING');
+    const d = await handle.describe();
+    expect(await d.staticSummary()).toBe('Ferry full migration src → dst: 1 table(s)');
+    expect(d.memo).toMatchObject({ source: 'src', target: 'dst', tables: ['public.big → public.big'] });
+    expect(d.typedSearchAttributes.get(FerryStateKey)).toBe('RUNNING');
+    expect(d.typedSearchAttributes.get(FerrySourceKey)).toBe('src');
+    const metadata = await handle.query<{ currentDetails: string }>('__temporal_workflow_metadata');
+    expect(metadata.currentDetails).toMatch(/\*\*RUNNING\*\* · phase FULL_MIGRATING[\s\S]*public\.big → public\.big: FULL_MIGRATING, \d+ \/ ~\d+ rows/);
     await stack.ferry.cancel(first.id);
     expect((await resultWithin(stack.ferry, first.id)).state).toBe('CANCELLED');
   });

@@ -1,0 +1,374 @@
+/**
+ * `npm run record-histories [-- SCENARIO… | --force]`: records the workflow histories that
+ * test/replay/replay.test.ts replays against the current workflow code (issue 7, determinism).
+ *
+ * Per scenario: throwaway source and target databases, a dev server of its own with one
+ * in-process Ferry worker (test/helpers, as the integration tests), one migration driven the
+ * way an operator would, then the full history of every execution in the namespace — the
+ * migrationWorkflow, each run of its tableMigrationWorkflow children (continued-as-new runs
+ * separately), the preflight and unfreeze helpers — written as JSON to
+ * test/fixtures/histories/<scenario>/<workflowType>-<n>.json with a manifest.json naming each
+ * file's workflow id and run id (histories do not carry the workflow id; replay needs it).
+ *
+ * Without arguments it records only scenarios that have no fixtures yet: old histories are the
+ * point (they stand for workflows still running in production), so a workflow change that
+ * breaks their replay is guarded with patched(), not re-recorded. --force re-records the named
+ * scenarios (or all).
+ */
+import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { Client, WorkflowExecutionInfo } from '@temporalio/client';
+import { historyToJSON } from '@temporalio/common/lib/proto-utils';
+import type { temporal } from '@temporalio/proto';
+import { DEFAULT_TEST_PG, ensurePostgres } from '../src/postgres';
+import type { ResultDocument } from '../src/status';
+import { ensureTemporalBinary, temporalVersion } from '../src/temporal/binary';
+import { rowsAsText, TestDatabases } from '../test/helpers/databases';
+import { Receiver } from '../test/helpers/receiver';
+import { eventually, resultWithin, TestStack, waitForPhase } from '../test/helpers/stack';
+
+type History = temporal.api.history.v1.IHistory;
+
+const FIXTURES_DIR = join(__dirname, '..', 'test', 'fixtures', 'histories');
+
+interface Context {
+  id: string;
+  stack: TestStack;
+  dbs: TestDatabases;
+  receiver: Receiver;
+}
+
+interface Scenario {
+  name: string;
+  description: string;
+  schema: string;
+  /** The migration's final state; anything else and nothing is written. */
+  expected: ResultDocument['state'];
+  run(ctx: Context): Promise<ResultDocument>;
+}
+
+const FULL_SCHEMA = `
+CREATE TABLE public.customers (id int PRIMARY KEY, name text NOT NULL, email text UNIQUE);
+INSERT INTO public.customers SELECT g, 'customer ' || g, 'c' || g || '@example.com' FROM generate_series(1, 300) g;
+CREATE TABLE public.orders (id bigint PRIMARY KEY, customer_id int NOT NULL REFERENCES public.customers (id), total numeric(10,2) CHECK (total >= 0));
+INSERT INTO public.orders SELECT g, 1 + g % 300, g / 4.0 FROM generate_series(1, 500) g;
+CREATE INDEX orders_customer ON public.orders (customer_id);
+ANALYZE;`;
+
+const ONLINE_SCHEMA = `
+CREATE TABLE public.accounts (id bigint PRIMARY KEY, balance numeric(12,2), note text);
+INSERT INTO public.accounts SELECT g, g / 10.0, 'seed ' || g FROM generate_series(1, 400) g;
+CREATE TABLE public.items (a int, b text, v int NOT NULL, PRIMARY KEY (a, b));
+INSERT INTO public.items SELECT g % 20, 'k' || g, 0 FROM generate_series(1, 200) g;
+ANALYZE;`;
+
+/** A few writes of every kind while the tables sync: insert, update, delete, key change. */
+const ONLINE_WRITES = `
+UPDATE public.accounts SET balance = balance + 1 WHERE id <= 5;
+INSERT INTO public.accounts VALUES (1001, 10.5, 'written during sync');
+DELETE FROM public.accounts WHERE id = 7;
+UPDATE public.accounts SET id = 2001 WHERE id = 8;
+UPDATE public.items SET v = v + 1 WHERE a = 3;`;
+
+const onlineSpec = (extra: Record<string, unknown>) => ({
+  source: 'src',
+  target: 'dst',
+  mode: 'online',
+  batchRows: 100,
+  tables: [{ name: 'public.accounts', chunks: 2 }, 'public.items'],
+  ...extra,
+});
+
+/** Waits until the sync has carried ONLINE_WRITES to the target (before the cutover drain). */
+async function writesSynced(dbs: TestDatabases): Promise<void> {
+  await eventually(async () => {
+    const rows = await dbs.query<{ n: number }>('target', 'SELECT count(*)::int AS n FROM public.accounts WHERE id IN (1001, 2001)');
+    return rows[0].n === 2;
+  }, 60_000);
+}
+
+async function sameRows(dbs: TestDatabases, tables: [string, string][]): Promise<void> {
+  for (const [table, key] of tables) {
+    const [source, target] = await Promise.all([rowsAsText(dbs, 'source', table, key), rowsAsText(dbs, 'target', table, key)]);
+    if (JSON.stringify(source) !== JSON.stringify(target)) throw new Error(`${table}: the target differs from the source after the migration`);
+  }
+}
+
+const SCENARIOS: Scenario[] = [
+  {
+    name: 'full',
+    description: 'full load of two tables (one in two chunks), checksum validation, result callback with event webhooks',
+    schema: FULL_SCHEMA,
+    expected: 'SUCCEEDED',
+    async run({ id, stack, dbs, receiver }) {
+      const spec = {
+        source: 'src',
+        target: 'dst',
+        batchRows: 100,
+        validation: 'checksum',
+        tables: ['public.customers', { name: 'public.orders', chunks: 2 }],
+        callback: { url: `${receiver.url}/full`, events: true },
+        metadata: { recordedBy: 'scripts/record-histories.ts' },
+      };
+      await stack.ferry.start(spec, { id });
+      const result = await resultWithin(stack.ferry, id);
+      await sameRows(dbs, [
+        ['public.customers', 'id'],
+        ['public.orders', 'id'],
+      ]);
+      return result;
+    },
+  },
+  {
+    name: 'online',
+    description: 'online, manual approval, writes during sync, approve; keep-frozen, then `ferry unfreeze` (the unfreeze helper)',
+    schema: ONLINE_SCHEMA,
+    expected: 'SUCCEEDED',
+    async run({ id, stack, dbs }) {
+      await stack.ferry.start(onlineSpec({ cutover: { approval: 'manual', approvalTimeout: '10m' } }), { id });
+      await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL');
+      await dbs.exec('source', ONLINE_WRITES);
+      await writesSynced(dbs);
+      await stack.ferry.approve(id);
+      const result = await resultWithin(stack.ferry, id);
+      if (result.state === 'SUCCEEDED') {
+        await stack.ferry.unfreeze(id);
+        await sameRows(dbs, [
+          ['public.accounts', 'id'],
+          ['public.items', 'a, b'],
+        ]);
+      }
+      return result;
+    },
+  },
+  {
+    name: 'cancelled',
+    description: 'full load throttled, paused and resumed, then the cancel signal during the copy; compensation and the callback',
+    schema: `
+CREATE TABLE public.orders (id bigint PRIMARY KEY, customer int NOT NULL, total numeric(10,2));
+INSERT INTO public.orders SELECT g, g % 97, g / 3.0 FROM generate_series(1, 2000) g;
+CREATE TABLE public.notes (id int PRIMARY KEY, body text);
+INSERT INTO public.notes SELECT g, 'note ' || g FROM generate_series(1, 200) g;
+ANALYZE;`,
+    expected: 'CANCELLED',
+    async run({ id, stack, dbs, receiver }) {
+      const spec = {
+        source: 'src',
+        target: 'dst',
+        batchRows: 100,
+        tables: [{ name: 'public.orders', chunks: 2 }, 'public.notes'],
+        callback: { url: `${receiver.url}/cancelled` },
+      };
+      await stack.ferry.start(spec, { id });
+      await stack.ferry.throttle(id, { rowsPerSecond: 200 });
+      const copied = async () => (await dbs.query<{ n: number }>('target', 'SELECT count(*)::int AS n FROM public.orders').catch(() => [{ n: 0 }]))[0].n;
+      await eventually(async () => (await copied()) > 0, 60_000);
+      await stack.ferry.pause(id);
+      await eventually(async () => (await stack.ferry.status(id)).paused);
+      await stack.ferry.resume(id);
+      await eventually(async () => !(await stack.ferry.status(id)).paused);
+      await stack.ferry.cancel(id, 'recording: cancelled during the copy');
+      return resultWithin(stack.ferry, id);
+    },
+  },
+  {
+    name: 'rolled-back',
+    description: 'full load where a row violates a CHECK added NOT VALID on the source: the copy fails for good, the saga drops the target tables',
+    schema: `
+CREATE TABLE public.accounts (id int PRIMARY KEY, owner text NOT NULL);
+INSERT INTO public.accounts SELECT g, 'owner ' || g FROM generate_series(1, 300) g;
+CREATE TABLE public.strict (id int PRIMARY KEY, v int);
+INSERT INTO public.strict SELECT g, g FROM generate_series(1, 200) g;
+INSERT INTO public.strict VALUES (201, -1);
+ALTER TABLE public.strict ADD CONSTRAINT v_positive CHECK (v > 0) NOT VALID;
+ANALYZE;`,
+    expected: 'FAILED',
+    async run({ id, stack }) {
+      await stack.ferry.start({ source: 'src', target: 'dst', batchRows: 100, tables: ['public.accounts', 'public.strict'] }, { id });
+      const result = await resultWithin(stack.ferry, id);
+      if (!result.events.some((e) => e.type === 'RolledBack')) throw new Error('rolled-back: the migration failed without compensating');
+      return result;
+    },
+  },
+  {
+    name: 'continued-as-new',
+    description: 'online with tableHistoryLimit 40: table workflows continue as new during sync; approve; cutover.afterwards unfreeze',
+    schema: ONLINE_SCHEMA,
+    expected: 'SUCCEEDED',
+    async run({ id, stack, dbs }) {
+      await stack.ferry.start(onlineSpec({ cutover: { approval: 'manual', approvalTimeout: '10m', afterwards: 'unfreeze' } }), { id, tableHistoryLimit: 40 });
+      await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL');
+      await dbs.exec('source', ONLINE_WRITES);
+      await eventually(async () => {
+        for await (const w of stack.client.workflow.list({ query: `WorkflowId = '${id}/table-0'` })) {
+          if (w.status.name === 'CONTINUED_AS_NEW') return true;
+        }
+        return false;
+      }, 90_000);
+      await writesSynced(dbs);
+      await stack.ferry.approve(id);
+      const result = await resultWithin(stack.ferry, id);
+      await sameRows(dbs, [
+        ['public.accounts', 'id'],
+        ['public.items', 'a, b'],
+      ]);
+      return result;
+    },
+  },
+  {
+    name: 'timed-out',
+    description: 'online with a 6 s deadline and manual approval that never comes: TIMED_OUT, capture removed and target dropped',
+    schema: ONLINE_SCHEMA,
+    expected: 'TIMED_OUT',
+    async run({ id, stack }) {
+      await stack.ferry.start(onlineSpec({ deadline: '6s', cutover: { approval: 'manual', approvalTimeout: '10m' } }), { id });
+      return resultWithin(stack.ferry, id);
+    },
+  },
+];
+
+interface ManifestEntry {
+  file: string;
+  workflowType: string;
+  workflowId: string;
+  runId: string;
+  /** How the run closed: COMPLETED, FAILED, CANCELLED, CONTINUED_AS_NEW, TERMINATED, … */
+  status: string;
+  events: number;
+}
+
+interface Manifest {
+  scenario: string;
+  description: string;
+  recordedAt: string;
+  sdk: string;
+  temporalCli: string;
+  executions: ManifestEntry[];
+}
+
+interface Recorded {
+  info: WorkflowExecutionInfo;
+  history: History;
+}
+
+/** Runs referenced by a history that must be recorded too: started children, the next run. */
+function referencedRuns(history: History): string[] {
+  const runs: string[] = [];
+  for (const event of history.events ?? []) {
+    const child = event.childWorkflowExecutionStartedEventAttributes?.workflowExecution?.runId;
+    if (child) runs.push(child);
+    const next = event.workflowExecutionContinuedAsNewEventAttributes?.newExecutionRunId;
+    if (next) runs.push(next);
+  }
+  return runs;
+}
+
+/**
+ * Every execution in the (scenario's own) namespace with its history, once all have closed and
+ * visibility lists every child and continued-as-new run the histories refer to.
+ */
+async function recordAll(client: Client): Promise<Recorded[]> {
+  return eventually(
+    async () => {
+      const listed: WorkflowExecutionInfo[] = [];
+      for await (const w of client.workflow.list()) listed.push(w);
+      if (listed.some((w) => w.status.name === 'RUNNING')) return undefined;
+      const runIds = new Set(listed.map((w) => w.runId));
+      const recorded: Recorded[] = [];
+      for (const info of listed) {
+        const history = await client.workflow.getHandle(info.workflowId, info.runId).fetchHistory();
+        if (referencedRuns(history).some((run) => !runIds.has(run))) return undefined;
+        recorded.push({ info, history });
+      }
+      return recorded;
+    },
+    60_000,
+    500,
+  );
+}
+
+function writeScenario(scenario: Scenario, recorded: Recorded[], temporalCli: string): ManifestEntry[] {
+  const dir = join(FIXTURES_DIR, scenario.name);
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(dir, { recursive: true });
+  const ordered = [...recorded].sort(
+    (a, b) =>
+      a.info.type.localeCompare(b.info.type) ||
+      a.info.workflowId.localeCompare(b.info.workflowId, 'en', { numeric: true }) ||
+      a.info.startTime.getTime() - b.info.startTime.getTime(),
+  );
+  const counts = new Map<string, number>();
+  const entries = ordered.map(({ info, history }) => {
+    const n = (counts.get(info.type) ?? 0) + 1;
+    counts.set(info.type, n);
+    const file = `${info.type}-${n}.json`;
+    writeFileSync(join(dir, file), `${historyToJSON(history)}\n`);
+    return { file, workflowType: info.type, workflowId: info.workflowId, runId: info.runId, status: info.status.name, events: history.events?.length ?? 0 };
+  });
+  const manifest: Manifest = {
+    scenario: scenario.name,
+    description: scenario.description,
+    recordedAt: new Date().toISOString(),
+    sdk: JSON.parse(readFileSync(require.resolve('@temporalio/workflow/package.json'), 'utf8')).version,
+    temporalCli,
+    executions: entries,
+  };
+  writeFileSync(join(dir, 'manifest.json'), `${JSON.stringify(manifest, null, 2)}\n`);
+  return entries;
+}
+
+async function recordScenario(scenario: Scenario, temporalCli: string): Promise<void> {
+  const started = Date.now();
+  process.stdout.write(`\n== ${scenario.name}: ${scenario.description}\n`);
+  const dbs = await TestDatabases.create(`rec_${scenario.name}`, ['source', 'target']);
+  let stack: TestStack | undefined;
+  const receiver = await Receiver.start();
+  try {
+    await dbs.exec('source', scenario.schema);
+    stack = await TestStack.start({ connections: { src: dbs.url('source'), dst: dbs.url('target') } });
+    const result = await scenario.run({ id: `fixture-${scenario.name}`, stack, dbs, receiver });
+    if (result.state !== scenario.expected) {
+      throw new Error(`${scenario.name}: expected ${scenario.expected}, the migration ended ${result.state}: ${JSON.stringify(result.error)}`);
+    }
+    const entries = writeScenario(scenario, await recordAll(stack.client), temporalCli);
+    for (const e of entries) {
+      const path = join(FIXTURES_DIR, scenario.name, e.file);
+      const kb = (statSync(path).size / 1024).toFixed(1);
+      process.stdout.write(`   ${relative(process.cwd(), path)}  ${e.status}  ${e.events} events  ${kb} KB\n`);
+    }
+    process.stdout.write(`== ${scenario.name}: ${entries.length} histories in ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
+  } finally {
+    await stack?.teardown();
+    await receiver.close();
+    await dbs.drop();
+  }
+}
+
+async function main(): Promise<void> {
+  const args = process.argv.slice(2);
+  const force = args.includes('--force');
+  const named = args.filter((a) => !a.startsWith('--'));
+  const unknown = named.filter((n) => !SCENARIOS.some((s) => s.name === n));
+  if (unknown.length) throw new Error(`unknown scenario(s) ${unknown.join(', ')}; known: ${SCENARIOS.map((s) => s.name).join(', ')}`);
+  const chosen = SCENARIOS.filter((s) => (named.length === 0 || named.includes(s.name)) && (force || !existsSync(join(FIXTURES_DIR, s.name))));
+  if (chosen.length === 0) {
+    process.stdout.write('every scenario has fixtures already; a workflow change that breaks their replay needs patched(), not new fixtures (--force re-records)\n');
+    return;
+  }
+  // Fixtures are plain payloads: readable in review and replayable without a key.
+  delete process.env.FERRY_CODEC_KEY;
+  const pg = (process.env.FERRY_TEST_PG ??= DEFAULT_TEST_PG);
+  await ensurePostgres(pg);
+  const binary = await ensureTemporalBinary();
+  if (binary) process.env.FERRY_TEMPORAL_BIN = binary;
+  const temporalCli = binary ? temporalVersion(binary) : 'downloaded by @temporalio/testing';
+  for (const scenario of chosen) await recordScenario(scenario, temporalCli);
+}
+
+main().then(
+  () => process.exit(0),
+  (err) => {
+    process.stderr.write(`record-histories: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+    process.exit(1);
+  },
+);

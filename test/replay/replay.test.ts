@@ -1,0 +1,126 @@
+/**
+ * Replays every recorded history (test/fixtures/histories, see its README) against the current
+ * workflow code, with the bundle and data converter a Ferry worker uses: a change that would
+ * break migrations already running in production fails here with a DeterminismViolationError,
+ * naming the file. Guard such a change with patched(); do not re-record.
+ */
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { historyFromJSON } from '@temporalio/common/lib/proto-utils';
+import type { temporal } from '@temporalio/proto';
+import { DefaultLogger, ReplayWorkerOptions, Runtime, Worker } from '@temporalio/worker';
+import { dataConverterFromEnv } from '../../src/codec';
+import { HELPER_WORKFLOW_TYPES, MIGRATION_WORKFLOW, PREFLIGHT_WORKFLOW, TABLE_WORKFLOW, UNFREEZE_WORKFLOW } from '../../src/names';
+import { workflowBundle } from '../../src/temporal/bundle';
+
+type History = temporal.api.history.v1.IHistory;
+
+const DIR = join(__dirname, '..', 'fixtures', 'histories');
+
+/** How each scenario's migrationWorkflow must have ended: completed, or failed with this type. */
+const SCENARIOS: Record<string, { failureType?: string }> = {
+  full: {},
+  online: {},
+  cancelled: { failureType: 'MigrationCancelled' },
+  'rolled-back': { failureType: 'MigrationFailed' },
+  'continued-as-new': {},
+  'timed-out': { failureType: 'MigrationTimedOut' },
+};
+
+/** One line of a scenario's manifest.json (written by scripts/record-histories.ts). */
+interface Entry {
+  file: string;
+  workflowType: string;
+  workflowId: string;
+  runId: string;
+  status: string;
+}
+
+interface Fixture extends Entry {
+  scenario: string;
+}
+
+function manifest(scenario: string): Fixture[] {
+  const file = join(DIR, scenario, 'manifest.json');
+  if (!existsSync(file)) return [];
+  return (JSON.parse(readFileSync(file, 'utf8')) as { executions: Entry[] }).executions.map((e) => ({ ...e, scenario }));
+}
+
+function history(f: Fixture): History {
+  return historyFromJSON(JSON.parse(readFileSync(join(DIR, f.scenario, f.file), 'utf8')));
+}
+
+/**
+ * As createFerryWorker (src/worker.ts) configures the workflow side: the cached bundle (or
+ * FERRY_WORKFLOW_BUNDLE) and the env's payload codec. It adds no workflow interceptors or sinks
+ * (its audit interceptor is for activities, which replay never runs), so neither does this.
+ */
+function replayOptions(): ReplayWorkerOptions {
+  const options: ReplayWorkerOptions = { workflowBundle: workflowBundle() };
+  const dataConverter = dataConverterFromEnv(process.env);
+  if (dataConverter) options.dataConverter = dataConverter;
+  return options;
+}
+
+describe('recorded workflow histories', () => {
+  const fixtures = new Map(Object.keys(SCENARIOS).map((s) => [s, manifest(s)]));
+  let options: ReplayWorkerOptions;
+
+  beforeAll(() => {
+    try {
+      Runtime.install({ logger: new DefaultLogger('ERROR') });
+    } catch {
+      // already installed in this process
+    }
+    options = replayOptions();
+  });
+
+  it('cover every scenario and every workflow type, and each manifest matches its directory', () => {
+    expect(readdirSync(DIR, { withFileTypes: true }).filter((d) => d.isDirectory()).map((d) => d.name).sort()).toEqual(Object.keys(SCENARIOS).sort());
+    for (const [scenario, list] of fixtures) {
+      const files = readdirSync(join(DIR, scenario)).filter((f) => f.endsWith('.json') && f !== 'manifest.json');
+      expect({ scenario, files: list.map((f) => f.file).sort() }).toEqual({ scenario, files: files.sort() });
+      const types = list.map((f) => f.workflowType);
+      expect({ scenario, migrations: types.filter((t) => t === MIGRATION_WORKFLOW).length }).toEqual({ scenario, migrations: 1 });
+      expect({ scenario, types: [...new Set(types)].sort() }).toEqual({
+        scenario,
+        types: expect.arrayContaining([MIGRATION_WORKFLOW, TABLE_WORKFLOW, PREFLIGHT_WORKFLOW]),
+      });
+
+      // The migration ended the way the scenario says, so the fixture is the story it claims.
+      const events = history(list.find((f) => f.workflowType === MIGRATION_WORKFLOW)!).events ?? [];
+      const last = events[events.length - 1];
+      const ended = last.workflowExecutionCompletedEventAttributes
+        ? 'completed'
+        : `failed: ${last.workflowExecutionFailedEventAttributes?.failure?.applicationFailureInfo?.type ?? 'not a migration failure'}`;
+      const failureType = SCENARIOS[scenario].failureType;
+      expect({ scenario, ended }).toEqual({ scenario, ended: failureType ? `failed: ${failureType}` : 'completed' });
+    }
+
+    const all = [...fixtures.values()].flat();
+    expect([...new Set(all.map((f) => f.workflowType))].sort()).toEqual([MIGRATION_WORKFLOW, TABLE_WORKFLOW, ...HELPER_WORKFLOW_TYPES].sort());
+    expect(fixtures.get('online')!.map((f) => f.workflowType)).toContain(UNFREEZE_WORKFLOW);
+    // Continued-as-new: a table run that handed over, and a run that picked up from it.
+    const can = fixtures.get('continued-as-new')!.filter((f) => f.workflowType === TABLE_WORKFLOW);
+    expect(can.map((f) => f.status)).toContain('CONTINUED_AS_NEW');
+    expect(can.some((f) => history(f).events?.[0].workflowExecutionStartedEventAttributes?.continuedExecutionRunId)).toBe(true);
+  });
+
+  it.each(Object.keys(SCENARIOS))('of the %s scenario replay on the current workflow code', async (scenario) => {
+    const list = fixtures.get(scenario)!;
+    expect(list.length).toBeGreaterThan(0);
+    const failures: string[] = [];
+    let replayed = 0;
+    const results = Worker.runReplayHistories(
+      options,
+      list.map((f) => ({ workflowId: f.workflowId, history: history(f) })),
+    );
+    for await (const result of results) {
+      const fixture = list[replayed];
+      replayed += 1;
+      if (result.error) failures.push(`${scenario}/${fixture.file} (${fixture.workflowId}): ${result.error.name}: ${result.error.message}`);
+    }
+    expect(replayed).toBe(list.length);
+    expect(failures).toEqual([]);
+  });
+});
