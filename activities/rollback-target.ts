@@ -10,12 +10,27 @@ import { ClientBase } from 'pg';
 import { bookkeepingExists, lockBookkeeping } from '../src/db/bookkeeping';
 import { inTransaction } from '../src/db/connections';
 import { asActivityFailure } from '../src/db/errors';
+import { parseQualifiedName, quoteQualified } from '../src/identifiers';
 import { ActivityDeps } from './deps';
 
 export interface TargetRef {
   migrationId: string;
   target: string;
 }
+
+/**
+ * The stored name only looks an object up; the statement uses PostgreSQL's own quoting of the
+ * object it found. Whoever can write `_ferry.created_objects` can then at most make rollback drop
+ * an object of the recorded kind, never run SQL of their choosing.
+ */
+const RESOLVE: Record<string, string> = {
+  table: 'SELECT to_regclass($1)::text AS q',
+  'existing-table': 'SELECT to_regclass($1)::text AS q',
+  sequence: 'SELECT to_regclass($1)::text AS q',
+  type: 'SELECT to_regtype($1)::text AS q',
+  // Recorded as Ferry quotes it (always double-quoted), matched against that form.
+  schema: `SELECT quote_ident(nspname) AS q FROM pg_namespace WHERE '"' || replace(nspname, '"', '""') || '"' = $1`,
+};
 
 const DROP: Record<string, (name: string) => string> = {
   table: (name) => `DROP TABLE IF EXISTS ${name} CASCADE`,
@@ -47,8 +62,15 @@ export function createRollbackTarget({ connections, logger }: ActivityDeps) {
             [migrationId],
           );
           for (const { kind, name } of rows) {
-            await db.query(DROP[kind](name));
-            dropped.push(`${kind} ${name}`);
+            // A name that is not a qualified identifier names nothing Ferry created: skip it.
+            const parsed = kind === 'schema' ? name : parseQualifiedName(name);
+            if (typeof parsed === 'string' && kind !== 'schema') continue;
+            const lookup = typeof parsed === 'string' ? parsed : quoteQualified(parsed);
+            const found = await db.query<{ q: string | null }>(RESOLVE[kind], [lookup]);
+            const quoted = found.rows[0]?.q;
+            if (!quoted) continue; // already gone: rollback is idempotent
+            await db.query(DROP[kind](quoted));
+            dropped.push(`${kind} ${quoted}`);
           }
           await forgetMigration(db, migrationId);
         }),

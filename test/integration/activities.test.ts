@@ -8,6 +8,7 @@ import { MockActivityEnvironment as SdkMockActivityEnvironment } from '@temporal
 import { DefaultLogger } from '@temporalio/worker';
 import { ApplicationFailure } from '@temporalio/common';
 import { createActivities } from '../../activities';
+import { BOOKKEEPING_DDL } from '../../src/db/bookkeeping';
 import { CopyChunkInput, CopyChunkResult } from '../../activities/copy-chunk';
 import { ConnectionRegistry } from '../../src/db/connections';
 import { PINNED_SETTINGS } from '../../src/db/session';
@@ -50,7 +51,7 @@ describe('activities on real PostgreSQL', () => {
   });
 
   beforeAll(async () => {
-    dbs = await TestDatabases.create('acts', ['source', 'target']);
+    dbs = await TestDatabases.create('acts', ['source', 'target', 'rollback']);
     await dbs.exec('source', `CREATE TABLE public.items (id int PRIMARY KEY, v text);
       INSERT INTO public.items SELECT g, 'v' || g FROM generate_series(1, 1000) g;
       CREATE TABLE public.secret (id int PRIMARY KEY, owner text);
@@ -70,7 +71,7 @@ describe('activities on real PostgreSQL', () => {
     );
     const limited = new URL(dbs.url('source'));
     limited.username = role;
-    const env = { FERRY_CONN_SRC: dbs.url('source'), FERRY_CONN_DST: dbs.url('target'), FERRY_CONN_LIMITED: limited.toString() };
+    const env = { FERRY_CONN_SRC: dbs.url('source'), FERRY_CONN_DST: dbs.url('target'), FERRY_CONN_LIMITED: limited.toString(), FERRY_CONN_RB: dbs.url('rollback') };
     connections = new ConnectionRegistry({ env });
     activities = createActivities({ connections, logger: silentLogger(), env });
   });
@@ -119,6 +120,28 @@ describe('activities on real PostgreSQL', () => {
     expect(err.nonRetryable).toBe(true);
     const [{ n }] = await dbs.query<{ n: number }>('target', 'SELECT count(*)::int AS n FROM public.items');
     expect(n).toBe(100);
+  });
+
+  it('rolls back only objects of the recorded kind, whatever text the bookkeeping holds', async () => {
+    await dbs.exec(
+      'rollback',
+      `${BOOKKEEPING_DDL};
+       CREATE TABLE public.keep (id int); CREATE TABLE public."made by ferry" (id int); CREATE TYPE public.mood AS ENUM ('ok');
+       INSERT INTO _ferry.migrations (id, plan) VALUES ('m9', '{}');
+       CREATE SCHEMA "made ""schema""";
+       INSERT INTO _ferry.created_objects VALUES
+         ('m9', 0, 'schema', '"made ""schema"""'),
+         ('m9', 1, 'type', 'public.mood'),
+         ('m9', 2, 'table', 'public."made by ferry"'),
+         ('m9', 3, 'table', 'public.gone_already'),
+         ('m9', 4, 'table', 'public.keep; DROP TABLE public.keep'),
+         ('m9', 5, 'schema', 'public CASCADE; DROP TABLE public.keep; --');`,
+    );
+    const { dropped } = await activities.dropTargetObjects({ migrationId: 'm9', target: 'rb' });
+    expect(dropped).toEqual(['table public."made by ferry"', 'type public.mood', 'schema "made ""schema"""']);
+    const left = await dbs.query<{ t: string }>('rollback', `SELECT string_agg(relname, ',' ORDER BY relname) AS t FROM pg_class WHERE relnamespace = 'public'::regnamespace`);
+    expect(left[0].t).toBe('keep');
+    expect(await dbs.query('rollback', `SELECT 1 FROM pg_namespace WHERE nspname IN ('_ferry', 'made "schema"')`)).toHaveLength(0);
   });
 
   it('refuses a table whose row-level security would hide rows from Ferry', async () => {
