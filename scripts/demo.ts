@@ -107,10 +107,9 @@ async function localDatabases(tag: string): Promise<DemoDatabases> {
 }
 
 /**
- * The local PostgreSQL, started when installed but stopped. There is no embedded fallback: PGlite
- * is one session underneath, and Ferry's activities hold several connections per database at
- * once (a copy streams on one while the next batch's key is looked up on another), which
- * deadlocked there when tried (README, "Limits").
+ * The local PostgreSQL, started when installed but stopped. There is no embedded fallback:
+ * PGlite behind pglite-socket cannot take `COPY … FROM STDIN`, Ferry's write path (README,
+ * "Limits", has the error).
  */
 async function databases(tag: string): Promise<DemoDatabases> {
   await ensurePostgres(ADMIN_PG, say);
