@@ -16,7 +16,7 @@ import { TypedSearchAttributes, WorkflowIdConflictPolicy } from '@temporalio/com
 import { dataConverterFromEnv } from './codec';
 import { innermostApplicationFailure } from './failures';
 import { approveCutoverSignal, cancelSignal, pauseSignal, resumeSignal, stateQuery, throttleSignal, ThrottleRequest } from '../workflows/definitions';
-import { TemporalConfig, temporalConfig } from './config';
+import { connectionOptions, TemporalConfig, temporalConfig } from './config';
 import { FerryPhaseKey, FerrySourceKey, FerryStateKey, FerryTargetKey, HELPER_WORKFLOW_TYPES, MIGRATION_WORKFLOW, PREFLIGHT_WORKFLOW, UNFREEZE_WORKFLOW } from './names';
 import { MigrationPlan } from './plan';
 import { checkThrottle, parseSpec, Spec } from './spec';
@@ -76,7 +76,7 @@ export class FerryClient {
     const full = { ...temporalConfig(env), ...config };
     // FERRY_CODEC_KEY: the workers' payload codec, or this client could not read what they wrote.
     const dataConverter = dataConverterFromEnv(env);
-    const connection = await Connection.connect({ address: full.address });
+    const connection = await Connection.connect(connectionOptions(full));
     return new FerryClient(new Client({ connection, namespace: full.namespace, dataConverter }), full, connection);
   }
 

@@ -6,7 +6,7 @@ import type { Duration } from '@temporalio/common';
 import { NativeConnection, Worker, WorkerOptions } from '@temporalio/worker';
 import { createActivities } from '../activities';
 import { dataConverterFromEnv } from './codec';
-import { TemporalConfig } from './config';
+import { connectionOptions, TemporalConfig } from './config';
 import { ConnectionRegistry } from './db/connections';
 import { Logger } from './logger';
 import { auditInterceptors, FerryMetrics } from './telemetry';
@@ -47,7 +47,7 @@ export async function createFerryWorker(options: FerryWorkerOptions): Promise<Fe
   const env = options.env ?? process.env;
   const activitySlots = options.maxConcurrentActivityTaskExecutions ?? 8;
   const connections = new ConnectionRegistry({ env, poolSize: activitySlots + 2, applicationName: 'ferry-worker' });
-  const connection = await NativeConnection.connect({ address: options.temporal.address });
+  const connection = await NativeConnection.connect(connectionOptions(options.temporal));
   const bundle = options.workflowBundle ?? workflowBundle(env);
   const workerOptions: WorkerOptions = {
     connection,

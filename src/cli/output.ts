@@ -1,5 +1,6 @@
 /** How the CLI prints errors, status and results, and which exit code each error means. */
 import { ZodError } from 'zod';
+import { ConfigError } from '../config';
 import { RefusedError } from '../client';
 import { rootMessage } from '../failures';
 import { SpecError } from '../spec';
@@ -17,7 +18,7 @@ export class CliExit extends Error {
 
 export function exitCodeFor(err: unknown): number {
   if (err instanceof CliExit) return err.code;
-  if (err instanceof SpecError || err instanceof RefusedError || err instanceof ZodError) return 2;
+  if (err instanceof SpecError || err instanceof RefusedError || err instanceof ZodError || err instanceof ConfigError) return 2;
   return 1;
 }
 
@@ -29,6 +30,10 @@ export function printError(err: unknown): void {
   }
   if (err instanceof RefusedError) {
     process.stderr.write(`ferry: refused (${err.type}); nothing was started\n  ${err.message}\n`);
+    return;
+  }
+  if (err instanceof ConfigError) {
+    process.stderr.write(`ferry: configuration: ${err.message}\n`);
     return;
   }
   if (err instanceof ZodError) {

@@ -1,3 +1,7 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ConfigError, connectionOptions, temporalConfig } from '../../src/config';
 import { autoChunkCount, pickBoundaries, rangesFromBoundaries } from '../../src/chunks';
 import { formatDuration, parseDuration } from '../../src/duration';
 import { displayQualified, parseQualifiedName, quoteIdent, quoteQualified } from '../../src/identifiers';
@@ -132,5 +136,43 @@ describe('key lists', () => {
     expect(keyInList(composite, [['1', "it's"]], literalBinder)).toBe(
       `("a", "b") IN (SELECT * FROM unnest('{"1"}'::integer[], '{"it''s"}'::text[]))`,
     );
+  });
+});
+
+describe('Temporal connection settings from the environment', () => {
+  const pem = (name: string, text: string) => {
+    const file = join(mkdtempSync(join(tmpdir(), 'ferry-tls-')), name);
+    writeFileSync(file, text);
+    return file;
+  };
+
+  it('is plaintext by default, as the dev server wants', () => {
+    const config = temporalConfig({});
+    expect(config).toEqual({ address: '127.0.0.1:7233', namespace: 'default', taskQueue: 'ferry' });
+    expect(connectionOptions(config)).toEqual({ address: '127.0.0.1:7233' });
+  });
+
+  it('reads mTLS certificates and an API key for a production cluster', () => {
+    const config = temporalConfig({
+      TEMPORAL_ADDRESS: 'ns.acct.tmprl.cloud:7233',
+      TEMPORAL_TLS_CA: pem('ca.pem', 'CA'),
+      TEMPORAL_TLS_CERT: pem('client.pem', 'CERT'),
+      TEMPORAL_TLS_KEY: pem('client.key', 'KEY'),
+      TEMPORAL_TLS_SERVER_NAME: 'temporal.internal',
+      TEMPORAL_API_KEY: 'k-123',
+    });
+    const options = connectionOptions(config);
+    expect(options.tls?.serverNameOverride).toBe('temporal.internal');
+    expect(options.tls?.serverRootCACertificate?.toString()).toBe('CA');
+    expect(options.tls?.clientCertPair?.crt.toString()).toBe('CERT');
+    expect(options.tls?.clientCertPair?.key.toString()).toBe('KEY');
+    expect(options.apiKey).toBe('k-123');
+    expect(temporalConfig({ TEMPORAL_TLS: 'true' }).tls).toEqual({});
+  });
+
+  it('refuses half a certificate pair and unreadable files, naming the variable', () => {
+    expect(() => temporalConfig({ TEMPORAL_TLS_CERT: pem('c.pem', 'x') })).toThrow(/TEMPORAL_TLS_CERT and TEMPORAL_TLS_KEY go together/);
+    expect(() => temporalConfig({ TEMPORAL_TLS_CA: '/nonexistent/ca.pem' })).toThrow(/TEMPORAL_TLS_CA=\/nonexistent\/ca.pem: cannot read it/);
+    expect(() => temporalConfig({ TEMPORAL_TLS: 'yes' })).toThrow(ConfigError);
   });
 });
