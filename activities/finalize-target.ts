@@ -3,7 +3,6 @@
  * then VALIDATE), sequence positions copied from the source's last_value, and ANALYZE.
  * Every step checks what exists first, so a retry repeats nothing.
  */
-import { Context } from '@temporalio/activity';
 import { ClientBase } from 'pg';
 import { readTable, SequenceInfo, TableInfo } from '../src/db/catalog';
 import { addConstraintSql, addForeignKeySql, createIndexSql } from '../src/db/ddl';
@@ -33,17 +32,6 @@ export interface FinalizeTargetResult {
   skippedForeignKeys: string[];
   /** Tables whose source took writes after preflight (full mode assumes a quiet source). */
   writtenDuringCopy: { table: string; changes: number }[];
-}
-
-/** Heartbeats while a long statement (CREATE INDEX, VALIDATE) runs. */
-async function withHeartbeat<T>(fn: () => Promise<T>): Promise<T> {
-  const ctx = Context.current();
-  const timer = setInterval(() => ctx.heartbeat(), 2_000);
-  try {
-    return await fn();
-  } finally {
-    clearInterval(timer);
-  }
 }
 
 async function constraintExists(db: ClientBase, table: QualifiedName, name: string): Promise<{ validated: boolean } | null> {
@@ -85,13 +73,13 @@ export function createFinalizeTarget({ connections }: ActivityDeps) {
               for (const index of info.indexes) {
                 const unique = /^CREATE UNIQUE /.test(index.definition);
                 if (unique ? !constraints : !plainIndexes) continue;
-                await withHeartbeat(() => target.query(createIndexSql(index, info, plan.target)));
+                await target.query(createIndexSql(index, info, plan.target));
                 result.indexes += 1;
               }
               if (!constraints) continue;
               for (const unique of info.uniques) {
                 if (await constraintExists(target, plan.target, unique.name)) continue;
-                await withHeartbeat(() => target.query(addConstraintSql(unique, plan.target)));
+                await target.query(addConstraintSql(unique, plan.target));
                 result.constraints += 1;
               }
             }
@@ -108,16 +96,14 @@ export function createFinalizeTarget({ connections }: ActivityDeps) {
                   await target.query(addForeignKeySql(fk, plan.target, mapped));
                 }
                 if (!existing?.validated) {
-                  await withHeartbeat(() =>
-                    target.query(`ALTER TABLE ${quoteQualified(plan.target)} VALIDATE CONSTRAINT ${quoteIdent(fk.name)}`),
-                  );
+                  await target.query(`ALTER TABLE ${quoteQualified(plan.target)} VALIDATE CONSTRAINT ${quoteIdent(fk.name)}`);
                   result.foreignKeys += 1;
                 }
               }
             }
             for (const { plan, info } of infos) {
               await copySequencePositions(source, target, info, plan.target);
-              await withHeartbeat(() => target.query(`ANALYZE ${quoteQualified(plan.target)}`));
+              await target.query(`ANALYZE ${quoteQualified(plan.target)}`);
             }
             return result;
           } finally {

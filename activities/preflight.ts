@@ -42,6 +42,8 @@ export function createPreflight({ connections }: ActivityDeps) {
         throw atField(err, field);
       }
     }
+    // The worker sends liveness heartbeats while this plans (src/worker.ts), so a worker lost
+    // mid-preflight is noticed within the heartbeat timeout, not the start-to-close timeout.
     try {
       return await connections.withClient(spec.source, (source) =>
         connections.withClient(spec.target, (target) => planMigration(source, target, spec)),

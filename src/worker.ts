@@ -41,6 +41,29 @@ export interface FerryWorker {
 }
 
 
+/** Activities that heartbeat their own progress details; the rest get liveness heartbeats. */
+const REPORTS_PROGRESS = new Set(['copyChunk', 'syncChanges', 'checkDirtyKeys']);
+
+/**
+ * Every other activity heartbeats every 2 s while it runs, so a worker that dies in the middle
+ * of a DDL step, a freeze or a long checksum is noticed within the 20 s heartbeat timeout (not
+ * a minute or the start-to-close timeout), and cancellation reaches it. A hung statement is
+ * bounded by the sessions' statement_timeout instead.
+ */
+const livenessHeartbeats: NonNullable<NonNullable<WorkerOptions['interceptors']>['activity']>[number] = (ctx) => ({
+  inbound: {
+    async execute(input, next) {
+      if (REPORTS_PROGRESS.has(ctx.info.activityType)) return next(input);
+      const timer = setInterval(() => ctx.heartbeat(), 2_000);
+      try {
+        return await next(input);
+      } finally {
+        clearInterval(timer);
+      }
+    },
+  },
+});
+
 export const HEARTBEAT_THROTTLE = { maxHeartbeatThrottleInterval: '2 seconds', defaultHeartbeatThrottleInterval: '2 seconds' } as const;
 
 export async function createFerryWorker(options: FerryWorkerOptions): Promise<FerryWorker> {
@@ -71,7 +94,7 @@ export async function createFerryWorker(options: FerryWorkerOptions): Promise<Fe
   const audit = auditInterceptors(options.logger, options.metrics);
   workerOptions.interceptors = {
     ...options.interceptors,
-    activity: [...(audit.activity ?? []), ...(options.interceptors?.activity ?? [])],
+    activity: [...(audit.activity ?? []), livenessHeartbeats, ...(options.interceptors?.activity ?? [])],
   };
   let worker: Worker;
   try {

@@ -5,7 +5,8 @@ import type { Activities } from '../activities';
 /** Database steps: DDL, capture, freeze, finalize. Retried with backoff; heartbeats for long DDL. */
 export const steps = proxyActivities<Activities>({
   startToCloseTimeout: '30 minutes',
-  heartbeatTimeout: '1 minute',
+  // Workers send liveness heartbeats every 2 s (src/worker.ts): a lost worker costs seconds.
+  heartbeatTimeout: '20 seconds',
   cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
   retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 20 },
 });
@@ -21,6 +22,7 @@ export const drain = proxyActivities<Activities>({
 /** Preflight: a refusal is final, a flaky connection gets a few tries. */
 export const checks = proxyActivities<Activities>({
   startToCloseTimeout: '5 minutes',
+  heartbeatTimeout: '20 seconds',
   cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
   retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '10 seconds', maximumAttempts: 3 },
 });

@@ -9,6 +9,8 @@ import { parseSpec, SpecError } from '../src/spec';
 
 const { preflight } = proxyActivities<Activities>({
   startToCloseTimeout: '5 minutes',
+  // preflight heartbeats every 2 s: a lost worker costs seconds, not the whole 5 minutes.
+  heartbeatTimeout: '20 seconds',
   retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '5 seconds', maximumAttempts: 3 },
 });
 

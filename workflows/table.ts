@@ -45,7 +45,7 @@ const copy = proxyActivities<Activities>({
 
 const check = proxyActivities<Activities>({
   startToCloseTimeout: '2 hours',
-  heartbeatTimeout: '1 minute',
+  heartbeatTimeout: '20 seconds',
   cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
   retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 20 },
 });

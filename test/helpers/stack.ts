@@ -54,8 +54,11 @@ export class TestStack {
   readonly inProcess: { worker: FerryWorker; running: Promise<void> }[] = [];
   readonly processes: RunningProcessWorker[] = [];
 
+  /** The options the server was started with; startServer() reuses them. */
+  private serverOptions: DevServerOptions = {};
+
   private constructor(
-    readonly server: DevServer,
+    public server: DevServer,
     readonly connection: Connection,
     readonly client: Client,
     readonly ferry: FerryClient,
@@ -80,6 +83,7 @@ export class TestStack {
     for (const [name, url] of Object.entries(options.connections)) env[connectionEnvVar(name)] = url;
     const ferry = FerryClient.fromClient(client, { address: server.address, taskQueue });
     const stack = new TestStack(server, connection, client, ferry, taskQueue, env);
+    stack.serverOptions = { ...options.server };
     for (let i = 0; i < (options.workers ?? 1); i += 1) await stack.startWorker();
     return stack;
   }
@@ -102,9 +106,9 @@ export class TestStack {
   }
 
   /** A separate `ferry worker` process, so a test can SIGKILL it. */
-  startWorkerProcess(identity: string, args: string[] = []): RunningProcessWorker {
+  startWorkerProcess(identity: string, args: string[] = [], env: Record<string, string> = {}): RunningProcessWorker {
     const child = spawn(process.execPath, [FERRY_BIN, 'worker', '--identity', identity, '--shutdown-grace', '2s', ...args], {
-      env: { ...this.env, FERRY_LOG_LEVEL: 'info' },
+      env: { ...this.env, FERRY_LOG_LEVEL: 'info', ...env },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let output = '';
@@ -117,8 +121,8 @@ export class TestStack {
   }
 
   /** Starts a `ferry worker` process and waits until it polls the task queue. */
-  async startWorkerProcessReady(identity: string, args: string[] = []): Promise<RunningProcessWorker> {
-    const worker = this.startWorkerProcess(identity, args);
+  async startWorkerProcessReady(identity: string, args: string[] = [], env: Record<string, string> = {}): Promise<RunningProcessWorker> {
+    const worker = this.startWorkerProcess(identity, args, env);
     await eventually(async () => {
       if (worker.process.exitCode !== null) throw new Error(`worker ${identity} exited: ${worker.output()}`);
       return worker.output().includes('"msg":"worker started"');
@@ -140,6 +144,21 @@ export class TestStack {
         resolve({ code, stdout, stderr });
       });
     });
+  }
+
+  /** Stops the Temporal server (SIGTERM); workers and the client stay up and retry. */
+  async stopServer(): Promise<void> {
+    await this.server.stop();
+  }
+
+  /**
+   * Starts the server again with its first options. Workers and clients reconnect only to the
+   * same address, and find their workflows only in the same database: start the stack with
+   * `server: { port, dbFile }` to restart it.
+   */
+  async startServer(): Promise<void> {
+    if (!this.serverOptions.port || !this.serverOptions.dbFile) throw new Error('restarting needs server.port and server.dbFile');
+    this.server = await startDevServer({ headless: true, ...this.serverOptions });
   }
 
   async stopInProcessWorkers(): Promise<void> {

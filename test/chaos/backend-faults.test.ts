@@ -1,0 +1,208 @@
+/**
+ * Faults on the database and HTTP side while `ferry worker` processes run migrations:
+ *  (a) pg_terminate_backend of Ferry's sessions (application_name 'ferry-worker'), round after
+ *      round, while they copy, while they apply the change log and while they checksum;
+ *  (b) the target refusing every connection for 30 s in the middle of the copy
+ *      (ALLOW_CONNECTIONS false and its sessions terminated — the same errors a restarting or
+ *      failing-over server gives, without a proxy between Ferry and PostgreSQL);
+ *  (c) the callback receiver down for the whole run.
+ * Each migration must succeed with the target equal to the source row for row (SQL on both
+ * databases). (c) spends about two minutes in the callback's retry backoff, so it starts first
+ * and runs alongside the others.
+ */
+import { ResultDocument } from '../../src/status';
+import { freePort } from '../../src/temporal/dev-server';
+import { BackendTerminator, FerryStatements, refuseConnections } from '../helpers/backends';
+import { compareTable, sleep } from '../helpers/chaos';
+import { TestDatabases } from '../helpers/databases';
+import { activityStarts } from '../helpers/history';
+import { eventually, resultWithin, TestStack, waitForPhase } from '../helpers/stack';
+import { startWriters } from '../helpers/writers';
+
+const WIDE = (rows: number) => `
+CREATE TABLE public.wide (id bigint PRIMARY KEY, grp int NOT NULL, payload text, at timestamptz);
+INSERT INTO public.wide SELECT g, g % 101, repeat(md5(g::text), 6), '2024-01-01'::timestamptz + g * interval '1 minute'
+  FROM generate_series(1, ${rows}) g;
+ANALYZE;`;
+
+const ONLINE = `
+CREATE TABLE public.accounts (id bigint PRIMARY KEY, balance numeric(12,2), note text);
+INSERT INTO public.accounts SELECT g, g / 10.0, 'seed ' || repeat(md5(g::text), 4) FROM generate_series(1, 60000) g;
+CREATE TABLE public.items (a int, b text, v int NOT NULL, PRIMARY KEY (a, b));
+INSERT INTO public.items SELECT g % 40, 'k' || g, 0 FROM generate_series(1, 4000) g;
+ANALYZE;`;
+
+async function expectEqual(dbs: TestDatabases, source: string, target: string, tables: [string, string][]): Promise<void> {
+  for (const [table, key] of tables) {
+    const cmp = await compareTable(dbs, source, target, table, key);
+    expect({ table, equal: cmp.equal, duplicateKeys: cmp.duplicateKeys, missing: cmp.missing, extra: cmp.extra }).toEqual({
+      table,
+      equal: true,
+      duplicateKeys: 0,
+      missing: [],
+      extra: [],
+    });
+  }
+}
+
+function counts(t: BackendTerminator): Record<string, number> {
+  return Object.fromEntries(Object.keys(t.summary()).map((label) => [label, t.count(label)]));
+}
+
+describe('database and callback faults', () => {
+  let dbs: TestDatabases;
+  let stack: TestStack;
+  let callbackRun: { id: string; result: Promise<ResultDocument>; closedPort: number };
+
+  beforeAll(async () => {
+    dbs = await TestDatabases.create('bfault', ['a1_src', 'a1_tgt', 'a2_src', 'a2_tgt', 'b_src', 'b_tgt', 'c_src', 'c_tgt']);
+    await Promise.all([
+      dbs.exec('a1_src', WIDE(120_000)),
+      dbs.exec('a2_src', ONLINE),
+      dbs.exec('b_src', WIDE(100_000)),
+      dbs.exec('c_src', WIDE(2_000)),
+    ]);
+    const connections: Record<string, string> = {};
+    for (const role of Object.keys(dbs.names)) connections[role.replace('_', '')] = dbs.url(role);
+    stack = await TestStack.start({ connections, workers: 0 });
+    await Promise.all([stack.startWorkerProcessReady('w1'), stack.startWorkerProcessReady('w2')]);
+
+    // (c) first: its callback retries take about two minutes, during the other cases.
+    const closedPort = await freePort();
+    const { id } = await stack.ferry.start(
+      { source: 'csrc', target: 'ctgt', tables: ['public.wide'], callback: { url: `http://127.0.0.1:${closedPort}/hook` } },
+      { id: 'bfault-callback-down' },
+    );
+    const result = resultWithin(stack.ferry, id, 400_000);
+    result.catch(() => undefined);
+    callbackRun = { id, result, closedPort };
+  }, 120_000);
+
+  afterAll(async () => {
+    await stack?.teardown();
+    await dbs?.drop();
+  });
+
+  it('(a) full load: survives its sessions being terminated again and again while copying and while validating', async () => {
+    const terminator = await BackendTerminator.start(
+      [dbs.names.a1_src, dbs.names.a1_tgt],
+      [
+        { label: 'copy', matches: FerryStatements.rangeCopy, times: 4, gapMs: 1000 },
+        { label: 'validation', matches: FerryStatements.checksum, times: 3, gapMs: 300 },
+      ],
+    );
+    let result: ResultDocument;
+    try {
+      const { id } = await stack.ferry.start({ source: 'a1src', target: 'a1tgt', batchRows: 5000, tables: [{ name: 'public.wide', chunks: 2 }] }, { id: 'bfault-full' });
+      result = await resultWithin(stack.ferry, id, 240_000);
+    } finally {
+      await terminator.stop();
+    }
+    console.log(`(a) full load: rounds ${JSON.stringify(counts(terminator))}, sessions terminated ${JSON.stringify(terminator.summary())} → ${result.state}`);
+    expect(result.error).toBeNull();
+    expect(result.state).toBe('SUCCEEDED');
+    // Rounds of terminations (each round: every matching session at that moment).
+    expect(terminator.count('copy')).toBeGreaterThanOrEqual(2);
+    expect(terminator.count('validation')).toBeGreaterThanOrEqual(2);
+    await expectEqual(dbs, 'a1_src', 'a1_tgt', [['public.wide', 'id']]);
+    expect(result.tables[0].rowsCopied).toBe(120_000);
+    // Temporal retried the failed activities (history keeps each activity's last attempt).
+    const starts = await activityStarts(stack.client, 'bfault-full/table-0');
+    expect(starts.some((s) => s.activityType === 'copyChunk' && s.attempt >= 2)).toBe(true);
+    expect(starts.some((s) => s.activityType === 'validateChunk' && s.attempt >= 2)).toBe(true);
+  }, 300_000);
+
+  it('(a) online: survives its sessions being terminated while copying, applying the change log and validating, under live writers', async () => {
+    const terminator = await BackendTerminator.start(
+      [dbs.names.a2_src, dbs.names.a2_tgt],
+      [
+        { label: 'copy', matches: FerryStatements.rangeCopy, times: 3, gapMs: 1000 },
+        { label: 'sync', matches: FerryStatements.syncLog, times: 3, gapMs: 1500 },
+        { label: 'validation', matches: FerryStatements.checksum, times: 2, gapMs: 300 },
+      ],
+    );
+    const writers = await startWriters(dbs.url('a2_src'), 2);
+    let result: ResultDocument;
+    try {
+      const { id } = await stack.ferry.start(
+        {
+          source: 'a2src',
+          target: 'a2tgt',
+          mode: 'online',
+          batchRows: 5000,
+          tables: [{ name: 'public.accounts', chunks: 2 }, 'public.items'],
+          cutover: { approval: 'manual', approvalTimeout: '10m' },
+        },
+        { id: 'bfault-online' },
+      );
+      await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL', 180_000);
+      // Sync goes on through the approval wait: let the terminations of the log reader happen.
+      await eventually(async () => terminator.count('sync') >= 3, 90_000);
+      await stack.ferry.approve(id);
+      result = await resultWithin(stack.ferry, id, 180_000);
+    } finally {
+      await terminator.stop();
+      await writers.stop();
+    }
+    console.log(
+      `(a) online: rounds ${JSON.stringify(counts(terminator))}, sessions terminated ${JSON.stringify(terminator.summary())}, ` +
+        `${writers.stats.operations} writes → ${result.state}`,
+    );
+    expect(result.error).toBeNull();
+    expect(result.state).toBe('SUCCEEDED');
+    expect(terminator.count('copy')).toBeGreaterThanOrEqual(2);
+    expect(terminator.count('sync')).toBe(3);
+    expect(terminator.count('validation')).toBeGreaterThanOrEqual(1);
+    expect(writers.stats.otherErrors).toEqual([]);
+    expect(writers.stats.frozenErrors.length).toBe(2);
+    await expectEqual(dbs, 'a2_src', 'a2_tgt', [
+      ['public.accounts', 'id'],
+      ['public.items', 'a, b'],
+    ]);
+  }, 400_000);
+
+  it('(b) completes when the target refuses every connection for 30 s during the copy', async () => {
+    const { id } = await stack.ferry.start({ source: 'bsrc', target: 'btgt', batchRows: 2000, tables: [{ name: 'public.wide', chunks: 2 }] }, { id: 'bfault-outage' });
+    await stack.ferry.throttle(id, { rowsPerSecond: 8_000 });
+    // Wait for committed batches (the copy is under way), then take the target away.
+    await eventually(async () => {
+      const [row] = await dbs.query<{ n: number }>('b_tgt', 'SELECT coalesce(sum(rows_copied), 0)::int AS n FROM _ferry.checkpoints').catch(() => [{ n: 0 }]);
+      return row.n > 0;
+    }, 60_000, 100);
+    const outage = await refuseConnections(dbs.names.b_tgt);
+    const seen = new Set<string>();
+    try {
+      const until = Date.now() + 30_000;
+      while (Date.now() < until) {
+        // What Ferry's retrying activities report while the target is gone.
+        const d = await stack.ferry.handle(`${id}/table-0`).describe().catch(() => undefined);
+        for (const a of d?.raw.pendingActivities ?? []) if ((a.attempt ?? 1) > 1 && a.lastFailure?.message) seen.add(a.lastFailure.message);
+        await sleep(1000);
+      }
+    } finally {
+      await outage.restore();
+    }
+    await stack.ferry.throttle(id, { rowsPerSecond: 0 });
+    const result = await resultWithin(stack.ferry, id, 240_000);
+    console.log(`(b) target outage: ${outage.terminated} session(s) cut; retrying activities reported ${JSON.stringify([...seen])} → ${result.state}`);
+    expect(result.error).toBeNull();
+    expect(result.state).toBe('SUCCEEDED');
+    expect(outage.terminated).toBeGreaterThan(0);
+    expect([...seen].some((m) => /not currently accepting connections|terminat/i.test(m))).toBe(true);
+    await expectEqual(dbs, 'b_src', 'b_tgt', [['public.wide', 'id']]);
+    expect(result.tables[0].rowsCopied).toBe(100_000);
+  }, 300_000);
+
+  it('(c) succeeds with the callback recorded as undelivered when the receiver is down for the whole run', async () => {
+    const result = await callbackRun.result;
+    console.log(`(c) callback receiver down: result ${result.state}, callback ${JSON.stringify(result.callback)}`);
+    expect(result.state).toBe('SUCCEEDED');
+    expect(result.error).toBeNull();
+    expect(result.callback?.delivered).toBe(false);
+    expect(result.callback?.error).toMatch(/ECONNREFUSED|fetch failed/);
+    await expectEqual(dbs, 'c_src', 'c_tgt', [['public.wide', 'id']]);
+    // The delivery was retried to the policy's last attempt before it was given up.
+    const starts = (await activityStarts(stack.client, callbackRun.id)).filter((s) => s.activityType === 'sendCallback');
+    expect(Math.max(...starts.map((s) => s.attempt))).toBe(8);
+  }, 400_000);
+});
