@@ -135,6 +135,11 @@ describe('database and callback faults', () => {
         },
         { id: 'bfault-online' },
       );
+      // Slow the copy down until it has lost its sessions twice (a fast machine copies 60,000
+      // rows before the second round), then let it run at full speed.
+      await stack.ferry.throttle(id, { rowsPerSecond: 8000 });
+      await eventually(async () => terminator.count('copy') >= 2, 60_000);
+      await stack.ferry.throttle(id, { rowsPerSecond: 0 });
       await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL', 180_000);
       // Sync goes on through the approval wait: let the terminations of the log reader happen.
       await eventually(async () => terminator.count('sync') >= 3, 90_000);

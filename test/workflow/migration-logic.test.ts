@@ -199,7 +199,7 @@ describe('migrationWorkflow orchestration', () => {
     });
     const err = await handle.result().catch((e) => e);
     expect(err).toBeInstanceOf(WorkflowFailedError);
-    expect(String(err.cause?.message)).toMatch(/target: Invalid input[\s\S]*tables\[0\]: must be qualified/);
+    expect(String(err.cause?.message)).toMatch(/target: is required[\s\S]*tables\[0\]: must be qualified/);
     expect(calls).toEqual([]);
   });
 });
