@@ -39,4 +39,28 @@ describe('a pool of two workers', () => {
     const copiers = new Set((await activityStarts(stack.client, `${id}/table-0`)).filter((s) => s.activityType === 'copyChunk').map((s) => s.identity));
     expect([...copiers].sort()).toEqual(['in-process-1', 'in-process-2']);
   });
+
+  it('obeys a worker-wide activity rate cap (ferry worker --max-activities-per-second)', async () => {
+    await stack.stopInProcessWorkers();
+    await dbs.exec('target', 'DROP TABLE IF EXISTS public.events');
+    await stack.startWorkerProcessReady('capped', ['--max-activities-per-second', '2']);
+    const { id } = await stack.ferry.start(
+      { source: 'a', target: 'b', batchRows: 1000, validation: 'count', tables: [{ name: 'public.events', chunks: 4 }] },
+      { id: 'capped', skipPreflight: true },
+    );
+    expect((await stack.ferry.result(id)).state).toBe('SUCCEEDED');
+    // Every activity task start of the migration and its table, in time order.
+    const starts: number[] = [];
+    for (const workflowId of [id, `${id}/table-0`]) {
+      for (const e of (await stack.client.workflow.getHandle(workflowId).fetchHistory()).events ?? []) {
+        if (e.activityTaskStartedEventAttributes && e.eventTime?.seconds != null) {
+          starts.push(Number(e.eventTime.seconds) * 1000 + Math.floor((e.eventTime.nanos ?? 0) / 1e6));
+        }
+      }
+    }
+    starts.sort((x, y) => x - y);
+    expect(starts.length).toBeGreaterThanOrEqual(8); // preflight, prepare, 4 copies, 4 validations, finalize…
+    const perSecond = (starts.length - 1) / ((starts[starts.length - 1] - starts[0]) / 1000);
+    expect(perSecond).toBeLessThanOrEqual(2.5);
+  });
 });
