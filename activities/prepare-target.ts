@@ -90,6 +90,14 @@ export function createStoredPlan({ connections }: ActivityDeps) {
       return await connections.withClient(target, async (db) => {
         if (!(await bookkeepingExists(db))) return null;
         const { rows } = await db.query('SELECT plan FROM _ferry.migrations WHERE id = $1', [migrationId]);
+        if (rows.length > 0 && rows[0].plan === null) {
+          // Checkpoints without the plan they index: a fresh plan could cut other chunks and skip rows.
+          throw refusal(
+            'PlanNotStored',
+            `migration ${migrationId} was prepared by a Ferry that did not store its chunk plan, so its checkpoints cannot be resumed; ` +
+              'roll its target back (drop the tables it created and its _ferry rows) and start it again',
+          );
+        }
         return rows[0]?.plan ?? null;
       });
     } catch (err) {

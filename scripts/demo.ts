@@ -154,8 +154,9 @@ async function callbackReceiver(secret: string) {
 function startWriter(url: string) {
   const stats = { transactions: 0, retried: 0, stoppedBy: '' };
   let stop = false;
+  const client = new Client({ connectionString: url });
+  client.on('error', () => undefined); // a dropped connection surfaces on the next query below
   const done = (async () => {
-    const client = new Client({ connectionString: url });
     await client.connect();
     try {
       while (!stop) {
@@ -182,14 +183,23 @@ function startWriter(url: string) {
             stats.stoppedBy = (err as Error).message;
             return;
           }
-          stats.retried += 1; // a deadlock or lock timeout while the freeze takes its locks: retry
+          // A deadlock or lock timeout while the freeze takes its locks: retry. A lost
+          // connection (the demo is cleaning up) ends the writer.
+          const code = (err as { code?: string }).code;
+          if (code !== '40P01' && code !== '55P03' && code !== '40001') {
+            stats.stoppedBy = (err as Error).message;
+            return;
+          }
+          stats.retried += 1;
         }
         await new Promise((r) => setTimeout(r, 20));
       }
     } finally {
       await client.end().catch(() => undefined);
     }
-  })();
+  })().catch((err: Error) => {
+    stats.stoppedBy = err.message;
+  });
   return {
     stats,
     stop: async () => {
@@ -254,6 +264,7 @@ async function main(): Promise<number> {
     };
     say(`\nferry start: ${JSON.stringify(spec)}`);
     const writer = startWriter(dbs.source);
+    cleanups.unshift(() => writer.stop());
     const started = await ferry.start(spec);
     say(`migration ${started.id} passed preflight and is running; a writer keeps changing the source`);
     if (temporal.uiUrl) say(`watch it in the Web UI: ${temporal.uiUrl}/namespaces/${temporal.namespace}/workflows/${started.id}`);
@@ -296,7 +307,8 @@ async function main(): Promise<number> {
     }
     if (temporal.uiUrl) say(`\nWeb UI: ${temporal.uiUrl}/namespaces/${temporal.namespace}/workflows/${started.id}`);
     if (keep) {
-      say(`\n--keep: leaving everything running. Source ${dbs.source}, target ${dbs.target}; Temporal ${temporal.address}.`);
+      const name = (url: string) => new URL(url).pathname.slice(1);
+      say(`\n--keep: leaving everything running. Databases ${name(dbs.source)} and ${name(dbs.target)}; Temporal ${temporal.address}.`);
       say('Press Ctrl-C to stop and clean up.');
       await new Promise((resolve) => process.once('SIGINT', resolve));
     }

@@ -203,7 +203,8 @@ export class FerryClient {
       doc = this.fromVisibility(d);
     }
     if (running && doc.state === 'RUNNING') {
-      const retrying = await this.retryingActivity(id, doc.tables.length);
+      const open = doc.tables.map((t, i) => ({ t, i })).filter(({ t }) => !['COMPLETED', 'FAILED'].includes(t.phase)).map(({ i }) => i);
+      const retrying = await this.retryingActivity(id, open);
       if (retrying) {
         doc.state = 'RETRYING';
         doc.retrying = retrying;
@@ -221,19 +222,29 @@ export class FerryClient {
     return (page.history?.events ?? []).some((e) => e.workflowTaskCompletedEventAttributes);
   }
 
-  private async retryingActivity(id: string, tables: number): Promise<StatusDocument['retrying']> {
-    for (const workflowId of [id, ...Array.from({ length: tables }, (_, i) => `${id}/table-${i}`)]) {
-      const d = await this.handle(workflowId).describe().catch(() => undefined);
-      if (d?.status.name !== 'RUNNING') continue;
-      const pending = (d.raw.pendingActivities ?? []).find((a) => (a.attempt ?? 1) > 1);
-      if (pending) {
-        return {
-          workflowId,
-          activity: pending.activityType?.name ?? 'activity',
-          attempt: pending.attempt ?? 2,
-          lastError: pending.lastFailure?.message ?? undefined,
-        };
-      }
+  /** The first activity past its first attempt, in the migration or one of its unfinished tables. */
+  private async retryingActivity(id: string, tableIndexes: number[]): Promise<StatusDocument['retrying']> {
+    const ids = [id, ...tableIndexes.map((i) => `${id}/table-${i}`)];
+    // Described in parallel, a few at a time: a status read stays a handful of round trips.
+    const found: StatusDocument['retrying'][] = [];
+    for (let at = 0; at < ids.length; at += 16) {
+      const batch = await Promise.all(
+        ids.slice(at, at + 16).map(async (workflowId) => {
+          const d = await this.handle(workflowId).describe().catch(() => undefined);
+          if (d?.status.name !== 'RUNNING') return undefined;
+          const pending = (d.raw.pendingActivities ?? []).find((a) => (a.attempt ?? 1) > 1);
+          if (!pending) return undefined;
+          return {
+            workflowId,
+            activity: pending.activityType?.name ?? 'activity',
+            attempt: pending.attempt ?? 2,
+            lastError: pending.lastFailure?.message ?? undefined,
+          };
+        }),
+      );
+      found.push(...batch);
+      const first = found.find(Boolean);
+      if (first) return first;
     }
     return undefined;
   }

@@ -19,7 +19,7 @@ export interface FerryMetrics {
   bytesCopied: Counter<'table'>;
   batches: Counter<'table'>;
   changesApplied: Counter<'table'>;
-  changeLag: Gauge<'migration' | 'table'>;
+  changeLag: Gauge<'table'>;
   validationMismatches: Counter<'table'>;
   callbacks: Counter<'kind' | 'outcome'>;
   activities: Histogram<'activity' | 'outcome'>;
@@ -37,8 +37,8 @@ export function createMetrics(): FerryMetrics {
     changesApplied: new Counter({ name: 'ferry_changes_applied_total', help: 'Captured changes applied to the target', labelNames: ['table'], registers }),
     changeLag: new Gauge({
       name: 'ferry_change_lag_pending',
-      help: 'Captured changes waiting to be applied, as of the last sync slice',
-      labelNames: ['migration', 'table'],
+      help: 'Captured changes waiting to be applied, as of the last sync slice of the table',
+      labelNames: ['table'],
       registers,
     }),
     validationMismatches: new Counter({
@@ -87,7 +87,7 @@ function record(metrics: FerryMetrics, activity: string, args: ActivityArgs | un
   } else if (activity === 'syncChanges') {
     const r = result as Partial<SyncResult> | undefined;
     if (typeof r?.applied === 'number') metrics.changesApplied.inc({ table }, r.applied);
-    if (typeof r?.pending === 'number') metrics.changeLag.set({ migration: migrationId, table }, r.pending);
+    if (typeof r?.pending === 'number') metrics.changeLag.set({ table }, r.pending);
   } else if (activity === 'validateChunk') {
     const r = result as Partial<ValidateChunkResult> | undefined;
     if (Array.isArray(r?.mismatches) && r.mismatches.length > 0) metrics.validationMismatches.inc({ table }, r.mismatches.length);

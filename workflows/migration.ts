@@ -12,6 +12,7 @@ import {
   ChildWorkflowHandle,
   condition,
   isCancellation,
+  patched,
   setHandler,
   sleep,
   upsertMemo,
@@ -82,11 +83,12 @@ export async function migrationWorkflow(specInput: unknown, options: MigrationOp
   setHandler(throttleSignal, (request) => {
     // Signals come from any client (the temporal CLI too): a bad value is refused, not applied.
     const checked = checkThrottle(request);
-    if (!checked.ok) {
+    // (Executions begun before this check applied any value: their replays must do the same.)
+    if (!checked.ok && patched('refuse-invalid-throttle')) {
       tracker.warnings.push(`ignored a throttle signal: ${checked.reason}`);
       return;
     }
-    const t = checked.value;
+    const t = checked.ok ? checked.value : request;
     setControl({ ...control, rowsPerSecond: t.rowsPerSecond || undefined, batchRows: t.batchRows ?? control.batchRows });
   });
   setHandler(approveCutoverSignal, () => {

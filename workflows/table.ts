@@ -14,6 +14,7 @@ import {
   condition,
   continueAsNew,
   getExternalWorkflowHandle,
+  patched,
   proxyActivities,
   setHandler,
   workflowInfo,
@@ -124,16 +125,16 @@ export async function tableMigrationWorkflow(input: TableWorkflowInput): Promise
   let finishRequested = false;
   // Activity slices in flight; a control change (pause, throttle, cutover) interrupts them. They
   // stop after their current batch, whose checkpoint is committed, and the next slice carries on.
-  const slices = new Set<CancellationScope>();
+  const slices = new Map<CancellationScope, 'copy' | 'sync'>();
   let controlVersion = 0;
-  const interrupt = () => {
+  const interrupt = (kinds: ('copy' | 'sync')[]) => {
     controlVersion += 1;
-    for (const scope of slices) scope.cancel();
+    for (const [scope, kind] of slices) if (kinds.includes(kind)) scope.cancel();
   };
-  const interruptible = async <T>(fn: () => Promise<T>): Promise<T | undefined> => {
+  const interruptible = async <T>(kind: 'copy' | 'sync', fn: () => Promise<T>): Promise<T | undefined> => {
     const scope = new CancellationScope();
     const version = controlVersion;
-    slices.add(scope);
+    slices.set(scope, kind);
     try {
       return await scope.run(fn);
     } catch (err) {
@@ -147,14 +148,17 @@ export async function tableMigrationWorkflow(input: TableWorkflowInput): Promise
   };
   setHandler(controlSignal, (c) => {
     control = c;
-    interrupt();
+    // Executions begun before control changes interrupted copy slices too: there, only a pause
+    // stopped a running sync slice (replaying their histories must issue the same commands).
+    if (patched('interrupt-slices-on-control')) interrupt(['copy', 'sync']);
+    else if (c.paused) interrupt(['sync']);
   });
   setHandler(startCopySignal, () => {
     copyAllowed = true;
   });
   setHandler(finishSyncSignal, () => {
     finishRequested = true;
-    interrupt();
+    interrupt(['copy', 'sync']);
   });
 
   const parent = getExternalWorkflowHandle(input.parentWorkflowId);
@@ -195,7 +199,7 @@ export async function tableMigrationWorkflow(input: TableWorkflowInput): Promise
           if (historyFull()) return;
           chunk.status.state = 'COPYING';
           const active = chunks.filter((c) => c.status.state === 'COPYING').length;
-          const result = await interruptible(() =>
+          const result = await interruptible('copy', () =>
             copy.copyChunk({
               migrationId: input.migrationId,
               source: input.source,
@@ -238,7 +242,7 @@ export async function tableMigrationWorkflow(input: TableWorkflowInput): Promise
     await condition(() => !control.paused || finishRequested);
     if (finishRequested) break;
     if (historyFull()) return carryOn();
-    const result = await interruptible(() =>
+    const result = await interruptible('sync', () =>
       copy.syncChanges({
         migrationId: input.migrationId,
         source: input.source,

@@ -16,6 +16,8 @@ CREATE TABLE IF NOT EXISTS _ferry.migrations (
   -- the chunk plan the checkpoints refer to: ferry retry resumes with exactly this plan
   plan        jsonb NOT NULL
 );
+-- Bookkeeping created by a Ferry without stored plans: their rows have none (retry refuses them).
+ALTER TABLE _ferry.migrations ADD COLUMN IF NOT EXISTS plan jsonb;
 CREATE TABLE IF NOT EXISTS _ferry.created_objects (
   migration_id text NOT NULL,
   seq          int  NOT NULL,

@@ -144,6 +144,21 @@ describe('activities on real PostgreSQL', () => {
     expect(await dbs.query('rollback', `SELECT 1 FROM pg_namespace WHERE nspname IN ('_ferry', 'made "schema"')`)).toHaveLength(0);
   });
 
+  it('upgrades bookkeeping an older Ferry left, and refuses to resume checkpoints that lack their plan', async () => {
+    await withClient(adminUrl(), (c) => c.query(`DROP DATABASE IF EXISTS ${dbs.names.rollback} WITH (FORCE)`));
+    await withClient(adminUrl(), (c) => c.query(`CREATE DATABASE ${dbs.names.rollback}`));
+    await dbs.exec('rollback', `CREATE SCHEMA _ferry; CREATE TABLE _ferry.migrations (id text PRIMARY KEY, prepared_at timestamptz NOT NULL DEFAULT now());
+      INSERT INTO _ferry.migrations (id) VALUES ('old');`);
+    await dbs.exec('rollback', BOOKKEEPING_DDL);
+    await dbs.exec('rollback', `INSERT INTO _ferry.migrations (id, plan) VALUES ('new', '{"tables": []}')`);
+    expect(await activities.storedPlan({ migrationId: 'new', target: 'rb' })).toEqual({ tables: [] });
+    expect(await activities.storedPlan({ migrationId: 'absent', target: 'rb' })).toBeNull();
+    const err = (await activities.storedPlan({ migrationId: 'old', target: 'rb' }).catch((e: unknown) => e)) as ApplicationFailure;
+    expect(err).toBeInstanceOf(ApplicationFailure);
+    expect(err.type).toBe('PlanNotStored');
+    expect(err.nonRetryable).toBe(true);
+  });
+
   it('refuses a table whose row-level security would hide rows from Ferry', async () => {
     const spec = parseSpec({ source: 'limited', target: 'dst', tables: ['public.secret'] });
     const err = (await new MockActivityEnvironment().run(activities.preflight, { migrationId: 'rls', spec }).catch((e: unknown) => e)) as ApplicationFailure;
