@@ -25,6 +25,11 @@ const SCENARIOS: Record<string, { failureType?: string }> = {
   'rolled-back': { failureType: 'MigrationFailed' },
   'continued-as-new': {},
   'timed-out': { failureType: 'MigrationTimedOut' },
+  // Recorded with the workflow code of commit ae2e2ee (the last landed before control changes
+  // interrupted copy slices): a throttle change while copy slices run, pause, resume, cancel.
+  // It replays only because the new behaviour is behind patched('interrupt-slices-on-control')
+  // (without the patch it fails: checked when the guard was added).
+  'landed-ae2e2ee-cancelled': { failureType: 'MigrationCancelled' },
 };
 
 /** One line of a scenario's manifest.json (written by scripts/record-histories.ts). */
