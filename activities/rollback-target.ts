@@ -23,21 +23,19 @@ export interface TargetRef {
  * object it found. Whoever can write `_ferry.created_objects` can then at most make rollback drop
  * an object of the recorded kind, never run SQL of their choosing.
  */
-const RESOLVE: Record<string, string> = {
-  table: 'SELECT to_regclass($1)::text AS q',
-  'existing-table': 'SELECT to_regclass($1)::text AS q',
-  sequence: 'SELECT to_regclass($1)::text AS q',
-  type: 'SELECT to_regtype($1)::text AS q',
-  // Recorded as Ferry quotes it (always double-quoted), matched against that form.
-  schema: `SELECT quote_ident(nspname) AS q FROM pg_namespace WHERE '"' || replace(nspname, '"', '""') || '"' = $1`,
-};
+const REGCLASS = 'SELECT to_regclass($1)::text AS q';
 
-const DROP: Record<string, (name: string) => string> = {
-  table: (name) => `DROP TABLE IF EXISTS ${name} CASCADE`,
-  sequence: (name) => `DROP SEQUENCE IF EXISTS ${name}`,
-  type: (name) => `DROP TYPE IF EXISTS ${name}`,
-  schema: (name) => `DROP SCHEMA IF EXISTS ${name}`,
-  'existing-table': (name) => `DELETE FROM ${name}`,
+/** Per recorded kind: how to find the object from its stored name, and how to undo it. */
+const UNDO: Record<string, { find: string; undo: (quoted: string) => string }> = {
+  table: { find: REGCLASS, undo: (q) => `DROP TABLE IF EXISTS ${q} CASCADE` },
+  'existing-table': { find: REGCLASS, undo: (q) => `DELETE FROM ${q}` },
+  sequence: { find: REGCLASS, undo: (q) => `DROP SEQUENCE IF EXISTS ${q}` },
+  type: { find: 'SELECT to_regtype($1)::text AS q', undo: (q) => `DROP TYPE IF EXISTS ${q}` },
+  // Recorded as Ferry quotes it (always double-quoted), matched against that form.
+  schema: {
+    find: `SELECT quote_ident(nspname) AS q FROM pg_namespace WHERE '"' || replace(nspname, '"', '""') || '"' = $1`,
+    undo: (q) => `DROP SCHEMA IF EXISTS ${q}`,
+  },
 };
 
 async function forgetMigration(db: ClientBase, migrationId: string): Promise<void> {
@@ -66,10 +64,10 @@ export function createRollbackTarget({ connections, logger }: ActivityDeps) {
             const parsed = kind === 'schema' ? name : parseQualifiedName(name);
             if (typeof parsed === 'string' && kind !== 'schema') continue;
             const lookup = typeof parsed === 'string' ? parsed : quoteQualified(parsed);
-            const found = await db.query<{ q: string | null }>(RESOLVE[kind], [lookup]);
+            const found = await db.query<{ q: string | null }>(UNDO[kind].find, [lookup]);
             const quoted = found.rows[0]?.q;
             if (!quoted) continue; // already gone: rollback is idempotent
-            await db.query(DROP[kind](quoted));
+            await db.query(UNDO[kind].undo(quoted));
             dropped.push(`${kind} ${quoted}`);
           }
           await forgetMigration(db, migrationId);

@@ -17,9 +17,8 @@ import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Client } from 'pg';
 import { findOnPath } from '../src/temporal/binary';
-import { DEFAULT_TEST_PG, ensurePostgres } from '../src/postgres';
+import { databaseUrl, DEFAULT_TEST_PG, ensurePostgres, runSql } from '../src/postgres';
 import { startDevServer } from '../src/temporal/dev-server';
 import { connectionEnvVar } from '../src/names';
 
@@ -36,18 +35,8 @@ const TABLE_DDL = `CREATE TABLE public.bench_rows (
   id bigint PRIMARY KEY, account int NOT NULL, label text, amount numeric(12,2),
   h1 text, h2 text, created_at timestamptz)`;
 
-const url = (db: string) => Object.assign(new URL(ADMIN), { pathname: `/${db}` }).toString();
-
-async function sql(target: string, text: string): Promise<Record<string, unknown>[]> {
-  const client = new Client({ connectionString: target });
-  await client.connect();
-  try {
-    const r = await client.query(text);
-    return (Array.isArray(r) ? r[r.length - 1] : r).rows;
-  } finally {
-    await client.end();
-  }
-}
+const url = (db: string) => databaseUrl(ADMIN, db);
+const sql = runSql;
 
 function seconds(ms: number): string {
   return `${(ms / 1000).toFixed(2)} s`;

@@ -19,10 +19,9 @@ import { spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Client } from 'pg';
 import { FerryClient } from '../src/client';
 import { connectionEnvVar } from '../src/names';
-import { DEFAULT_TEST_PG, ensurePostgres } from '../src/postgres';
+import { databaseUrl, DEFAULT_TEST_PG, ensurePostgres, runSql } from '../src/postgres';
 import { findOnPath } from '../src/temporal/binary';
 import { startDevServer } from '../src/temporal/dev-server';
 
@@ -36,18 +35,8 @@ const VALIDATION = arg('--validation', 'checksum');
 const ROOT = join(__dirname, '..');
 const PGBENCH = findOnPath('pgbench') ?? '/usr/lib/postgresql/15/bin/pgbench';
 
-const url = (db: string) => Object.assign(new URL(ADMIN), { pathname: `/${db}` }).toString();
-
-async function sql(target: string, text: string): Promise<Record<string, unknown>[]> {
-  const client = new Client({ connectionString: target });
-  await client.connect();
-  try {
-    const r = await client.query(text);
-    return (Array.isArray(r) ? r[r.length - 1] : r).rows;
-  } finally {
-    await client.end();
-  }
-}
+const url = (db: string) => databaseUrl(ADMIN, db);
+const sql = runSql;
 
 function run(command: string, argv: string[], env: NodeJS.ProcessEnv = process.env): { done: Promise<{ code: number | null; out: string }>; kill: () => void } {
   const child = spawn(command, argv, { env, stdio: ['ignore', 'pipe', 'pipe'] });

@@ -21,7 +21,7 @@ import { formatResult } from '../src/cli/output';
 import { temporalConfig } from '../src/config';
 import { silentLogger } from '../src/logger';
 import { connectionEnvVar } from '../src/names';
-import { DEFAULT_TEST_PG, ensurePostgres } from '../src/postgres';
+import { databaseUrl, DEFAULT_TEST_PG, ensurePostgres, runSql } from '../src/postgres';
 import { DevServer, startDevServer, waitForTemporal } from '../src/temporal/dev-server';
 import { createFerryWorker } from '../src/worker';
 
@@ -35,16 +35,7 @@ const HOOK_SECRET_VAR = 'FERRY_DEMO_HOOK_SECRET';
 
 const say = (line: string) => process.stdout.write(`${line}\n`);
 
-async function sql(url: string, text: string, params?: unknown[]): Promise<Record<string, unknown>[]> {
-  const client = new Client({ connectionString: url });
-  await client.connect();
-  try {
-    const result = await client.query(text, params);
-    return (Array.isArray(result) ? result[result.length - 1] : result).rows;
-  } finally {
-    await client.end();
-  }
-}
+const sql = runSql;
 
 const SEED = (orders: number) => {
   const customers = Math.max(1, Math.floor(orders / 5));
@@ -95,11 +86,10 @@ interface DemoDatabases {
 async function localDatabases(tag: string): Promise<DemoDatabases> {
   const names = [`ferry_demo_source_${tag}`, `ferry_demo_target_${tag}`];
   for (const name of names) await sql(ADMIN_PG, `CREATE DATABASE ${name}`);
-  const url = (name: string) => Object.assign(new URL(ADMIN_PG), { pathname: `/${name}` }).toString();
   return {
     kind: `PostgreSQL at ${new URL(ADMIN_PG).host}`,
-    source: url(names[0]),
-    target: url(names[1]),
+    source: databaseUrl(ADMIN_PG, names[0]),
+    target: databaseUrl(ADMIN_PG, names[1]),
     async cleanup() {
       for (const name of names) await sql(ADMIN_PG, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`).catch(() => undefined);
     },

@@ -89,6 +89,16 @@ export class FerryClient {
     await this.ownsConnection?.close();
   }
 
+  /** Connects from the environment, runs `fn`, and closes: one CLI verb's lifetime. */
+  static async using<T>(fn: (client: FerryClient) => Promise<T>): Promise<T> {
+    const client = await FerryClient.connect();
+    try {
+      return await fn(client);
+    } finally {
+      await client.close();
+    }
+  }
+
   handle(id: string): WorkflowHandle {
     return this.client.workflow.getHandle(id);
   }
@@ -226,7 +236,6 @@ export class FerryClient {
   private async retryingActivity(id: string, tableIndexes: number[]): Promise<StatusDocument['retrying']> {
     const ids = [id, ...tableIndexes.map((i) => `${id}/table-${i}`)];
     // Described in parallel, a few at a time: a status read stays a handful of round trips.
-    const found: StatusDocument['retrying'][] = [];
     for (let at = 0; at < ids.length; at += 16) {
       const batch = await Promise.all(
         ids.slice(at, at + 16).map(async (workflowId) => {
@@ -242,8 +251,7 @@ export class FerryClient {
           };
         }),
       );
-      found.push(...batch);
-      const first = found.find(Boolean);
+      const first = batch.find(Boolean);
       if (first) return first;
     }
     return undefined;

@@ -51,3 +51,20 @@ export async function ensurePostgres(url: string, report: (line: string) => void
       'Start it, or set FERRY_TEST_PG to a postgres:// URL of a server where this user may create databases.',
   );
 }
+
+/** `admin` with its database replaced by `database` (for throwaway databases on one server). */
+export function databaseUrl(admin: string, database: string): string {
+  return Object.assign(new URL(admin), { pathname: `/${database}` }).toString();
+}
+
+/** One-shot SQL on its own connection: the rows of the last statement (scripts and benchmarks). */
+export async function runSql(url: string, text: string, params?: unknown[]): Promise<Record<string, unknown>[]> {
+  const client = new Client({ connectionString: url });
+  await client.connect();
+  try {
+    const result = await client.query(text, params);
+    return (Array.isArray(result) ? result[result.length - 1] : result).rows;
+  } finally {
+    await client.end();
+  }
+}

@@ -4,7 +4,6 @@
  * activity task, and the SDK's runtime logs routed into the same pino logger.
  */
 import { createServer, Server } from 'node:http';
-import { AddressInfo, createServer as createTcpServer } from 'node:net';
 import type { LogLevel, LogMetadata, Logger as SdkLogger } from '@temporalio/common';
 import type { Runtime as RuntimeType, WorkerOptions } from '@temporalio/worker';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
@@ -12,6 +11,7 @@ import type { CopyChunkResult } from '../activities/copy-chunk';
 import type { SyncResult } from '../activities/sync-changes';
 import type { ValidateChunkResult } from '../activities/validate-chunk';
 import { Logger } from './logger';
+import { freePort } from './temporal/dev-server';
 
 export interface FerryMetrics {
   registry: Registry;
@@ -77,7 +77,7 @@ function callbackKind(args: ActivityArgs | undefined): 'event' | 'result' {
 }
 
 /** Counts what an activity's result says it did. Results are plain data: read them, never trust shapes blindly. */
-function record(metrics: FerryMetrics, activity: string, args: ActivityArgs | undefined, migrationId: string, result: unknown): void {
+function record(metrics: FerryMetrics, activity: string, args: ActivityArgs | undefined, result: unknown): void {
   const table = tableLabel(args) ?? 'unknown';
   if (activity === 'copyChunk' || activity === 'repairRange') {
     const r = result as Partial<CopyChunkResult> | undefined;
@@ -128,7 +128,7 @@ export function auditInterceptors(logger: Logger, metrics?: FerryMetrics): NonNu
               logger.info({ ...fields, durationMs: Math.round(duration * 1000) }, 'activity completed');
               if (metrics) {
                 metrics.activities.observe({ activity: info.activityType, outcome: 'completed' }, duration);
-                record(metrics, info.activityType, args, migrationId, result);
+                record(metrics, info.activityType, args, result);
               }
               return result;
             } catch (err) {
@@ -169,18 +169,6 @@ export function sdkLogger(logger: Logger): SdkLogger {
     warn: (m, meta) => log('WARN', m, meta),
     error: (m, meta) => log('ERROR', m, meta),
   };
-}
-
-/** A port the kernel says is free right now (for the SDK's loopback-only exporter). */
-export async function freePort(host = '127.0.0.1'): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const probe = createTcpServer();
-    probe.once('error', reject);
-    probe.listen(0, host, () => {
-      const { port } = probe.address() as AddressInfo;
-      probe.close(() => resolve(port));
-    });
-  });
 }
 
 /**

@@ -5,13 +5,8 @@ import { nonNegativeInt, positiveInt } from './args';
 import { CliExit } from './output';
 
 async function signal(id: string, fn: (client: FerryClient) => Promise<void>, done: string): Promise<void> {
-  const client = await FerryClient.connect();
-  try {
-    await fn(client);
-    process.stdout.write(`${done}\n`);
-  } finally {
-    await client.close();
-  }
+  await FerryClient.using(fn);
+  process.stdout.write(`${done}\n`);
 }
 
 export function registerControlCommands(program: Command): void {
@@ -45,13 +40,8 @@ export function registerControlCommands(program: Command): void {
     .description('retry a FAILED migration: a new run resumes from the checkpoints onFailure: keep left')
     .argument('<id>')
     .action(async (id: string) => {
-      const client = await FerryClient.connect();
-      try {
-        const { runId } = await client.retry(id);
-        process.stdout.write(`${id} retried (run ${runId})\n`);
-      } finally {
-        await client.close();
-      }
+      const { runId } = await FerryClient.using((client) => client.retry(id));
+      process.stdout.write(`${id} retried (run ${runId})\n`);
     });
 
   program
@@ -59,13 +49,8 @@ export function registerControlCommands(program: Command): void {
     .description('lift the write freeze that an online cutover left on the source (cutover.afterwards: keep-frozen)')
     .argument('<id>')
     .action(async (id: string) => {
-      const client = await FerryClient.connect();
-      try {
-        const { unfrozen } = await client.unfreeze(id);
-        process.stdout.write(unfrozen.length ? `unfrozen: ${unfrozen.join(', ')}\n` : `nothing was frozen by ${id}\n`);
-      } finally {
-        await client.close();
-      }
+      const { unfrozen } = await FerryClient.using((client) => client.unfreeze(id));
+      process.stdout.write(unfrozen.length ? `unfrozen: ${unfrozen.join(', ')}\n` : `nothing was frozen by ${id}\n`);
     });
 
   program

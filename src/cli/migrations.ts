@@ -7,15 +7,6 @@ import { MIGRATION_STATES } from '../state-machine';
 import { CliExit, formatResult, formatStatus, printJson } from './output';
 import { watch } from './watch';
 
-async function withClient<T>(fn: (client: FerryClient) => Promise<T>): Promise<T> {
-  const client = await FerryClient.connect();
-  try {
-    return await fn(client);
-  } finally {
-    await client.close();
-  }
-}
-
 export function registerMigrationCommands(program: Command): void {
   program
     .command('start')
@@ -26,7 +17,7 @@ export function registerMigrationCommands(program: Command): void {
     .addOption(new Option('--json', 'print JSON'))
     .action(async (specPath: string, opts: { id?: string; wait?: boolean; json?: boolean }) => {
       const { raw } = loadSpecFile(specPath);
-      await withClient(async (client) => {
+      await FerryClient.using(async (client) => {
         const started = await client.start(raw, { id: opts.id });
         if (!opts.wait) {
           if (opts.json) printJson(started);
@@ -48,7 +39,7 @@ export function registerMigrationCommands(program: Command): void {
     .argument('<id>')
     .addOption(new Option('--json', 'print each changed status document as one JSON line, then the result'))
     .action(async (id: string, opts: { json?: boolean }) => {
-      await withClient(async (client) => {
+      await FerryClient.using(async (client) => {
         await watch(client, id, { json: opts.json });
         const result = await client.result(id);
         if (opts.json) process.stdout.write(`${JSON.stringify(result)}\n`);
@@ -63,7 +54,7 @@ export function registerMigrationCommands(program: Command): void {
     .argument('<id>')
     .addOption(new Option('--json', 'print the status document as JSON'))
     .action(async (id: string, opts: { json?: boolean }) => {
-      await withClient(async (client) => {
+      await FerryClient.using(async (client) => {
         const status = await client.status(id);
         if (opts.json) printJson(status);
         else process.stdout.write(`${formatStatus(status)}\n`);
@@ -76,7 +67,7 @@ export function registerMigrationCommands(program: Command): void {
     .argument('<id>')
     .addOption(new Option('--json', 'print the result document as JSON'))
     .action(async (id: string, opts: { json?: boolean }) => {
-      await withClient(async (client) => {
+      await FerryClient.using(async (client) => {
         const result = await client.result(id);
         if (opts.json) printJson(result);
         else process.stdout.write(`${formatResult(result)}\n`);
@@ -90,7 +81,7 @@ export function registerMigrationCommands(program: Command): void {
     .addOption(new Option('--state <state>', 'only migrations in this state').choices([...MIGRATION_STATES]))
     .addOption(new Option('--json', 'print JSON'))
     .action(async (opts: { state?: string; json?: boolean }) => {
-      await withClient(async (client) => {
+      await FerryClient.using(async (client) => {
         const migrations = await client.list({ state: opts.state });
         if (opts.json) return printJson(migrations);
         for (const m of migrations) process.stdout.write(`${m.id}\t${m.state}\t${m.phase}\t${m.startedAt}${m.endedAt ? `\t${m.endedAt}` : ''}\n`);
@@ -110,7 +101,7 @@ export function registerMigrationCommands(program: Command): void {
         process.stdout.write(`spec ok: ${spec.mode} migration ${spec.source} → ${spec.target}, ${spec.tables.length} table(s)\n`);
         return;
       }
-      await withClient(async (client) => {
+      await FerryClient.using(async (client) => {
         const plan = await client.preflight(raw, spec.id ?? 'validate');
         if (opts.json) return printJson(plan);
         process.stdout.write(`preflight ok: ${spec.source} (${plan.sourceServer}) → ${spec.target} (${plan.targetServer})\n`);

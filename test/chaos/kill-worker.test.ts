@@ -3,6 +3,7 @@
  * over after the heartbeat timeout, resumes from the committed checkpoint, and every row ends
  * up in the target exactly once — checked with SQL on both databases.
  */
+import { ledgerSql } from '../helpers/chaos';
 import { TestDatabases } from '../helpers/databases';
 import { activityStarts } from '../helpers/history';
 import { eventually, TestStack } from '../helpers/stack';
@@ -25,10 +26,7 @@ describe('a worker killed with SIGKILL mid-chunk', () => {
     dbs = await TestDatabases.create('kill', ['source', 'target']);
     await dbs.exec(
       'source',
-      `CREATE TABLE public.ledger (id bigint PRIMARY KEY, account int NOT NULL, amount numeric(12,2), memo text, at timestamptz);
-       INSERT INTO public.ledger SELECT g, g % 977, (g % 10000) / 100.0, md5(g::text), '2024-01-01'::timestamptz + g * interval '1 second'
-         FROM generate_series(1, ${ROWS}) g;
-       ANALYZE;`,
+      ledgerSql(ROWS),
     );
     stack = await TestStack.start({ connections: { old: dbs.url('source'), new: dbs.url('target') }, workers: 0 });
   });

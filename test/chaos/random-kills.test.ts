@@ -20,7 +20,7 @@
  *   FERRY_CHAOS_WINDOW_MS=T     draw kill moments from [0, T) instead
  */
 import { FerryClient } from '../../src/client';
-import { compareTable, chaosSeed, ferryTriggers, prng, snapshotWork, sleep, trialSeed, WorkSnapshot } from '../helpers/chaos';
+import { compareTable, chaosSeed, ferryTriggers, ledgerSql, prng, snapshotWork, sleep, trialSeed, WorkSnapshot } from '../helpers/chaos';
 import { objectInventory, TestDatabases } from '../helpers/databases';
 import { diagnose, resultWithin, RunningProcessWorker, TestStack } from '../helpers/stack';
 import { startWriters } from '../helpers/writers';
@@ -41,9 +41,7 @@ const KILL_WINDOW_MS: Record<Mode, number> = { full: WINDOW ?? 2_500, online: WI
 const WRITERS = 2;
 
 const FULL_SOURCE = `
-CREATE TABLE public.ledger (id bigint PRIMARY KEY, account int NOT NULL, amount numeric(12,2), memo text, at timestamptz);
-INSERT INTO public.ledger SELECT g, g % 977, (g % 10000) / 100.0, md5(g::text), '2024-01-01'::timestamptz + g * interval '1 second'
-  FROM generate_series(1, 60000) g;
+${ledgerSql(60000)}
 CREATE TABLE public.lines (sku text, n int, qty int NOT NULL, PRIMARY KEY (sku, n));
 INSERT INTO public.lines SELECT 'sku-' || (g % 97), g, g % 13 FROM generate_series(1, 8000) g;
 ANALYZE;`;

@@ -11,7 +11,7 @@ import { rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { freePort } from '../../src/temporal/dev-server';
-import { compareTable, sleep } from '../helpers/chaos';
+import { compareTable, ledgerSql, sleep } from '../helpers/chaos';
 import { TestDatabases } from '../helpers/databases';
 import { eventually, resultWithin, RunningProcessWorker, TestStack } from '../helpers/stack';
 
@@ -27,10 +27,7 @@ describe('a Temporal server restart during the copy', () => {
     dbs = await TestDatabases.create('srvrestart', ['source', 'target']);
     await dbs.exec(
       'source',
-      `CREATE TABLE public.ledger (id bigint PRIMARY KEY, account int NOT NULL, amount numeric(12,2), memo text, at timestamptz);
-       INSERT INTO public.ledger SELECT g, g % 977, (g % 10000) / 100.0, md5(g::text), '2024-01-01'::timestamptz + g * interval '1 second'
-         FROM generate_series(1, ${ROWS}) g;
-       ANALYZE;`,
+      ledgerSql(ROWS),
     );
     stack = await TestStack.start({
       connections: { old: dbs.url('source'), new: dbs.url('target') },

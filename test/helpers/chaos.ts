@@ -122,3 +122,11 @@ export async function ferryTriggers(dbs: TestDatabases, role: string): Promise<s
 }
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** The chaos suites' ledger: `rows` rows under a bigint key, mixed types, ANALYZEd. */
+export function ledgerSql(rows: number): string {
+  return `CREATE TABLE public.ledger (id bigint PRIMARY KEY, account int NOT NULL, amount numeric(12,2), memo text, at timestamptz);
+INSERT INTO public.ledger SELECT g, g % 977, (g % 10000) / 100.0, md5(g::text), '2024-01-01'::timestamptz + g * interval '1 second'
+  FROM generate_series(1, ${rows}) g;
+ANALYZE public.ledger;`;
+}
