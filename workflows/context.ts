@@ -27,6 +27,7 @@ export interface MigrationContext {
   tracker: Tracker;
   saga: Saga;
   options: MigrationOptions;
+  /** The control forwarded to table workflows (the rate cap with its current share). */
   control(): Control;
   children: Map<number, ChildWorkflowHandle<typeof tableMigrationWorkflow>>;
   /** Set by the approveCutover signal. */
@@ -68,7 +69,7 @@ export async function startTable(ctx: MigrationContext, table: TablePlan, waitFo
 }
 
 /** Table phases that mean "its copy is done". */
-const COPIED = new Set(['FULL_DONE', 'INCR_SYNCING', 'VALIDATING', 'AWAITING_APPROVAL', 'CUTTING_OVER', 'COMPLETED']);
+export const COPIED = new Set(['FULL_DONE', 'INCR_SYNCING', 'VALIDATING', 'AWAITING_APPROVAL', 'CUTTING_OVER', 'COMPLETED']);
 
 /** The migration's phase follows its tables: all copied → FULL_DONE, then VALIDATING or INCR_SYNCING. */
 export function derivePhase(tracker: Tracker, spec: Spec): void {

@@ -26,8 +26,11 @@ export const stateQuery = defineQuery<StatusDocument>('state');
 /** What the parent forwards to its table workflows. */
 export interface Control {
   paused: boolean;
+  /** The migration's copy rate cap, shared by every table copying at once. */
   rowsPerSecond?: number;
   batchRows?: number;
+  /** How many tables copy at once and so share rowsPerSecond (absent: 1). */
+  tablesSharing?: number;
 }
 
 /** A child's milestone, reported to the parent, which owns the event sequence. */

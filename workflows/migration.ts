@@ -24,7 +24,7 @@ import { FerrySourceKey, FerryTargetKey } from '../src/names';
 import { checkThrottle, parseSpec, Spec, SpecError } from '../src/spec';
 import { ErrorInfo, resultDocument, ResultDocument } from '../src/status';
 import { checks, notify, steps } from './activities';
-import { derivePhase, MigrationContext, MigrationOptions } from './context';
+import { COPIED, derivePhase, MigrationContext, MigrationOptions } from './context';
 import {
   approveCutoverSignal,
   cancelSignal,
@@ -73,10 +73,20 @@ export async function migrationWorkflow(specInput: unknown, options: MigrationOp
   let control: Control = { paused: false };
   let approved = false;
   const children = new Map<number, ChildWorkflowHandle<typeof tableMigrationWorkflow>>();
+  // The rate cap is the migration's: the tables copying at once share it, and each splits its
+  // share among its chunks. The share is resent when the number of tables copying changes.
+  const tablesSharing = () => Math.max(1, Math.min(spec.parallelism.tables, tracker.tables.filter((t) => !COPIED.has(t.phase)).length));
+  const forwarded = (): Control => (control.rowsPerSecond ? { ...control, tablesSharing: tablesSharing() } : control);
+  let sharingSent: number | undefined;
+  const forward = () => {
+    const c = forwarded();
+    sharingSent = c.tablesSharing;
+    for (const child of children.values()) void child.signal(controlSignal, c).catch(() => undefined);
+  };
   const setControl = (next: Control) => {
     control = next;
     tracker.paused = control.paused;
-    for (const child of children.values()) void child.signal(controlSignal, control).catch(() => undefined);
+    forward();
   };
   setHandler(pauseSignal, () => setControl({ ...control, paused: true }));
   setHandler(resumeSignal, () => setControl({ ...control, paused: false }));
@@ -103,6 +113,8 @@ export async function migrationWorkflow(specInput: unknown, options: MigrationOp
   setHandler(tableProgressSignal, (p) => {
     tracker.applyProgress(p);
     derivePhase(tracker, spec);
+    // (Executions begun before the cap was shared sent control only on signals.)
+    if (control.rowsPerSecond && p.phase && tablesSharing() !== sharingSent && patched('share-rate-cap-across-tables')) forward();
   });
 
   // Event webhooks, when asked for: one delivery per event, each with its own idempotency key.
@@ -147,7 +159,7 @@ export async function migrationWorkflow(specInput: unknown, options: MigrationOp
         saga,
         options,
         children,
-        control: () => control,
+        control: forwarded,
         approved: () => approved,
       };
       if (spec.mode === 'online') tracker.cutover = await runOnline(ctx);

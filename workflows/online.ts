@@ -11,11 +11,9 @@ import { formatDuration } from '../src/duration';
 import { copyTableOf } from '../src/plan';
 import { CutoverReport } from '../src/status';
 import { drain, steps } from './activities';
-import { derivePhase, MigrationContext, prepareTarget, startTable } from './context';
+import { COPIED, derivePhase, MigrationContext, prepareTarget, startTable } from './context';
 import { finishSyncSignal, startCopySignal } from './definitions';
 import { SLICE_MS, SYNC_BATCH_KEYS, tableMigrationWorkflow } from './table';
-
-const COPYING_DONE = new Set(['FULL_DONE', 'INCR_SYNCING', 'VALIDATING', 'AWAITING_APPROVAL', 'CUTTING_OVER', 'COMPLETED']);
 
 export async function runOnline(ctx: MigrationContext): Promise<CutoverReport> {
   const { id, spec, tracker, saga } = ctx;
@@ -59,7 +57,7 @@ async function onlineChain(ctx: MigrationContext, settled: Promise<unknown>[]): 
   // Copy slots: at most parallelism.tables tables copy at once; the others already capture.
   const waiting = [...plan.tables.map((t) => t.index)];
   const granted = new Set<number>();
-  const copying = () => [...granted].filter((i) => !COPYING_DONE.has(tracker.tables[i].phase)).length;
+  const copying = () => [...granted].filter((i) => !COPIED.has(tracker.tables[i].phase)).length;
   const ready = () => tracker.tables.every((t) => t.phase === 'AWAITING_APPROVAL');
   const failed = () => {
     if (childFailure) throw childFailure.error;

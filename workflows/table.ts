@@ -198,7 +198,9 @@ export async function tableMigrationWorkflow(input: TableWorkflowInput): Promise
           await condition(() => !control.paused);
           if (historyFull()) return;
           chunk.status.state = 'COPYING';
-          const active = chunks.filter((c) => c.status.state === 'COPYING').length;
+          // The table's share of the cap, split among the chunks that copy at once.
+          const copyingChunks = Math.max(1, Math.min(input.chunkParallelism, chunks.filter((c) => c.status.state !== 'DONE').length));
+          const perChunk = control.rowsPerSecond && control.rowsPerSecond / (control.tablesSharing ?? 1) / copyingChunks;
           const result = await interruptible('copy', () =>
             copy.copyChunk({
               migrationId: input.migrationId,
@@ -209,7 +211,7 @@ export async function tableMigrationWorkflow(input: TableWorkflowInput): Promise
               batchRows: control.batchRows ?? input.batchRows,
               fence: nextFence(chunk),
               sliceMs: SLICE_MS,
-              rowsPerSecond: control.rowsPerSecond ? Math.max(1, Math.floor(control.rowsPerSecond / active)) : undefined,
+              rowsPerSecond: perChunk ? Math.max(1, Math.floor(perChunk)) : undefined,
             }),
           );
           if (!result) continue; // interrupted: the next slice runs under the new control

@@ -41,6 +41,8 @@ describe('controlling migrations', () => {
       'source',
       `CREATE TABLE public.big (id bigint PRIMARY KEY, payload text);
        INSERT INTO public.big SELECT g, md5(g::text) FROM generate_series(1, 200000) g;
+       CREATE TABLE public.twin (id bigint PRIMARY KEY, payload text);
+       INSERT INTO public.twin SELECT id, payload FROM public.big;
        CREATE TABLE public.small (id int PRIMARY KEY, v int);
        INSERT INTO public.small SELECT g, g FROM generate_series(1, 1000) g;
        CREATE TABLE public.halves (id int PRIMARY KEY, v int);
@@ -128,6 +130,29 @@ describe('controlling migrations', () => {
     expect(result.state).toBe('SUCCEEDED');
     expect(await rowsAsText(dbs, 'target', 'public.big', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.big', 'id'));
     await dbs.exec('target', 'DROP TABLE public.big');
+  });
+
+  it('shares one rate cap among the tables copying at once, and among their chunks', async () => {
+    const spec = {
+      source: 'src',
+      target: 'dst',
+      batchRows: 1000,
+      parallelism: { tables: 2, chunks: 2 },
+      tables: [
+        { name: 'public.big', chunks: 2 },
+        { name: 'public.twin', chunks: 3 },
+      ],
+    };
+    const { id } = await stack.ferry.start(spec, { id: 'shared-cap' });
+    await stack.ferry.throttle(id, { rowsPerSecond: 4000 });
+    await eventually(async () => (await stack.ferry.status(id)).tables.every((t) => t.phase === 'FULL_MIGRATING'));
+    await new Promise((r) => setTimeout(r, 6000)); // the running slices end and are dispatched again under the cap
+    const [big, twin] = await Promise.all([rate(dbs, 'public.big', 5000), rate(dbs, 'public.twin', 5000)]);
+    // Four chunks copy at once; each alone would be allowed the whole cap without the sharing.
+    expect(big + twin).toBeGreaterThan(2000);
+    expect(big + twin).toBeLessThan(5500);
+    await stack.ferry.cancel(id);
+    expect((await resultWithin(stack.ferry, id)).state).toBe('CANCELLED');
   });
 
   it('retries a FAILED migration from the checkpoints onFailure: keep left, and lists by state', async () => {
