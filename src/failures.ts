@@ -18,3 +18,6 @@ export function rootMessage(err: unknown): string {
   while (e?.cause) e = e.cause as typeof e;
   return e?.message ?? String(err);
 }
+
+/** No PostgreSQL answers where one was expected; the message says how to point Ferry at one. */
+export class PostgresUnreachableError extends Error {}

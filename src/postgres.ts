@@ -3,8 +3,9 @@
  * server is installed here but stopped, start it with pg_ctlcluster.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { Client } from 'pg';
+import { PostgresUnreachableError } from './failures';
 
 export const DEFAULT_TEST_PG = 'postgres://postgres@127.0.0.1:5432/postgres';
 
@@ -21,14 +22,19 @@ export async function canConnect(url: string): Promise<Error | null> {
   }
 }
 
-/** Starts the Debian cluster(s) installed on this machine; returns whether it tried. */
+/** Starts the Debian clusters installed here that are down; returns whether it started any. */
 function startLocalCluster(report: (line: string) => void): boolean {
-  if (!existsSync('/etc/postgresql') || !existsSync('/usr/bin/pg_ctlcluster')) return false;
-  for (const version of readdirSync('/etc/postgresql')) {
-    report(`ferry: starting the local PostgreSQL ${version} cluster (pg_ctlcluster ${version} main start)`);
-    spawnSync('pg_ctlcluster', ['--skip-systemctl-redirect', version, 'main', 'start'], { stdio: 'inherit' });
+  if (!existsSync('/usr/bin/pg_lsclusters') || !existsSync('/usr/bin/pg_ctlcluster')) return false;
+  // Lines: version cluster port status owner data-directory log-file.
+  const down = spawnSync('pg_lsclusters', ['--no-header'], { encoding: 'utf8' })
+    .stdout.split('\n')
+    .map((line) => line.trim().split(/\s+/))
+    .filter((fields) => fields[3] === 'down');
+  for (const [version, cluster] of down) {
+    report(`ferry: starting the local PostgreSQL ${version} cluster (pg_ctlcluster ${version} ${cluster} start)`);
+    spawnSync('pg_ctlcluster', ['--skip-systemctl-redirect', version, cluster, 'start'], { stdio: 'inherit' });
   }
-  return true;
+  return down.length > 0;
 }
 
 /**
@@ -46,7 +52,7 @@ export async function ensurePostgres(url: string, report: (line: string) => void
     }
     if (!error) return;
   }
-  throw new Error(
+  throw new PostgresUnreachableError(
     `PostgreSQL is not reachable at ${url.replace(/:[^:@/]*@/, ':***@')} (${error.message}). ` +
       'Start it, or set FERRY_TEST_PG to a postgres:// URL of a server where this user may create databases.',
   );

@@ -2,7 +2,7 @@
 import { ZodError } from 'zod';
 import { ConfigError } from '../config';
 import { RefusedError } from '../client';
-import { rootMessage } from '../failures';
+import { PostgresUnreachableError, rootMessage } from '../failures';
 import { SpecError } from '../spec';
 import { ResultDocument, StatusDocument } from '../status';
 
@@ -40,7 +40,7 @@ export function printError(err: unknown): void {
     for (const issue of err.issues) process.stderr.write(`ferry: ${issue.path.join('.')}: ${issue.message}\n`);
     return;
   }
-  if (err instanceof CliExit) {
+  if (err instanceof CliExit || err instanceof PostgresUnreachableError) {
     if (err.message) process.stderr.write(`ferry: ${err.message}\n`);
     return;
   }

@@ -3,6 +3,7 @@ import { Command } from 'commander';
 import { temporalConfig } from '../config';
 import { RefusedError } from '../client';
 import { duration, positiveInt } from './args';
+import { CliExit } from './output';
 
 function untilSignal(): Promise<NodeJS.Signals> {
   return new Promise((resolve) => {
@@ -37,6 +38,19 @@ export function registerProcessCommands(program: Command): void {
       process.stdout.write(`workers and clients: TEMPORAL_ADDRESS=${server.address}\n`);
       const reason = await Promise.race([untilSignal(), server.exited.then(() => 'exit' as const)]);
       if (reason !== 'exit') await server.stop();
+    });
+
+  program
+    .command('demo')
+    .description('an online migration of a seeded shop under a live writer, end to end on this machine (README: quickstart)')
+    .option('--keep', 'leave the databases, workers and Temporal running until Ctrl-C')
+    .option('--rows <n>', 'orders to seed (about 3.3 rows in all per order)', positiveInt, 60_000)
+    .option('--pg <url>', 'admin URL of the PostgreSQL server to use (default FERRY_TEST_PG or the local server)')
+    .option('--embedded-pg', 'use embedded PostgreSQL even when a server answers')
+    .action(async (opts: { keep?: boolean; rows: number; pg?: string; embeddedPg?: boolean }) => {
+      const { runDemo } = require('../demo') as typeof import('../demo');
+      const code = await runDemo({ keep: opts.keep, orders: opts.rows, pg: opts.pg, embeddedPg: opts.embeddedPg });
+      if (code !== 0) throw new CliExit('the demo did not find both sides identical or the callback verified (see above)', code);
     });
 
   program
