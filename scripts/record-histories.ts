@@ -172,6 +172,29 @@ ANALYZE;`,
     },
   },
   {
+    name: 'throttled',
+    description: 'full load of two tables under one rate cap; the cap is re-shared when the smaller table finishes copying (patch share-rate-cap-across-tables)',
+    schema: FULL_SCHEMA,
+    expected: 'SUCCEEDED',
+    async run({ id, stack, dbs }) {
+      const spec = {
+        source: 'src',
+        target: 'dst',
+        batchRows: 100,
+        parallelism: { tables: 2, chunks: 2 },
+        tables: ['public.customers', { name: 'public.orders', chunks: 2 }],
+      };
+      await stack.ferry.start(spec, { id });
+      await stack.ferry.throttle(id, { rowsPerSecond: 300 });
+      const result = await resultWithin(stack.ferry, id);
+      await sameRows(dbs, [
+        ['public.customers', 'id'],
+        ['public.orders', 'id'],
+      ]);
+      return result;
+    },
+  },
+  {
     name: 'rolled-back',
     description: 'full load where a row violates a CHECK added NOT VALID on the source: the copy fails for good, the saga drops the target tables',
     schema: `

@@ -25,10 +25,14 @@ const SCENARIOS: Record<string, { failureType?: string }> = {
   'rolled-back': { failureType: 'MigrationFailed' },
   'continued-as-new': {},
   'timed-out': { failureType: 'MigrationTimedOut' },
+  // Two tables under one rate cap, re-shared when the smaller finishes copying: the history
+  // carries the share-rate-cap-across-tables patch marker and the control signals it sent.
+  throttled: {},
   // Recorded with the workflow code of commit ae2e2ee (the last landed before control changes
   // interrupted copy slices): a throttle change while copy slices run, pause, resume, cancel.
   // It replays only because the new behaviour is behind patched('interrupt-slices-on-control')
-  // (without the patch it fails: checked when the guard was added).
+  // (without the patch it fails: checked when the guard was added), and likewise only because
+  // re-sharing the rate cap is behind patched('share-rate-cap-across-tables') (checked too).
   'landed-ae2e2ee-cancelled': { failureType: 'MigrationCancelled' },
 };
 
