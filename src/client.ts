@@ -13,6 +13,7 @@ import {
   WorkflowNotFoundError,
 } from '@temporalio/client';
 import { TypedSearchAttributes, WorkflowIdConflictPolicy } from '@temporalio/common';
+import { decodeOptionalFailureToOptionalError } from '@temporalio/common/lib/internal-non-workflow';
 import { dataConverterFromEnv } from './codec';
 import { innermostApplicationFailure } from './failures';
 import { approveCutoverSignal, cancelSignal, pauseSignal, resumeSignal, stateQuery, throttleSignal, ThrottleRequest } from '../workflows/definitions';
@@ -243,11 +244,13 @@ export class FerryClient {
           if (d?.status.name !== 'RUNNING') return undefined;
           const pending = (d.raw.pendingActivities ?? []).find((a) => (a.attempt ?? 1) > 1);
           if (!pending) return undefined;
+          // Decoded like any failure: with FERRY_CODEC_KEY its message is an encrypted payload.
+          const lastFailure = await decodeOptionalFailureToOptionalError(this.client.workflow.options.loadedDataConverter, pending.lastFailure);
           return {
             workflowId,
             activity: pending.activityType?.name ?? 'activity',
             attempt: pending.attempt ?? 2,
-            lastError: pending.lastFailure?.message ?? undefined,
+            lastError: lastFailure?.message,
           };
         }),
       );

@@ -133,9 +133,12 @@ export function codecFromEnv(env: NodeJS.ProcessEnv = process.env): AesGcmCodec 
   return new AesGcmCodec(current, previous);
 }
 
-/** What FerryClient and createFerryWorker pass to Temporal: both must hold the same keys. */
+/**
+ * What FerryClient and createFerryWorker pass to Temporal: both must hold the same keys. Failure
+ * messages and stack traces become payloads too, so they are encrypted like the rest.
+ */
 export function dataConverterFromEnv(env: NodeJS.ProcessEnv = process.env): DataConverter | undefined {
   const codec = codecFromEnv(env);
-  return codec ? { payloadCodecs: [codec] } : undefined;
+  return codec ? { payloadCodecs: [codec], failureConverterPath: require.resolve('./failure-converter') } : undefined;
 }
 

@@ -68,10 +68,13 @@ export const HEARTBEAT_THROTTLE = { maxHeartbeatThrottleInterval: '2 seconds', d
 
 export async function createFerryWorker(options: FerryWorkerOptions): Promise<FerryWorker> {
   const env = options.env ?? process.env;
+  // FERRY_CODEC_KEY: encrypt every payload this worker sends (the workflow sandbox never sees
+  // the key), failure messages included — the sandbox's bundle then encodes them as payloads.
+  const dataConverter = dataConverterFromEnv(env);
+  const bundle = options.workflowBundle ?? workflowBundle(env, { encodeFailures: Boolean(dataConverter?.failureConverterPath) });
   const activitySlots = options.maxConcurrentActivityTaskExecutions ?? 8;
   const connections = new ConnectionRegistry({ env, poolSize: activitySlots + 2, applicationName: 'ferry-worker' });
   const connection = await NativeConnection.connect(connectionOptions(options.temporal));
-  const bundle = options.workflowBundle ?? workflowBundle(env);
   const workerOptions: WorkerOptions = {
     connection,
     namespace: options.temporal.namespace,
@@ -98,8 +101,6 @@ export async function createFerryWorker(options: FerryWorkerOptions): Promise<Fe
   };
   let worker: Worker;
   try {
-    // FERRY_CODEC_KEY: encrypt every payload this worker sends (the workflow sandbox never sees it).
-    const dataConverter = dataConverterFromEnv(env);
     if (dataConverter) workerOptions.dataConverter = dataConverter;
     worker = await Worker.create(workerOptions);
   } catch (err) {

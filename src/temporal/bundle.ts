@@ -1,7 +1,9 @@
 /**
  * The workflow bundle, built once per version of the workflow code and cached outside the
  * checkout (~/.cache/ferry/bundles). Webpack runs in a short-lived child process, so a worker
- * never carries the bundler's memory (about 150 MB) for the rest of its life.
+ * never carries the bundler's memory (about 150 MB) for the rest of its life. Workers with
+ * FERRY_CODEC_KEY use a second variant whose failure converter moves failure messages and stack
+ * traces into (encrypted) payloads: the sandbox converts a workflow's failures itself.
  */
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -11,6 +13,12 @@ import { cacheDir } from './binary';
 
 const ROOT = join(__dirname, '..', '..');
 export const WORKFLOWS_PATH = require.resolve('../../workflows');
+export const FAILURE_CONVERTER_PATH = require.resolve('../failure-converter');
+
+export interface BundleOptions {
+  /** Failure messages and stack traces as payloads (src/failure-converter.ts). */
+  encodeFailures?: boolean;
+}
 
 function sourceFiles(dir: string): string[] {
   return readdirSync(dir)
@@ -33,34 +41,48 @@ export function workflowCodeHash(): string {
 }
 
 /** Builds the bundle into `out` (atomically): run in a child process by workflowBundle(). */
-export async function buildBundleFile(out: string): Promise<void> {
+export async function buildBundleFile(out: string, options: BundleOptions = {}): Promise<void> {
   const { bundleWorkflowCode, DefaultLogger } = await import('@temporalio/worker');
   const { writeFileSync } = await import('node:fs');
-  const { code } = await bundleWorkflowCode({ workflowsPath: WORKFLOWS_PATH, logger: new DefaultLogger('WARN') });
+  const { code } = await bundleWorkflowCode({
+    workflowsPath: WORKFLOWS_PATH,
+    failureConverterPath: options.encodeFailures ? FAILURE_CONVERTER_PATH : undefined,
+    logger: new DefaultLogger('WARN'),
+  });
   const tmp = `${out}.${process.pid}.tmp`;
   writeFileSync(tmp, code);
   renameSync(tmp, out);
 }
 
-/** The path of the current bundle, building it first when the cache lacks it. */
-export function workflowBundlePath(env: NodeJS.ProcessEnv = process.env): string {
-  if (env.FERRY_WORKFLOW_BUNDLE) return env.FERRY_WORKFLOW_BUNDLE;
+/**
+ * The path of the current bundle, building it first when the cache lacks it. FERRY_WORKFLOW_BUNDLE
+ * names a prebuilt plain bundle (the tests build one for all their workers).
+ */
+export function workflowBundlePath(env: NodeJS.ProcessEnv = process.env, options: BundleOptions = {}): string {
+  if (env.FERRY_WORKFLOW_BUNDLE && !options.encodeFailures) return env.FERRY_WORKFLOW_BUNDLE;
   const dir = join(cacheDir(), 'bundles');
-  const file = join(dir, `workflows-${workflowCodeHash()}.js`);
+  const file = join(dir, `workflows-${workflowCodeHash()}${options.encodeFailures ? '-encoded-failures' : ''}.js`);
   if (!existsSync(file)) {
     mkdirSync(dir, { recursive: true });
-    const run = spawnSync(process.execPath, ['--require', require.resolve('tsx/cjs'), __filename, file], { stdio: ['ignore', 'inherit', 'inherit'] });
+    const args = [__filename, file, ...(options.encodeFailures ? ['--encode-failures'] : [])];
+    const run = spawnSync(process.execPath, ['--require', require.resolve('tsx/cjs'), ...args], { stdio: ['ignore', 'inherit', 'inherit'] });
     if (run.status !== 0 || !existsSync(file)) throw new Error(`bundling the workflows failed (exit ${run.status})`);
   }
   return file;
 }
 
-export function workflowBundle(env: NodeJS.ProcessEnv = process.env): { code: string } {
-  return { code: readFileSync(workflowBundlePath(env), 'utf8') };
+export function workflowBundle(env: NodeJS.ProcessEnv = process.env, options: BundleOptions = {}): { code: string } {
+  return { code: readFileSync(workflowBundlePath(env, options), 'utf8') };
+}
+
+/** `--prebuild`: both variants into the cache, paths printed (the Docker image's build step). */
+async function prebuild(): Promise<void> {
+  for (const encodeFailures of [false, true]) process.stdout.write(`${workflowBundlePath({}, { encodeFailures })}\n`);
 }
 
 if (require.main === module) {
-  buildBundleFile(process.argv[2]).catch((err) => {
+  const run = process.argv[2] === '--prebuild' ? prebuild() : buildBundleFile(process.argv[2], { encodeFailures: process.argv.includes('--encode-failures') });
+  run.catch((err) => {
     process.stderr.write(`${err instanceof Error ? err.stack : String(err)}\n`);
     process.exit(1);
   });

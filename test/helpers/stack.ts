@@ -4,7 +4,6 @@
  */
 import { ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, Runtime, WorkerOptions } from '@temporalio/worker';
@@ -90,12 +89,10 @@ export class TestStack {
 
   /** An in-process worker; interceptors can inject faults around activities. */
   async startWorker(options: { interceptors?: WorkerOptions['interceptors']; activitySlots?: number; taskQueue?: string } = {}): Promise<FerryWorker> {
-    const bundlePath = process.env.FERRY_WORKFLOW_BUNDLE;
     const worker = await createFerryWorker({
       temporal: { address: this.server.address, namespace: this.server.namespace, taskQueue: options.taskQueue ?? this.taskQueue },
       logger: silentLogger(),
       env: this.env,
-      workflowBundle: bundlePath ? { code: readFileSync(bundlePath, 'utf8') } : undefined,
       identity: `in-process-${this.inProcess.length + 1}`,
       shutdownGraceTime: '2 seconds',
       interceptors: options.interceptors,

@@ -9,11 +9,13 @@ import { createHmac, randomBytes } from 'node:crypto';
 import { createServer, IncomingHttpHeaders, Server } from 'node:http';
 import { AddressInfo } from 'node:net';
 import { Client, WorkflowExecutionInfo } from '@temporalio/client';
-import { defaultPayloadConverter } from '@temporalio/common';
+import { ApplicationFailure, defaultPayloadConverter } from '@temporalio/common';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils';
+import { FerryClient } from '../../src/client';
 import { AesGcmCodec, dataConverterFromEnv, parseCodecKey } from '../../src/codec';
 import { stateQuery } from '../../workflows/definitions';
 import { adminUrl, rowsAsText, TestDatabases, withClient } from '../helpers/databases';
+import { beforeActivity } from '../helpers/interceptors';
 import { eventually, FERRY_BIN, TestStack } from '../helpers/stack';
 
 const SOURCE_SCHEMA = `
@@ -277,6 +279,57 @@ describe('payload encryption (FERRY_CODEC_KEY)', () => {
     const cli = await stack.runCli(['status', migrationId, '--json'], { FERRY_CODEC_KEY: '' });
     expect(cli.code).not.toBe(0);
     expect(cli.stdout).not.toMatch(/zebra/);
+  });
+
+  it('encrypts failure messages and stack traces too, while key holders still read why it failed', async () => {
+    await dbs.exec(
+      'source',
+      `CREATE TABLE public.zebra_refused (id int PRIMARY KEY, v int);
+       INSERT INTO public.zebra_refused SELECT g, g FROM generate_series(1, 200) g;
+       UPDATE public.zebra_refused SET v = -1 WHERE id = 150;
+       ALTER TABLE public.zebra_refused ADD CONSTRAINT zebra_positive CHECK (v > 0) NOT VALID;`,
+    );
+    const id = `secrets-codec-failed-${randomBytes(3).toString('hex')}`;
+    await stack.ferry.start({ source: 'vault_src', target: 'vault_dst', tables: ['public.zebra_refused'] }, { id });
+    const result = await stack.ferry.result(id);
+    expect(result.state).toBe('FAILED');
+    expect(result.error?.cause).toMatch(/zebra_positive/);
+    const cli = await stack.runCli(['status', id, '--json']);
+    expect(JSON.parse(cli.stdout).error.cause).toMatch(/zebra_positive/);
+
+    // Without the key: every failure in every history of this migration says nothing readable.
+    const plain = new Client({ connection: stack.connection, namespace: stack.server.namespace });
+    const runs: WorkflowExecutionInfo[] = [];
+    for await (const info of stack.client.workflow.list({ query: `WorkflowId STARTS_WITH '${id}'` })) runs.push(info);
+    expect(runs.map((r) => r.type).sort()).toEqual(['migrationWorkflow', 'preflightWorkflow', 'tableMigrationWorkflow']);
+    const histories = await Promise.all(runs.map(async (r) => historyToJSON(await plain.workflow.getHandle(r.workflowId, r.runId).fetchHistory())));
+    const text = histories.join('\n');
+    expect(text).toMatch(/activityTaskFailedEventAttributes/); // the copy's failure is in there …
+    const messages = [...text.matchAll(/"message":\s*"([^"]*)"/g)].map((m) => m[1]);
+    expect(messages.length).toBeGreaterThan(3);
+    expect(new Set(messages)).toEqual(new Set(['Encoded failure'])); // … its message moved into a payload
+    expect(text).not.toMatch(/"stackTrace":\s*"[^"]/);
+    expect(text).not.toMatch(/zebra|violates check constraint/);
+  });
+
+  it('decrypts the last error of a retrying activity for RETRYING', async () => {
+    const taskQueue = `${stack.taskQueue}-flaky`;
+    let failures = 3;
+    await stack.startWorker({
+      taskQueue,
+      interceptors: beforeActivity('prepareTarget', async () => {
+        if (failures-- > 0) throw ApplicationFailure.retryable('zebra target is restarting', 'TargetUnavailable');
+      }),
+    });
+    const ferry = FerryClient.fromClient(stack.client, { taskQueue });
+    const spec = { source: 'vault_src', target: 'vault_dst', truncate: true, tables: ['public.zebra_accounts'] };
+    const { id } = await ferry.start(spec, { id: `secrets-codec-retrying-${randomBytes(3).toString('hex')}`, skipPreflight: true });
+    const retrying = await eventually(async () => {
+      const s = await ferry.status(id);
+      return s.state === 'RETRYING' ? s : undefined;
+    }, 30_000);
+    expect(retrying.retrying).toMatchObject({ activity: 'prepareTarget', lastError: 'zebra target is restarting' });
+    expect((await ferry.result(id)).state).toBe('SUCCEEDED');
   });
 
   it('serves the codec to the Web UI: decode, encode, CORS, and an HTTP error for the wrong key', async () => {

@@ -11,10 +11,12 @@
  */
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { createServer, Server } from 'node:http';
 import { AddressInfo } from 'node:net';
 import { basename, join } from 'node:path';
+import { promisify } from 'node:util';
 import ts from 'typescript';
 import Ajv2020 from 'ajv/dist/2020';
 import { parse, parseAllDocuments } from 'yaml';
@@ -23,6 +25,7 @@ import { Deployment } from 'kubernetes-models/apps/v1';
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2';
 import { ScaledObject } from '@kubernetes-models/keda/keda.sh/v1alpha1';
+import { workflowCodeHash } from '../../src/temporal/bundle';
 import type { IConfigMap } from 'kubernetes-models/v1/ConfigMap';
 import type { ISecret } from 'kubernetes-models/v1/Secret';
 import type { IService } from 'kubernetes-models/v1/Service';
@@ -199,10 +202,13 @@ function matches(selector: Record<string, string> | undefined, labels: Record<st
   return !!selector && Object.keys(selector).length > 0 && Object.entries(selector).every(([k, v]) => labels?.[k] === v);
 }
 
-function dockerfile(): { from: string; user: string; entrypoint: string[]; cmd: string[] } {
+function dockerfile(): { from: string; user: string; entrypoint: string[]; cmd: string[]; runs: string[]; env: Record<string, string> } {
   const text = readFileSync(join(ROOT, 'Dockerfile'), 'utf8');
-  const instruction = (name: string) => [...text.matchAll(new RegExp(`^${name}\\s+(.+)$`, 'gm'))].map((m) => m[1].trim()).pop() ?? '';
+  const all = (name: string) => [...text.matchAll(new RegExp(`^${name}\\s+(.+)$`, 'gm'))].map((m) => m[1].trim());
+  const instruction = (name: string) => all(name).pop() ?? '';
   return {
+    runs: all('RUN'),
+    env: Object.fromEntries(all('ENV').map((e) => e.split('=', 2) as [string, string])),
     from: instruction('FROM'),
     user: instruction('USER'),
     entrypoint: JSON.parse(instruction('ENTRYPOINT')) as string[],
@@ -394,9 +400,28 @@ describe('the worker Deployment', () => {
     const mounts = (worker.volumeMounts ?? []).filter((m) => !m.readOnly).map((m) => m.mountPath);
     const writable = (path: string) => mounts.some((mount) => path === mount || path.startsWith(`${mount}/`));
     expect(writable('/tmp')).toBe(true);
-    const cacheDir = workerEnv().get('FERRY_CACHE_DIR');
-    expect(cacheDir && writable(cacheDir)).toBe(true);
+    // The bundles are in the image's cache directory; a Deployment that moved it would need it writable.
+    const cacheDir = workerEnv().get('FERRY_CACHE_DIR') ?? image.env.FERRY_CACHE_DIR;
+    expect(cacheDir).toBe(image.env.FERRY_CACHE_DIR);
   });
+
+  it('builds both workflow bundles into the image with the Dockerfile\'s own command', async () => {
+    const image = dockerfile();
+    const step = image.runs.find((r) => r.includes('--prebuild'));
+    expect(step).toBe('node --require tsx/cjs src/temporal/bundle.ts --prebuild');
+    const cache = mkdtempSync(join(tmpdir(), 'ferry-image-cache-'));
+    try {
+      const { stdout } = await promisify(execFile)('/bin/sh', ['-c', step!], { cwd: ROOT, env: { ...process.env, FERRY_CACHE_DIR: cache, FERRY_WORKFLOW_BUNDLE: '' } });
+      const [plain, encoded] = stdout.trim().split('\n');
+      expect(plain).toBe(join(cache, 'bundles', `workflows-${workflowCodeHash()}.js`));
+      expect(encoded).toBe(join(cache, 'bundles', `workflows-${workflowCodeHash()}-encoded-failures.js`));
+      // Only the variant for FERRY_CODEC_KEY carries Ferry's failure converter.
+      expect(readFileSync(encoded, 'utf8')).toMatch(/encodeCommonAttributes: true/);
+      expect(readFileSync(plain, 'utf8')).not.toMatch(/encodeCommonAttributes: true/);
+    } finally {
+      rmSync(cache, { recursive: true, force: true });
+    }
+  }, 180_000);
 });
 
 interface ComposeService {
