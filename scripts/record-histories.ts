@@ -55,6 +55,12 @@ INSERT INTO public.orders SELECT g, 1 + g % 300, g / 4.0 FROM generate_series(1,
 CREATE INDEX orders_customer ON public.orders (customer_id);
 ANALYZE;`;
 
+/** FULL_SCHEMA's tables with their keys, compared after a full-load scenario. */
+const FULL_TABLES: [string, string][] = [
+  ['public.customers', 'id'],
+  ['public.orders', 'id'],
+];
+
 const ONLINE_SCHEMA = `
 CREATE TABLE public.accounts (id bigint PRIMARY KEY, balance numeric(12,2), note text);
 INSERT INTO public.accounts SELECT g, g / 10.0, 'seed ' || g FROM generate_series(1, 400) g;
@@ -112,10 +118,7 @@ const SCENARIOS: Scenario[] = [
       };
       await stack.ferry.start(spec, { id });
       const result = await resultWithin(stack.ferry, id);
-      await sameRows(dbs, [
-        ['public.customers', 'id'],
-        ['public.orders', 'id'],
-      ]);
+      await sameRows(dbs, FULL_TABLES);
       return result;
     },
   },
@@ -187,10 +190,7 @@ ANALYZE;`,
       await stack.ferry.start(spec, { id });
       await stack.ferry.throttle(id, { rowsPerSecond: 300 });
       const result = await resultWithin(stack.ferry, id);
-      await sameRows(dbs, [
-        ['public.customers', 'id'],
-        ['public.orders', 'id'],
-      ]);
+      await sameRows(dbs, FULL_TABLES);
       return result;
     },
   },
