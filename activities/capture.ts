@@ -1,9 +1,9 @@
 /**
- * Online mode on the source: installCapture (change log, row triggers, TRUNCATE refusal, DDL
- * guard — all tables in one transaction, before the first row is copied), removeCapture,
- * freezeSource and unfreezeSource. Locks are taken with a short lock_timeout: a CREATE TRIGGER
- * queued behind an idle transaction would otherwise stall every writer of the table, so it
- * gives up quickly and Temporal retries it. Every step is idempotent.
+ * Online mode on the source: installCapture (change log, row triggers, TRUNCATE refusal, the
+ * armed freeze, DDL guard — all tables in one transaction, before the first row is copied) and
+ * releaseSource (everything removed again). Locks are taken with a short lock_timeout: a CREATE
+ * TRIGGER queued behind an idle transaction would otherwise stall every writer of the table, so
+ * it gives up quickly and Temporal retries it. Every step is idempotent.
  */
 import { PoolClient } from 'pg';
 import { inTransaction } from '../src/db/connections';
@@ -11,26 +11,29 @@ import {
   CAPTURE_BOOKKEEPING_DDL,
   CAPTURE_SCHEMA,
   captureNames,
+  createArmedFreezeFunctionSql,
+  createArmedFreezeTriggerSql,
   createCaptureFunctionSql,
-  createFreezeFunctionSql,
-  createFreezeTriggerSql,
+  createFreezeStateSql,
   createGuardSql,
   createLogSql,
   createRefuseTruncateSql,
   createTableTriggersSql,
   FINGERPRINT_SQL,
   FREEZE_SCHEMA,
-  freezeFunction,
-  GUARD_BYPASS,
   guardEventTriggers,
   guardFunction,
+  neutralCaptureFunctionSql,
+  neutralRefuseTruncateSql,
   refuseTruncateFunction,
   triggerNames,
 } from '../src/db/capture-sql';
 import { asActivityFailure, refusal, sqlState } from '../src/db/errors';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified } from '../src/identifiers';
 import { KeyColumn } from '../src/plan';
+import { dropTriggers, relationTree } from '../src/db/triggers';
 import { ActivityDeps } from './deps';
+import { removeFreeze } from './freeze';
 
 export interface CaptureTable {
   index: number;
@@ -42,11 +45,26 @@ export interface CaptureInput {
   migrationId: string;
   source: string;
   tables: CaptureTable[];
+  /**
+   * Install the freeze with capture, inactive, so the cutover freezes by changing a value
+   * instead of racing writers for a table lock. Absent in executions of an older Ferry.
+   */
+  armFreeze?: boolean;
 }
 
 export interface SourceRef {
   migrationId: string;
   source: string;
+}
+
+export interface ReleaseInput extends SourceRef {
+  /** keep: the tables stay frozen (cutover with keep-frozen); remove: nothing of Ferry stays. */
+  freeze: 'keep' | 'remove';
+}
+
+export interface ReleaseResult {
+  /** Objects that could not be dropped yet (a lock was not free): harmless, retried later. */
+  pending: string[];
 }
 
 const LOCK_TIMEOUT = "SET LOCAL lock_timeout = '2s'";
@@ -56,9 +74,9 @@ async function lockCapture(db: PoolClient): Promise<void> {
   await db.query('SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext($1))', [CAPTURE_LOCK]);
 }
 
-async function schemaExists(db: PoolClient, schema: string): Promise<boolean> {
-  const { rows } = await db.query('SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1', [schema]);
-  return rows.length > 0;
+async function capturesExist(db: PoolClient): Promise<boolean> {
+  const { rows } = await db.query(`SELECT to_regclass('${CAPTURE_SCHEMA}.captures') IS NOT NULL AS present`);
+  return rows[0].present;
 }
 
 export function createCaptureActivities({ connections, logger }: ActivityDeps) {
@@ -73,6 +91,11 @@ export function createCaptureActivities({ connections, logger }: ActivityDeps) {
           if (installed.rowCount) return { ddlGuard: installed.rows[0].ddl_guard as boolean };
 
           await db.query(createRefuseTruncateSql(input.migrationId));
+          if (input.armFreeze) {
+            await db.query(`CREATE SCHEMA IF NOT EXISTS ${FREEZE_SCHEMA}`);
+            await db.query(createFreezeStateSql(input.migrationId));
+            await db.query(createArmedFreezeFunctionSql(input.migrationId));
+          }
           const relids: number[] = [];
           for (const table of input.tables) {
             const names = captureNames(input.migrationId, table.index);
@@ -92,6 +115,7 @@ export function createCaptureActivities({ connections, logger }: ActivityDeps) {
             await db.query(createLogSql(names));
             await db.query(createCaptureFunctionSql(names, table.keyColumns));
             for (const sql of createTableTriggersSql(table.source, names, input.migrationId)) await db.query(sql);
+            if (input.armFreeze) for (const sql of createArmedFreezeTriggerSql(table.source, input.migrationId)) await db.query(sql);
           }
           // The DDL guard needs superuser (event triggers); without it, sync compares fingerprints.
           let ddlGuard = true;
@@ -111,7 +135,7 @@ export function createCaptureActivities({ connections, logger }: ActivityDeps) {
               [input.migrationId, table.index, relids[i], fp.rows[0].fingerprint, ddlGuard],
             );
           }
-          logger.info({ migrationId: input.migrationId, tables: input.tables.length, ddlGuard }, 'capture installed');
+          logger.info({ migrationId: input.migrationId, tables: input.tables.length, ddlGuard, armFreeze: Boolean(input.armFreeze) }, 'capture installed');
           return { ddlGuard };
         }),
       );
@@ -120,97 +144,78 @@ export function createCaptureActivities({ connections, logger }: ActivityDeps) {
     }
   }
 
-  async function removeCapture({ migrationId, source }: SourceRef): Promise<void> {
+  /**
+   * Removes capture (and, with freeze: remove, the freeze) from the source. First what needs no
+   * table lock — the DDL guard goes, the capture and TRUNCATE-refusal functions become no-ops —
+   * so capture stops at once; then the triggers, one table at a time under a short lock_timeout.
+   * A table whose lock is not free (a long reader, pg_dump) is reported as pending instead of
+   * failing: its triggers are already harmless, and a later call finishes the job. What the
+   * triggers used (functions, logs, the freeze state) goes only once no trigger uses it.
+   */
+  async function releaseSource(input: ReleaseInput): Promise<ReleaseResult> {
+    const { migrationId } = input;
+    const triggers = triggerNames(migrationId);
+    const pending: string[] = [];
     try {
-      await connections.withClient(source, (db) =>
-        inTransaction(db, async () => {
+      await connections.withClient(input.source, async (db) => {
+        const captured = await inTransaction(db, async () => {
           await db.query(LOCK_TIMEOUT);
           await lockCapture(db);
-          if (!(await schemaExists(db, CAPTURE_SCHEMA))) return;
-          const hasCaptures = await db.query(`SELECT to_regclass('${CAPTURE_SCHEMA}.captures') IS NOT NULL AS present`);
-          if (!hasCaptures.rows[0].present) return;
+          if (!(await capturesExist(db))) return [];
           for (const name of guardEventTriggers(migrationId)) await db.query(`DROP EVENT TRIGGER IF EXISTS ${quoteIdent(name)}`);
           await db.query(`DROP FUNCTION IF EXISTS ${quoteQualified(guardFunction(migrationId))}()`);
           const { rows } = await db.query(
-            `SELECT table_index, relid::regclass::text AS relation FROM ${CAPTURE_SCHEMA}.captures c
-              WHERE migration_id = $1 AND EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE oid = c.relid)`,
+            `SELECT table_index, relid::int8 AS relid, EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE oid = c.relid) AS present
+               FROM ${CAPTURE_SCHEMA}.captures c WHERE migration_id = $1 ORDER BY table_index`,
             [migrationId],
           );
-          const indexes = (await db.query(`SELECT table_index FROM ${CAPTURE_SCHEMA}.captures WHERE migration_id = $1`, [migrationId])).rows;
-          const triggers = triggerNames(migrationId);
-          for (const { relation } of rows) {
-            await db.query(`DROP TRIGGER IF EXISTS ${quoteIdent(triggers.capture)} ON ${relation}`);
-            await db.query(`DROP TRIGGER IF EXISTS ${quoteIdent(triggers.truncate)} ON ${relation}`);
+          for (const { table_index } of rows) {
+            const fn = await db.query('SELECT to_regprocedure($1) IS NOT NULL AS present', [`${quoteQualified(captureNames(migrationId, table_index).captureFunction)}()`]);
+            if (fn.rows[0].present) await db.query(neutralCaptureFunctionSql(captureNames(migrationId, table_index)));
           }
-          for (const { table_index } of indexes) {
-            const names = captureNames(migrationId, table_index);
-            await db.query(`DROP FUNCTION IF EXISTS ${quoteQualified(names.captureFunction)}()`);
-            await db.query(`DROP TABLE IF EXISTS ${quoteQualified(names.log)}`);
+          const refuse = await db.query('SELECT to_regprocedure($1) IS NOT NULL AS present', [`${quoteQualified(refuseTruncateFunction(migrationId))}()`]);
+          if (refuse.rows[0].present) await db.query(neutralRefuseTruncateSql(migrationId));
+          return rows as { table_index: number; relid: string; present: boolean }[];
+        });
+
+        for (const table of captured.filter((t) => t.present)) {
+          for (const { name } of await relationTree(db, Number(table.relid))) {
+            const dropped = await dropTriggers(db, name, [triggers.capture, triggers.truncate]);
+            if (!dropped) pending.push(`capture triggers on ${name}`);
           }
-          await db.query(`DROP FUNCTION IF EXISTS ${quoteQualified(refuseTruncateFunction(migrationId))}()`);
-          await db.query(`DELETE FROM ${CAPTURE_SCHEMA}.captures WHERE migration_id = $1`, [migrationId]);
-          const others = await db.query(`SELECT 1 FROM ${CAPTURE_SCHEMA}.captures LIMIT 1`);
-          if (others.rowCount === 0) await db.query(`DROP SCHEMA ${CAPTURE_SCHEMA} CASCADE`);
-          logger.info({ migrationId }, 'capture removed');
-        }),
-      );
+        }
+        if (captured.length > 0 && pending.length === 0) {
+          await inTransaction(db, async () => {
+            await db.query(LOCK_TIMEOUT);
+            await lockCapture(db);
+            for (const { table_index } of captured) {
+              const names = captureNames(migrationId, table_index);
+              await db.query(`DROP FUNCTION IF EXISTS ${quoteQualified(names.captureFunction)}()`);
+              await db.query(`DROP TABLE IF EXISTS ${quoteQualified(names.log)}`);
+            }
+            await db.query(`DROP FUNCTION IF EXISTS ${quoteQualified(refuseTruncateFunction(migrationId))}()`);
+            await db.query(`DELETE FROM ${CAPTURE_SCHEMA}.captures WHERE migration_id = $1`, [migrationId]);
+            const others = await db.query(`SELECT 1 FROM ${CAPTURE_SCHEMA}.captures LIMIT 1`);
+            if (others.rowCount === 0) await db.query(`DROP SCHEMA ${CAPTURE_SCHEMA} CASCADE`);
+          });
+        }
+        if (input.freeze === 'remove') pending.push(...(await removeFreeze(db, migrationId)).pending);
+      });
+      logger.info({ migrationId, freeze: input.freeze, pending }, pending.length ? 'source partly released' : 'source released');
+      return { pending };
     } catch (err) {
-      throw asActivityFailure(err, 'removeCapture');
+      throw asActivityFailure(err, 'releaseSource');
     }
   }
 
-  /** Freezes writes on every migrated table in one transaction (statement-level BEFORE trigger). */
-  async function freezeSource(input: CaptureInput): Promise<{ frozenAt: string }> {
-    try {
-      return await connections.withClient(input.source, (db) =>
-        inTransaction(db, async () => {
-          await db.query(LOCK_TIMEOUT);
-          await db.query(GUARD_BYPASS);
-          await db.query(`CREATE SCHEMA IF NOT EXISTS ${FREEZE_SCHEMA}`);
-          await db.query(createFreezeFunctionSql(input.migrationId));
-          const trigger = triggerNames(input.migrationId).freeze;
-          for (const table of input.tables) {
-            const exists = await db.query('SELECT 1 FROM pg_catalog.pg_trigger WHERE tgrelid = to_regclass($1) AND tgname = $2', [
-              quoteQualified(table.source),
-              trigger,
-            ]);
-            if (exists.rowCount) continue;
-            for (const sql of createFreezeTriggerSql(table.source, input.migrationId)) await db.query(sql);
-          }
-          const { rows } = await db.query(`SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS at`);
-          logger.info({ migrationId: input.migrationId }, 'source frozen');
-          return { frozenAt: rows[0].at };
-        }),
-      );
-    } catch (err) {
-      throw asActivityFailure(err, 'freezeSource');
-    }
+  /**
+   * The compensation of executions begun by an older Ferry: as releaseSource, keeping any
+   * freeze, but failing (and so retried) while a table's lock is not free.
+   */
+  async function removeCapture(input: SourceRef): Promise<void> {
+    const { pending } = await releaseSource({ ...input, freeze: 'keep' });
+    if (pending.length > 0) throw new Error(`could not remove yet: ${pending.join(', ')}`);
   }
 
-  async function unfreezeSource({ migrationId, source }: SourceRef): Promise<{ unfrozen: string[] }> {
-    try {
-      return await connections.withClient(source, (db) =>
-        inTransaction(db, async () => {
-          await db.query(LOCK_TIMEOUT);
-          const trigger = triggerNames(migrationId).freeze;
-          const { rows } = await db.query('SELECT tgrelid::regclass::text AS relation FROM pg_catalog.pg_trigger WHERE tgname = $1', [trigger]);
-          for (const { relation } of rows) await db.query(`DROP TRIGGER IF EXISTS ${quoteIdent(trigger)} ON ${relation}`);
-          await db.query(`DROP FUNCTION IF EXISTS ${quoteQualified(freezeFunction(migrationId))}()`);
-          if (await schemaExists(db, FREEZE_SCHEMA)) {
-            const left = await db.query(
-              `SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1 LIMIT 1`,
-              [FREEZE_SCHEMA],
-            );
-            if (left.rowCount === 0) await db.query(`DROP SCHEMA ${FREEZE_SCHEMA}`);
-          }
-          logger.info({ migrationId, tables: rows.length }, 'source unfrozen');
-          return { unfrozen: rows.map((r) => r.relation as string) };
-        }),
-      );
-    } catch (err) {
-      throw asActivityFailure(err, 'unfreezeSource');
-    }
-  }
-
-  return { installCapture, removeCapture, freezeSource, unfreezeSource };
+  return { installCapture, releaseSource, removeCapture };
 }

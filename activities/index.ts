@@ -8,6 +8,9 @@ import { createCheckDirty } from './check-dirty';
 import { createCopyChunk } from './copy-chunk';
 import { ActivityDeps } from './deps';
 import { createFinalizeTarget } from './finalize-target';
+import { createForeignKeyActivities } from './foreign-keys';
+import { createFreezeActivities } from './freeze';
+import { createIndexActivities } from './indexes';
 import { createPreflight } from './preflight';
 import { createPrepareTarget, createStoredPlan } from './prepare-target';
 import { createRollbackTarget } from './rollback-target';
@@ -27,6 +30,9 @@ export function createActivities(deps: ActivityDeps) {
     finalizeTarget: createFinalizeTarget(deps),
     ...createRollbackTarget(deps),
     ...createCaptureActivities(deps),
+    ...createFreezeActivities(deps),
+    ...createIndexActivities(deps),
+    ...createForeignKeyActivities(deps),
     ...createSyncActivities(deps),
     checkDirtyKeys: createCheckDirty(deps),
     sendCallback: createSendCallback(deps),

@@ -77,7 +77,17 @@ async function planMigration(source: PoolClient, target: PoolClient, spec: Spec)
       throw atField(err, `tables[${index}]`);
     }
   }
-  return { tables, sourceServer: src.rows[0].version, targetServer: tgt.rows[0].version };
+  return { tables, sourceServer: src.rows[0].version, targetServer: tgt.rows[0].version, targetReplicaRole: await canApplyAsReplica(target) };
+}
+
+/** Superuser, or (PostgreSQL 15 and later) SET privilege on session_replication_role. */
+async function canApplyAsReplica(db: PoolClient): Promise<boolean> {
+  const { rows } = await db.query(
+    `SELECT r.rolsuper AS superuser, current_setting('server_version_num')::int AS version FROM pg_catalog.pg_roles r WHERE r.rolname = current_user`,
+  );
+  if (rows[0].superuser) return true;
+  if (rows[0].version < 150000) return false;
+  return (await db.query(`SELECT has_parameter_privilege('session_replication_role', 'SET') AS ok`)).rows[0].ok;
 }
 
 async function planTable(source: PoolClient, target: PoolClient, spec: Spec, table: TableSpec, index: number): Promise<TablePlan> {

@@ -15,11 +15,13 @@ import { Client, ClientBase } from 'pg';
 import { ChunkRef, claimChunk, holdsFence, SYNC_CHUNK } from '../src/db/bookkeeping';
 import { CAPTURE_SCHEMA, captureNames, FINGERPRINT_SQL } from '../src/db/capture-sql';
 import { inTransaction } from '../src/db/connections';
-import { copyStream, selectColumns } from '../src/db/copy-stream';
+import { copyStream, deleteKeys, selectColumns } from '../src/db/copy-stream';
 import type { CopyTable } from '../src/plan';
 import { asActivityFailure } from '../src/db/errors';
 import { distinctKeys, keyAsText, keyFromRow, keyInList, keyPredicate, literalBinder, ParamBinder, rangeBounds } from '../src/db/ranges';
-import { displayQualified, quoteQualified } from '../src/identifiers';
+import { writeAsReplica } from '../src/db/session';
+import { evictConflictsSql, readUniqueKeys } from '../src/db/unique-keys';
+import { displayQualified, QualifiedName, quoteQualified } from '../src/identifiers';
 import { Key, KeyRange } from '../src/plan';
 import { fenceToken, SUPERSEDED } from './copy-chunk';
 import { ActivityDeps } from './deps';
@@ -66,16 +68,60 @@ export interface EnqueueInput {
 const PENDING_COUNT_CAP = 1_000_000;
 export const POLL_MS = 500;
 
-/** Replaces the target's rows for `keys` with the source's current rows (the caller owns the transaction). */
-export async function applyKeys(source: ClientBase, target: ClientBase, table: CopyTable, keys: Key[]): Promise<void> {
-  const deleteBinder = new ParamBinder();
-  await target.query(`DELETE FROM ${quoteQualified(table.target)} WHERE ${keyInList(table, keys, deleteBinder)}`, deleteBinder.params);
-  await copyStream(
-    source,
-    target,
-    table,
-    `SELECT ${selectColumns(table)} FROM ${quoteQualified(table.source)} WHERE ${keyInList(table, keys, literalBinder)}`,
-  );
+/** Rounds of eviction inside one batch before the rest goes back to the log. */
+const MAX_EVICTION_ROUNDS = 8;
+
+export interface Applied {
+  /** Every key whose target row now equals the source's (evicted rows included). */
+  applied: Key[];
+  /** Keys evicted in the last round: their rows left the target, the log must replay them. */
+  requeue: Key[];
+}
+
+/**
+ * Replaces the target's rows for `keys` with the source's current rows (the caller owns the
+ * transaction). Where the target has unique or exclusion indexes besides its key, the rows go
+ * through a staging table first, and target rows that conflict with them — stale rows whose
+ * change is still in the log — are evicted and replayed from the source in the same
+ * transaction (see src/db/unique-keys.ts).
+ */
+export async function applyKeys(source: ClientBase, target: ClientBase, table: CopyTable, keys: Key[]): Promise<Applied> {
+  // The lock first, then the catalog: an index created later is seen by the next batch.
+  await target.query(`LOCK TABLE ${quoteQualified(table.target)} IN ROW EXCLUSIVE MODE`);
+  const uniques = await readUniqueKeys(target, table.target);
+  const select = (batch: Key[]) => `SELECT ${selectColumns(table)} FROM ${quoteQualified(table.source)} WHERE ${keyInList(table, batch, literalBinder)}`;
+  if (uniques.length === 0) {
+    await deleteKeys(target, table, keys);
+    await copyStream(source, target, table, select(keys));
+    return { applied: keys, requeue: [] };
+  }
+  const stage: QualifiedName = { schema: 'pg_temp', name: `ferry_stage_${table.index}` };
+  await target.query(`CREATE TEMP TABLE IF NOT EXISTS ${quoteQualified(stage)} (LIKE ${quoteQualified(table.target)} INCLUDING GENERATED)`);
+  const applied = [...keys];
+  let batch = keys;
+  for (let round = 0; batch.length > 0; round += 1) {
+    if (round >= MAX_EVICTION_ROUNDS) return { applied, requeue: batch };
+    await copyStream(source, target, { ...table, target: stage }, select(batch));
+    await deleteKeys(target, table, batch);
+    const evicted: Key[] = [];
+    for (const key of uniques) {
+      const { rows } = await target.query(evictConflictsSql(table.target, quoteQualified(stage), key, table));
+      evicted.push(...rows.map((r) => keyFromRow(r, table)));
+    }
+    await target.query(`INSERT INTO ${quoteQualified(table.target)} (${selectColumns(table)}) SELECT ${selectColumns(table)} FROM ${quoteQualified(stage)}`);
+    await target.query(`TRUNCATE ${quoteQualified(stage)}`);
+    batch = distinctKeys(evicted);
+    applied.push(...batch);
+  }
+  return { applied: distinctKeys(applied), requeue: [] };
+}
+
+/** Puts keys back into the table's change log on the source. */
+export async function enqueue(source: ClientBase, log: string, keys: Key[]): Promise<void> {
+  if (keys.length === 0) return;
+  await source.query(`INSERT INTO ${log} (pk) SELECT ARRAY(SELECT jsonb_array_elements_text(k)) FROM jsonb_array_elements($1::jsonb) AS k`, [
+    JSON.stringify(keys),
+  ]);
 }
 
 async function recordDirty(target: ClientBase, migrationId: string, tableIndex: number, keys: Key[]): Promise<void> {
@@ -119,6 +165,7 @@ export function createSyncActivities({ connections, logger }: ActivityDeps) {
     let target: Client | undefined;
     try {
       [source, target] = await Promise.all([connections.client(input.source), connections.client(input.target)]);
+      await writeAsReplica(target);
       if (!(await claimChunk(target, ref, token, `${ctx.info.activityId}#${ctx.info.attempt}`))) {
         throw ApplicationFailure.nonRetryable('a newer attempt owns this table\'s sync', SUPERSEDED);
       }
@@ -140,14 +187,17 @@ export function createSyncActivities({ connections, logger }: ActivityDeps) {
           continue;
         }
         const keys = distinctKeys(rows.map((r) => r.pk as Key));
-        await inTransaction(target, async () => {
+        const done = await inTransaction(target, async () => {
           if (!(await holdsFence(target!, ref, token))) throw ApplicationFailure.nonRetryable('a newer attempt owns this table\'s sync', SUPERSEDED);
-          await applyKeys(source!, target!, input.table, keys);
-          if (input.recordDirty) await recordDirty(target!, input.migrationId, input.table.index, keys);
+          const result = await applyKeys(source!, target!, input.table, keys);
+          if (input.recordDirty) await recordDirty(target!, input.migrationId, input.table.index, result.applied);
+          return result;
         });
-        // Only after the target committed: delete exactly the log rows that were applied.
+        // Only after the target committed: evicted rows back into the log, then delete exactly
+        // the log rows that were applied.
+        await enqueue(source, log, done.requeue);
         await source.query(`DELETE FROM ${log} WHERE id = ANY ($1::int8[])`, [rows.map((r) => r.id)]);
-        applied += keys.length;
+        applied += done.applied.length;
         rounds += 1;
         ctx.heartbeat({ applied });
         caughtUp = rows.length < input.batchKeys;
@@ -187,11 +237,7 @@ export function createSyncActivities({ connections, logger }: ActivityDeps) {
         );
         const keys = distinctKeys([...sourceKeys, ...targetKeys]);
         if (keys.length === 0) continue;
-        await connections.withClient(input.source, (db) =>
-          db.query(`INSERT INTO ${log} (pk) SELECT ARRAY(SELECT jsonb_array_elements_text(k)) FROM jsonb_array_elements($1::jsonb) AS k`, [
-            JSON.stringify(keys),
-          ]),
-        );
+        await connections.withClient(input.source, (db) => enqueue(db, log, keys));
         enqueued += keys.length;
       }
       return { enqueued };

@@ -11,6 +11,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { Client } from 'pg';
 import { ChunkRef, claimChunk, holdsFence } from '../src/db/bookkeeping';
 import { inTransaction } from '../src/db/connections';
+import { writeAsReplica } from '../src/db/session';
 import { copyRange, deleteRange, selectColumns } from '../src/db/copy-stream';
 import type { CopyTable } from '../src/plan';
 import { asActivityFailure } from '../src/db/errors';
@@ -167,6 +168,7 @@ export function createRepairRange({ connections, logger }: ActivityDeps) {
     let target: Client | undefined;
     try {
       [source, target] = await Promise.all([connections.client(input.source), connections.client(input.target)]);
+      await writeAsReplica(target);
       // Taking the fence also stops any zombie copy of this chunk from writing after the repair.
       if (!(await claimChunk(target, ref, token, `${ctx.info.activityId}#${ctx.info.attempt}`))) {
         throw ApplicationFailure.nonRetryable('a newer attempt owns this chunk', SUPERSEDED);

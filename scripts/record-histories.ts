@@ -20,6 +20,7 @@ import { join, relative } from 'node:path';
 import { Client, WorkflowExecutionInfo } from '@temporalio/client';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import type { temporal } from '@temporalio/proto';
+import { Client as PgClient } from 'pg';
 import { DEFAULT_TEST_PG, ensurePostgres } from '../src/postgres';
 import type { ResultDocument } from '../src/status';
 import { ensureTemporalBinary, temporalVersion } from '../src/temporal/binary';
@@ -99,6 +100,15 @@ async function sameRows(dbs: TestDatabases, tables: [string, string][]): Promise
     if (JSON.stringify(source) !== JSON.stringify(target)) throw new Error(`${table}: the target differs from the source after the migration`);
   }
 }
+
+/** ONLINE_SCHEMA plus a unique column, a foreign key and a plain index: built before the cutover. */
+const ONLINE_SCHEMA_WITH_CONSTRAINTS = `${ONLINE_SCHEMA}
+CREATE TABLE public.teams (id int PRIMARY KEY, name text NOT NULL UNIQUE);
+INSERT INTO public.teams SELECT g, 'team ' || g FROM generate_series(1, 20) g;
+CREATE TABLE public.members (id int PRIMARY KEY, team_id int NOT NULL REFERENCES public.teams (id), email text NOT NULL UNIQUE);
+INSERT INTO public.members SELECT g, 1 + g % 20, 'm' || g || '@example.com' FROM generate_series(1, 300) g;
+CREATE INDEX members_team ON public.members (team_id);
+ANALYZE;`;
 
 const SCENARIOS: Scenario[] = [
   {
@@ -236,6 +246,61 @@ ANALYZE;`,
         ['public.items', 'a, b'],
       ]);
       return result;
+    },
+  },
+  {
+    name: 'full-indexes-per-table',
+    description: 'full load; each table builds its indexes once validated, then foreign keys are added NOT VALID and validated (patch target-ready-before-cutover)',
+    schema: FULL_SCHEMA,
+    expected: 'SUCCEEDED',
+    async run({ id, stack, dbs }) {
+      const spec = { source: 'src', target: 'dst', batchRows: 100, tables: ['public.customers', { name: 'public.orders', chunks: 2 }] };
+      await stack.ferry.start(spec, { id });
+      const result = await resultWithin(stack.ferry, id);
+      await sameRows(dbs, FULL_TABLES);
+      return result;
+    },
+  },
+  {
+    name: 'online-armed-freeze',
+    description:
+      'online with unique columns, a foreign key and an index (built before the approval); approved while a write transaction is open: ' +
+      'the cutover names it (CutoverBlocked) and ends it after maxWait (onBlocked: terminate); a long reader keeps capture from being ' +
+      'dropped, so the cleanup helper removes it in the background once the reader ends (afterwards: unfreeze)',
+    schema: ONLINE_SCHEMA_WITH_CONSTRAINTS,
+    expected: 'SUCCEEDED',
+    async run({ id, stack, dbs }) {
+      const spec = onlineSpec({
+        tables: [{ name: 'public.accounts', chunks: 2 }, 'public.items', 'public.teams', 'public.members'],
+        cutover: { approval: 'manual', approvalTimeout: '10m', maxWait: '3s', onBlocked: 'terminate', afterwards: 'unfreeze' },
+      });
+      await stack.ferry.start(spec, { id });
+      await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL');
+      await dbs.exec('source', ONLINE_WRITES);
+      await writesSynced(dbs);
+      const blocker = new PgClient({ connectionString: dbs.url('source'), application_name: 'recording-blocker' });
+      const reader = new PgClient({ connectionString: dbs.url('source'), application_name: 'recording-reader' });
+      await Promise.all([blocker.connect(), reader.connect()]);
+      blocker.on('error', () => undefined);
+      await blocker.query('BEGIN');
+      await blocker.query(`UPDATE public.teams SET name = name WHERE id = 1`);
+      await reader.query('BEGIN');
+      await reader.query('SELECT count(*) FROM public.members');
+      try {
+        await stack.ferry.approve(id);
+        const result = await resultWithin(stack.ferry, id);
+        await sameRows(dbs, [
+          ['public.accounts', 'id'],
+          ['public.items', 'a, b'],
+          ['public.teams', 'id'],
+          ['public.members', 'id'],
+        ]);
+        return result;
+      } finally {
+        await reader.query('COMMIT');
+        await reader.end();
+        await blocker.end().catch(() => undefined);
+      }
     },
   },
   {

@@ -354,7 +354,7 @@ export class FerryClient {
    * Lifts the write freeze an online cutover left on the source (`cutover.afterwards:
    * keep-frozen`). Runs a short helper workflow on the workers, which hold the connections.
    */
-  async unfreeze(id: string): Promise<{ unfrozen: string[] }> {
+  async unfreeze(id: string): Promise<{ unfrozen: string[]; pending?: string[] }> {
     const d = await this.handle(id).describe();
     const source = d.memo?.source;
     if (typeof source !== 'string') throw new RefusedError(`migration ${id} has no recorded source connection`, 'UnknownMigration');

@@ -12,7 +12,31 @@ export const TABLE_WORKFLOW = 'tableMigrationWorkflow';
 /** Internal helper workflows (not migrations; `ferry list` hides them). */
 export const PREFLIGHT_WORKFLOW = 'preflightWorkflow';
 export const UNFREEZE_WORKFLOW = 'unfreezeWorkflow';
-export const HELPER_WORKFLOW_TYPES = [PREFLIGHT_WORKFLOW, UNFREEZE_WORKFLOW];
+/** Removes what a migration left on the source (and, for `ferry cleanup`, on the target). */
+export const CLEANUP_WORKFLOW = 'cleanupWorkflow';
+export const HELPER_WORKFLOW_TYPES = [PREFLIGHT_WORKFLOW, UNFREEZE_WORKFLOW, CLEANUP_WORKFLOW];
+
+/** Workflow ids derived from a migration's id. */
+export const workflowIds = {
+  table: (migrationId: string, tableIndex: number) => `${migrationId}/table-${tableIndex}`,
+  cleanup: (migrationId: string) => `${migrationId}/cleanup`,
+};
+
+/**
+ * patched() ids: each guards a change of workflow behaviour, so that executions begun before
+ * it replay the commands they recorded. Remove one only after no execution that predates it can
+ * still be running (deprecatePatch first).
+ */
+export const PATCHES = {
+  refuseInvalidThrottle: 'refuse-invalid-throttle',
+  interruptSlicesOnControl: 'interrupt-slices-on-control',
+  shareRateCapAcrossTables: 'share-rate-cap-across-tables',
+  /**
+   * Target indexes built per table as soon as it is ready, foreign keys before the approval;
+   * online, the freeze installed with capture and flipped at cutover while the sync runs.
+   */
+  targetReadyBeforeCutover: 'target-ready-before-cutover',
+} as const;
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);
 export const FerryPhaseKey = defineSearchAttributeKey('FerryPhase', SearchAttributeType.KEYWORD);

@@ -64,6 +64,11 @@ export interface MigrationPlan {
   tables: TablePlan[];
   sourceServer: string;
   targetServer: string;
+  /**
+   * Ferry's sessions on the target may set session_replication_role = replica, so its writes
+   * fire no trigger or foreign-key action there (absent in plans of an older Ferry).
+   */
+  targetReplicaRole?: boolean;
 }
 
 /** A chunk's progress, as committed in the target's `_ferry.checkpoints` row. */

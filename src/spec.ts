@@ -12,7 +12,7 @@ export const BATCH_ROWS = { min: 100, max: 1_000_000, default: 50_000 };
 export const CHUNKS = { min: 1, max: 256 };
 // Two chunks at a time per table measured fastest with source and target sharing 2 cores
 // (bench/copy.ts); raise parallelism.chunks when the databases have cores to spare.
-export const PARALLELISM = { tables: 2, chunks: 2, max: 64 };
+export const PARALLELISM = { tables: 2, chunks: 2, indexes: 2, max: 64 };
 export const MAX_METADATA_BYTES = 16 * 1024;
 export const MAX_TABLES = 500;
 
@@ -74,6 +74,7 @@ export const specSchema = z
       .strictObject({
         tables: int(1, PARALLELISM.max).default(PARALLELISM.tables).describe('tables copied at once'),
         chunks: int(1, PARALLELISM.max).default(PARALLELISM.chunks).describe('chunk copies at once per table'),
+        indexes: int(1, PARALLELISM.max).default(PARALLELISM.indexes).describe('index and constraint builds at once per table (and foreign-key validations at once)'),
       })
       .optional()
       .describe('raise chunks when the databases have cores to spare'),
@@ -82,6 +83,13 @@ export const specSchema = z
         approval: z.enum(['auto', 'manual']).default('auto').describe('manual waits for `ferry approve ID` (signal approveCutover)'),
         approvalTimeout: duration(1000, 30 * 86_400_000).default('24h').describe('then the migration rolls back'),
         afterwards: z.enum(['keep-frozen', 'unfreeze']).default('keep-frozen').describe('whether the source stays write-frozen after cutover'),
+        maxWait: duration(1000, 7 * 86_400_000)
+          .default('5m')
+          .describe('how long the cutover waits for write transactions that were open when writes were frozen'),
+        onBlocked: z
+          .enum(['rollback', 'terminate', 'wait'])
+          .default('rollback')
+          .describe('after maxWait: roll the migration back, end the blocking sessions (pg_terminate_backend), or keep waiting'),
       })
       .optional()
       .describe('online mode only'),
@@ -180,6 +188,8 @@ export interface CutoverSpec {
   approval: 'auto' | 'manual';
   approvalTimeoutMs: number;
   afterwards: 'keep-frozen' | 'unfreeze';
+  maxWaitMs: number;
+  onBlocked: 'rollback' | 'terminate' | 'wait';
 }
 
 /** The normalised spec: names parsed, durations in milliseconds, defaults applied. */
@@ -192,7 +202,7 @@ export interface Spec {
   truncate: boolean;
   batchRows: number;
   validation: 'none' | 'count' | 'checksum';
-  parallelism: { tables: number; chunks: number };
+  parallelism: { tables: number; chunks: number; indexes: number };
   cutover?: CutoverSpec;
   onFailure: 'rollback' | 'keep';
   deadlineMs?: number;
@@ -302,13 +312,15 @@ export function parseSpec(input: unknown): Spec {
     truncate: s.truncate,
     batchRows: s.batchRows,
     validation: s.validation,
-    parallelism: s.parallelism ?? { tables: PARALLELISM.tables, chunks: PARALLELISM.chunks },
+    parallelism: s.parallelism ?? { tables: PARALLELISM.tables, chunks: PARALLELISM.chunks, indexes: PARALLELISM.indexes },
     cutover:
       s.mode === 'online'
         ? {
             approval: s.cutover?.approval ?? 'auto',
             approvalTimeoutMs: parseDuration(s.cutover?.approvalTimeout ?? '24h')!,
             afterwards: s.cutover?.afterwards ?? 'keep-frozen',
+            maxWaitMs: parseDuration(s.cutover?.maxWait ?? '5m')!,
+            onBlocked: s.cutover?.onBlocked ?? 'rollback',
           }
         : undefined,
     onFailure: s.onFailure,

@@ -12,8 +12,11 @@ export const EVENT_TYPES = [
   'IncrementalCaughtUp',
   'ValidationPassed',
   'ConsistencyBreach',
+  'IndexesBuilt',
   'CutoverStarted',
+  'CutoverBlocked',
   'CutoverCompleted',
+  'CaptureLost',
   'RollbackStarted',
   'RolledBack',
   'MigrationFinished',
@@ -51,6 +54,18 @@ export interface ErrorInfo {
   cause?: string;
 }
 
+/** A session whose open write transaction the cutover waits for. */
+export interface Blocker {
+  /** 0 for a prepared transaction (it has no session). */
+  pid: number;
+  applicationName: string;
+  user: string;
+  xactAgeSeconds: number;
+  /** The first 100 characters of its current or last query. */
+  query: string;
+  state: string;
+}
+
 /** Online mode: how the cutover went. */
 export interface CutoverReport {
   frozenAt: string;
@@ -77,6 +92,8 @@ export interface StatusDocument {
   eventsDropped?: number;
   warnings?: string[];
   cutover?: CutoverReport;
+  /** While the cutover waits for write transactions begun before the freeze: who they are. */
+  cutoverBlockers?: Blocker[];
   /** With state RETRYING: the activity being retried and its last error. */
   retrying?: { workflowId: string; activity: string; attempt: number; lastError?: string };
 }

@@ -1,8 +1,9 @@
 /** What the parent's chains share: the spec, the plan, the tracker, the saga, the children. */
 import { ChildWorkflowCancellationType, ChildWorkflowHandle, startChild, workflowInfo } from '@temporalio/workflow';
+import { workflowIds } from '../src/names';
 import { MigrationPlan, TablePlan } from '../src/plan';
 import { Spec } from '../src/spec';
-import { steps } from './activities';
+import { steps } from './proxies';
 import { Control } from './definitions';
 import { Saga } from './saga';
 import { tableMigrationWorkflow } from './table';
@@ -32,6 +33,11 @@ export interface MigrationContext {
   children: Map<number, ChildWorkflowHandle<typeof tableMigrationWorkflow>>;
   /** Set by the approveCutover signal. */
   approved(): boolean;
+  /**
+   * Indexes per table and foreign keys before the approval, the armed freeze online; false in
+   * executions begun before PATCHES.targetReadyBeforeCutover.
+   */
+  targetReadyBeforeCutover: boolean;
 }
 
 /** Pushes the target's undo first (its completion can be lost), then prepares the target. */
@@ -44,7 +50,7 @@ export async function prepareTarget(ctx: MigrationContext): Promise<void> {
 export async function startTable(ctx: MigrationContext, table: TablePlan, waitForCopySlot: boolean) {
   const { id, spec, tracker } = ctx;
   const child = await startChild(tableMigrationWorkflow, {
-    workflowId: `${id}/table-${table.index}`,
+    workflowId: workflowIds.table(id, table.index),
     cancellationType: ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
     staticSummary: `${tracker.tables[table.index].source} → ${tracker.tables[table.index].target}`,
     args: [
@@ -61,6 +67,7 @@ export async function startTable(ctx: MigrationContext, table: TablePlan, waitFo
         control: ctx.control(),
         waitForCopySlot,
         historyLimit: ctx.options.tableHistoryLimit,
+        ...(ctx.targetReadyBeforeCutover ? { indexes: { parallelism: spec.parallelism.indexes } } : {}),
       },
     ],
   });

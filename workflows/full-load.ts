@@ -1,14 +1,15 @@
 /**
  * mode: full — prepareTarget → one tableMigrationWorkflow per table (at most
- * parallelism.tables at once), each copying and validating → finalizeTarget (indexes,
- * constraints, foreign keys, sequences, ANALYZE).
+ * parallelism.tables at once), each copying, validating and building its indexes → foreign keys
+ * (added NOT VALID, then validated, parallelism.indexes at a time) and sequence positions.
+ * Executions begun by an older Ferry build every index at the end instead (finalizeTarget).
  */
-import { steps } from './activities';
+import { steps } from './proxies';
 import { runBounded } from './bounded';
 import { derivePhase, MigrationContext, prepareTarget, startTable } from './context';
 
 export async function runFullLoad(ctx: MigrationContext): Promise<void> {
-  const { id, spec, plan, tracker } = ctx;
+  const { spec, plan, tracker } = ctx;
   await prepareTarget(ctx);
   tracker.setPhase('FULL_MIGRATING', 'target prepared');
   await runBounded(plan.tables, spec.parallelism.tables, async (table) => {
@@ -20,13 +21,28 @@ export async function runFullLoad(ctx: MigrationContext): Promise<void> {
     }
   });
   derivePhase(tracker, spec);
-  const finalized = await steps.finalizeTarget({ migrationId: id, source: spec.source, target: spec.target, tables: plan.tables });
-  for (const { table, changes } of finalized.writtenDuringCopy) {
+  const { writtenDuringCopy, skippedForeignKeys } = ctx.targetReadyBeforeCutover ? await finishTarget(ctx) : await finalizeAtTheEnd(ctx);
+  for (const { table, changes } of writtenDuringCopy) {
     tracker.warnings.push(
       `${table} took about ${changes} row changes while it was copied; validation compared the result, but full mode assumes a quiet source — use mode: online for tables that keep changing`,
     );
   }
-  for (const fk of finalized.skippedForeignKeys) {
+  for (const fk of skippedForeignKeys) {
     tracker.warnings.push(`foreign key ${fk} not created: the referenced table is not on the target`);
   }
+}
+
+async function finishTarget({ spec, plan }: MigrationContext) {
+  const tables = { source: spec.source, target: spec.target, tables: plan.tables };
+  const { foreignKeys, skipped } = await steps.addForeignKeys(tables);
+  await runBounded(foreignKeys, spec.parallelism.indexes, async (foreignKey) => {
+    await steps.validateForeignKey({ target: spec.target, foreignKey });
+  });
+  const { writtenDuringCopy } = await steps.finishTarget(tables);
+  return { writtenDuringCopy, skippedForeignKeys: skipped };
+}
+
+async function finalizeAtTheEnd({ id, spec, plan }: MigrationContext) {
+  const finalized = await steps.finalizeTarget({ migrationId: id, source: spec.source, target: spec.target, tables: plan.tables });
+  return { writtenDuringCopy: finalized.writtenDuringCopy, skippedForeignKeys: finalized.skippedForeignKeys };
 }

@@ -3,3 +3,4 @@ export { migrationWorkflow } from './migration';
 export { tableMigrationWorkflow } from './table';
 export { preflightWorkflow } from './preflight';
 export { unfreezeWorkflow } from './unfreeze';
+export { cleanupWorkflow } from './cleanup';

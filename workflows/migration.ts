@@ -20,10 +20,10 @@ import {
   workflowInfo,
 } from '@temporalio/workflow';
 import { innermostApplicationFailure, rootMessage } from '../src/failures';
-import { FerrySourceKey, FerryTargetKey } from '../src/names';
+import { FerrySourceKey, FerryTargetKey, PATCHES } from '../src/names';
 import { checkThrottle, parseSpec, Spec, SpecError } from '../src/spec';
 import { ErrorInfo, resultDocument, ResultDocument } from '../src/status';
-import { checks, notify, steps } from './activities';
+import { checks, notify, steps } from './proxies';
 import { COPIED, derivePhase, MigrationContext, MigrationOptions } from './context';
 import {
   approveCutoverSignal,
@@ -94,7 +94,7 @@ export async function migrationWorkflow(specInput: unknown, options: MigrationOp
     // Signals come from any client (the temporal CLI too): a bad value is refused, not applied.
     const checked = checkThrottle(request);
     // (Executions begun before this check applied any value: their replays must do the same.)
-    if (!checked.ok && patched('refuse-invalid-throttle')) {
+    if (!checked.ok && patched(PATCHES.refuseInvalidThrottle)) {
       tracker.warnings.push(`ignored a throttle signal: ${checked.reason}`);
       return;
     }
@@ -114,7 +114,7 @@ export async function migrationWorkflow(specInput: unknown, options: MigrationOp
     tracker.applyProgress(p);
     derivePhase(tracker, spec);
     // (Executions begun before the cap was shared sent control only on signals.)
-    if (control.rowsPerSecond && p.phase && tablesSharing() !== sharingSent && patched('share-rate-cap-across-tables')) forward();
+    if (control.rowsPerSecond && p.phase && tablesSharing() !== sharingSent && patched(PATCHES.shareRateCapAcrossTables)) forward();
   });
 
   // Event webhooks, when asked for: one delivery per event, each with its own idempotency key.
@@ -161,6 +161,7 @@ export async function migrationWorkflow(specInput: unknown, options: MigrationOp
         children,
         control: forwarded,
         approved: () => approved,
+        targetReadyBeforeCutover: patched(PATCHES.targetReadyBeforeCutover),
       };
       if (spec.mode === 'online') tracker.cutover = await runOnline(ctx);
       else await runFullLoad(ctx);

@@ -1,25 +1,40 @@
 /**
- * mode: online — the source keeps taking writes (DESIGN.md §2.6–2.7).
- *   prepareTarget → installCapture (before any row is copied) → every table's workflow copies
- *   (parallelism.tables at a time), then applies its change log, validates live, and keeps
- *   syncing → plain indexes → approval gate → tables stop → freeze the source → the parent
- *   drains the last changes → dirty-set check → constraints, foreign keys, sequences →
- *   point of no return → remove capture (→ unfreeze when asked).
+ * mode: online — the source keeps taking writes.
+ *   prepareTarget → installCapture (change logs, triggers and the freeze, inactive, before any
+ *   row is copied) → every table's workflow copies (parallelism.tables at a time), applies its
+ *   change log, validates live, builds its indexes, and keeps syncing → foreign keys → approval
+ *   gate → cutover (workflows/cutover.ts).
  */
-import { ApplicationFailure, CancellationScope, ChildWorkflowHandle, condition } from '@temporalio/workflow';
+import { ApplicationFailure, CancellationScope, ChildWorkflowHandle, condition, sleep } from '@temporalio/workflow';
 import { formatDuration } from '../src/duration';
-import { copyTableOf } from '../src/plan';
+import { innermostApplicationFailure } from '../src/failures';
 import { CutoverReport } from '../src/status';
-import { drain, steps } from './activities';
+import { steps } from './proxies';
+import { runBounded } from './bounded';
+import { cleanUpInBackground } from './cleanup';
 import { COPIED, derivePhase, MigrationContext, prepareTarget, startTable } from './context';
-import { finishSyncSignal, startCopySignal } from './definitions';
-import { SLICE_MS, SYNC_BATCH_KEYS, tableMigrationWorkflow } from './table';
+import { cutOver } from './cutover';
+import { startCopySignal } from './definitions';
+import { legacyOnlineChain } from './legacy/online-v1';
+import { tableMigrationWorkflow } from './table';
+
+/** A foreign key that fails its validation while the sync runs may only be behind: tries. */
+const FK_VALIDATION_TRIES = 3;
+const FK_RETRY_PAUSE_MS = 5_000;
 
 export async function runOnline(ctx: MigrationContext): Promise<CutoverReport> {
   const { id, spec, tracker, saga } = ctx;
   await prepareTarget(ctx);
-  saga.push('removeCapture', () => steps.removeCapture({ migrationId: id, source: spec.source }));
-  await steps.installCapture({ migrationId: id, source: spec.source, tables: captureTables(ctx) });
+  const armFreeze = ctx.targetReadyBeforeCutover;
+  if (armFreeze) {
+    saga.push('releaseSource', async () => {
+      // Writes already pass and capture records nothing; a trigger behind a busy lock goes later.
+      const { pending } = await steps.releaseSource({ migrationId: id, source: spec.source, freeze: 'remove' });
+      if (pending.length > 0) tracker.warnings.push(await cleanUpInBackground({ migrationId: id, source: spec.source, freeze: 'remove' }, pending));
+    });
+  }
+  else saga.push('removeCapture', () => steps.removeCapture({ migrationId: id, source: spec.source }));
+  await steps.installCapture({ migrationId: id, source: spec.source, tables: captureTables(ctx), ...(armFreeze ? { armFreeze } : {}) });
   tracker.setPhase('FULL_MIGRATING', 'change capture installed; copying');
 
   // The table workflows live until cutover, so they run in a scope of their own: on failure it
@@ -27,7 +42,7 @@ export async function runOnline(ctx: MigrationContext): Promise<CutoverReport> {
   const fanout = new CancellationScope();
   const settled: Promise<unknown>[] = [];
   try {
-    return await fanout.run(() => onlineChain(ctx, settled));
+    return await fanout.run(() => (armFreeze ? onlineChain(ctx, settled) : legacyOnlineChain(ctx, settled)));
   } catch (err) {
     fanout.cancel();
     await Promise.allSettled(settled);
@@ -40,7 +55,7 @@ function captureTables({ plan }: MigrationContext) {
 }
 
 async function onlineChain(ctx: MigrationContext, settled: Promise<unknown>[]): Promise<CutoverReport> {
-  const { id, spec, plan, tracker, saga } = ctx;
+  const { id, spec, plan, tracker } = ctx;
   const cutover = spec.cutover!;
   const handles: ChildWorkflowHandle<typeof tableMigrationWorkflow>[] = [];
   let childFailure: { error: unknown } | undefined;
@@ -53,29 +68,14 @@ async function onlineChain(ctx: MigrationContext, settled: Promise<unknown>[]): 
       }),
     );
   }
-
-  // Copy slots: at most parallelism.tables tables copy at once; the others already capture.
-  const waiting = [...plan.tables.map((t) => t.index)];
-  const granted = new Set<number>();
-  const copying = () => [...granted].filter((i) => !COPIED.has(tracker.tables[i].phase)).length;
-  const ready = () => tracker.tables.every((t) => t.phase === 'AWAITING_APPROVAL');
   const failed = () => {
     if (childFailure) throw childFailure.error;
   };
-  for (;;) {
-    while (waiting.length > 0 && copying() < spec.parallelism.tables) {
-      const index = waiting.shift()!;
-      granted.add(index);
-      await handles[index].signal(startCopySignal);
-    }
-    failed();
-    if (ready()) break;
-    await condition(() => childFailure !== undefined || ready() || (waiting.length > 0 && copying() < spec.parallelism.tables));
-  }
+  await grantCopySlots(ctx, handles, () => childFailure !== undefined);
+  failed();
   derivePhase(tracker, spec);
 
-  // Plain indexes cannot be violated by a live sync: build them now, outside the write outage.
-  await steps.finalizeTarget({ migrationId: id, source: spec.source, target: spec.target, tables: plan.tables, part: 'indexes' });
+  const foreignKeys = await prepareForeignKeys(ctx);
   tracker.setPhase('AWAITING_APPROVAL', cutover.approval === 'auto' ? 'every table caught up and validated' : 'waiting for approveCutover');
   if (cutover.approval === 'manual') {
     const approved = await condition(() => ctx.approved() || childFailure !== undefined, cutover.approvalTimeoutMs);
@@ -87,68 +87,53 @@ async function onlineChain(ctx: MigrationContext, settled: Promise<unknown>[]): 
       );
     }
   }
+  return cutOver({ ctx, tables: handles, ...foreignKeys });
+}
 
-  tracker.setPhase('CUTTING_OVER', cutover.approval === 'auto' ? 'approved automatically' : 'approved');
-  tracker.event('CutoverStarted');
-  // Tables stop syncing first (a slice stuck on a dead worker must not lengthen the outage);
-  // whatever they leave in the logs is drained below, after the freeze.
-  for (const handle of handles) await handle.signal(finishSyncSignal);
-  await Promise.all(handles.map((h) => h.result()));
-  saga.push('unfreezeSource', () => steps.unfreezeSource({ migrationId: id, source: spec.source }));
-  const { frozenAt } = await steps.freezeSource({ migrationId: id, source: spec.source, tables: captureTables(ctx) });
-
-  // Frozen: the logs can only shrink. Drain them, then prove the changed rows equal.
-  let dirtyChecked = 0;
-  for (const table of plan.tables) {
-    const copyTable = copyTableOf(table);
-    const drainAll = async () => {
-      for (;;) {
-        const r = await drain.syncChanges({
-          migrationId: id,
-          source: spec.source,
-          target: spec.target,
-          table: copyTable,
-          fence: Date.now(),
-          sliceMs: SLICE_MS,
-          batchKeys: SYNC_BATCH_KEYS,
-          recordDirty: spec.validation !== 'none',
-          returnWhenCaughtUp: true,
-        });
-        if (r.caughtUp && r.pending === 0) return;
-      }
-    };
-    await drainAll();
-    if (spec.validation === 'none') continue;
-    let check = await drain.checkDirtyKeys({ migrationId: id, source: spec.source, target: spec.target, table: copyTable });
-    if (check.mismatched > 0) {
-      await drainAll();
-      check = await drain.checkDirtyKeys({ migrationId: id, source: spec.source, target: spec.target, table: copyTable });
+/** At most parallelism.tables tables copy at once (the others already capture); until all are ready. */
+async function grantCopySlots(ctx: MigrationContext, handles: ChildWorkflowHandle<typeof tableMigrationWorkflow>[], failed: () => boolean): Promise<void> {
+  const { spec, plan, tracker } = ctx;
+  const waiting = [...plan.tables.map((t) => t.index)];
+  const granted = new Set<number>();
+  const copying = () => [...granted].filter((i) => !COPIED.has(tracker.tables[i].phase)).length;
+  const ready = () => tracker.tables.every((t) => t.phase === 'AWAITING_APPROVAL');
+  for (;;) {
+    while (waiting.length > 0 && copying() < spec.parallelism.tables) {
+      const index = waiting.shift()!;
+      granted.add(index);
+      await handles[index].signal(startCopySignal);
     }
-    dirtyChecked += check.checked;
-    if (check.mismatched > 0 || check.remaining > 0) {
-      tracker.event('ConsistencyBreach', tracker.tables[table.index].source, { mismatched: check.mismatched, remaining: check.remaining });
-      throw ApplicationFailure.nonRetryable(
-        `${tracker.tables[table.index].source}: ${check.mismatched || check.remaining} changed row(s) still differ after the final drain`,
-        'ConsistencyBreach',
-      );
-    }
+    if (failed() || ready()) return;
+    await condition(() => failed() || ready() || (waiting.length > 0 && copying() < spec.parallelism.tables));
   }
+}
 
-  const finalized = await steps.finalizeTarget({ migrationId: id, source: spec.source, target: spec.target, tables: plan.tables, part: 'constraints' });
-  for (const fk of finalized.skippedForeignKeys) tracker.warnings.push(`foreign key ${fk} not created: the referenced table is not on the target`);
-
-  // Point of no return: the target is authoritative.
-  saga.clear();
-  const writeOutageMs = Date.now() - Date.parse(frozenAt);
-  tracker.completeTables();
-  tracker.event('CutoverCompleted', undefined, { writeOutageMs, dirtyRowsChecked: dirtyChecked, afterwards: cutover.afterwards });
-  await CancellationScope.nonCancellable(async () => {
-    try {
-      await steps.removeCapture({ migrationId: id, source: spec.source });
-    } catch {
-      tracker.warnings.push(`change capture could not be removed from the source; run \`ferry unfreeze ${id}\` after fixing the source`);
+/**
+ * Foreign keys while the sync runs: added NOT VALID (a brief lock), then validated. Where the
+ * target cannot apply changes as a replica (its foreign keys would fire on the sync's writes),
+ * they are added only after the final drain. A validation that fails may only be behind the
+ * sync: it is tried again, and then left for after the point of no return.
+ */
+async function prepareForeignKeys(ctx: MigrationContext) {
+  const { spec, plan, tracker } = ctx;
+  if (plan.targetReplicaRole === false) return { foreignKeysAfterDrain: true, unvalidatedForeignKeys: [] };
+  const { foreignKeys, skipped } = await steps.addForeignKeys({ source: spec.source, target: spec.target, tables: plan.tables });
+  for (const fk of skipped) tracker.warnings.push(`foreign key ${fk} not created: the referenced table is not on the target`);
+  const unvalidatedForeignKeys: typeof foreignKeys = [];
+  await runBounded(foreignKeys, spec.parallelism.indexes, async (foreignKey) => {
+    for (let attempt = 1; ; attempt += 1) {
+      try {
+        await steps.validateForeignKey({ target: spec.target, foreignKey });
+        return;
+      } catch (err) {
+        if (innermostApplicationFailure(err)?.type !== 'PostgresError.23503') throw err;
+        if (attempt >= FK_VALIDATION_TRIES) {
+          unvalidatedForeignKeys.push(foreignKey);
+          return;
+        }
+        await sleep(FK_RETRY_PAUSE_MS);
+      }
     }
-    if (cutover.afterwards === 'unfreeze') await steps.unfreezeSource({ migrationId: id, source: spec.source });
   });
-  return { frozenAt, writeOutageMs, dirtyRowsChecked: dirtyChecked, afterwards: cutover.afterwards };
+  return { foreignKeysAfterDrain: false, unvalidatedForeignKeys };
 }

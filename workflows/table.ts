@@ -24,8 +24,10 @@ import { displayQualified } from '../src/identifiers';
 import { ChunkCheckpoint, CopyTable, copyTableOf, KeyRange, TablePlan } from '../src/plan';
 import { Phase, phaseMachine, Transition } from '../src/state-machine';
 import { ChunkStatus, EventType, TableStatus } from '../src/status';
+import { PATCHES } from '../src/names';
 import { runBounded } from './bounded';
 import { Control, controlSignal, finishSyncSignal, startCopySignal, TableProgress, tableProgressSignal } from './definitions';
+import { buildTableIndexes } from './table-indexes';
 
 export const SLICE_MS = 15_000;
 export const MAX_REPAIR_ROUNDS = 3;
@@ -66,6 +68,11 @@ export interface TableWorkflowInput {
   waitForCopySlot: boolean;
   /** Continue as new after this many history events (Temporal also suggests it). */
   historyLimit?: number;
+  /**
+   * Build the table's target indexes once it is loaded and validated (absent in executions
+   * begun by an older Ferry, whose parent built every index at the end).
+   */
+  indexes?: { parallelism: number };
   /** Carried across continue-as-new. */
   carried?: Carried;
 }
@@ -95,6 +102,7 @@ interface SyncState {
   caughtUpReported: boolean;
   lastRecheckAt: number;
   lastLagReportAt: number;
+  indexesBuilt?: boolean;
 }
 
 export interface TableWorkflowResult {
@@ -150,7 +158,7 @@ export async function tableMigrationWorkflow(input: TableWorkflowInput): Promise
     control = c;
     // Executions begun before control changes interrupted copy slices too: there, only a pause
     // stopped a running sync slice (replaying their histories must issue the same commands).
-    if (patched('interrupt-slices-on-control')) interrupt(['copy', 'sync']);
+    if (patched(PATCHES.interruptSlicesOnControl)) interrupt(['copy', 'sync']);
     else if (c.paused) interrupt(['sync']);
   });
   setHandler(startCopySignal, () => {
@@ -228,12 +236,35 @@ export async function tableMigrationWorkflow(input: TableWorkflowInput): Promise
     await event('TableCopied', { rows: rowsCopied(chunks) });
   }
 
+  // One round of the table's sync, while its indexes are built (online only).
+  const syncRound = async () => {
+    await copy.syncChanges({
+      migrationId: input.migrationId,
+      source: input.source,
+      target: input.target,
+      table: copyTable,
+      fence: nextFence(sync),
+      sliceMs: SLICE_MS,
+      batchKeys: SYNC_BATCH_KEYS,
+      recordDirty: sync.validationBegun,
+      returnWhenCaughtUp: true,
+    });
+  };
+  const buildIndexes = async () => {
+    if (!input.indexes || sync.indexesBuilt) return;
+    const { parallelism } = input.indexes;
+    const built = await buildTableIndexes({ ...input, copyTable, parallelism }, syncRound);
+    sync.indexesBuilt = true;
+    await event('IndexesBuilt', built);
+  };
+
   if (input.mode === 'full') {
     if (machine.state === 'FULL_DONE' && input.validation !== 'none') {
       await move('VALIDATING');
       repairedRanges = await validateFull(input, copyTable, chunks, nextFence, label);
       await event('ValidationPassed', { mode: input.validation, rows: rowsCopied(chunks), repairedRanges });
     }
+    await buildIndexes();
     await move('COMPLETED');
     return { rowsCopied: rowsCopied(chunks), repairedRanges };
   }
@@ -279,7 +310,7 @@ export async function tableMigrationWorkflow(input: TableWorkflowInput): Promise
       if (mismatches.length === 0) {
         sync.validated = true;
         await event('ValidationPassed', { mode: input.validation, live: true, repairedRanges });
-        await move('AWAITING_APPROVAL', 'validated; syncing on until cutover');
+        if (!input.indexes) await move('AWAITING_APPROVAL', 'validated; syncing on until cutover');
       } else {
         sync.validationRounds += 1;
         if (sync.validationRounds > MAX_REPAIR_ROUNDS) {
@@ -299,7 +330,15 @@ export async function tableMigrationWorkflow(input: TableWorkflowInput): Promise
     if (!sync.validated) {
       // validation: none — ready as soon as caught up.
       sync.validated = true;
-      await move('AWAITING_APPROVAL', 'caught up; syncing on until cutover');
+      if (!input.indexes) await move('AWAITING_APPROVAL', 'caught up; syncing on until cutover');
+    }
+    if (input.indexes && !sync.indexesBuilt) {
+      // The sync pauses while the indexes build; the next rounds catch up on what piled up.
+      await buildIndexes();
+      continue;
+    }
+    if (input.indexes && machine.state !== 'AWAITING_APPROVAL') {
+      await move('AWAITING_APPROVAL', 'validated, indexes built, caught up; syncing on until cutover');
     }
     if (input.validation !== 'none' && now - sync.lastRecheckAt >= RECHECK_MS) {
       sync.lastRecheckAt = now;

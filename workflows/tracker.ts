@@ -7,7 +7,7 @@ import { FerryPhaseKey, FerryStateKey } from '../src/names';
 import { displayQualified } from '../src/identifiers';
 import { TablePlan } from '../src/plan';
 import { migrationStateMachine, MigrationState, Phase, phaseMachine, StateMachine } from '../src/state-machine';
-import { CutoverReport, ErrorInfo, EventType, MigrationEvent, StatusDocument, TableStatus } from '../src/status';
+import { Blocker, CutoverReport, ErrorInfo, EventType, MigrationEvent, StatusDocument, TableStatus } from '../src/status';
 import { TableProgress } from './definitions';
 
 export const MAX_EVENTS_KEPT = 200;
@@ -24,6 +24,8 @@ export class Tracker {
   error?: ErrorInfo;
   endedAt?: string;
   cutover?: CutoverReport;
+  /** While the cutover waits for write transactions begun before the freeze. */
+  private blockers?: Blocker[];
   /** Called for every appended event (event webhooks). */
   onEvent?: (event: MigrationEvent) => void;
 
@@ -91,6 +93,12 @@ export class Tracker {
     this.publish();
   }
 
+  /** Who the cutover waits for (undefined once it waits no more); shown in status and the Web UI. */
+  setBlockers(blockers: Blocker[] | undefined): void {
+    this.blockers = blockers?.length ? blockers : undefined;
+    this.publish();
+  }
+
   /** Online cutover done: the table workflows have returned, the parent finished each table. */
   completeTables(): void {
     for (const t of this.tables) t.phase = 'COMPLETED';
@@ -106,8 +114,12 @@ export class Tracker {
     const copied = this.tables.reduce((n, t) => n + t.rowsCopied, 0);
     const estimated = this.tables.reduce((n, t) => n + t.rowsEstimated, 0);
     const lines = this.tables.map((t) => `- ${t.source} → ${t.target}: ${t.phase}, ${t.rowsCopied} / ~${t.rowsEstimated} rows`);
+    const blocking = (this.blockers ?? []).map(
+      (b) => `- blocked by pid ${b.pid} (${b.applicationName || 'no application name'}, user ${b.user}), transaction open ${b.xactAgeSeconds}s: ${b.query}`,
+    );
+    if (blocking.length) blocking.unshift('The cutover waits for these write transactions, begun before the freeze:');
     setCurrentDetails(
-      [`**${this.migration.state}** · phase ${this.phase.state}${this.paused ? ' · paused' : ''}`, `${copied} / ~${estimated} rows copied`, ...lines].join('\n'),
+      [`**${this.migration.state}** · phase ${this.phase.state}${this.paused ? ' · paused' : ''}`, `${copied} / ~${estimated} rows copied`, ...lines, ...blocking].join('\n'),
     );
   }
 
@@ -131,6 +143,7 @@ export class Tracker {
     if (this.dropped) doc.eventsDropped = this.dropped;
     if (this.warnings.length) doc.warnings = this.warnings;
     if (this.cutover) doc.cutover = this.cutover;
+    if (this.blockers) doc.cutoverBlockers = this.blockers;
     return doc;
   }
 }

@@ -10,6 +10,6 @@ const { unfreezeSource } = proxyActivities<Activities>({
   retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '10 seconds', maximumAttempts: 10 },
 });
 
-export async function unfreezeWorkflow(migrationId: string, source: string): Promise<{ unfrozen: string[] }> {
+export async function unfreezeWorkflow(migrationId: string, source: string): Promise<{ unfrozen: string[]; pending?: string[] }> {
   return unfreezeSource({ migrationId, source });
 }

@@ -49,8 +49,10 @@ export function registerControlCommands(program: Command): void {
     .description('lift the write freeze that an online cutover left on the source (cutover.afterwards: keep-frozen)')
     .argument('<id>')
     .action(async (id: string) => {
-      const { unfrozen } = await FerryClient.using((client) => client.unfreeze(id));
+      const { unfrozen, pending } = await FerryClient.using((client) => client.unfreeze(id));
       process.stdout.write(unfrozen.length ? `unfrozen: ${unfrozen.join(', ')}\n` : `nothing was frozen by ${id}\n`);
+      // Writes pass already; a trigger whose table's lock was taken is left for a later call.
+      if (pending?.length) process.stdout.write(`writes pass; not removed yet (a lock was busy; run unfreeze again later): ${pending.join(', ')}\n`);
     });
 
   program

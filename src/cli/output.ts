@@ -71,6 +71,12 @@ export function formatStatus(s: StatusDocument): string {
       `  ${t.source} → ${t.target}  ${t.phase}  ${t.rowsCopied} / ~${t.rowsEstimated} rows${pct(t.rowsCopied, t.rowsEstimated)}  chunks ${done}/${t.chunks.length}${t.lag ? `  lag ${t.lag.pendingChanges} changes, ${t.lag.seconds}s` : ''}`,
     );
   }
+  if (s.cutoverBlockers?.length) {
+    lines.push('cutover waits for write transactions begun before the freeze:');
+    for (const b of s.cutoverBlockers) {
+      lines.push(`  pid ${b.pid}  ${b.applicationName || '(no application name)'}  user ${b.user}  open ${b.xactAgeSeconds}s  ${b.state}  ${b.query}`);
+    }
+  }
   if (s.error) lines.push(`error: ${s.error.message}${s.error.cause ? ` (cause: ${s.error.cause})` : ''}`);
   for (const w of s.warnings ?? []) lines.push(`warning: ${w}`);
   const recent = s.events.slice(-5).map((e) => `  #${e.seq} ${e.at} ${e.type}${e.table ? ` ${e.table}` : ''}`);

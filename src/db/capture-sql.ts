@@ -55,9 +55,37 @@ export function guardEventTriggers(migrationId: string): string[] {
   return [`ferry_guard_${tag}`, `ferry_guard_drop_${tag}`];
 }
 
+/** The freeze of an older Ferry: a trigger created at cutover, raising unconditionally. */
 export function freezeFunction(migrationId: string): QualifiedName {
   return { schema: FREEZE_SCHEMA, name: `frozen_${migrationTag(migrationId)}` };
 }
+
+/**
+ * The armed freeze: its trigger is installed with capture and reads the migration's freeze
+ * state from a sequence. A sequence because its value is not versioned: every statement sees
+ * the current state, whatever its transaction's snapshot (a flag row would stay invisible to a
+ * REPEATABLE READ transaction that began before the flip). Changing it needs no table lock.
+ */
+export function armedFreezeFunction(migrationId: string): QualifiedName {
+  return { schema: FREEZE_SCHEMA, name: `freeze_${migrationTag(migrationId)}` };
+}
+
+export function freezeStateSequence(migrationId: string): QualifiedName {
+  return { schema: FREEZE_SCHEMA, name: `freeze_state_${migrationTag(migrationId)}` };
+}
+
+/** Values of the freeze state sequence. */
+export const FREEZE_STATE = {
+  /** Writes pass (capture installed, cutover not begun, or rolled back). */
+  open: 0,
+  /** Writes refused: the cutover is draining the last changes. */
+  frozen: 1,
+  /** Writes pass again after the cutover (`afterwards: unfreeze`, `ferry unfreeze`). */
+  released: 2,
+  /** Writes refused for good: the tables moved (`afterwards: keep-frozen`). */
+  moved: 3,
+} as const;
+export type FreezeState = keyof typeof FREEZE_STATE;
 
 export const CAPTURE_BOOKKEEPING_DDL = `
 CREATE SCHEMA IF NOT EXISTS ${CAPTURE_SCHEMA};
@@ -189,6 +217,56 @@ SELECT coalesce(string_agg(a.attname || ' ' || pg_catalog.format_type(a.atttypid
          CASE WHEN a.attnotnull THEN ' not null' ELSE '' END, ', ' ORDER BY a.attnum), '') AS fingerprint
   FROM pg_catalog.pg_attribute a
  WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped`;
+
+export function createFreezeStateSql(migrationId: string): string {
+  return `CREATE SEQUENCE IF NOT EXISTS ${quoteQualified(freezeStateSequence(migrationId))} MINVALUE 0 MAXVALUE 9 START WITH 0 NO CYCLE`;
+}
+
+/** Statement trigger function of the armed freeze: refuses writes while the state says so. */
+export function createArmedFreezeFunctionSql(migrationId: string): string {
+  const id = escapeLiteral(migrationId);
+  return `CREATE OR REPLACE FUNCTION ${quoteQualified(armedFreezeFunction(migrationId))}() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = '' AS $ferry$
+DECLARE
+  state int8 := (SELECT last_value FROM ${quoteQualified(freezeStateSequence(migrationId))});
+BEGIN
+  IF state = ${FREEZE_STATE.frozen} THEN
+    RAISE EXCEPTION 'table %.% is frozen: Ferry migration % is cutting it over to its new database', TG_TABLE_SCHEMA, TG_TABLE_NAME, ${id}
+      USING ERRCODE = 'read_only_sql_transaction', HINT = 'retry after the cutover; if it completes, write to the new database';
+  ELSIF state = ${FREEZE_STATE.moved} THEN
+    RAISE EXCEPTION 'table %.% is frozen: Ferry migration % moved it to its new database; write there', TG_TABLE_SCHEMA, TG_TABLE_NAME, ${id}
+      USING ERRCODE = 'read_only_sql_transaction', HINT = 'ferry unfreeze ' || ${id} || ' lifts the freeze';
+  END IF;
+  RETURN NULL;
+END
+$ferry$`;
+}
+
+export function createArmedFreezeTriggerSql(table: QualifiedName, migrationId: string): string[] {
+  const t = quoteQualified(table);
+  const trigger = quoteIdent(triggerNames(migrationId).freeze);
+  return [
+    `CREATE TRIGGER ${trigger} BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON ${t}
+       FOR EACH STATEMENT EXECUTE FUNCTION ${quoteQualified(armedFreezeFunction(migrationId))}()`,
+    `ALTER TABLE ${t} ENABLE ALWAYS TRIGGER ${trigger}`,
+  ];
+}
+
+/**
+ * A capture function that logs nothing: replacing a function's body takes no lock on the
+ * tables whose triggers call it, so capture stops costing the application at once, even while
+ * a long reader keeps the triggers themselves from being dropped.
+ */
+export function neutralCaptureFunctionSql(names: CaptureNames): string {
+  return `CREATE OR REPLACE FUNCTION ${quoteQualified(names.captureFunction)}() RETURNS trigger
+LANGUAGE plpgsql SET search_path = '' AS $ferry$ BEGIN RETURN NULL; END $ferry$`;
+}
+
+/** The TRUNCATE refusal, likewise made harmless without a lock once the cutover is past. */
+export function neutralRefuseTruncateSql(migrationId: string): string {
+  return `CREATE OR REPLACE FUNCTION ${quoteQualified(refuseTruncateFunction(migrationId))}() RETURNS trigger
+LANGUAGE plpgsql AS $ferry$ BEGIN RETURN NULL; END $ferry$`;
+}
 
 export function createFreezeFunctionSql(migrationId: string): string {
   return `CREATE OR REPLACE FUNCTION ${quoteQualified(freezeFunction(migrationId))}() RETURNS trigger

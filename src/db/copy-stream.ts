@@ -8,8 +8,8 @@ import { pipeline } from 'node:stream/promises';
 import { ClientBase } from 'pg';
 import { from as copyFrom, to as copyTo } from 'pg-copy-streams';
 import { quoteIdent, quoteQualified } from '../identifiers';
-import { CopyTable } from '../plan';
-import { Bound, keyPredicate, literalBinder, ParamBinder } from './ranges';
+import { CopyTable, Key } from '../plan';
+import { Bound, keyInList, keyPredicate, literalBinder, ParamBinder } from './ranges';
 
 
 export interface CopyStats {
@@ -73,5 +73,12 @@ export async function deleteRange(target: ClientBase, table: CopyTable, bounds: 
   const binder = new ParamBinder();
   const where = keyPredicate(table, bounds, binder);
   const result = await target.query(`DELETE FROM ${quoteQualified(table.target)} WHERE ${where}`, binder.params);
+  return result.rowCount ?? 0;
+}
+
+/** Deletes the target's rows with these keys. */
+export async function deleteKeys(target: ClientBase, table: CopyTable, keys: Key[]): Promise<number> {
+  const binder = new ParamBinder();
+  const result = await target.query(`DELETE FROM ${quoteQualified(table.target)} WHERE ${keyInList(table, keys, binder)}`, binder.params);
   return result.rowCount ?? 0;
 }

@@ -4,7 +4,8 @@
  * search_path (all names are qualified), row_security=off (hidden rows raise an error instead
  * of silently vanishing) and explicit timeouts.
  */
-import { ClientConfig } from 'pg';
+import { ClientBase, ClientConfig } from 'pg';
+import { sqlState } from './errors';
 
 export interface SessionTimeouts {
   statementTimeoutMs: number;
@@ -48,4 +49,22 @@ export function sessionConfig(
     keepAlive: true,
     connectionTimeoutMillis: 10_000,
   };
+}
+
+/**
+ * Ferry's writes to a target table fire none of its triggers and none of its foreign keys'
+ * actions (session_replication_role = replica, as logical replication applies changes): a
+ * delete-and-reinsert must not cascade into rows the source never changed, and a child row may
+ * land before its parent. Needs superuser or, from PostgreSQL 15, SET privilege on the
+ * parameter; without either, false (preflight says what that means for the migration). For a
+ * dedicated connection only: the setting stays with the session.
+ */
+export async function writeAsReplica(db: ClientBase): Promise<boolean> {
+  try {
+    await db.query('SET session_replication_role = replica');
+    return true;
+  } catch (err) {
+    if (sqlState(err) === '42501') return false;
+    throw err;
+  }
 }

@@ -10,7 +10,7 @@ import { historyFromJSON } from '@temporalio/common/lib/proto-utils';
 import type { temporal } from '@temporalio/proto';
 import { DefaultLogger, ReplayWorkerOptions, Runtime, Worker } from '@temporalio/worker';
 import { dataConverterFromEnv } from '../../src/codec';
-import { HELPER_WORKFLOW_TYPES, MIGRATION_WORKFLOW, PREFLIGHT_WORKFLOW, TABLE_WORKFLOW, UNFREEZE_WORKFLOW } from '../../src/names';
+import { CLEANUP_WORKFLOW, HELPER_WORKFLOW_TYPES, MIGRATION_WORKFLOW, PREFLIGHT_WORKFLOW, TABLE_WORKFLOW, UNFREEZE_WORKFLOW } from '../../src/names';
 import { workflowBundle } from '../../src/temporal/bundle';
 
 type History = temporal.api.history.v1.IHistory;
@@ -34,6 +34,11 @@ const SCENARIOS: Record<string, { failureType?: string }> = {
   // (without the patch it fails: checked when the guard was added), and likewise only because
   // re-sharing the rate cap is behind patched('share-rate-cap-across-tables') (checked too).
   'landed-ae2e2ee-cancelled': { failureType: 'MigrationCancelled' },
+  // Recorded after patched('target-ready-before-cutover'): indexes per table, foreign keys
+  // before the approval; online, the armed freeze, a blocked cutover ended by onBlocked:
+  // terminate, and the background cleanup helper (cleanupWorkflow) after a long reader.
+  'full-indexes-per-table': {},
+  'online-armed-freeze': {},
 };
 
 /** One line of a scenario's manifest.json (written by scripts/record-histories.ts). */
@@ -109,6 +114,7 @@ describe('recorded workflow histories', () => {
     const all = [...fixtures.values()].flat();
     expect([...new Set(all.map((f) => f.workflowType))].sort()).toEqual([MIGRATION_WORKFLOW, TABLE_WORKFLOW, ...HELPER_WORKFLOW_TYPES].sort());
     expect(fixtures.get('online')!.map((f) => f.workflowType)).toContain(UNFREEZE_WORKFLOW);
+    expect(fixtures.get('online-armed-freeze')!.map((f) => f.workflowType)).toContain(CLEANUP_WORKFLOW);
     // Continued-as-new: a table run that handed over, and a run that picked up from it.
     const can = fixtures.get('continued-as-new')!.filter((f) => f.workflowType === TABLE_WORKFLOW);
     expect(can.map((f) => f.status)).toContain('CONTINUED_AS_NEW');

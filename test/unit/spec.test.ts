@@ -29,7 +29,7 @@ describe('the spec', () => {
       truncate: false,
       batchRows: 50_000,
       validation: 'checksum',
-      parallelism: { tables: 2, chunks: 2 },
+      parallelism: { tables: 2, chunks: 2, indexes: 2 },
       cutover: undefined,
       onFailure: 'rollback',
       deadlineMs: undefined,
@@ -52,9 +52,19 @@ describe('the spec', () => {
 
   it('turns online-mode options and durations into their normalised form', () => {
     const spec = parseSpec({ ...minimal, mode: 'online', cutover: { approval: 'manual', approvalTimeout: '1h30m' }, deadline: '12h' });
-    expect(spec.cutover).toEqual({ approval: 'manual', approvalTimeoutMs: 5_400_000, afterwards: 'keep-frozen' });
+    expect(spec.cutover).toEqual({ approval: 'manual', approvalTimeoutMs: 5_400_000, afterwards: 'keep-frozen', maxWaitMs: 300_000, onBlocked: 'rollback' });
     expect(spec.deadlineMs).toBe(43_200_000);
-    expect(parseSpec({ ...minimal, mode: 'online' }).cutover).toEqual({ approval: 'auto', approvalTimeoutMs: 86_400_000, afterwards: 'keep-frozen' });
+    expect(parseSpec({ ...minimal, mode: 'online' }).cutover).toEqual({
+      approval: 'auto',
+      approvalTimeoutMs: 86_400_000,
+      afterwards: 'keep-frozen',
+      maxWaitMs: 300_000,
+      onBlocked: 'rollback',
+    });
+    expect(parseSpec({ ...minimal, mode: 'online', cutover: { maxWait: '90s', onBlocked: 'terminate' } }).cutover).toMatchObject({
+      maxWaitMs: 90_000,
+      onBlocked: 'terminate',
+    });
   });
 
   it.each([

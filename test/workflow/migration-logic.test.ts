@@ -70,9 +70,28 @@ describe('migrationWorkflow orchestration', () => {
       calls.push('validateChunk');
       return { match: true, sourceRows: 10, targetRows: 10, mismatches: [], excluded: 0 };
     },
-    async finalizeTarget() {
-      calls.push('finalizeTarget');
-      return { indexes: 0, constraints: 0, foreignKeys: 0, skippedForeignKeys: [], writtenDuringCopy: [] };
+    async listIndexes() {
+      calls.push('listIndexes');
+      return { indexes: [{ name: 't_v_idx', kind: 'index', unique: false, exclusion: false }] };
+    },
+    async buildIndex(input) {
+      calls.push(`buildIndex:${input.index.name}`);
+      return { built: true, evicted: 0 };
+    },
+    async analyzeTable() {
+      calls.push('analyzeTable');
+    },
+    async addForeignKeys() {
+      calls.push('addForeignKeys');
+      return { foreignKeys: [{ table: { schema: 'public', name: 't' }, name: 't_fk' }], skipped: [] };
+    },
+    async validateForeignKey(input) {
+      calls.push(`validateForeignKey:${input.foreignKey.name}`);
+      return { validated: true };
+    },
+    async finishTarget() {
+      calls.push('finishTarget');
+      return { writtenDuringCopy: [] };
     },
     async dropTargetObjects() {
       calls.push('dropTargetObjects');
@@ -124,14 +143,26 @@ describe('migrationWorkflow orchestration', () => {
     return stack.ferry.start(spec(extra), { id, skipPreflight: true });
   }
 
-  it('chains preflight → prepare → copy → validate → finalize → release, and calls back last', async () => {
+  it('chains preflight → prepare → copy → validate → indexes → foreign keys → release, and calls back last', async () => {
     const { id } = await start('chain');
     const result = await stack.ferry.result(id);
     expect(result.state).toBe('SUCCEEDED');
     expect(calls[0]).toBe('preflight');
     expect(calls[1]).toBe('prepareTarget');
     expect(calls.slice(2, 4).sort()).toEqual(['copyChunk:0', 'copyChunk:1']);
-    expect(calls.slice(4)).toEqual(['validateChunk', 'validateChunk', 'finalizeTarget', 'releaseBookkeeping', 'sendCallback']);
+    expect(calls.slice(4)).toEqual([
+      'validateChunk',
+      'validateChunk',
+      // The table's own indexes as soon as it is validated, then what spans tables.
+      'listIndexes',
+      'buildIndex:t_v_idx',
+      'analyzeTable',
+      'addForeignKeys',
+      'validateForeignKey:t_fk',
+      'finishTarget',
+      'releaseBookkeeping',
+      'sendCallback',
+    ]);
     expect(callbacks[0].idempotencyKey).toBe(id);
     expect((callbacks[0].body as ResultDocument).state).toBe('SUCCEEDED');
     expect(result.callback).toEqual({ delivered: true });

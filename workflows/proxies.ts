@@ -37,3 +37,25 @@ export const notify = proxyActivities<Activities>({
     nonRetryableErrorTypes: ['CallbackRejected', 'CallbackSecretMissing'],
   },
 });
+
+/**
+ * The cutover's source steps: the freeze flip and the wait for writers, in slices of seconds
+ * that report who blocks. Heartbeats notice a lost worker in seconds.
+ */
+export const cutoverSteps = proxyActivities<Activities>({
+  startToCloseTimeout: '2 minutes',
+  heartbeatTimeout: '20 seconds',
+  cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+  retry: { initialInterval: '500 milliseconds', backoffCoefficient: 2, maximumInterval: '10 seconds', maximumAttempts: 30 },
+});
+
+/**
+ * After the point of no return: removing what Ferry left on the source is best effort. A few
+ * quick attempts here; what remains is retried in the background (cleanupWorkflow).
+ */
+export const release = proxyActivities<Activities>({
+  startToCloseTimeout: '2 minutes',
+  heartbeatTimeout: '20 seconds',
+  cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '10 seconds', maximumAttempts: 3 },
+});

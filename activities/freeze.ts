@@ -1,0 +1,231 @@
+/**
+ * The cutover's freeze on the source, without a lock race. Capture installs the freeze
+ * trigger, inactive; the cutover then:
+ *   setFreeze('frozen')  — flips the freeze state (a sequence: no lock, seen by every statement
+ *                          at once whatever its snapshot), so every new write is refused;
+ *   awaitWriters         — waits until each transaction that held a write lock on a migrated
+ *                          table when the freeze began has ended, so its changes are in the log
+ *                          before the final drain; names the sessions it waits for, and ends
+ *                          them when asked (pg_terminate_backend);
+ *   setFreeze('moved')   — after the point of no return (keep-frozen), or 'released'/'open'.
+ * unfreezeSource lifts a freeze after the migration, for this Ferry's freeze and for the
+ * trigger-only freeze of an older one; freezeSource is that older freeze, kept for executions
+ * an older Ferry began.
+ */
+import { Context } from '@temporalio/activity';
+import { PoolClient } from 'pg';
+import {
+  armedFreezeFunction,
+  createFreezeFunctionSql,
+  createFreezeTriggerSql,
+  FREEZE_SCHEMA,
+  FREEZE_STATE,
+  FreezeState,
+  freezeFunction,
+  freezeStateSequence,
+  GUARD_BYPASS,
+  triggerNames,
+} from '../src/db/capture-sql';
+import { inTransaction } from '../src/db/connections';
+import { asActivityFailure, refusal } from '../src/db/errors';
+import { QualifiedName, quoteQualified } from '../src/identifiers';
+import type { Blocker } from '../src/status';
+import { dropTriggers, relationTree } from '../src/db/triggers';
+import type { CaptureInput, SourceRef } from './capture';
+import { ActivityDeps } from './deps';
+
+export interface SetFreezeInput extends SourceRef {
+  state: FreezeState;
+}
+
+export interface AwaitWritersInput extends SourceRef {
+  tables: QualifiedName[];
+  /** When the freeze began (source clock): transactions begun later could not write. */
+  frozenAt: string;
+  /** Return after this long with the sessions still waited for. */
+  sliceMs: number;
+  /** End the waited-for sessions with pg_terminate_backend (cutover.onBlocked: terminate). */
+  terminate?: boolean;
+}
+
+export interface AwaitWritersResult {
+  blockers: Blocker[];
+  /** Sessions this call ended. */
+  terminated: number[];
+}
+
+const POLL_MS = 200;
+
+/**
+ * Transactions holding a lock that lets them write a migrated table, begun before the freeze:
+ * only they can still commit changes the log has not shown yet. One that failed (waiting for
+ * ROLLBACK) wrote nothing that will stay; a prepared transaction has no session but may commit.
+ */
+const WRITERS_SQL = `
+SELECT DISTINCT ON (l.virtualtransaction)
+       coalesce(a.pid, 0) AS pid, coalesce(a.application_name, '') AS application_name,
+       coalesce(a.usename::text, p.owner::text, '') AS usename,
+       extract(epoch FROM clock_timestamp() - coalesce(a.xact_start, p.prepared))::float8 AS age,
+       left(coalesce(a.query, 'PREPARED TRANSACTION ' || p.gid), 100) AS query,
+       coalesce(a.state, 'prepared') AS state
+  FROM pg_catalog.pg_locks l
+  LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+  LEFT JOIN pg_catalog.pg_prepared_xacts p ON l.pid IS NULL AND p.transaction::text = split_part(l.virtualtransaction, '/', 2)
+ WHERE l.locktype = 'relation' AND l.granted
+   AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
+   AND l.relation = ANY ($1::oid[])
+   AND l.mode IN ('RowExclusiveLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
+   AND l.pid IS DISTINCT FROM pg_catalog.pg_backend_pid()
+   AND (a.pid IS NULL OR (a.xact_start < $2::timestamptz AND a.state IS DISTINCT FROM 'idle in transaction (aborted)'))
+ ORDER BY l.virtualtransaction`;
+
+export function createFreezeActivities({ connections, logger }: ActivityDeps) {
+  async function setFreeze(input: SetFreezeInput): Promise<{ at: string; applied: boolean }> {
+    try {
+      return await connections.withClient(input.source, async (db) => {
+        const seq = quoteQualified(freezeStateSequence(input.migrationId));
+        const exists = await db.query('SELECT to_regclass($1) IS NOT NULL AS present', [seq]);
+        if (!exists.rows[0].present) {
+          // Nothing to lift (never installed, or already removed); freezing without it is a bug.
+          if (input.state === 'frozen' || input.state === 'moved') {
+            throw refusal('FreezeMissing', `the freeze of migration ${input.migrationId} is not installed on the source (was capture removed?)`);
+          }
+          return { at: await now(db), applied: false };
+        }
+        // setval is not transactional: the new state holds for every session from here on.
+        const { rows } = await db.query(
+          `SELECT pg_catalog.setval($1::regclass, $2, true), to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS at`,
+          [seq, FREEZE_STATE[input.state]],
+        );
+        logger.info({ migrationId: input.migrationId, state: input.state }, 'freeze state set');
+        return { at: rows[0].at, applied: true };
+      });
+    } catch (err) {
+      throw asActivityFailure(err, 'setFreeze');
+    }
+  }
+
+  async function awaitWriters(input: AwaitWritersInput): Promise<AwaitWritersResult> {
+    const ctx = Context.current();
+    const started = Date.now();
+    const terminated: number[] = [];
+    try {
+      return await connections.withClient(input.source, async (db) => {
+        const relids: number[] = [];
+        for (const table of input.tables) {
+          const rel = await db.query('SELECT to_regclass($1)::oid::int8 AS relid', [quoteQualified(table)]);
+          if (rel.rows[0].relid) relids.push(...(await relationTree(db, Number(rel.rows[0].relid))).map((r) => r.relid));
+        }
+        for (;;) {
+          const blockers = (await db.query(WRITERS_SQL, [relids, input.frozenAt])).rows.map(
+            (r): Blocker => ({
+              pid: Number(r.pid),
+              applicationName: r.application_name,
+              user: r.usename,
+              xactAgeSeconds: Math.round(Number(r.age) * 10) / 10,
+              query: r.query,
+              state: r.state,
+            }),
+          );
+          if (blockers.length === 0) return { blockers, terminated };
+          if (input.terminate) {
+            for (const b of blockers.filter((x) => x.pid > 0 && !terminated.includes(x.pid))) {
+              const { rows } = await db.query('SELECT pg_catalog.pg_terminate_backend($1) AS ok', [b.pid]);
+              if (rows[0].ok) terminated.push(b.pid);
+              logger.warn({ migrationId: input.migrationId, blocker: b, terminated: rows[0].ok }, 'cutover ended a blocking session');
+            }
+          }
+          ctx.heartbeat({ blockers });
+          if (Date.now() - started >= input.sliceMs) return { blockers, terminated };
+          await ctx.sleep(POLL_MS);
+        }
+      });
+    } catch (err) {
+      throw asActivityFailure(err, 'awaitWriters');
+    }
+  }
+
+  /**
+   * `ferry unfreeze`: writes pass again at once (the freeze state, no lock), then the freeze
+   * triggers go where their table's lock is free; the rest is reported as pending.
+   */
+  async function unfreezeSource({ migrationId, source }: SourceRef): Promise<{ unfrozen: string[]; pending: string[] }> {
+    try {
+      return await connections.withClient(source, async (db) => {
+        const trigger = triggerNames(migrationId).freeze;
+        const { rows } = await db.query('SELECT tgrelid::regclass::text AS relation FROM pg_catalog.pg_trigger WHERE tgname = $1 ORDER BY 1', [trigger]);
+        const seq = quoteQualified(freezeStateSequence(migrationId));
+        const armed = (await db.query('SELECT to_regclass($1) IS NOT NULL AS present', [seq])).rows[0].present;
+        if (armed) await db.query('SELECT pg_catalog.setval($1::regclass, $2, true)', [seq, FREEZE_STATE.released]);
+        const { pending } = await removeFreeze(db, migrationId);
+        logger.info({ migrationId, tables: rows.length, pending }, 'source unfrozen');
+        return { unfrozen: rows.map((r) => r.relation as string), pending };
+      });
+    } catch (err) {
+      throw asActivityFailure(err, 'unfreezeSource');
+    }
+  }
+
+  /** The freeze of an older Ferry: created at cutover by CREATE TRIGGER (a lock race). */
+  async function freezeSource(input: CaptureInput): Promise<{ frozenAt: string }> {
+    try {
+      return await connections.withClient(input.source, (db) =>
+        inTransaction(db, async () => {
+          await db.query("SET LOCAL lock_timeout = '2s'");
+          await db.query(GUARD_BYPASS);
+          await db.query(`CREATE SCHEMA IF NOT EXISTS ${FREEZE_SCHEMA}`);
+          await db.query(createFreezeFunctionSql(input.migrationId));
+          const trigger = triggerNames(input.migrationId).freeze;
+          for (const table of input.tables) {
+            const exists = await db.query('SELECT 1 FROM pg_catalog.pg_trigger WHERE tgrelid = to_regclass($1) AND tgname = $2', [
+              quoteQualified(table.source),
+              trigger,
+            ]);
+            if (exists.rowCount) continue;
+            for (const sql of createFreezeTriggerSql(table.source, input.migrationId)) await db.query(sql);
+          }
+          logger.info({ migrationId: input.migrationId }, 'source frozen');
+          return { frozenAt: await now(db) };
+        }),
+      );
+    } catch (err) {
+      throw asActivityFailure(err, 'freezeSource');
+    }
+  }
+
+  return { setFreeze, awaitWriters, unfreezeSource, freezeSource };
+}
+
+async function now(db: PoolClient): Promise<string> {
+  const { rows } = await db.query(`SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS at`);
+  return rows[0].at;
+}
+
+/**
+ * Drops the freeze triggers where their table's lock is free, and the freeze's function and
+ * state once no trigger uses them (a trigger left behind reads the state on every write).
+ */
+export async function removeFreeze(db: PoolClient, migrationId: string): Promise<{ pending: string[] }> {
+  const trigger = triggerNames(migrationId).freeze;
+  const pending: string[] = [];
+  const { rows } = await db.query('SELECT tgrelid::regclass::text AS relation FROM pg_catalog.pg_trigger WHERE tgname = $1 ORDER BY 1', [trigger]);
+  for (const { relation } of rows) {
+    if (!(await dropTriggers(db, relation, [trigger]))) pending.push(`freeze trigger on ${relation}`);
+  }
+  if (pending.length > 0) return { pending };
+  await inTransaction(db, async () => {
+    await db.query("SET LOCAL lock_timeout = '2s'");
+    await db.query(`DROP FUNCTION IF EXISTS ${quoteQualified(freezeFunction(migrationId))}()`);
+    await db.query(`DROP FUNCTION IF EXISTS ${quoteQualified(armedFreezeFunction(migrationId))}()`);
+    await db.query(`DROP SEQUENCE IF EXISTS ${quoteQualified(freezeStateSequence(migrationId))}`);
+    const schema = await db.query('SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1', [FREEZE_SCHEMA]);
+    if (schema.rowCount === 0) return;
+    const left = await db.query(
+      `SELECT 1 FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_namespace n ON d.refobjid = n.oid
+        WHERE d.refclassid = 'pg_catalog.pg_namespace'::regclass AND n.nspname = $1 LIMIT 1`,
+      [FREEZE_SCHEMA],
+    );
+    if (left.rowCount === 0) await db.query(`DROP SCHEMA ${FREEZE_SCHEMA}`);
+  });
+  return { pending };
+}

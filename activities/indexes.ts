@@ -1,0 +1,167 @@
+/**
+ * The target's secondary indexes and unique or exclusion constraints, each built by an activity
+ * of its own so that a table's indexes build in parallel across the pool, as soon as that table
+ * is loaded (and, online, validated) — never inside the cutover's write outage.
+ *
+ * listIndexes names what a table needs (definitions are read again from the source catalog by
+ * buildIndex: no SQL travels through workflow history). buildIndex creates one; online, where
+ * the live sync may have left a transiently duplicated unique value on the target, it evicts
+ * the rows that share a value — their keys go back into the change log first, so the sync
+ * replays them from the source — and builds again. analyzeTable refreshes the statistics.
+ */
+import { ClientBase, PoolClient } from 'pg';
+import { readTable, TableInfo } from '../src/db/catalog';
+import { captureNames } from '../src/db/capture-sql';
+import { inTransaction } from '../src/db/connections';
+import { deleteKeys } from '../src/db/copy-stream';
+import { addConstraintSql, createIndexSql } from '../src/db/ddl';
+import { asActivityFailure, refusal, sqlState } from '../src/db/errors';
+import { keyFromRow } from '../src/db/ranges';
+import { duplicateKeysSql, readUniqueKeys } from '../src/db/unique-keys';
+import { displayQualified, QualifiedName, quoteQualified } from '../src/identifiers';
+import type { CopyTable, Key, TablePlan } from '../src/plan';
+import { ActivityDeps } from './deps';
+
+export type IndexKind = 'index' | 'constraint';
+
+export interface IndexRef {
+  name: string;
+  kind: IndexKind;
+  /** A unique index or constraint (its build can meet duplicates left by a live sync). */
+  unique: boolean;
+  /** An exclusion constraint. */
+  exclusion: boolean;
+}
+
+export interface ListIndexesInput {
+  source: string;
+  table: Pick<TablePlan, 'source' | 'target' | 'targetExisted'>;
+}
+
+export interface BuildIndexInput {
+  migrationId: string;
+  source: string;
+  target: string;
+  table: CopyTable;
+  index: IndexRef;
+  /** Online mode: evict rows that share a unique value, through the change log. */
+  evictDuplicates: boolean;
+}
+
+export interface BuildIndexResult {
+  built: boolean;
+  /** Rows evicted from the target and queued for replay. */
+  evicted: number;
+}
+
+const MAX_EVICTION_ROUNDS = 5;
+
+async function sourceTable(db: ClientBase, name: QualifiedName): Promise<TableInfo> {
+  const info = await readTable(db, name);
+  if (!info) throw refusal('MissingTable', `table ${displayQualified(name)} disappeared from the source`);
+  return info;
+}
+
+async function indexExists(db: ClientBase, table: QualifiedName, index: IndexRef): Promise<boolean> {
+  const sql =
+    index.kind === 'constraint'
+      ? 'SELECT 1 FROM pg_catalog.pg_constraint WHERE conrelid = to_regclass($1) AND conname = $2'
+      : 'SELECT 1 FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = to_regclass($1) AND c.relname = $2 AND i.indisvalid';
+  return ((await db.query(sql, [quoteQualified(table), index.name])).rowCount ?? 0) > 0;
+}
+
+export function createIndexActivities({ connections, logger }: ActivityDeps) {
+  async function listIndexes(input: ListIndexesInput): Promise<{ indexes: IndexRef[] }> {
+    // A target the user prepared keeps the indexes it has: Ferry adds none to it.
+    if (input.table.targetExisted) return { indexes: [] };
+    try {
+      const info = await connections.withClient(input.source, (db) => sourceTable(db, input.table.source));
+      return {
+        indexes: [
+          ...info.indexes.map((i) => ({ name: i.name, kind: 'index' as const, unique: /^CREATE UNIQUE /.test(i.definition), exclusion: false })),
+          ...info.uniques.map((u) => ({ name: u.name, kind: 'constraint' as const, unique: /^UNIQUE/.test(u.definition), exclusion: /^EXCLUDE/.test(u.definition) })),
+        ],
+      };
+    } catch (err) {
+      throw asActivityFailure(err, `list indexes of ${displayQualified(input.table.source)}`);
+    }
+  }
+
+  async function buildIndex(input: BuildIndexInput): Promise<BuildIndexResult> {
+    const label = `${input.index.name} on ${displayQualified(input.table.target)}`;
+    try {
+      return await connections.withClient(input.source, (source) =>
+        connections.withClient(input.target, async (target) => {
+          if (await indexExists(target, input.table.target, input.index)) return { built: false, evicted: 0 };
+          const info = await sourceTable(source, input.table.source);
+          const sql = definition(info, input);
+          let evicted = 0;
+          // A long build must not meet the session's statement timeout.
+          await target.query('SET statement_timeout = 0');
+          try {
+            for (let round = 0; ; round += 1) {
+              try {
+                await target.query(sql);
+                logger.info({ migrationId: input.migrationId, index: label, evicted }, 'index built');
+                return { built: true, evicted };
+              } catch (err) {
+                if (!input.evictDuplicates || !input.index.unique || sqlState(err) !== '23505' || round >= MAX_EVICTION_ROUNDS) throw err;
+                evicted += await evictDuplicates(source, target, input);
+              }
+            }
+          } finally {
+            await target.query('RESET statement_timeout').catch(() => undefined);
+          }
+        }),
+      );
+    } catch (err) {
+      throw asActivityFailure(err, `build ${label}`);
+    }
+  }
+
+  async function analyzeTable(input: { target: string; table: QualifiedName }): Promise<void> {
+    try {
+      await connections.withClient(input.target, async (db) => {
+        await db.query('SET statement_timeout = 0');
+        try {
+          await db.query(`ANALYZE ${quoteQualified(input.table)}`);
+        } finally {
+          await db.query('RESET statement_timeout').catch(() => undefined);
+        }
+      });
+    } catch (err) {
+      throw asActivityFailure(err, `analyze ${displayQualified(input.table)}`);
+    }
+  }
+
+  return { listIndexes, buildIndex, analyzeTable };
+}
+
+function definition(info: TableInfo, input: BuildIndexInput): string {
+  const found = (input.index.kind === 'constraint' ? info.uniques : info.indexes).find((i) => i.name === input.index.name);
+  if (!found) throw refusal('MissingIndex', `${input.index.name} disappeared from ${displayQualified(info.name)} on the source`);
+  return input.index.kind === 'constraint' ? addConstraintSql(found, input.table.target) : createIndexSql(found, info, input.table.target);
+}
+
+/**
+ * Rows of the target that share a value of the unique key being built: their keys go into the
+ * source's change log first (committed), then the rows leave the target, so a crash between
+ * the two at worst replays a row twice. Nothing else writes the table meanwhile: its sync is
+ * paused by its workflow, and the lock keeps a straggling attempt out.
+ */
+async function evictDuplicates(source: PoolClient, target: PoolClient, input: BuildIndexInput): Promise<number> {
+  const key = (await readUniqueKeys(source, input.table.source)).find((k) => k.name === input.index.name);
+  if (!key) throw refusal('MissingIndex', `${input.index.name} disappeared from ${displayQualified(input.table.source)} on the source`);
+  const shape = input.table;
+  return inTransaction(target, async () => {
+    await target.query(`LOCK TABLE ${quoteQualified(input.table.target)} IN SHARE ROW EXCLUSIVE MODE`);
+    const keys: Key[] = (await target.query(duplicateKeysSql(input.table.target, key, shape))).rows.map((r) => keyFromRow(r, shape));
+    if (keys.length === 0) return 0;
+    const log = quoteQualified(captureNames(input.migrationId, input.table.index).log);
+    await source.query(`INSERT INTO ${log} (pk) SELECT ARRAY(SELECT jsonb_array_elements_text(k)) FROM jsonb_array_elements($1::jsonb) AS k`, [
+      JSON.stringify(keys),
+    ]);
+    await deleteKeys(target, input.table, keys);
+    return keys.length;
+  });
+}

@@ -1,0 +1,114 @@
+/**
+ * Application load for cutover tests: pgbench (its TPC-B-like script plus a script of inserts,
+ * deletes and key-changing updates) and a batch job whose write transactions stay open for a
+ * long time, back to back. Both run until the source is frozen or they are stopped.
+ */
+import { spawn } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Client } from 'pg';
+import { findOnPath } from '../../src/temporal/binary';
+
+export const PGBENCH = findOnPath('pgbench') ?? '/usr/lib/postgresql/15/bin/pgbench';
+
+/** pgbench's tables with primary keys (scale 1: 100,000 accounts); pgbench_history has none and is not migrated. */
+export async function initPgbench(url: string, scale = 1): Promise<void> {
+  const { code, out } = await runPgbench(['-i', '-q', '-I', 'dtgvp', '-s', String(scale), url]);
+  if (code !== 0) throw new Error(`pgbench -i failed:\n${out}`);
+}
+
+/** Inserts, deletes and key-changing updates on pgbench_accounts (no statement can fail on a key). */
+const CHURN_SCRIPT = `
+\\set aid random(1, 100000 * :scale)
+\\set newaid random(100000000, 900000000)
+BEGIN;
+INSERT INTO pgbench_accounts (aid, bid, abalance, filler) VALUES (:newaid, 1, 0, 'churn') ON CONFLICT DO NOTHING;
+DELETE FROM pgbench_accounts WHERE aid = :newaid - 1;
+UPDATE pgbench_accounts SET aid = aid + 1000000000 WHERE aid = :aid;
+END;
+`;
+
+export interface Load {
+  /** Resolves when pgbench exits (it aborts its clients once their writes are refused). */
+  done: Promise<{ code: number | null; out: string }>;
+  stop(): Promise<void>;
+}
+
+function runPgbench(argv: string[]): Promise<{ code: number | null; out: string }> {
+  return startPgbench(argv).done;
+}
+
+function startPgbench(argv: string[]): Load {
+  const child = spawn(PGBENCH, argv, { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  child.stdout.on('data', (d) => (out = (out + d).slice(-20_000)));
+  child.stderr.on('data', (d) => (out = (out + d).slice(-20_000)));
+  const done = new Promise<{ code: number | null; out: string }>((resolve) => child.on('exit', (code) => resolve({ code, out })));
+  return {
+    done,
+    async stop() {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGINT');
+      await done;
+    },
+  };
+}
+
+/** pgbench with `clients` clients of TPC-B and churn, for up to `seconds`. */
+export function startPgbenchLoad(url: string, clients = 2, seconds = 600): Load {
+  const script = join(tmpdir(), `ferry-churn-${process.pid}.sql`);
+  writeFileSync(script, CHURN_SCRIPT);
+  return startPgbench(['-n', '-c', String(clients), '-j', '1', '-T', String(seconds), '-b', 'tpcb-like@3', '-f', `${script}@1`, url]);
+}
+
+export interface BatchJob {
+  /** Transactions committed, and when each write transaction began and ended. */
+  committed: number;
+  longestMs: number;
+  /** The first error that was not a refusal by the freeze, if any. */
+  otherError?: string;
+  frozen?: string;
+  stop(): Promise<void>;
+}
+
+/**
+ * A batch job: insert a row, "work" for `holdMs` with the transaction open, update the row,
+ * commit — back to back, so at any moment one write transaction on `table` is open.
+ */
+export async function startBatchJob(url: string, table: string, holdMs: number): Promise<BatchJob> {
+  const client = new Client({ connectionString: url, application_name: 'batch-job' });
+  await client.connect();
+  client.on('error', () => undefined);
+  let running = true;
+  const job: BatchJob = {
+    committed: 0,
+    longestMs: 0,
+    async stop() {
+      running = false;
+      await loop;
+    },
+  };
+  const wait = (ms: number) => new Promise((r) => setTimeout(r, ms));
+  const loop = (async () => {
+    while (running) {
+      const began = Date.now();
+      try {
+        await client.query('BEGIN');
+        const { rows } = await client.query(`INSERT INTO ${table} (note) VALUES ('batch') RETURNING id`);
+        for (let waited = 0; waited < holdMs && running; waited += 100) await wait(100);
+        await client.query(`UPDATE ${table} SET note = 'batch done' WHERE id = $1`, [rows[0].id]);
+        await client.query('COMMIT');
+        job.committed += 1;
+        job.longestMs = Math.max(job.longestMs, Date.now() - began);
+      } catch (err) {
+        await client.query('ROLLBACK').catch(() => undefined);
+        const message = (err as Error).message;
+        if (/frozen/.test(message)) job.frozen = message;
+        else job.otherError ??= message;
+        break;
+      }
+    }
+    await client.end().catch(() => undefined);
+  })();
+  return job;
+}

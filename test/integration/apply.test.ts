@@ -1,0 +1,136 @@
+/**
+ * The online apply (syncChanges) against real PostgreSQL, called directly: changes whose keys
+ * reach the target in different batches must not trip the target's unique indexes, and the
+ * apply's delete-and-reinsert must not fire the target's foreign-key actions or triggers.
+ */
+import { MockActivityEnvironment as SdkMockActivityEnvironment } from '@temporalio/testing';
+import { DefaultLogger } from '@temporalio/worker';
+import { createActivities } from '../../activities';
+import { copyTableOf, MigrationPlan } from '../../src/plan';
+import { ConnectionRegistry } from '../../src/db/connections';
+import { silentLogger } from '../../src/logger';
+import { parseSpec } from '../../src/spec';
+import { rowsAsText, TestDatabases } from '../helpers/databases';
+
+class MockActivityEnvironment extends SdkMockActivityEnvironment {
+  constructor() {
+    super(undefined, { logger: new DefaultLogger('ERROR') });
+  }
+}
+
+describe('the online apply', () => {
+  let dbs: TestDatabases;
+  let connections: ConnectionRegistry;
+  let activities: ReturnType<typeof createActivities>;
+  const run = <T>(fn: () => Promise<T>): Promise<T> => new MockActivityEnvironment().run(fn) as Promise<T>;
+
+  beforeEach(async () => {
+    dbs = await TestDatabases.create('apply', ['source', 'target']);
+    const env = { FERRY_CONN_SRC: dbs.url('source'), FERRY_CONN_DST: dbs.url('target') };
+    connections = new ConnectionRegistry({ env });
+    activities = createActivities({ connections, logger: silentLogger(), env });
+  });
+
+  afterEach(async () => {
+    await connections?.close();
+    await dbs?.drop();
+  });
+
+  /** preflight, prepareTarget and capture as a migration would run them, for `tables`. */
+  async function migrate(id: string, tables: string[], truncate = false): Promise<MigrationPlan> {
+    const spec = parseSpec({ id, source: 'src', target: 'dst', mode: 'online', tables, truncate });
+    const plan = await run(() => activities.preflight({ migrationId: id, spec }));
+    await run(() => activities.prepareTarget({ migrationId: id, source: 'src', target: 'dst', plan, truncate }));
+    await run(() =>
+      activities.installCapture({
+        migrationId: id,
+        source: 'src',
+        tables: plan.tables.map((t) => ({ index: t.index, source: t.source, keyColumns: t.keyColumns })),
+        armFreeze: true,
+      }),
+    );
+    return plan;
+  }
+
+  const sync = (id: string, plan: MigrationPlan, index: number, batchKeys: number) =>
+    run(() =>
+      activities.syncChanges({
+        migrationId: id,
+        source: 'src',
+        target: 'dst',
+        table: copyTableOf(plan.tables[index]),
+        fence: Date.now(),
+        sliceMs: 30_000,
+        batchKeys,
+        recordDirty: false,
+        returnWhenCaughtUp: true,
+      }),
+    );
+
+  it('applies two rows that swapped a unique value in one transaction, one batch at a time', async () => {
+    await dbs.exec('source', `CREATE TABLE public.users (id int PRIMARY KEY, email text NOT NULL UNIQUE, note text);
+      INSERT INTO public.users SELECT g, 'u' || g || '@x', 'n' FROM generate_series(1, 100) g;`);
+    const plan = await migrate('swap', ['public.users']);
+    // The copy and the unique index, as the table workflow would have them by now.
+    await dbs.exec('target', `INSERT INTO public.users SELECT g, 'u' || g || '@x', 'n' FROM generate_series(1, 100) g;
+      ALTER TABLE public.users ADD CONSTRAINT users_email_key UNIQUE (email);`);
+    await dbs.exec('source', `BEGIN;
+      UPDATE public.users SET email = 'tmp' WHERE id = 1;
+      UPDATE public.users SET email = 'u1@x' WHERE id = 2;
+      UPDATE public.users SET email = 'u2@x' WHERE id = 1;
+      COMMIT;
+      -- and a chain: 3 takes 4's value, 4 takes 5's, 5 takes 3's
+      BEGIN;
+      UPDATE public.users SET email = 'tmp' WHERE id = 5;
+      UPDATE public.users SET email = 'u5@x' WHERE id = 4;
+      UPDATE public.users SET email = 'u4@x' WHERE id = 3;
+      UPDATE public.users SET email = 'u3@x' WHERE id = 5;
+      COMMIT;`);
+    // One key per batch: the first batch sees row 1 take u2@x while the target's row 2 still has it.
+    for (let i = 0; i < 20; i += 1) {
+      const r = await sync('swap', plan, 0, 1);
+      if (r.caughtUp && r.pending === 0) break;
+    }
+    expect(await rowsAsText(dbs, 'target', 'public.users', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.users', 'id'));
+  });
+
+  it('replaces rows of a prepared target without firing its cascading foreign keys or its triggers', async () => {
+    const ddl = `CREATE TABLE public.parents (id int PRIMARY KEY, name text);
+      CREATE TABLE public.children (id int PRIMARY KEY, parent_id int NOT NULL REFERENCES public.parents (id) ON DELETE CASCADE);`;
+    await dbs.exec('source', `${ddl}
+      INSERT INTO public.parents SELECT g, 'p' || g FROM generate_series(1, 10) g;
+      INSERT INTO public.children SELECT g, 1 + g % 10 FROM generate_series(1, 50) g;`);
+    // The user's own target, created beforehand, with a cascade and an audit trigger.
+    await dbs.exec('target', `${ddl}
+      CREATE TABLE public.audit (at timestamptz DEFAULT now(), what text);
+      CREATE FUNCTION public.audit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN INSERT INTO public.audit (what) VALUES (TG_OP); RETURN NULL; END $$;
+      CREATE TRIGGER audit AFTER INSERT OR UPDATE OR DELETE ON public.parents FOR EACH ROW EXECUTE FUNCTION public.audit();`);
+    const plan = await migrate('cascade', ['public.parents', 'public.children']);
+    for (const chunk of [0]) {
+      for (const t of plan.tables) {
+        await run(() =>
+          activities.copyChunk({
+            migrationId: 'cascade',
+            source: 'src',
+            target: 'dst',
+            table: copyTableOf(t),
+            chunk: { ...t.chunks[chunk] },
+            batchRows: 1000,
+            fence: Date.now(),
+            sliceMs: 30_000,
+          }),
+        );
+      }
+    }
+    await dbs.exec('source', `UPDATE public.parents SET name = 'renamed' WHERE id IN (1, 2, 3)`);
+    const r = await sync('cascade', plan, 0, 100);
+    expect(r.applied).toBe(3);
+    for (const [table, key] of [
+      ['public.parents', 'id'],
+      ['public.children', 'id'],
+    ]) {
+      expect(await rowsAsText(dbs, 'target', table, key)).toEqual(await rowsAsText(dbs, 'source', table, key));
+    }
+    expect(await dbs.query('target', 'SELECT * FROM public.audit')).toEqual([]);
+  });
+});

@@ -1,0 +1,70 @@
+/**
+ * A table's target indexes and unique or exclusion constraints, built as soon as the table is
+ * loaded and validated — each its own activity, `parallelism.indexes` at a time — then ANALYZE.
+ * Online, the table's sync is paused meanwhile (this runs inside its workflow); a transient
+ * duplicate left by the sync is evicted by buildIndex and replayed through the change log. An
+ * exclusion constraint that meets a transient conflict is retried after a sync round.
+ */
+import { ActivityCancellationType, ApplicationFailure, proxyActivities } from '@temporalio/workflow';
+import type { Activities } from '../activities';
+import type { IndexRef } from '../activities/indexes';
+import { innermostApplicationFailure } from '../src/failures';
+import { CopyTable, TablePlan } from '../src/plan';
+import { runBounded } from './bounded';
+
+const build = proxyActivities<Activities>({
+  // An index on a large table can take hours; liveness heartbeats notice a lost worker.
+  startToCloseTimeout: '24 hours',
+  heartbeatTimeout: '20 seconds',
+  cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 20 },
+});
+
+const EXCLUSION_RETRIES = 5;
+
+export interface IndexBuildInput {
+  migrationId: string;
+  source: string;
+  target: string;
+  mode: 'full' | 'online';
+  table: TablePlan;
+  copyTable: CopyTable;
+  parallelism: number;
+}
+
+export async function buildTableIndexes(input: IndexBuildInput, syncRound: () => Promise<void>): Promise<{ built: number; evicted: number }> {
+  const { indexes } = await build.listIndexes({ source: input.source, table: input.table });
+  let built = 0;
+  let evicted = 0;
+  let todo: IndexRef[] = indexes;
+  for (let attempt = 0; todo.length > 0; attempt += 1) {
+    const conflicting: IndexRef[] = [];
+    await runBounded(todo, input.parallelism, async (index) => {
+      try {
+        const result = await build.buildIndex({
+          migrationId: input.migrationId,
+          source: input.source,
+          target: input.target,
+          table: input.copyTable,
+          index,
+          evictDuplicates: input.mode === 'online',
+        });
+        if (result.built) built += 1;
+        evicted += result.evicted;
+      } catch (err) {
+        if (!transientExclusionConflict(input, index, err) || attempt >= EXCLUSION_RETRIES) throw err;
+        conflicting.push(index);
+      }
+    });
+    todo = conflicting;
+    if (todo.length > 0) await syncRound();
+  }
+  await build.analyzeTable({ target: input.target, table: input.table.target });
+  return { built, evicted };
+}
+
+/** Online, an exclusion constraint can meet rows the sync has not brought up to date yet. */
+function transientExclusionConflict(input: IndexBuildInput, index: IndexRef, err: unknown): boolean {
+  const failure = innermostApplicationFailure(err);
+  return input.mode === 'online' && index.exclusion && failure instanceof ApplicationFailure && failure.type === 'PostgresError.23P01';
+}
