@@ -12,8 +12,14 @@
  *     when approval is reached and when the cutover begins, and the write outage of the cutover.
  * Figures, never assertions.
  *
+ *   - the write outage of cutovers side by side: pgbench's tables alone, with a table that has a
+ *     unique secondary column and a foreign key, and the same at --outage-scale (5,000,000
+ *     accounts by default): the outage should follow the rows changed, not the tables' size.
+ * Figures, never assertions.
+ *
  * Options: --scale N (10), --clients N (4), --seconds N (20, per pgbench measurement),
- * --validation none|count|checksum (checksum), --pg URL.
+ * --validation none|count|checksum (checksum), --outage-scale N (50; 0 skips the comparison),
+ * --pg URL.
  */
 import { spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
@@ -32,6 +38,7 @@ const CLIENTS = Number(arg('--clients', '4'));
 const SECONDS = Number(arg('--seconds', '20'));
 const ADMIN = arg('--pg', process.env.FERRY_TEST_PG ?? DEFAULT_TEST_PG);
 const VALIDATION = arg('--validation', 'checksum');
+const OUTAGE_SCALE = Number(arg('--outage-scale', '50'));
 const ROOT = join(__dirname, '..');
 const PGBENCH = findOnPath('pgbench') ?? '/usr/lib/postgresql/15/bin/pgbench';
 
@@ -80,6 +87,10 @@ async function main(): Promise<void> {
     [connectionEnvVar('pgb_src')]: url(source),
     [connectionEnvVar('pgb_tgt')]: url(target),
   };
+  for (let n = 0; n < 3; n += 1) {
+    env[connectionEnvVar(`out_src_${n}`)] = url(outageDatabases(n).source);
+    env[connectionEnvVar(`out_tgt_${n}`)] = url(outageDatabases(n).target);
+  }
   const worker = run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'worker'], env);
   const ferry = await FerryClient.connect({ address: server.address });
   try {
@@ -168,6 +179,24 @@ async function main(): Promise<void> {
     process.stdout.write(`write outage (freeze → cut over):    ${result.cutover ? `${result.cutover.writeOutageMs} ms` : 'n/a'}  (${result.state})\n`);
     const [rows] = await sql(url(target), 'SELECT count(*)::int AS n FROM public.pgbench_history');
     process.stdout.write(`pgbench_history rows on the target:  ${rows.n}\n`);
+
+    if (OUTAGE_SCALE > 0) {
+      process.stdout.write(`\ncutover write outage under pgbench (-c ${CLIENTS}), ${VALIDATION} validation:\n`);
+      const runs = [
+        { scale: SCALE, constraints: false },
+        { scale: SCALE, constraints: true },
+        { scale: OUTAGE_SCALE, constraints: true },
+      ];
+      const outages: number[] = [];
+      for (const r of runs) {
+        const ms = await outageRun(ferry, outages.length, r.scale, r.constraints);
+        outages.push(ms);
+        process.stdout.write(
+          `  ${(r.scale * 100_000).toLocaleString('en')} accounts${r.constraints ? ' + users (unique email, foreign key)' : '                                  '}: ${ms} ms\n`,
+        );
+      }
+      process.stdout.write(`  with/without unique + foreign key: ${(outages[1] / outages[0]).toFixed(2)} ×;  ${OUTAGE_SCALE / SCALE}× the rows: ${(outages[2] / outages[1]).toFixed(2)} ×\n`);
+    }
   } finally {
     await ferry.close();
     worker.kill();
@@ -175,6 +204,63 @@ async function main(): Promise<void> {
     await server.stop();
     for (const db of [source, target]) await sql(ADMIN, `DROP DATABASE IF EXISTS ${db} WITH (FORCE)`).catch(() => undefined);
   }
+}
+
+/**
+ * One online migration of pgbench's tables at `scale` (plus, with `constraints`, teams and users:
+ * a unique e-mail and a foreign key) under pgbench, approved once ready: its write outage.
+ */
+async function outageRun(ferry: FerryClient, n: number, scale: number, constraints: boolean): Promise<number> {
+  const { source, target } = outageDatabases(n);
+  const tag = `${n}_${scale}${constraints ? 'c' : ''}`;
+  await sql(ADMIN, `CREATE DATABASE ${source}`);
+  await sql(ADMIN, `CREATE DATABASE ${target}`);
+  try {
+    const init = await run(PGBENCH, ['-i', '-s', String(scale), '-q', '-I', 'dtgvp', url(source)]).done;
+    if (init.code !== 0) throw new Error(init.out);
+    const tables = ['public.pgbench_accounts', 'public.pgbench_branches', 'public.pgbench_tellers'];
+    if (constraints) {
+      await sql(
+        url(source),
+        `CREATE TABLE public.teams (id int PRIMARY KEY, name text NOT NULL);
+         INSERT INTO public.teams SELECT g, 'team ' || g FROM generate_series(1, 1000) g;
+         CREATE TABLE public.users (id bigint PRIMARY KEY, email text NOT NULL UNIQUE, team_id int NOT NULL REFERENCES public.teams (id));
+         INSERT INTO public.users SELECT g, 'user' || g || '@example.com', 1 + g % 1000 FROM generate_series(1, ${scale * 20_000}) g;
+         VACUUM ANALYZE`,
+      );
+      tables.push('public.teams', 'public.users');
+    }
+    const id = `bench-outage-${tag}`.replace(/_/g, '-');
+    const load = run(PGBENCH, ['-n', '-c', String(CLIENTS), '-j', '2', '-T', '3600', url(source)]);
+    try {
+      await ferry.start(
+        { id, source: `out_src_${n}`, target: `out_tgt_${n}`, mode: 'online', validation: VALIDATION, tables, cutover: { approval: 'manual', approvalTimeout: '1h' } },
+        {},
+      );
+      for (;;) {
+        const s = await ferry.status(id);
+        if (s.endedAt) throw new Error(`migration ended early: ${JSON.stringify(s.error)}`);
+        if (s.phase === 'AWAITING_APPROVAL') break;
+        await new Promise((r) => setTimeout(r, 500));
+      }
+      await new Promise((r) => setTimeout(r, 3000)); // steady sync under load
+      await ferry.approve(id);
+      const result = await ferry.result(id);
+      if (result.state !== 'SUCCEEDED') throw new Error(`outage run ${id} ended ${result.state}: ${JSON.stringify(result.error)}`);
+      return result.cutover!.writeOutageMs;
+    } finally {
+      load.kill();
+      await load.done;
+    }
+  } finally {
+    for (const db of [source, target]) await sql(ADMIN, `DROP DATABASE IF EXISTS ${db} WITH (FORCE)`).catch(() => undefined);
+  }
+}
+
+/** The databases of outage run n, known before the worker starts (it resolves every connection from its environment). */
+const BENCH_TAG = Date.now().toString(36);
+function outageDatabases(n: number): { source: string; target: string } {
+  return { source: `ferry_bench_out_src_${BENCH_TAG}_${n}`, target: `ferry_bench_out_tgt_${BENCH_TAG}_${n}` };
 }
 
 main().then(

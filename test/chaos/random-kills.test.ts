@@ -225,7 +225,7 @@ describe('workers SIGKILLed at random moments', () => {
         }
         // What the migration left on the source, against what was there before it.
         const after = await objectInventory(dbs, source);
-        const added = after.filter((o) => !inventoryBefore.includes(o)).map((o) => o.replace(/_[0-9a-f]{12}$/, ''));
+        const added = after.filter((o) => !inventoryBefore.includes(o)).map((o) => o.replace(/_[0-9a-f]{12}(?=( [a-zA-Z])?$)/, ''));
         const removed = inventoryBefore.filter((o) => !after.includes(o));
         const triggers = await ferryTriggers(dbs, source);
         const left = JSON.stringify({ triggers, added, removed });
@@ -233,7 +233,8 @@ describe('workers SIGKILLed at random moments', () => {
           afterwards === 'keep-frozen'
             ? {
                 triggers: ['accounts:ferry_freeze', 'items:ferry_freeze'],
-                added: ['function _ferry_freeze.frozen', 'schema _ferry_freeze', 'trigger ferry_freeze', 'trigger ferry_freeze'],
+                // The freeze installed with capture: its trigger function and its state.
+                added: ['function _ferry_freeze.freeze', 'relation _ferry_freeze.freeze_state S', 'schema _ferry_freeze', 'trigger ferry_freeze', 'trigger ferry_freeze'],
                 removed: [],
               }
             : { triggers: [], added: [], removed: [] };
