@@ -3,10 +3,10 @@
  * Runs the compiled CLI (dist/, see scripts/build.js). When dist/ is missing or was compiled from
  * other sources — TypeScript edited since, a checkout without its build — it runs the sources
  * through tsx instead, as before there was a build, and says so in one line on stderr. Not
- * compiling here: tsc takes 10–20 s on this project's 2-core machine (tsx costs about 1 s a call),
- * several processes start at once (a test's worker pool) and would compile over each other, and
- * the image's root filesystem is read-only. npm ci, npm test, npm run demo and the jest set-up
- * compile when the sources changed; `npm run build` does it by hand.
+ * compiling here: tsc takes 6–12 s on this project's 2-core machine (tsx costs about 0.5 s more a
+ * call than the build), several processes start at once (a test's worker pool) and would compile
+ * over each other, and the image's root filesystem is read-only. npm ci, npm test, npm run demo
+ * and the jest set-up compile when the sources changed; `npm run build` does it by hand.
  */
 const verb = process.argv[2];
 if (verb === 'worker') {
