@@ -53,9 +53,10 @@ function buildState(root = ROOT) {
   try {
     stamp = JSON.parse(fs.readFileSync(path.join(root, STAMP), 'utf8'));
   } catch {
-    return { current: false, reason: 'no compiled build in dist/' };
+    if (!fs.existsSync(path.join(root, 'dist'))) return { current: false, reason: 'no compiled build in dist/' };
+    return { current: false, reason: 'dist/ holds no finished build (the last one failed, or one is under way)' };
   }
-  if (!fs.existsSync(path.join(root, ENTRY))) return { current: false, reason: 'no compiled build in dist/' };
+  if (!fs.existsSync(path.join(root, ENTRY))) return { current: false, reason: 'dist/ holds no finished build' };
   if (stamp.sources !== sourceHash(root)) return { current: false, reason: 'dist/ was compiled from other sources than these' };
   return { current: true };
 }
