@@ -11,9 +11,17 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, statSync 
 import { join } from 'node:path';
 import { cacheDir } from './binary';
 
-const ROOT = join(__dirname, '..', '..');
-export const WORKFLOWS_PATH = require.resolve('../../workflows');
-export const FAILURE_CONVERTER_PATH = require.resolve('../failure-converter');
+/** Whether this module runs compiled (dist/src/temporal/bundle.js) or as TypeScript (tsx, jest). */
+const COMPILED = __filename.endsWith('.js');
+/** The repository (or image) root, either way. */
+const ROOT = join(__dirname, ...(COMPILED ? ['..', '..', '..'] : ['..', '..']));
+/**
+ * Webpack bundles the TypeScript sources even when this process runs compiled: the bundle is
+ * the same file whichever way a worker runs (the one the tests and the Docker image prebuild),
+ * its cache key below hashes these very files, and the bundler compiles TypeScript itself.
+ */
+export const WORKFLOWS_PATH = join(ROOT, 'workflows', 'index.ts');
+export const FAILURE_CONVERTER_PATH = join(ROOT, 'src', 'failure-converter.ts');
 
 export interface BundleOptions {
   /** Failure messages and stack traces as payloads (src/failure-converter.ts). */
@@ -65,7 +73,8 @@ export function workflowBundlePath(env: NodeJS.ProcessEnv = process.env, options
   if (!existsSync(file)) {
     mkdirSync(dir, { recursive: true });
     const args = [__filename, file, ...(options.encodeFailures ? ['--encode-failures'] : [])];
-    const run = spawnSync(process.execPath, ['--require', require.resolve('tsx/cjs'), ...args], { stdio: ['ignore', 'inherit', 'inherit'] });
+    const loader = COMPILED ? [] : ['--require', require.resolve('tsx/cjs')];
+    const run = spawnSync(process.execPath, [...loader, ...args], { stdio: ['ignore', 'inherit', 'inherit'] });
     if (run.status !== 0 || !existsSync(file)) throw new Error(`bundling the workflows failed (exit ${run.status})`);
   }
   return file;

@@ -1,12 +1,18 @@
 /**
- * Once per `jest` run: make sure PostgreSQL answers, the temporal binary exists and the
- * workflow bundle is built (cached by content hash, so workers and tests skip webpack).
+ * Once per `jest` run: make sure PostgreSQL answers, the temporal binary exists, dist/ is
+ * compiled from the current sources (the `ferry` processes tests spawn run it, see bin/ferry.js)
+ * and the workflow bundle is built (cached by content hash, so workers and tests skip webpack).
  */
 import { DEFAULT_TEST_PG, ensurePostgres } from '../../src/postgres';
 import { ensureTemporalBinary } from '../../src/temporal/binary';
 import { workflowBundlePath } from '../../src/temporal/bundle';
 
+// Plain Node (bin/ferry.js and scripts/run.js use it before anything is compiled).
+const { build } = require('../../scripts/build.js') as { build: () => number };
+
 export default async function globalSetup(): Promise<void> {
+  // Without it spawned CLIs and workers would fall back to tsx: slower, and not what ships.
+  if (build() !== 0) throw new Error('compiling dist/ failed (see tsc\'s output above)');
   process.env.FERRY_TEST_PG ??= DEFAULT_TEST_PG;
   await ensurePostgres(process.env.FERRY_TEST_PG);
   const binary = await ensureTemporalBinary();

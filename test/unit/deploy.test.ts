@@ -408,7 +408,8 @@ describe('the worker Deployment', () => {
   it('builds both workflow bundles into the image with the Dockerfile\'s own command', async () => {
     const image = dockerfile();
     const step = image.runs.find((r) => r.includes('--prebuild'));
-    expect(step).toBe('node --require tsx/cjs src/temporal/bundle.ts --prebuild');
+    // The compiled build, as in the image (the jest set-up has compiled dist/ from these sources).
+    expect(step).toBe('node dist/src/temporal/bundle.js --prebuild');
     const cache = mkdtempSync(join(tmpdir(), 'ferry-image-cache-'));
     try {
       const { stdout } = await promisify(execFile)('/bin/sh', ['-c', step!], { cwd: ROOT, env: { ...process.env, FERRY_CACHE_DIR: cache, FERRY_WORKFLOW_BUNDLE: '' } });
