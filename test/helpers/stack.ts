@@ -88,11 +88,19 @@ export class TestStack {
   }
 
   /** An in-process worker; interceptors can inject faults around activities. */
-  async startWorker(options: { interceptors?: WorkerOptions['interceptors']; activitySlots?: number; taskQueue?: string } = {}): Promise<FerryWorker> {
+  async startWorker(
+    options: {
+      interceptors?: WorkerOptions['interceptors'];
+      activitySlots?: number;
+      taskQueue?: string;
+      /** Variables to set (or, undefined, to remove) for this worker only. */
+      env?: Record<string, string | undefined>;
+    } = {},
+  ): Promise<FerryWorker> {
     const worker = await createFerryWorker({
       temporal: { address: this.server.address, namespace: this.server.namespace, taskQueue: options.taskQueue ?? this.taskQueue },
       logger: silentLogger(),
-      env: this.env,
+      env: { ...this.env, ...options.env },
       identity: `in-process-${this.inProcess.length + 1}`,
       shutdownGraceTime: '2 seconds',
       interceptors: options.interceptors,

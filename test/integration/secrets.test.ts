@@ -125,7 +125,7 @@ describe('connection URLs and callback secrets', () => {
     await withClient(adminUrl(), (c) => c.query(`CREATE ROLE "${role}" LOGIN SUPERUSER PASSWORD '${password}'`));
     urls = { source: withCredentials(dbs.url('source'), role, password), target: withCredentials(dbs.url('target'), role, password) };
     receiver = await startReceiver();
-    stack = await TestStack.start({ connections: { legacy: urls.source, v2: urls.target }, extraEnv: { HOOK_SECRET: hookSecret } });
+    stack = await TestStack.start({ connections: { legacy: urls.source, v2: urls.target }, extraEnv: { FERRY_SECRET_HOOK: hookSecret, FERRY_CALLBACK_ALLOW_PRIVATE: 'true' } });
   });
 
   afterAll(async () => {
@@ -137,7 +137,7 @@ describe('connection URLs and callback secrets', () => {
 
   it('never appear in any history, memo or search attribute of the migration, its tables or its preflight', async () => {
     const id = `secrets-plain-${randomBytes(3).toString('hex')}`;
-    const spec = { source: 'legacy', target: 'v2', tables: TABLES, batchRows: 1000, callback: { url: receiver.url, secret: 'HOOK_SECRET', events: true } };
+    const spec = { source: 'legacy', target: 'v2', tables: TABLES, batchRows: 1000, callback: { url: receiver.url, secret: 'FERRY_SECRET_HOOK', events: true } };
     await stack.ferry.start(spec, { id });
     const result = await stack.ferry.result(id);
     expect(result.error).toBeNull();
@@ -168,7 +168,7 @@ describe('connection URLs and callback secrets', () => {
     // What is meant to be there is there: names, never values — so the search below reads real data.
     expect(text).toContain('"source":"legacy"');
     expect(text).toContain('public.zebra_ledger');
-    expect(text).toContain('HOOK_SECRET');
+    expect(text).toContain('FERRY_SECRET_HOOK');
     expect(text).toContain(receiver.url);
     expect(hitsIn(text, { password, 'source URL': urls.source, 'target URL': urls.target, 'callback secret': hookSecret })).toEqual([]);
   });
