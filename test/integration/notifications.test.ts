@@ -8,9 +8,11 @@
  * back why a connection failed.
  */
 import { randomBytes } from 'node:crypto';
+import { WorkflowFailedError } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import { createSendCallback } from '../../activities/callback';
 import { silentLogger } from '../../src/logger';
+import { MIGRATION_WORKFLOW } from '../../src/names';
 import { freePort } from '../../src/temporal/dev-server';
 import { FerryClient } from '../../src/client';
 import { TestDatabases } from '../helpers/databases';
@@ -165,6 +167,23 @@ describe('callbacks', () => {
     } finally {
       await elsewhere.close();
     }
+  });
+
+  it('refuses in the workflow too a spec that another client started with a secret outside FERRY_SECRET_*', async () => {
+    const handle = await stack.client.workflow.start(MIGRATION_WORKFLOW, {
+      taskQueue: stack.taskQueue,
+      workflowId: `other-client-${randomBytes(3).toString('hex')}`,
+      args: [{ source: 'src', target: 'dst', tables: ['public.d'], callback: { url: `${receiver.url}/other-client`, secret: 'FERRY_CONN_SRC' } }],
+    });
+    const err = await handle.result().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(WorkflowFailedError);
+    const cause = (err as WorkflowFailedError).cause as ApplicationFailure;
+    expect(cause.type).toBe('InvalidSpec');
+    expect(cause.message).toMatch(/callback\.secret: must be the name of a workers' environment variable that starts with FERRY_SECRET_/);
+    expect(receiver.to('/other-client')).toEqual([]);
   });
 
   it('refuses 127.0.0.1, 169.254.169.254 and a name that resolves to loopback on workers without FERRY_CALLBACK_ALLOW_PRIVATE, once, saying how to allow them', async () => {

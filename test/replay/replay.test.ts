@@ -34,6 +34,10 @@ const SCENARIOS: Record<string, { failureType?: string }> = {
   // (without the patch it fails: checked when the guard was added), and likewise only because
   // re-sharing the rate cap is behind patched('share-rate-cap-across-tables') (checked too).
   'landed-ae2e2ee-cancelled': { failureType: 'MigrationCancelled' },
+  // Recorded under the callback.secret rule before FERRY_SECRET_* names (any variable name, here
+  // HOOK_SECRET), which the spec now refuses: it replays only because executions without the
+  // ferry-secret-names patch marker keep the old rule (workflows/spec-input.ts).
+  'before-ferry-secret-names': {},
 };
 
 /** One line of a scenario's manifest.json (written by scripts/record-histories.ts). */
