@@ -1,16 +1,27 @@
 /**
  * sendCallback: POSTs the result document (or one event) to the spec's callback URL, signed
  * with HMAC-SHA256 when a secret is configured. 5xx, 429 and network errors throw a retryable
- * error (Temporal's RetryPolicy backs off); any other 4xx is final. The secret is an
- * environment variable name resolved here, on the worker.
+ * error (Temporal's RetryPolicy backs off); any other 4xx and every redirect are final. The
+ * secret is the name of a FERRY_SECRET_* variable, resolved here, on the worker; the target must
+ * pass callback-target.ts.
+ *
+ * What goes back into the result and the histories says what happened, never where: no resolved
+ * address, port or system error, so a spec cannot use the workers to map the network behind
+ * them. The worker's own log keeps the detail.
  */
 import { createHmac } from 'node:crypto';
+import { request as httpRequest } from 'node:http';
+import { request as httpsRequest } from 'node:https';
 import { ApplicationFailure } from '@temporalio/common';
+import { CALLBACK_SECRET_NAME } from '../src/spec';
+import { allowsPrivate, CheckedTarget, checkTarget, pinnedLookup, Resolve, resolveAll } from './callback-target';
 import { ActivityDeps } from './deps';
+
+const TIMEOUT_MS = 15_000;
 
 export interface CallbackInput {
   url: string;
-  /** Name of the worker environment variable holding the HMAC secret. */
+  /** Name of the worker environment variable holding the HMAC secret (FERRY_SECRET_*). */
   secret?: string;
   idempotencyKey: string;
   body: unknown;
@@ -21,7 +32,49 @@ export function signature(secret: string, timestamp: number, body: string): stri
   return `t=${timestamp},v1=${mac}`;
 }
 
-export function createSendCallback({ env }: Pick<ActivityDeps, 'env'>) {
+/** The secret's value; the spec checked the name already, but a workflow started before that rule (or by another client) reaches here too. */
+function secretValue(env: NodeJS.ProcessEnv, name: string): string {
+  if (!CALLBACK_SECRET_NAME.test(name)) {
+    throw ApplicationFailure.nonRetryable(
+      `callback secret variable ${name} is not named FERRY_SECRET_<NAME>: workers sign only with FERRY_SECRET_* variables; rename it on the workers and in callback.secret`,
+      'CallbackSecretRefused',
+    );
+  }
+  const value = env[name];
+  if (!value) {
+    throw ApplicationFailure.nonRetryable(
+      `callback secret variable ${name} is not set on the workers: set it, or remove callback.secret`,
+      'CallbackSecretMissing',
+    );
+  }
+  return value;
+}
+
+/** One POST, never following a redirect, to the checked addresses only; resolves with the status. */
+function post(target: CheckedTarget, headers: Record<string, string>, body: string): Promise<number> {
+  const request = target.url.protocol === 'https:' ? httpsRequest : httpRequest;
+  return new Promise((resolve, reject) => {
+    const req = request(
+      target.url,
+      {
+        method: 'POST',
+        headers: { ...headers, 'Content-Length': String(Buffer.byteLength(body)) },
+        lookup: pinnedLookup(target.addresses),
+        // A pooled socket could lead elsewhere than this request's checked addresses.
+        agent: false,
+        signal: AbortSignal.timeout(TIMEOUT_MS),
+      },
+      (res) => {
+        resolve(res.statusCode ?? 0);
+        res.destroy(); // the status is all Ferry reads; no receiver keeps a worker streaming
+      },
+    );
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+export function createSendCallback({ env, logger, resolve = resolveAll }: Pick<ActivityDeps, 'env' | 'logger'> & { resolve?: Resolve }) {
   return async function sendCallback(input: CallbackInput): Promise<{ status: number }> {
     const body = JSON.stringify(input.body);
     const headers: Record<string, string> = {
@@ -29,21 +82,22 @@ export function createSendCallback({ env }: Pick<ActivityDeps, 'env'>) {
       'Idempotency-Key': input.idempotencyKey,
       'User-Agent': 'ferry',
     };
-    if (input.secret) {
-      const secret = env[input.secret];
-      if (!secret) {
-        throw ApplicationFailure.nonRetryable(
-          `callback secret variable ${input.secret} is not set on the workers: set it, or remove callback.secret`,
-          'CallbackSecretMissing',
-        );
-      }
-      headers['X-Ferry-Signature'] = signature(secret, Math.floor(Date.now() / 1000), body);
+    if (input.secret) headers['X-Ferry-Signature'] = signature(secretValue(env, input.secret), Math.floor(Date.now() / 1000), body);
+    let status: number;
+    try {
+      const target = await checkTarget(new URL(input.url), { allowPrivate: allowsPrivate(env), resolve });
+      status = await post(target, headers, body);
+    } catch (err) {
+      if (err instanceof ApplicationFailure) throw err;
+      logger.warn({ err, url: input.url, idempotencyKey: input.idempotencyKey }, 'callback delivery failed');
+      throw ApplicationFailure.retryable('callback delivery failed (network error)', 'CallbackRetryable');
     }
-    const response = await fetch(input.url, { method: 'POST', headers, body, signal: AbortSignal.timeout(15_000) });
-    await response.arrayBuffer().catch(() => undefined);
-    if (response.ok) return { status: response.status };
-    const message = `callback ${new URL(input.url).host} answered HTTP ${response.status}`;
-    if (response.status >= 500 || response.status === 429) throw ApplicationFailure.retryable(message, 'CallbackRetryable');
+    if (status >= 200 && status < 300) return { status };
+    const message = `callback answered HTTP ${status}`;
+    if (status >= 300 && status < 400) {
+      throw ApplicationFailure.nonRetryable(`${message}, a redirect: Ferry does not follow redirects; set callback.url to the final address`, 'CallbackRejected');
+    }
+    if (status >= 500 || status === 429) throw ApplicationFailure.retryable(message, 'CallbackRetryable');
     throw ApplicationFailure.nonRetryable(message, 'CallbackRejected');
   };
 }

@@ -111,8 +111,11 @@ export function createCopyChunk({ connections, logger }: ActivityDeps) {
       log.info({ rows, bytes, batches, ms: Date.now() - started, done: checkpoint.done }, 'chunk slice copied');
       return { checkpoint, rows, bytes, batches };
     } catch (err) {
-      if (!(err instanceof ApplicationFailure) && !(err instanceof CancelledFailure)) log.warn({ err }, 'chunk slice failed');
-      throw err instanceof CancelledFailure ? err : asActivityFailure(err, `copy ${displayQualified(input.table.source)} chunk ${input.chunk.index}`);
+      if (err instanceof CancelledFailure) throw err;
+      // Logged as it leaves the worker: a PostgreSQL error's row values stay out of the log too.
+      const failure = asActivityFailure(err, `copy ${displayQualified(input.table.source)} chunk ${input.chunk.index}`);
+      if (!(err instanceof ApplicationFailure)) log.warn({ err: failure }, 'chunk slice failed');
+      throw failure;
     } finally {
       await Promise.all([source?.end().catch(() => undefined), target?.end().catch(() => undefined)]);
     }

@@ -210,8 +210,10 @@ export function createSyncActivities({ connections, logger }: ActivityDeps) {
       return { applied, rounds, caughtUp, pending, lagSeconds: Math.round(Number(lag.rows[0].lag) * 1000) / 1000 };
     } catch (err) {
       if (err instanceof CancelledFailure) throw err;
-      if (!(err instanceof ApplicationFailure)) logger.warn({ err, migrationId: input.migrationId, table: displayQualified(input.table.source) }, 'sync failed');
-      throw asActivityFailure(err, `sync ${displayQualified(input.table.source)}`);
+      // Logged as it leaves the worker: a PostgreSQL error's row values stay out of the log too.
+      const failure = asActivityFailure(err, `sync ${displayQualified(input.table.source)}`);
+      if (!(err instanceof ApplicationFailure)) logger.warn({ err: failure, migrationId: input.migrationId, table: displayQualified(input.table.source) }, 'sync failed');
+      throw failure;
     } finally {
       await Promise.all([source?.end().catch(() => undefined), target?.end().catch(() => undefined)]);
     }

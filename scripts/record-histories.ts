@@ -413,7 +413,8 @@ async function recordScenario(scenario: Scenario, temporalCli: string): Promise<
   const receiver = await Receiver.start();
   try {
     await dbs.exec('source', scenario.schema);
-    stack = await TestStack.start({ connections: { src: dbs.url('source'), dst: dbs.url('target') } });
+    // The receiver is on 127.0.0.1, a target workers refuse unless allowed.
+    stack = await TestStack.start({ connections: { src: dbs.url('source'), dst: dbs.url('target') }, extraEnv: { FERRY_CALLBACK_ALLOW_PRIVATE: 'true' } });
     const result = await scenario.run({ id: `fixture-${scenario.name}`, stack, dbs, receiver });
     if (result.state !== scenario.expected) {
       throw new Error(`${scenario.name}: expected ${scenario.expected}, the migration ended ${result.state}: ${JSON.stringify(result.error)}`);

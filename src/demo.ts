@@ -35,7 +35,7 @@ export interface DemoOptions {
   embeddedPg?: boolean;
 }
 
-const HOOK_SECRET_VAR = 'FERRY_DEMO_HOOK_SECRET';
+const HOOK_SECRET_VAR = 'FERRY_SECRET_DEMO_HOOK';
 
 const say = (line: string) => process.stdout.write(`${line}\n`);
 
@@ -241,6 +241,8 @@ export async function runDemo(options: DemoOptions = {}): Promise<number> {
       [connectionEnvVar('shop_legacy')]: dbs.source,
       [connectionEnvVar('shop_v2')]: dbs.target,
       [HOOK_SECRET_VAR]: secret,
+      // The demo's receiver listens on 127.0.0.1, which workers refuse as a callback target unless allowed.
+      FERRY_CALLBACK_ALLOW_PRIVATE: 'true',
     };
     const workers = await Promise.all(
       [1, 2].map((n) =>

@@ -36,6 +36,8 @@ export const PATCHES = {
    * online, the freeze installed with capture and flipped at cutover while the sync runs.
    */
   targetReadyBeforeCutover: 'target-ready-before-cutover',
+  /** callback.secret must name a FERRY_SECRET_* variable (workflows/spec-input.ts). */
+  ferrySecretNames: 'ferry-secret-names',
 } as const;
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);

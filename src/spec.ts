@@ -15,6 +15,11 @@ export const CHUNKS = { min: 1, max: 256 };
 export const PARALLELISM = { tables: 2, chunks: 2, indexes: 2, max: 64 };
 export const MAX_METADATA_BYTES = 16 * 1024;
 export const MAX_TABLES = 500;
+/**
+ * Callback secrets are read only from worker variables with this prefix: a spec must not make
+ * the workers sign a body it knows with FERRY_CONN_… or TEMPORAL_API_KEY (an HMAC oracle).
+ */
+export const CALLBACK_SECRET_NAME = /^FERRY_SECRET_[A-Z0-9_]{1,115}$/;
 
 const connectionName = z
   .string()
@@ -107,11 +112,14 @@ export const specSchema = z
           .describe('http(s) URL that receives the result document (POST JSON)'),
         secret: z
           .string()
-          .regex(/^[A-Z_][A-Z0-9_]{0,127}$/, {
-            error: 'must be the NAME of an environment variable on the workers (A-Z, 0-9, _), not the secret itself',
+          .regex(CALLBACK_SECRET_NAME, {
+            error:
+              "must be the name of a workers' environment variable that starts with FERRY_SECRET_ (A-Z, 0-9, _; for example " +
+              'FERRY_SECRET_HOOK), never the secret itself: workers sign only with FERRY_SECRET_* variables; rename the ' +
+              'variable on the workers and here',
           })
           .optional()
-          .describe('NAME of the workers\' environment variable holding the HMAC-SHA256 key (X-Ferry-Signature)'),
+          .describe('NAME of the workers\' variable FERRY_SECRET_<NAME> that holds the HMAC-SHA256 key (X-Ferry-Signature)'),
         events: z.boolean().default(false).describe('also POST every event, keyed <id>:<seq>'),
       })
       .optional()

@@ -8,6 +8,7 @@ import { createActivities } from '../activities';
 import { dataConverterFromEnv } from './codec';
 import { connectionOptions, TemporalConfig } from './config';
 import { ConnectionRegistry } from './db/connections';
+import { withoutRowData } from './db/errors';
 import { Logger } from './logger';
 import { auditInterceptors, FerryMetrics } from './telemetry';
 import { workflowBundle } from './temporal/bundle';
@@ -64,6 +65,23 @@ const livenessHeartbeats: NonNullable<NonNullable<WorkerOptions['interceptors']>
   },
 });
 
+/**
+ * Whatever an activity throws passes here before the audit log and Temporal see it: a
+ * PostgreSQL error that escaped asActivityFailure (or sits in a cause chain) is redacted too, so
+ * no row value reaches a log line or a history.
+ */
+const keepRowDataOnWorker: NonNullable<NonNullable<WorkerOptions['interceptors']>['activity']>[number] = (ctx) => ({
+  inbound: {
+    async execute(input, next) {
+      try {
+        return await next(input);
+      } catch (err) {
+        throw withoutRowData(err, ctx.info.activityType);
+      }
+    },
+  },
+});
+
 export const HEARTBEAT_THROTTLE = { maxHeartbeatThrottleInterval: '2 seconds', defaultHeartbeatThrottleInterval: '2 seconds' } as const;
 
 export async function createFerryWorker(options: FerryWorkerOptions): Promise<FerryWorker> {
@@ -97,7 +115,8 @@ export async function createFerryWorker(options: FerryWorkerOptions): Promise<Fe
   const audit = auditInterceptors(options.logger, options.metrics);
   workerOptions.interceptors = {
     ...options.interceptors,
-    activity: [...(audit.activity ?? []), livenessHeartbeats, ...(options.interceptors?.activity ?? [])],
+    // The first is outermost: the audit line logs the error as keepRowDataOnWorker left it.
+    activity: [...(audit.activity ?? []), keepRowDataOnWorker, livenessHeartbeats, ...(options.interceptors?.activity ?? [])],
   };
   let worker: Worker;
   try {

@@ -21,7 +21,7 @@ import {
 } from '@temporalio/workflow';
 import { innermostApplicationFailure, rootMessage } from '../src/failures';
 import { FerrySourceKey, FerryTargetKey, PATCHES } from '../src/names';
-import { checkThrottle, parseSpec, Spec, SpecError } from '../src/spec';
+import { checkThrottle, Spec, SpecError } from '../src/spec';
 import { ErrorInfo, resultDocument, ResultDocument } from '../src/status';
 import { checks, notify, steps } from './proxies';
 import { COPIED, derivePhase, MigrationContext, MigrationOptions } from './context';
@@ -39,6 +39,7 @@ import {
 import { runFullLoad } from './full-load';
 import { runOnline } from './online';
 import { Saga } from './saga';
+import { parseWorkflowSpec } from './spec-input';
 import { tableMigrationWorkflow } from './table';
 import { Tracker } from './tracker';
 
@@ -56,7 +57,7 @@ export async function migrationWorkflow(specInput: unknown, options: MigrationOp
 
   let spec: Spec;
   try {
-    spec = parseSpec(specInput);
+    spec = parseWorkflowSpec(specInput);
   } catch (err) {
     const message = err instanceof SpecError ? err.message : String(err);
     tracker.error = { message, type: 'InvalidSpec' };

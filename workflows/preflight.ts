@@ -5,7 +5,8 @@
 import { ApplicationFailure, proxyActivities } from '@temporalio/workflow';
 import type { Activities } from '../activities';
 import { MigrationPlan } from '../src/plan';
-import { parseSpec, SpecError } from '../src/spec';
+import { SpecError } from '../src/spec';
+import { parseWorkflowSpec } from './spec-input';
 
 const { preflight } = proxyActivities<Activities>({
   startToCloseTimeout: '5 minutes',
@@ -17,7 +18,7 @@ const { preflight } = proxyActivities<Activities>({
 export async function preflightWorkflow(specInput: unknown, migrationId: string): Promise<MigrationPlan> {
   let spec;
   try {
-    spec = parseSpec(specInput);
+    spec = parseWorkflowSpec(specInput);
   } catch (err) {
     throw ApplicationFailure.nonRetryable(err instanceof SpecError ? err.message : String(err), 'InvalidSpec');
   }

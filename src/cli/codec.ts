@@ -22,6 +22,8 @@ export interface CodecServerOptions {
   host?: string;
   /** Web UI origins allowed to call the server from a browser. */
   corsOrigins?: string[];
+  /** Host header values to answer besides the loopback names and the listening address: `name` (any port) or `name:port`. */
+  allowedHosts?: string[];
   report?: (line: string) => void;
 }
 
@@ -73,6 +75,24 @@ function parsePayloads(body: string): Payload[] {
   });
 }
 
+/**
+ * DNS rebinding: a page on another site can make its own name resolve to 127.0.0.1 and then
+ * call this server from the browser as same-origin, CORS or not. Its requests still carry that
+ * name in Host, so only the addresses the server listens on, the loopback names and the names
+ * an operator gives (`--allowed-host`, for a proxy in front) are answered.
+ */
+export function hostAllowed(host: string | undefined, port: number, listening: string, allowed: string[] = []): boolean {
+  if (!host) return false;
+  const wanted = host.toLowerCase();
+  const local = ['127.0.0.1', 'localhost', '[::1]', listening].map((name) => `${name.toLowerCase()}:${port}`);
+  if (local.includes(wanted)) return true;
+  const name = wanted.replace(/:\d+$/, '');
+  return allowed.some((entry) => {
+    const e = entry.trim().toLowerCase();
+    return /:\d+$/.test(e) ? e === wanted : e === name;
+  });
+}
+
 export async function startCodecServer(options: CodecServerOptions): Promise<CodecServer> {
   const origins = options.corsOrigins?.length ? options.corsOrigins : DEFAULT_CORS_ORIGINS;
   const report = options.report ?? (() => undefined);
@@ -107,7 +127,13 @@ export async function startCodecServer(options: CodecServerOptions): Promise<Cod
     send(res, 200, { payloads: out.map(payloadToJSON) });
   };
 
+  let listening = { host: '127.0.0.1', port: 0 };
   const server = createServer((req, res) => {
+    if (!hostAllowed(req.headers.host, listening.port, listening.host, options.allowedHosts)) {
+      report(`codec-server: ${req.method} ${req.url} for Host ${JSON.stringify(req.headers.host ?? '')} → 421`);
+      send(res, 421, { error: 'this codec server does not answer for that Host; name it with --allowed-host if a proxy forwards it' });
+      return;
+    }
     handle(req, res).catch((err: unknown) => {
       const status = err instanceof HttpError ? err.status : err instanceof PayloadDecryptionError ? 422 : 500;
       const message = status === 500 ? 'internal error' : (err as Error).message;
@@ -125,6 +151,7 @@ export async function startCodecServer(options: CodecServerOptions): Promise<Cod
   });
   const address = server.address() as AddressInfo;
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  listening = { host, port: address.port };
   return {
     url: `http://${host}:${address.port}`,
     close: () =>
@@ -154,7 +181,8 @@ export function registerCodecCommand(program: Command): void {
     .option('--port <port>', 'port to listen on (0 picks a free one)', port, DEFAULT_CODEC_PORT)
     .option('--host <address>', 'interface to listen on; anyone who can reach it can decrypt', '127.0.0.1')
     .option('--cors-origin <origins>', 'Web UI origin(s) allowed to call it, comma-separated', DEFAULT_CORS_ORIGINS.join(','))
-    .action(async (opts: { port: number; host: string; corsOrigin: string }) => {
+    .option('--allowed-host <names>', 'Host header(s) to answer besides 127.0.0.1, localhost and [::1] (a proxy\'s name, name or name:port), comma-separated', '')
+    .action(async (opts: { port: number; host: string; corsOrigin: string; allowedHost: string }) => {
       let codec;
       try {
         codec = codecFromEnv(process.env);
@@ -171,6 +199,7 @@ export function registerCodecCommand(program: Command): void {
         port: opts.port,
         host: opts.host,
         corsOrigins,
+        allowedHosts: opts.allowedHost.split(',').map((h) => h.trim()).filter(Boolean),
         report: (line) => process.stderr.write(`${line}\n`),
       });
       process.stdout.write(`codec server on ${server.url} (key ${codec.keyId}; CORS for ${corsOrigins.join(', ')})\n`);

@@ -1,9 +1,10 @@
 /**
- * PostgreSQL errors by SQLSTATE (STYLE.md §6): which ones Temporal should retry, which ones no
- * retry can fix. Non-retryable ones become `ApplicationFailure.nonRetryable` with a `type` and
- * the original error as `cause`.
+ * PostgreSQL errors by SQLSTATE: which ones Temporal should retry, which ones no retry can fix.
+ * Non-retryable ones become `ApplicationFailure.nonRetryable` with a `type` and the error as
+ * `cause` — its redacted form (redact.ts), because the original can quote row values.
  */
 import { ApplicationFailure } from '@temporalio/common';
+import { isPostgresError, redacted, redactedRetryable } from './redact';
 
 /** Exact codes first, then two-character classes. */
 const RETRYABLE_CODES = new Set([
@@ -44,25 +45,39 @@ export function isNetworkError(err: unknown): boolean {
 }
 
 /**
- * Rethrows a database error in the form Temporal understands: fatal SQLSTATEs as a
- * non-retryable ApplicationFailure (type `PostgresError.<code>`), everything else unchanged so
- * the activity's RetryPolicy applies.
+ * Rethrows a database error in the form Temporal understands, without the row values a
+ * PostgreSQL error can carry (redact.ts): fatal SQLSTATEs as a non-retryable ApplicationFailure
+ * (type `PostgresError.<code>`) whose cause is the redacted error; retryable ones as a retryable
+ * ApplicationFailure of the same type with the redacted message, so the activity's RetryPolicy
+ * applies and RETRYING shows PostgreSQL's words.
+ * Other errors (network, timeouts) carry no row data and pass unchanged.
  */
 export function asActivityFailure(err: unknown, context: string): unknown {
-  if (err instanceof ApplicationFailure) return err;
-  const code = sqlState(err);
-  if (code !== undefined && classify(err) === 'fatal') {
-    return ApplicationFailure.create({
-      message: `${context}: PostgreSQL error ${code}`,
-      type: `PostgresError.${code}`,
-      nonRetryable: true,
-      cause: err instanceof Error ? err : undefined,
-    });
-  }
+  if (err instanceof ApplicationFailure) return withoutRowData(err);
+  if (!isPostgresError(err)) return err;
+  if (classify(err) === 'retryable') return redactedRetryable(err);
+  return ApplicationFailure.create({
+    message: `${context}: PostgreSQL error ${err.code}`,
+    type: `PostgresError.${err.code}`,
+    nonRetryable: true,
+    cause: redacted(err),
+  });
+}
+
+/**
+ * The same guarantee for any error leaving an activity (the worker applies it to all of them):
+ * a PostgreSQL error anywhere in the cause chain is replaced by its redacted form.
+ */
+export function withoutRowData(err: unknown, context = 'activity'): unknown {
+  if (isPostgresError(err)) return asActivityFailure(err, context);
+  if (!(err instanceof Error) || err.cause === undefined) return err;
+  const cause = isPostgresError(err.cause) ? redacted(err.cause) : withoutRowData(err.cause, context);
+  // Error.cause is an own writable property; Temporal's failures declare it readonly only in their types.
+  if (cause !== err.cause) Object.defineProperty(err, 'cause', { value: cause, writable: true, configurable: true });
   return err;
 }
 
 /** A refusal the operator must fix (bad table, missing key, …): never retried. */
 export function refusal(type: string, message: string, cause?: Error): ApplicationFailure {
-  return ApplicationFailure.create({ message, type, nonRetryable: true, cause });
+  return ApplicationFailure.create({ message, type, nonRetryable: true, cause: isPostgresError(cause) ? redacted(cause) : cause });
 }

@@ -1,5 +1,7 @@
-/** Reads real workflow histories: which worker started which activity, on which attempt. */
-import { Client } from '@temporalio/client';
+/** Reads real workflow histories: which worker started which activity, on which attempt, and what they hold. */
+import { Client, WorkflowExecutionInfo } from '@temporalio/client';
+import { historyToJSON } from '@temporalio/common/lib/proto-utils';
+import { eventually } from './stack';
 
 export interface ActivityStart {
   activityType: string;
@@ -24,4 +26,74 @@ export async function activityStarts(client: Client, workflowId: string, runId?:
     }
   }
   return starts;
+}
+
+export interface JsonPayload {
+  metadata?: Record<string, string>;
+  data?: string;
+}
+
+export interface FoundPayload {
+  workflowId: string;
+  path: string;
+  payload: JsonPayload;
+}
+
+export const unb64 = (s: string | undefined) => Buffer.from(s ?? '', 'base64').toString('utf8');
+
+/** Every Payload in a history's proto JSON, with the path it sits at. */
+export function payloadsIn(node: unknown, workflowId: string, path = '', out: FoundPayload[] = []): FoundPayload[] {
+  if (Array.isArray(node)) node.forEach((n, i) => payloadsIn(n, workflowId, `${path}[${i}]`, out));
+  else if (node && typeof node === 'object') {
+    const obj = node as Record<string, unknown>;
+    const metadata = obj.metadata as Record<string, unknown> | undefined;
+    if (metadata && typeof metadata === 'object' && typeof metadata.encoding === 'string') out.push({ workflowId, path, payload: obj as JsonPayload });
+    else for (const [k, v] of Object.entries(obj)) payloadsIn(v, workflowId, path ? `${path}.${k}` : k, out);
+  }
+  return out;
+}
+
+/**
+ * The forms a secret could take in stored bytes: itself, and base64 at each of the three
+ * alignments it can have inside a longer base64 string (payload data is stored base64).
+ */
+export function encodedForms(secret: string): string[] {
+  const forms = [secret, encodeURIComponent(secret)];
+  for (let shift = 0; shift < 3; shift += 1) {
+    const encoded = Buffer.from('x'.repeat(shift) + secret).toString('base64');
+    // Drop the characters that also depend on the neighbouring bytes.
+    const start = shift === 0 ? 0 : shift + 1;
+    const end = encoded.replace(/=+$/, '').length - 2;
+    forms.push(encoded.slice(start, end));
+  }
+  return forms;
+}
+
+/** Which of the secrets appear in the text, in which form. */
+export function hitsIn(corpus: string, secrets: Record<string, string>): string[] {
+  const hits: string[] = [];
+  for (const [label, secret] of Object.entries(secrets)) {
+    for (const form of encodedForms(secret)) if (corpus.includes(form)) hits.push(`${label} as ${form === secret ? 'plaintext' : form}`);
+  }
+  return hits;
+}
+
+/**
+ * Every closed execution whose workflow id starts with `prefix` (a migration, its table
+ * children, its preflight), as one text: each history's proto JSON, followed by its payloads
+ * decoded from base64. Visibility trails the histories a little, hence the wait for `expected`.
+ */
+export async function historiesText(client: Client, prefix: string, expected: number): Promise<{ types: string[]; text: string }> {
+  const infos = await eventually(async () => {
+    const found: WorkflowExecutionInfo[] = [];
+    for await (const info of client.workflow.list({ query: `WorkflowId STARTS_WITH '${prefix}'` })) found.push(info);
+    return found.length >= expected && found.every((i) => i.closeTime) && found;
+  }, 20_000);
+  const parts: string[] = [];
+  for (const info of infos) {
+    const history = historyToJSON(await client.workflow.getHandle(info.workflowId, info.runId).fetchHistory());
+    parts.push(history);
+    for (const { payload } of payloadsIn(JSON.parse(history), info.workflowId)) parts.push(unb64(payload.data));
+  }
+  return { types: infos.map((i) => i.type).sort(), text: parts.join('\n') };
 }

@@ -19,13 +19,17 @@ export class Receiver {
   readonly deliveries: Delivery[] = [];
   /** Status codes for the next requests, in order; then 200. Keyed by path when given per path. */
   private readonly script = new Map<string, number[]>();
+  /** Paths answered with a redirect (302 and a Location header) instead. */
+  private readonly redirects = new Map<string, string>();
 
   private constructor(
     private readonly server: Server,
     readonly url: string,
   ) {}
 
-  static async start(): Promise<Receiver> {
+  /** Listens on 127.0.0.1 and a free port unless told otherwise (another loopback address, the same port). */
+  static async start(options: { host?: string; port?: number } = {}): Promise<Receiver> {
+    const host = options.host ?? '127.0.0.1';
     const self: { receiver?: Receiver } = {};
     const server = createServer((req, res) => {
       const chunks: Buffer[] = [];
@@ -33,7 +37,8 @@ export class Receiver {
       req.on('end', () => {
         const body = Buffer.concat(chunks).toString('utf8');
         const path = req.url ?? '/';
-        const answered = self.receiver!.script.get(path)?.shift() ?? 200;
+        const location = self.receiver!.redirects.get(path);
+        const answered = location ? 302 : (self.receiver!.script.get(path)?.shift() ?? 200);
         let json: Record<string, unknown> = {};
         try {
           json = JSON.parse(body) as Record<string, unknown>;
@@ -41,17 +46,26 @@ export class Receiver {
           // recorded as is
         }
         self.receiver!.deliveries.push({ path, headers: req.headers, body, json, answered, at: Date.now() });
-        res.writeHead(answered, { 'content-type': 'text/plain' }).end(answered < 300 ? 'ok' : 'no');
+        res.writeHead(answered, { 'content-type': 'text/plain', ...(location ? { location } : {}) }).end(answered < 300 ? 'ok' : 'no');
       });
     });
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
-    self.receiver = new Receiver(server, `http://127.0.0.1:${(server.address() as AddressInfo).port}`);
+    await new Promise<void>((r) => server.listen(options.port ?? 0, host, () => r()));
+    self.receiver = new Receiver(server, `http://${host}:${(server.address() as AddressInfo).port}`);
     return self.receiver;
+  }
+
+  get port(): number {
+    return Number(new URL(this.url).port);
   }
 
   /** Answers the next requests to `path` with these status codes. */
   answer(path: string, ...statuses: number[]): void {
     this.script.set(path, statuses);
+  }
+
+  /** Answers every request to `path` with 302 Found pointing at `location`. */
+  redirect(path: string, location: string): void {
+    this.redirects.set(path, location);
   }
 
   to(path: string): Delivery[] {

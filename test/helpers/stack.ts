@@ -12,7 +12,7 @@ import { FerryClient } from '../../src/client';
 import { dataConverterFromEnv } from '../../src/codec';
 import type { ResultDocument } from '../../src/status';
 import { connectionEnvVar } from '../../src/names';
-import { silentLogger } from '../../src/logger';
+import { Logger, silentLogger } from '../../src/logger';
 import { DevServer, DevServerOptions, startDevServer } from '../../src/temporal/dev-server';
 import { createFerryWorker, FerryWorker } from '../../src/worker';
 
@@ -88,11 +88,21 @@ export class TestStack {
   }
 
   /** An in-process worker; interceptors can inject faults around activities. */
-  async startWorker(options: { interceptors?: WorkerOptions['interceptors']; activitySlots?: number; taskQueue?: string } = {}): Promise<FerryWorker> {
+  async startWorker(
+    options: {
+      interceptors?: WorkerOptions['interceptors'];
+      activitySlots?: number;
+      taskQueue?: string;
+      /** Variables to set (or, undefined, to remove) for this worker only. */
+      env?: Record<string, string | undefined>;
+      /** Where the worker logs (the audit lines of every activity); silent by default. */
+      logger?: Logger;
+    } = {},
+  ): Promise<FerryWorker> {
     const worker = await createFerryWorker({
       temporal: { address: this.server.address, namespace: this.server.namespace, taskQueue: options.taskQueue ?? this.taskQueue },
-      logger: silentLogger(),
-      env: this.env,
+      logger: options.logger ?? silentLogger(),
+      env: { ...this.env, ...options.env },
       identity: `in-process-${this.inProcess.length + 1}`,
       shutdownGraceTime: '2 seconds',
       interceptors: options.interceptors,

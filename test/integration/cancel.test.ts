@@ -75,7 +75,12 @@ describe('cancellation', () => {
     dbs = await TestDatabases.create('cancel', ['source', 'target']);
     await dbs.exec('source', SCHEMA);
     receiver = await Receiver.start();
-    stack = await TestStack.start({ connections: { src: dbs.url('source'), dst: dbs.url('target') }, workers: 0 });
+    // The receiver is on 127.0.0.1, a target workers refuse unless allowed.
+    stack = await TestStack.start({
+      connections: { src: dbs.url('source'), dst: dbs.url('target') },
+      workers: 0,
+      extraEnv: { FERRY_CALLBACK_ALLOW_PRIVATE: 'true' },
+    });
     await stack.startWorker({
       interceptors: {
         activity: [

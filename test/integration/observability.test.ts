@@ -53,7 +53,12 @@ describe('observability', () => {
     });
     await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', () => r()));
     receiverUrl = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
-    stack = await TestStack.start({ connections: { src: dbs.url('source'), dst: dbs.url('target') }, workers: 0 });
+    // The receiver is on 127.0.0.1, a target workers refuse unless allowed.
+    stack = await TestStack.start({
+      connections: { src: dbs.url('source'), dst: dbs.url('target') },
+      workers: 0,
+      extraEnv: { FERRY_CALLBACK_ALLOW_PRIVATE: 'true' },
+    });
     port = await freePort();
     worker = await stack.startWorkerProcessReady('observed', ['--metrics-port', String(port)]);
   });

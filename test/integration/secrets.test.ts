@@ -6,7 +6,7 @@
  */
 import { ChildProcess, spawn } from 'node:child_process';
 import { createHmac, randomBytes } from 'node:crypto';
-import { createServer, IncomingHttpHeaders, Server } from 'node:http';
+import { createServer, IncomingHttpHeaders, request as httpRequest, Server } from 'node:http';
 import { AddressInfo } from 'node:net';
 import { Client, WorkflowExecutionInfo } from '@temporalio/client';
 import { ApplicationFailure, defaultPayloadConverter } from '@temporalio/common';
@@ -16,6 +16,7 @@ import { AesGcmCodec, dataConverterFromEnv, parseCodecKey } from '../../src/code
 import { PATCHES } from '../../src/names';
 import { stateQuery } from '../../workflows/definitions';
 import { adminUrl, rowsAsText, TestDatabases, withClient } from '../helpers/databases';
+import { hitsIn, JsonPayload, payloadsIn, unb64 } from '../helpers/history';
 import { beforeActivity } from '../helpers/interceptors';
 import { eventually, FERRY_BIN, TestStack } from '../helpers/stack';
 
@@ -28,54 +29,7 @@ ANALYZE;
 `;
 const TABLES = ['public.zebra_accounts', 'public.zebra_ledger'];
 
-interface JsonPayload {
-  metadata?: Record<string, string>;
-  data?: string;
-}
-interface FoundPayload {
-  workflowId: string;
-  path: string;
-  payload: JsonPayload;
-}
-
 const b64 = (s: string) => Buffer.from(s).toString('base64');
-const unb64 = (s: string | undefined) => Buffer.from(s ?? '', 'base64').toString('utf8');
-
-/** Every Payload in a history's proto JSON, with the path it sits at. */
-function payloadsIn(node: unknown, workflowId: string, path = '', out: FoundPayload[] = []): FoundPayload[] {
-  if (Array.isArray(node)) node.forEach((n, i) => payloadsIn(n, workflowId, `${path}[${i}]`, out));
-  else if (node && typeof node === 'object') {
-    const obj = node as Record<string, unknown>;
-    const metadata = obj.metadata as Record<string, unknown> | undefined;
-    if (metadata && typeof metadata === 'object' && typeof metadata.encoding === 'string') out.push({ workflowId, path, payload: obj as JsonPayload });
-    else for (const [k, v] of Object.entries(obj)) payloadsIn(v, workflowId, path ? `${path}.${k}` : k, out);
-  }
-  return out;
-}
-
-/**
- * The forms a secret could take in stored bytes: itself, and base64 at each of the three
- * alignments it can have inside a longer base64 string (payload data is stored base64).
- */
-function encodedForms(secret: string): string[] {
-  const forms = [secret, encodeURIComponent(secret)];
-  for (let shift = 0; shift < 3; shift += 1) {
-    const encoded = Buffer.from('x'.repeat(shift) + secret).toString('base64');
-    // Drop the characters that also depend on the neighbouring bytes.
-    const start = shift === 0 ? 0 : shift + 1;
-    const end = encoded.replace(/=+$/, '').length - 2;
-    forms.push(encoded.slice(start, end));
-  }
-  return forms;
-}
-
-function hitsIn(corpus: string, secrets: Record<string, string>): string[] {
-  const hits: string[] = [];
-  for (const [label, secret] of Object.entries(secrets)) {
-    for (const form of encodedForms(secret)) if (corpus.includes(form)) hits.push(`${label} as ${form === secret ? 'plaintext' : form}`);
-  }
-  return hits;
-}
 
 /** Every execution on the stack's task queue (migration, table children, preflight), with its history. */
 async function executions(client: Client, taskQueue: string, expected: number): Promise<{ info: WorkflowExecutionInfo; history: string }[]> {
@@ -126,7 +80,7 @@ describe('connection URLs and callback secrets', () => {
     await withClient(adminUrl(), (c) => c.query(`CREATE ROLE "${role}" LOGIN SUPERUSER PASSWORD '${password}'`));
     urls = { source: withCredentials(dbs.url('source'), role, password), target: withCredentials(dbs.url('target'), role, password) };
     receiver = await startReceiver();
-    stack = await TestStack.start({ connections: { legacy: urls.source, v2: urls.target }, extraEnv: { HOOK_SECRET: hookSecret } });
+    stack = await TestStack.start({ connections: { legacy: urls.source, v2: urls.target }, extraEnv: { FERRY_SECRET_HOOK: hookSecret, FERRY_CALLBACK_ALLOW_PRIVATE: 'true' } });
   });
 
   afterAll(async () => {
@@ -138,7 +92,7 @@ describe('connection URLs and callback secrets', () => {
 
   it('never appear in any history, memo or search attribute of the migration, its tables or its preflight', async () => {
     const id = `secrets-plain-${randomBytes(3).toString('hex')}`;
-    const spec = { source: 'legacy', target: 'v2', tables: TABLES, batchRows: 1000, callback: { url: receiver.url, secret: 'HOOK_SECRET', events: true } };
+    const spec = { source: 'legacy', target: 'v2', tables: TABLES, batchRows: 1000, callback: { url: receiver.url, secret: 'FERRY_SECRET_HOOK', events: true } };
     await stack.ferry.start(spec, { id });
     const result = await stack.ferry.result(id);
     expect(result.error).toBeNull();
@@ -169,7 +123,7 @@ describe('connection URLs and callback secrets', () => {
     // What is meant to be there is there: names, never values — so the search below reads real data.
     expect(text).toContain('"source":"legacy"');
     expect(text).toContain('public.zebra_ledger');
-    expect(text).toContain('HOOK_SECRET');
+    expect(text).toContain('FERRY_SECRET_HOOK');
     expect(text).toContain(receiver.url);
     expect(hitsIn(text, { password, 'source URL': urls.source, 'target URL': urls.target, 'callback secret': hookSecret })).toEqual([]);
   });
@@ -383,6 +337,38 @@ describe('payload encryption (FERRY_CODEC_KEY)', () => {
       s.process.kill('SIGTERM');
       expect(await new Promise((r) => s.process.once('exit', r))).toBe(0);
     }
+  });
+
+  it('answers only requests addressed to where it listens (DNS rebinding), or to names given with --allowed-host', async () => {
+    /** POSTs an empty decode with this Host header (fetch cannot set one); resolves with the status. */
+    const withHost = (url: string, host: string, method = 'POST') =>
+      new Promise<number>((resolve, reject) => {
+        const req = httpRequest(`${url}/decode`, { method, headers: { host, 'content-type': 'application/json', origin: 'http://localhost:8233' } }, (res) => {
+          res.resume();
+          resolve(res.statusCode ?? 0);
+        });
+        req.on('error', reject);
+        req.end(method === 'POST' ? JSON.stringify({ payloads: [] }) : undefined);
+      });
+    const plain = await codecServer({ FERRY_CODEC_KEY: key });
+    const port = new URL(plain.url).port;
+    // A page on another site whose name now resolves to 127.0.0.1 sends its own name as Host.
+    expect(await withHost(plain.url, `rebound.example.test:${port}`)).toBe(421);
+    expect(await withHost(plain.url, `rebound.example.test:${port}`, 'OPTIONS')).toBe(421);
+    expect(await withHost(plain.url, 'codec.example.test')).toBe(421);
+    expect(await withHost(plain.url, 'localhost:1')).toBe(421);
+    for (const host of [`127.0.0.1:${port}`, `localhost:${port}`, `LOCALHOST:${port}`, `[::1]:${port}`]) expect({ host, status: await withHost(plain.url, host) }).toEqual({ host, status: 200 });
+
+    // Behind a proxy that forwards its own name: named on the command line, with or without a port.
+    const proxied = await codecServer({ FERRY_CODEC_KEY: key }, ['--allowed-host', 'codec.example.test, other.example.test:8443']);
+    const proxiedPort = new URL(proxied.url).port;
+    for (const host of ['codec.example.test', 'codec.example.test:443', 'other.example.test:8443', `127.0.0.1:${proxiedPort}`]) {
+      expect({ host, status: await withHost(proxied.url, host) }).toEqual({ host, status: 200 });
+    }
+    for (const host of ['other.example.test', 'other.example.test:443', `rebound.example.test:${proxiedPort}`]) {
+      expect({ host, status: await withHost(proxied.url, host) }).toEqual({ host, status: 421 });
+    }
+    for (const s of [plain, proxied]) s.process.kill('SIGTERM');
   });
 
   it('rotates keys: a previous key still opens what it sealed, a hex key equals its base64 form', async () => {

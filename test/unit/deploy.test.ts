@@ -269,7 +269,7 @@ describe('the Kubernetes manifests in deploy/k8s', () => {
   it('carry only placeholders in the example Secret', () => {
     expect(secret.metadata?.name).toBe('ferry-connections');
     const values = Object.entries(secret.stringData ?? {});
-    expect(values.map(([key]) => key).sort()).toEqual(['FERRY_CONN_LEGACY', 'FERRY_CONN_V2', 'HOOK_SECRET']);
+    expect(values.map(([key]) => key).sort()).toEqual(['FERRY_CONN_LEGACY', 'FERRY_CONN_V2', 'FERRY_SECRET_HOOK']);
     for (const [key, value] of values) {
       expect([key, value]).toEqual([key, expect.stringContaining('REPLACE_ME')]);
       if (key.startsWith('FERRY_CONN_')) expect(value).toMatch(/^postgres(ql)?:\/\//);
