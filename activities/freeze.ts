@@ -153,7 +153,7 @@ export function createFreezeActivities({ connections, logger }: ActivityDeps) {
     try {
       return await connections.withClient(source, async (db) => {
         const trigger = triggerNames(migrationId).freeze;
-        const { rows } = await db.query('SELECT tgrelid::regclass::text AS relation FROM pg_catalog.pg_trigger WHERE tgname = $1 ORDER BY 1', [trigger]);
+        const { rows } = await db.query('SELECT tgrelid::regclass::text AS relation FROM pg_catalog.pg_trigger WHERE tgname = $1 ORDER BY oid', [trigger]);
         const seq = quoteQualified(freezeStateSequence(migrationId));
         const armed = (await db.query('SELECT to_regclass($1) IS NOT NULL AS present', [seq])).rows[0].present;
         if (armed) await db.query('SELECT pg_catalog.setval($1::regclass, $2, true)', [seq, FREEZE_STATE.released]);
@@ -208,7 +208,7 @@ async function now(db: PoolClient): Promise<string> {
 export async function removeFreeze(db: PoolClient, migrationId: string): Promise<{ pending: string[] }> {
   const trigger = triggerNames(migrationId).freeze;
   const pending: string[] = [];
-  const { rows } = await db.query('SELECT tgrelid::regclass::text AS relation FROM pg_catalog.pg_trigger WHERE tgname = $1 ORDER BY 1', [trigger]);
+  const { rows } = await db.query('SELECT tgrelid::regclass::text AS relation FROM pg_catalog.pg_trigger WHERE tgname = $1 ORDER BY oid', [trigger]);
   for (const { relation } of rows) {
     if (!(await dropTriggers(db, relation, [trigger]))) pending.push(`freeze trigger on ${relation}`);
   }

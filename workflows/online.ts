@@ -20,7 +20,7 @@ import { tableMigrationWorkflow } from './table';
 
 /** A foreign key that fails its validation while the sync runs may only be behind: tries. */
 const FK_VALIDATION_TRIES = 3;
-const FK_RETRY_PAUSE_MS = 5_000;
+const FK_RETRY_PAUSE_MS = 2_000;
 
 export async function runOnline(ctx: MigrationContext): Promise<CutoverReport> {
   const { id, spec, tracker, saga } = ctx;

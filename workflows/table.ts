@@ -285,8 +285,9 @@ export async function tableMigrationWorkflow(input: TableWorkflowInput): Promise
         sliceMs: SLICE_MS,
         batchKeys: SYNC_BATCH_KEYS,
         recordDirty: sync.validationBegun,
-        // Until validated, come back as soon as caught up; afterwards poll for a whole slice.
-        returnWhenCaughtUp: !sync.validated,
+        // Until ready (validated, indexes built), come back as soon as caught up; afterwards
+        // poll for a whole slice.
+        returnWhenCaughtUp: !sync.validated || (input.indexes !== undefined && machine.state !== 'AWAITING_APPROVAL'),
       }),
     );
     if (!result) continue;
