@@ -9,7 +9,9 @@
  * took writes during a full-mode copy.
  */
 import { ClientBase } from 'pg';
+import { markCompleted } from '../src/db/bookkeeping';
 import { readTable, TableInfo } from '../src/db/catalog';
+import { inTransaction } from '../src/db/connections';
 import { addForeignKeySql } from '../src/db/ddl';
 import { asActivityFailure, refusal } from '../src/db/errors';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified, sameName } from '../src/identifiers';
@@ -23,6 +25,11 @@ export interface TargetTablesInput {
   source: string;
   target: string;
   tables: TableRef[];
+}
+
+export interface FinishTargetInput extends TargetTablesInput {
+  /** Absent in executions of an older Ferry (nothing is marked then). */
+  migrationId?: string;
 }
 
 export interface ForeignKeyRef {
@@ -96,17 +103,21 @@ export function createForeignKeyActivities({ connections }: ActivityDeps) {
     }
   }
 
-  async function finishTarget(input: TargetTablesInput): Promise<{ writtenDuringCopy: { table: string; changes: number }[] }> {
+  /** Sequence positions, then the mark that the target is complete (one transaction). */
+  async function finishTarget(input: FinishTargetInput): Promise<{ writtenDuringCopy: { table: string; changes: number }[] }> {
     const writtenDuringCopy: { table: string; changes: number }[] = [];
     try {
       await connections.withClient(input.source, (source) =>
-        connections.withClient(input.target, async (target) => {
-          for (const { plan, info } of await readAll(source, input.tables)) {
-            // Table statistics count every insert, update and delete since the server started.
-            if (info.writes > plan.sourceWrites) writtenDuringCopy.push({ table: displayQualified(plan.source), changes: info.writes - plan.sourceWrites });
-            await copySequencePositions(source, target, info, plan.target);
-          }
-        }),
+        connections.withClient(input.target, (target) =>
+          inTransaction(target, async () => {
+            for (const { plan, info } of await readAll(source, input.tables)) {
+              // Table statistics count every insert, update and delete since the server started.
+              if (info.writes > plan.sourceWrites) writtenDuringCopy.push({ table: displayQualified(plan.source), changes: info.writes - plan.sourceWrites });
+              await copySequencePositions(source, target, info, plan.target);
+            }
+            if (input.migrationId) await markCompleted(target, input.migrationId);
+          }),
+        ),
       );
       return { writtenDuringCopy };
     } catch (err) {

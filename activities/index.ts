@@ -5,6 +5,7 @@
 import { createSendCallback } from './callback';
 import { createCaptureActivities } from './capture';
 import { createCheckDirty } from './check-dirty';
+import { createCleanupActivities } from './cleanup';
 import { createCopyChunk } from './copy-chunk';
 import { ActivityDeps } from './deps';
 import { createFinalizeTarget } from './finalize-target';
@@ -33,6 +34,7 @@ export function createActivities(deps: ActivityDeps) {
     ...createFreezeActivities(deps),
     ...createIndexActivities(deps),
     ...createForeignKeyActivities(deps),
+    ...createCleanupActivities(deps),
     ...createSyncActivities(deps),
     checkDirtyKeys: createCheckDirty(deps),
     sendCallback: createSendCallback(deps),

@@ -16,9 +16,9 @@ import { TypedSearchAttributes, WorkflowIdConflictPolicy } from '@temporalio/com
 import { decodeOptionalFailureToOptionalError } from '@temporalio/common/lib/internal-non-workflow';
 import { dataConverterFromEnv } from './codec';
 import { innermostApplicationFailure } from './failures';
-import { approveCutoverSignal, cancelSignal, pauseSignal, resumeSignal, stateQuery, throttleSignal, ThrottleRequest } from '../workflows/definitions';
+import { approveCutoverSignal, cancelSignal, pauseSignal, resumeSignal, stateQuery, tableStateQuery, throttleSignal, ThrottleRequest } from '../workflows/definitions';
 import { connectionOptions, TemporalConfig, temporalConfig } from './config';
-import { FerryPhaseKey, FerrySourceKey, FerryStateKey, FerryTargetKey, HELPER_WORKFLOW_TYPES, MIGRATION_WORKFLOW, PREFLIGHT_WORKFLOW, UNFREEZE_WORKFLOW } from './names';
+import { CLEANUP_WORKFLOW, FerryPhaseKey, FerrySourceKey, FerryStateKey, FerryTargetKey, HELPER_WORKFLOW_TYPES, MIGRATION_WORKFLOW, PREFLIGHT_WORKFLOW, UNFREEZE_WORKFLOW, workflowIds } from './names';
 import { MigrationPlan } from './plan';
 import { checkThrottle, parseSpec, Spec } from './spec';
 import { MigrationState, Phase } from './state-machine';
@@ -213,6 +213,7 @@ export class FerryClient {
     } catch {
       doc = this.fromVisibility(d);
     }
+    if (running) await this.withLiveProgress(id, doc);
     if (running && doc.state === 'RUNNING') {
       const open = doc.tables.map((t, i) => ({ t, i })).filter(({ t }) => !['COMPLETED', 'FAILED'].includes(t.phase)).map(({ i }) => i);
       const retrying = await this.retryingActivity(id, open);
@@ -222,6 +223,28 @@ export class FerryClient {
       }
     }
     return doc;
+  }
+
+  /**
+   * Rows, chunks and lag of the unfinished tables, read from their workflows (tableState): the
+   * parent hears of milestones only, so its own history does not grow while a table copies or
+   * syncs for hours. A table whose workflow does not answer keeps what the parent knows.
+   */
+  private async withLiveProgress(id: string, doc: StatusDocument): Promise<void> {
+    const open = doc.tables.map((t, i) => ({ t, i })).filter(({ t }) => !['PENDING', 'COMPLETED', 'FAILED'].includes(t.phase));
+    for (let at = 0; at < open.length; at += 16) {
+      await Promise.all(
+        open.slice(at, at + 16).map(async ({ t, i }) => {
+          const live = await this.client.connection
+            .withDeadline(Date.now() + 3_000, () => this.handle(workflowIds.table(id, i)).query(tableStateQuery))
+            .catch(() => undefined);
+          if (!live) return;
+          t.rowsCopied = live.rowsCopied;
+          t.chunks = live.chunks;
+          if (live.lag) t.lag = live.lag;
+        }),
+      );
+    }
   }
 
   private async hasRunAWorkflowTask(workflowId: string, runId: string): Promise<boolean> {
@@ -235,7 +258,7 @@ export class FerryClient {
 
   /** The first activity past its first attempt, in the migration or one of its unfinished tables. */
   private async retryingActivity(id: string, tableIndexes: number[]): Promise<StatusDocument['retrying']> {
-    const ids = [id, ...tableIndexes.map((i) => `${id}/table-${i}`)];
+    const ids = [id, ...tableIndexes.map((i) => workflowIds.table(id, i))];
     // Described in parallel, a few at a time: a status read stays a handful of round trips.
     for (let at = 0; at < ids.length; at += 16) {
       const batch = await Promise.all(
@@ -348,6 +371,39 @@ export class FerryClient {
     const checked = checkThrottle(request);
     if (!checked.ok) throw new RefusedError(checked.reason, 'InvalidThrottle');
     await this.handle(id).signal(throttleSignal, checked.value);
+  }
+
+  /**
+   * `ferry cleanup`: removes what a migration that ended without finishing (terminated, or a
+   * `onFailure: keep` you give up on) left on either side, from the bookkeeping alone — capture,
+   * guard and freeze on the source, the objects Ferry created on the target; after a completed
+   * cutover only the bookkeeping (the target's tables are the result; the freeze stays). Runs
+   * the cleanup helper on the workers and waits up to `waitMs` for it; past that it goes on in
+   * the background (a table's lock held by a long reader, say).
+   */
+  async cleanup(id: string, waitMs = 60_000): Promise<{ workflowId: string; done: boolean; completed?: boolean; dropped?: string[] }> {
+    const d = await this.handle(id).describe();
+    if (d.status.name === 'RUNNING') {
+      throw new RefusedError(`migration ${id} is still running: \`ferry cancel ${id}\` stops it and removes what it created`, 'StillRunning');
+    }
+    const { source, target } = d.memo ?? {};
+    if (typeof source !== 'string' || typeof target !== 'string') {
+      throw new RefusedError(`migration ${id} did not record its connections; nothing can be cleaned up from here`, 'UnknownMigration');
+    }
+    const workflowId = `${workflowIds.cleanup(id)}-${randomBytes(3).toString('hex')}`;
+    const handle = await this.client.workflow.start(CLEANUP_WORKFLOW, {
+      taskQueue: this.config.taskQueue,
+      workflowId,
+      args: [{ migrationId: id, source, target, freeze: 'remove' }],
+    });
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), waitMs)));
+    try {
+      const result = (await Promise.race([handle.result(), late])) as { completed?: boolean; dropped?: string[] } | undefined;
+      return result ? { workflowId, done: true, completed: result.completed, dropped: result.dropped } : { workflowId, done: false };
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   /**

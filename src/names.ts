@@ -36,6 +36,12 @@ export const PATCHES = {
    * online, the freeze installed with capture and flipped at cutover while the sync runs.
    */
   targetReadyBeforeCutover: 'target-ready-before-cutover',
+  /**
+   * Progress is read, not pushed: table workflows signal their parent at milestones only (a
+   * phase, an event, a chunk done) and answer the tableState query for the rest; the parent
+   * upserts its search attributes only when they change. Keeps histories from growing with time.
+   */
+  progressByQuery: 'progress-by-query',
   /** callback.secret must name a FERRY_SECRET_* variable (workflows/spec-input.ts). */
   ferrySecretNames: 'ferry-secret-names',
 } as const;

@@ -1,15 +1,20 @@
 /**
- * cleanupWorkflow: removes what a migration left on the source once it no longer needs it —
- * capture (its triggers, functions and logs) and, unless the tables stay frozen, the freeze.
- * Started in the background when a cutover or a rollback could not drop everything at once (a
- * long reader holds a table's lock); it retries with growing pauses until nothing is left.
- * Each attempt queues for a table's lock only briefly, so the application hardly notices.
+ * cleanupWorkflow: removes what a migration left behind once nothing needs it any more.
+ *   - In the background, after a cutover or a rollback could not drop everything at once (a long
+ *     reader held a table's lock): capture and, unless the tables stay frozen, the freeze.
+ *   - For `ferry cleanup ID` (a migration terminated or abandoned mid-way; `target` given): the
+ *     bookkeeping on both sides says whether the cutover completed. If it did, the target's
+ *     tables are the result: only Ferry's bookkeeping goes, and the freeze stays (`ferry
+ *     unfreeze` lifts it). If not, everything goes: capture, guard and freeze on the source,
+ *     then every object Ferry created on the target.
+ * It retries with growing pauses until nothing is left; each attempt queues for a table's lock
+ * only briefly, so the application hardly notices.
  */
 import { continueAsNew, ParentClosePolicy, proxyActivities, sleep, startChild } from '@temporalio/workflow';
 import type { Activities } from '../activities';
 import { workflowIds } from '../src/names';
 
-const { setFreeze, releaseSource } = proxyActivities<Activities>({
+const { setFreeze, releaseSource, migrationOutcome, dropTargetObjects, releaseBookkeeping } = proxyActivities<Activities>({
   startToCloseTimeout: '2 minutes',
   heartbeatTimeout: '20 seconds',
   retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 5 },
@@ -20,15 +25,42 @@ export interface CleanupInput {
   source: string;
   /** keep: the tables stay frozen (keep-frozen cutover); remove: writes pass, the freeze goes too. */
   freeze: 'keep' | 'remove';
+  /** `ferry cleanup`: the target too, as its bookkeeping says (the freeze is then decided by it). */
+  target?: string;
+  /** `ferry cleanup`: what the bookkeeping said, carried across continue-as-new. */
+  completed?: boolean;
   /** Attempts so far, carried across continue-as-new. */
   attempts?: number;
+}
+
+export interface CleanupResult {
+  attempts: number;
+  /** `ferry cleanup`: whether the migration had completed its cutover (the target kept). */
+  completed?: boolean;
+  /** `ferry cleanup`: what was dropped on the target. */
+  dropped?: string[];
 }
 
 const FIRST_PAUSE_MS = 5_000;
 const LONGEST_PAUSE_MS = 10 * 60_000;
 const ATTEMPTS_PER_RUN = 100;
 
-export async function cleanupWorkflow(input: CleanupInput): Promise<{ attempts: number }> {
+export async function cleanupWorkflow(input: CleanupInput): Promise<CleanupResult> {
+  if (input.target === undefined) return releaseUntilDone(input);
+  const target = input.target;
+  const ref = { migrationId: input.migrationId, source: input.source, target };
+  const completed = input.completed ?? (await migrationOutcome(ref)).completed;
+  const { attempts } = await releaseUntilDone({ ...input, completed, freeze: completed ? 'keep' : 'remove' });
+  if (completed) {
+    await releaseBookkeeping({ migrationId: input.migrationId, target });
+    return { attempts, completed, dropped: [] };
+  }
+  const { dropped } = await dropTargetObjects({ migrationId: input.migrationId, target });
+  return { attempts, completed, dropped };
+}
+
+/** Releases the source, pausing longer after each attempt that left something behind. */
+async function releaseUntilDone(input: CleanupInput): Promise<{ attempts: number }> {
   const ref = { migrationId: input.migrationId, source: input.source };
   let attempts = input.attempts ?? 0;
   for (let run = 0; run < ATTEMPTS_PER_RUN; run += 1) {

@@ -58,7 +58,7 @@ export async function cutOver(input: CutoverInput): Promise<CutoverReport> {
     for (const fk of added.skipped) tracker.warnings.push(`foreign key ${fk} not created: the referenced table is not on the target`);
     unvalidated.push(...added.foreignKeys);
   }
-  await steps.finishTarget({ source: spec.source, target: spec.target, tables: ctx.plan.tables });
+  await steps.finishTarget({ migrationId: id, source: spec.source, target: spec.target, tables: ctx.plan.tables });
 
   // Point of no return: the target is authoritative.
   saga.clear();

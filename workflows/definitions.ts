@@ -33,6 +33,14 @@ export interface Control {
   tablesSharing?: number;
 }
 
+/** A table workflow's live progress, read by `ferry status` rather than pushed to the parent. */
+export interface TableLiveState {
+  phase: Phase;
+  rowsCopied: number;
+  chunks: ChunkStatus[];
+  lag?: TableStatus['lag'];
+}
+
 /** A child's milestone, reported to the parent, which owns the event sequence. */
 export interface TableProgress {
   tableIndex: number;
@@ -49,3 +57,5 @@ export const tableProgressSignal = defineSignal<[TableProgress]>('tableProgress'
 export const startCopySignal = defineSignal('startCopy');
 /** Online mode, cutover: stop syncing and return; the parent drains the rest. */
 export const finishSyncSignal = defineSignal('finishSync');
+/** A table workflow's progress (query on `<id>/table-<n>`). */
+export const tableStateQuery = defineQuery<TableLiveState>('tableState');

@@ -32,13 +32,13 @@ export async function runFullLoad(ctx: MigrationContext): Promise<void> {
   }
 }
 
-async function finishTarget({ spec, plan }: MigrationContext) {
+async function finishTarget({ id, spec, plan }: MigrationContext) {
   const tables = { source: spec.source, target: spec.target, tables: plan.tables };
   const { foreignKeys, skipped } = await steps.addForeignKeys(tables);
   await runBounded(foreignKeys, spec.parallelism.indexes, async (foreignKey) => {
     await steps.validateForeignKey({ target: spec.target, foreignKey });
   });
-  const { writtenDuringCopy } = await steps.finishTarget(tables);
+  const { writtenDuringCopy } = await steps.finishTarget({ migrationId: id, ...tables });
   return { writtenDuringCopy, skippedForeignKeys: skipped };
 }
 

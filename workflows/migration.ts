@@ -49,7 +49,8 @@ type Outcome = 'SUCCEEDED' | 'FAILED' | 'CANCELLED' | 'TIMED_OUT';
 
 export async function migrationWorkflow(specInput: unknown, options: MigrationOptions = {}): Promise<ResultDocument> {
   const info = workflowInfo();
-  const tracker = new Tracker(info.workflowId, info.runId, new Date(info.startTime).toISOString(), options.resume ? 'FAILED' : 'PENDING');
+  const progressByQuery = patched(PATCHES.progressByQuery);
+  const tracker = new Tracker(info.workflowId, info.runId, new Date(info.startTime).toISOString(), options.resume ? 'FAILED' : 'PENDING', progressByQuery);
   if (options.resume) tracker.setState('PENDING', 'ferry retry', new Date(info.startTime).toISOString());
   tracker.setState('QUEUED', undefined, new Date(info.startTime).toISOString());
   tracker.setState('RUNNING', 'picked up by a worker');

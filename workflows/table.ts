@@ -26,7 +26,7 @@ import { Phase, phaseMachine, Transition } from '../src/state-machine';
 import { ChunkStatus, EventType, TableStatus } from '../src/status';
 import { PATCHES } from '../src/names';
 import { runBounded } from './bounded';
-import { Control, controlSignal, finishSyncSignal, startCopySignal, TableProgress, tableProgressSignal } from './definitions';
+import { Control, controlSignal, finishSyncSignal, startCopySignal, TableProgress, tableProgressSignal, tableStateQuery } from './definitions';
 import { buildTableIndexes } from './table-indexes';
 
 export const SLICE_MS = 15_000;
@@ -103,6 +103,8 @@ interface SyncState {
   lastRecheckAt: number;
   lastLagReportAt: number;
   indexesBuilt?: boolean;
+  /** The last slice's view of the change log (the tableState query). */
+  lag?: TableStatus['lag'];
 }
 
 export interface TableWorkflowResult {
@@ -111,6 +113,8 @@ export interface TableWorkflowResult {
 }
 
 export async function tableMigrationWorkflow(input: TableWorkflowInput): Promise<TableWorkflowResult> {
+  // Executions begun before it pushed every slice's progress and the lag to the parent.
+  const progressByQuery = patched(PATCHES.progressByQuery);
   const { table } = input;
   const label = displayQualified(table.source);
   const carried = input.carried;
@@ -168,6 +172,7 @@ export async function tableMigrationWorkflow(input: TableWorkflowInput): Promise
     finishRequested = true;
     interrupt(['copy', 'sync']);
   });
+  setHandler(tableStateQuery, () => ({ phase: machine.state, rowsCopied: rowsCopied(chunks), chunks: chunks.map((c) => c.status), lag: sync.lag }));
 
   const parent = getExternalWorkflowHandle(input.parentWorkflowId);
   const report = (p: Omit<TableProgress, 'tableIndex'>) => parent.signal(tableProgressSignal, { tableIndex: table.index, ...p });
@@ -224,6 +229,7 @@ export async function tableMigrationWorkflow(input: TableWorkflowInput): Promise
           );
           if (!result) continue; // interrupted: the next slice runs under the new control
           chunk.status = statusOf(result.checkpoint);
+          if (progressByQuery && !result.checkpoint.done) continue; // the tableState query shows it
           await report({
             chunk: { index: i, ...chunk.status },
             event: { type: 'SliceMigrated', detail: { chunk: i, rows: result.rows, bytes: result.bytes, done: result.checkpoint.done } },
@@ -294,11 +300,12 @@ export async function tableMigrationWorkflow(input: TableWorkflowInput): Promise
     const now = Date.now();
     sync.applied += result.applied;
     const lag: TableStatus['lag'] = { pendingChanges: result.pending, seconds: result.lagSeconds, changesApplied: sync.applied };
+    sync.lag = lag;
     if (result.caughtUp && !sync.caughtUpReported) {
       sync.caughtUpReported = true;
       sync.lastLagReportAt = now;
       await report({ lag, event: { type: 'IncrementalCaughtUp', detail: { applied: result.applied, lagSeconds: result.lagSeconds } } });
-    } else if (now - sync.lastLagReportAt >= LAG_REPORT_MS) {
+    } else if (!progressByQuery && now - sync.lastLagReportAt >= LAG_REPORT_MS) {
       sync.lastLagReportAt = now;
       await report({ lag });
     }

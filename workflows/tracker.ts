@@ -29,11 +29,16 @@ export class Tracker {
   /** Called for every appended event (event webhooks). */
   onEvent?: (event: MigrationEvent) => void;
 
+  /** The search attribute values last upserted (upserts are history events: only on change). */
+  private published?: { state: string; phase: string };
+
   constructor(
     readonly id: string,
     readonly runId: string,
     readonly startedAt: string,
     initial: MigrationState = 'PENDING',
+    /** Executions begun before PATCHES.progressByQuery upserted on every progress report. */
+    private readonly upsertOnlyOnChange = false,
   ) {
     this.migration = migrationStateMachine(initial);
   }
@@ -107,10 +112,14 @@ export class Tracker {
 
   /** Search attributes and the Web UI's current details follow every change. */
   private publish(): void {
-    upsertSearchAttributes([
-      { key: FerryStateKey, value: this.migration.state },
-      { key: FerryPhaseKey, value: this.phase.state },
-    ]);
+    const values = { state: this.migration.state, phase: this.phase.state };
+    if (!this.upsertOnlyOnChange || this.published?.state !== values.state || this.published?.phase !== values.phase) {
+      upsertSearchAttributes([
+        { key: FerryStateKey, value: values.state },
+        { key: FerryPhaseKey, value: values.phase },
+      ]);
+      this.published = values;
+    }
     const copied = this.tables.reduce((n, t) => n + t.rowsCopied, 0);
     const estimated = this.tables.reduce((n, t) => n + t.rowsEstimated, 0);
     const lines = this.tables.map((t) => `- ${t.source} → ${t.target}: ${t.phase}, ${t.rowsCopied} / ~${t.rowsEstimated} rows`);

@@ -56,6 +56,23 @@ export function registerControlCommands(program: Command): void {
     });
 
   program
+    .command('cleanup')
+    .description('remove what a migration that did not finish (terminated, abandoned) left on either side, from its bookkeeping alone')
+    .argument('<id>')
+    .action(async (id: string) => {
+      const r = await FerryClient.using((client) => client.cleanup(id));
+      if (!r.done) {
+        process.stdout.write(`cleanup of ${id} goes on in the background as workflow ${r.workflowId} (a table's lock is busy)\n`);
+        return;
+      }
+      if (r.completed) {
+        process.stdout.write(`${id} had completed its cutover: the target's tables stay; Ferry's bookkeeping and capture are gone, the freeze stays (ferry unfreeze ${id})\n`);
+      } else {
+        process.stdout.write(`${id}: capture, guard and freeze removed from the source; ${r.dropped?.length ? `dropped on the target: ${r.dropped.join(', ')}` : 'nothing of it was on the target'}\n`);
+      }
+    });
+
+  program
     .command('throttle')
     .description('change the copy rate or batch size of a running migration')
     .argument('<id>')

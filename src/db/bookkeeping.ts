@@ -18,6 +18,9 @@ CREATE TABLE IF NOT EXISTS _ferry.migrations (
 );
 -- Bookkeeping created by a Ferry without stored plans: their rows have none (retry refuses them).
 ALTER TABLE _ferry.migrations ADD COLUMN IF NOT EXISTS plan jsonb;
+-- Set once the target holds everything (the drain and sequences done): from then on the target's
+-- tables are the migration's result, which a cleanup must never drop.
+ALTER TABLE _ferry.migrations ADD COLUMN IF NOT EXISTS completed_at timestamptz;
 CREATE TABLE IF NOT EXISTS _ferry.created_objects (
   migration_id text NOT NULL,
   seq          int  NOT NULL,
@@ -110,4 +113,11 @@ export async function advanceCheckpoint(db: ClientBase, ref: ChunkRef, lastKey: 
 /** A synchronous commit on the checkpoint row (the session default), flushing all WAL before it. */
 export async function touchCheckpoint(db: ClientBase, ref: ChunkRef): Promise<void> {
   await db.query(`UPDATE _ferry.checkpoints SET updated_at = now() WHERE ${REF}`, refParams(ref));
+}
+
+/** Marks the migration's target as complete (see _ferry.migrations.completed_at). */
+export async function markCompleted(db: ClientBase, migrationId: string): Promise<void> {
+  await lockBookkeeping(db);
+  await db.query(BOOKKEEPING_DDL);
+  await db.query('UPDATE _ferry.migrations SET completed_at = coalesce(completed_at, now()) WHERE id = $1', [migrationId]);
 }

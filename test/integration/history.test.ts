@@ -1,0 +1,131 @@
+/**
+ * A migration's history must not grow with time: Temporal terminates a run at its history limit,
+ * and a terminated migration runs no compensation. On a dev server with a small limit, an online
+ * migration waits for approval under writes for minutes and must still complete; and a migration
+ * terminated anyway is cleaned up from its bookkeeping alone (`ferry cleanup`).
+ */
+import { objectInventory, rowsAsText, TestDatabases } from '../helpers/databases';
+import { resultWithin, TestStack, waitForPhase } from '../helpers/stack';
+import { startWriters } from '../helpers/writers';
+
+const SCHEMA = `
+CREATE TABLE public.accounts (id bigint PRIMARY KEY, balance numeric(12,2), note text);
+INSERT INTO public.accounts SELECT g, g / 10.0, 'seed ' || g FROM generate_series(1, 5000) g;
+CREATE TABLE public.items (a int, b text, v int NOT NULL, PRIMARY KEY (a, b));
+INSERT INTO public.items SELECT g % 40, 'k' || g, 0 FROM generate_series(1, 2000) g;
+CREATE TABLE public.docs (id uuid PRIMARY KEY, body text);
+INSERT INTO public.docs SELECT md5(g::text)::uuid, 'doc ' || g FROM generate_series(1, 500) g;
+CREATE TABLE public.tags (id int PRIMARY KEY, name text UNIQUE);
+INSERT INTO public.tags SELECT g, 'tag ' || g FROM generate_series(1, 300) g;
+ANALYZE;`;
+
+const TABLES: [string, string][] = [
+  ['public.accounts', 'id'],
+  ['public.items', 'a, b'],
+  ['public.docs', 'id'],
+  ['public.tags', 'id'],
+];
+
+/** Temporal terminates a run at this many events (the default is 51,200). */
+const HISTORY_LIMIT = 500;
+const WAIT_UNDER_WRITES_MS = 3 * 60_000;
+
+describe('a migration that runs for a long time', () => {
+  let dbs: TestDatabases;
+  let stack: TestStack;
+
+  beforeEach(async () => {
+    dbs = await TestDatabases.create('history', ['source', 'target']);
+    await dbs.exec('source', SCHEMA);
+    stack = await TestStack.start({
+      connections: { live: dbs.url('source'), next: dbs.url('target') },
+      server: {
+        dynamicConfig: {
+          'limit.historyCount.error': HISTORY_LIMIT,
+          'limit.historyCount.warn': HISTORY_LIMIT / 2,
+          'limit.historyCount.suggestContinueAsNew': HISTORY_LIMIT / 2,
+        },
+      },
+    });
+  });
+
+  afterEach(async () => {
+    await stack?.teardown();
+    await dbs?.drop();
+  });
+
+  const spec = {
+    source: 'live',
+    target: 'next',
+    mode: 'online',
+    batchRows: 1000,
+    tables: TABLES.map(([t]) => t),
+    cutover: { approval: 'manual', approvalTimeout: '1h' },
+  };
+  const historyLength = async (workflowId: string) => (await stack.client.workflow.getHandle(workflowId).fetchHistory()).events?.length ?? 0;
+
+  it(`waits for approval under writes for minutes within a ${HISTORY_LIMIT}-event history limit, then completes`, async () => {
+    const { id } = await stack.ferry.start(spec, { id: 'history-wait' });
+    const writers = await startWriters(dbs.url('source'), 2);
+    let result;
+    const lengths: number[] = [];
+    try {
+      await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL', 120_000);
+      // The wait is the scenario: minutes of writes, the tables syncing, nobody approving.
+      const waitUntil = Date.now() + WAIT_UNDER_WRITES_MS;
+      while (Date.now() < waitUntil) {
+        lengths.push(await historyLength(id));
+        const status = await stack.ferry.status(id);
+        expect(status.endedAt).toBeUndefined();
+        await new Promise((r) => setTimeout(r, 15_000));
+      }
+      // Progress is still readable, though the parent heard nothing of it: lag from the tables.
+      const status = await stack.ferry.status(id);
+      expect(status.tables.every((t) => t.lag !== undefined)).toBe(true);
+      await stack.ferry.approve(id);
+      result = await resultWithin(stack.ferry, id, 120_000);
+    } finally {
+      await writers.stop();
+    }
+    expect(result.state).toBe('SUCCEEDED');
+    expect(writers.stats.operations).toBeGreaterThan(1000);
+    for (const [table, key] of TABLES) {
+      expect(await rowsAsText(dbs, 'target', table, key)).toEqual(await rowsAsText(dbs, 'source', table, key));
+    }
+    // The parent's history did not grow while it waited, and stayed far from the limit.
+    expect(lengths[lengths.length - 1] - lengths[0]).toBeLessThanOrEqual(10);
+    expect(await historyLength(id)).toBeLessThan(HISTORY_LIMIT * 0.8);
+  }, 480_000);
+
+  it('is cleaned up from its bookkeeping alone after it was terminated (`ferry cleanup`)', async () => {
+    const before = { source: await objectInventory(dbs, 'source'), target: await objectInventory(dbs, 'target') };
+    const { id } = await stack.ferry.start(spec, { id: 'history-terminated' });
+    await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL', 120_000);
+    // Terminated: no compensation runs, capture and the freeze stay on the source.
+    await stack.client.workflow.getHandle(id).terminate('operator terminated it');
+    expect(await objectInventory(dbs, 'source')).not.toEqual(before.source);
+    const cleanup = await stack.runCli(['cleanup', id]);
+    expect(cleanup.stderr).toBe('');
+    expect(cleanup.code).toBe(0);
+    expect(cleanup.stdout).toMatch(/capture, guard and freeze removed from the source; dropped on the target: table/);
+    expect(await objectInventory(dbs, 'source')).toEqual(before.source);
+    expect(await objectInventory(dbs, 'target')).toEqual(before.target);
+    await dbs.exec('source', `UPDATE public.tags SET name = 'writable' WHERE id = 1`);
+  });
+
+  it('keeps the target of a migration terminated after its cutover completed, and its freeze', async () => {
+    const { id } = await stack.ferry.start(spec, { id: 'history-completed' });
+    await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL', 120_000);
+    // As if terminated right after the drain: the target's bookkeeping says it is complete.
+    await dbs.exec('target', `UPDATE _ferry.migrations SET completed_at = now() WHERE id = 'history-completed'`);
+    await stack.client.workflow.getHandle(id).terminate('terminated after the cutover');
+    const cleanup = await stack.runCli(['cleanup', id]);
+    expect(cleanup.code).toBe(0);
+    expect(cleanup.stdout).toMatch(/had completed its cutover: the target's tables stay/);
+    for (const [table, key] of TABLES) {
+      expect(await rowsAsText(dbs, 'target', table, key)).toEqual(await rowsAsText(dbs, 'source', table, key));
+    }
+    expect(await dbs.query('target', `SELECT nspname FROM pg_namespace WHERE nspname = '_ferry'`)).toEqual([]);
+    await expect(dbs.exec('source', `UPDATE public.tags SET name = 'late' WHERE id = 1`)).rejects.toThrow(/frozen: Ferry migration history-completed moved it/);
+  });
+});
