@@ -8,6 +8,7 @@
  */
 import { Context } from '@temporalio/activity';
 import { Client } from 'pg';
+import { withCatalogKeyTypes } from '../src/db/catalog';
 import { captureNames } from '../src/db/capture-sql';
 import { selectColumns } from '../src/db/copy-stream';
 import type { CopyTable } from '../src/plan';
@@ -53,6 +54,7 @@ export function createCheckDirty({ connections }: ActivityDeps) {
     let target: Client | undefined;
     try {
       [source, target] = await Promise.all([connections.client(input.source), connections.client(input.target)]);
+      input = { ...input, table: await withCatalogKeyTypes(source, input.table) }; // types from the catalog, not the plan
       await source.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
       const waitingKeys = new Set((await source.query(`SELECT DISTINCT pk FROM ${log}`)).rows.map((r) => JSON.stringify(r.pk)));
       const result: CheckDirtyResult = { checked: 0, mismatched: 0, waiting: 0, remaining: 0 };

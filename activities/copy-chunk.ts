@@ -9,6 +9,7 @@ import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { Client, Pool } from 'pg';
 import { advanceCheckpoint, ChunkRef, claimChunk, holdsFence, touchCheckpoint } from '../src/db/bookkeeping';
 import { inTransaction } from '../src/db/connections';
+import { withCatalogKeyTypes } from '../src/db/catalog';
 import { writeAsReplica } from '../src/db/session';
 import { copyRange, deleteRange } from '../src/db/copy-stream';
 import type { CopyTable } from '../src/plan';
@@ -63,6 +64,7 @@ export function createCopyChunk({ connections, logger }: ActivityDeps) {
     let target: Client | undefined;
     try {
       [source, target] = await Promise.all([connections.client(input.source), connections.client(input.target)]);
+      input = { ...input, table: await withCatalogKeyTypes(source, input.table) }; // types from the catalog, not the plan
       await writeAsReplica(target);
       const claimed = await claimChunk(target, ref, token, `${activityId}#${attempt}`);
       if (!claimed) throw superseded(ref);

@@ -10,7 +10,7 @@
  * replays them from the source — and builds again. analyzeTable refreshes the statistics.
  */
 import { ClientBase, PoolClient } from 'pg';
-import { readTable, TableInfo } from '../src/db/catalog';
+import { readTable, TableInfo, withCatalogKeyTypes } from '../src/db/catalog';
 import { captureNames } from '../src/db/capture-sql';
 import { inTransaction } from '../src/db/connections';
 import { deleteKeys } from '../src/db/copy-stream';
@@ -152,7 +152,7 @@ function definition(info: TableInfo, input: BuildIndexInput): string {
 async function evictDuplicates(source: PoolClient, target: PoolClient, input: BuildIndexInput): Promise<number> {
   const key = (await readUniqueKeys(source, input.table.source)).find((k) => k.name === input.index.name);
   if (!key) throw refusal('MissingIndex', `${input.index.name} disappeared from ${displayQualified(input.table.source)} on the source`);
-  const shape = input.table;
+  const shape = await withCatalogKeyTypes(source, input.table);
   return inTransaction(target, async () => {
     await target.query(`LOCK TABLE ${quoteQualified(input.table.target)} IN SHARE ROW EXCLUSIVE MODE`);
     const keys: Key[] = (await target.query(duplicateKeysSql(input.table.target, key, shape))).rows.map((r) => keyFromRow(r, shape));
@@ -161,7 +161,7 @@ async function evictDuplicates(source: PoolClient, target: PoolClient, input: Bu
     await source.query(`INSERT INTO ${log} (pk) SELECT ARRAY(SELECT jsonb_array_elements_text(k)) FROM jsonb_array_elements($1::jsonb) AS k`, [
       JSON.stringify(keys),
     ]);
-    await deleteKeys(target, input.table, keys);
+    await deleteKeys(target, shape, keys);
     return keys.length;
   });
 }

@@ -10,7 +10,7 @@ import { BOOKKEEPING_DDL, bookkeepingExists, lockBookkeeping, SYNC_CHUNK } from 
 import { createSequenceSql, createTableSql, createTypeSql, targetSequenceName } from '../src/db/ddl';
 import { asActivityFailure, refusal } from '../src/db/errors';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified } from '../src/identifiers';
-import { MigrationPlan } from '../src/plan';
+import { checkPlan, MigrationPlan } from '../src/plan';
 import { ActivityDeps } from './deps';
 
 export interface PrepareTargetInput {
@@ -98,7 +98,11 @@ export function createStoredPlan({ connections }: ActivityDeps) {
               'roll its target back (drop the tables it created and its _ferry rows) and start it again',
           );
         }
-        return rows[0]?.plan ?? null;
+        if (rows.length === 0) return null;
+        // A bookkeeping row is data anyone with write access to the target could have changed.
+        const checked = checkPlan(rows[0].plan);
+        if (!checked.ok) throw refusal('InvalidPlan', `the plan stored for migration ${migrationId} on the target is not one preflight makes (${checked.reason}); it cannot be resumed`);
+        return checked.plan;
       });
     } catch (err) {
       throw asActivityFailure(err, 'storedPlan');

@@ -15,6 +15,7 @@ import { Client, ClientBase } from 'pg';
 import { ChunkRef, claimChunk, holdsFence, SYNC_CHUNK } from '../src/db/bookkeeping';
 import { CAPTURE_SCHEMA, captureNames, FINGERPRINT_SQL } from '../src/db/capture-sql';
 import { inTransaction } from '../src/db/connections';
+import { withCatalogKeyTypes } from '../src/db/catalog';
 import { copyStream, deleteKeys, selectColumns } from '../src/db/copy-stream';
 import type { CopyTable } from '../src/plan';
 import { asActivityFailure } from '../src/db/errors';
@@ -165,6 +166,7 @@ export function createSyncActivities({ connections, logger }: ActivityDeps) {
     let target: Client | undefined;
     try {
       [source, target] = await Promise.all([connections.client(input.source), connections.client(input.target)]);
+      input = { ...input, table: await withCatalogKeyTypes(source, input.table) }; // types from the catalog, not the plan
       await writeAsReplica(target);
       if (!(await claimChunk(target, ref, token, `${ctx.info.activityId}#${ctx.info.attempt}`))) {
         throw ApplicationFailure.nonRetryable('a newer attempt owns this table\'s sync', SUPERSEDED);
@@ -223,6 +225,7 @@ export function createSyncActivities({ connections, logger }: ActivityDeps) {
   async function enqueueKeys(input: EnqueueInput): Promise<{ enqueued: number }> {
     const log = quoteQualified(captureNames(input.migrationId, input.table.index).log);
     try {
+      input = { ...input, table: await connections.withClient(input.source, (db) => withCatalogKeyTypes(db, input.table)) };
       let enqueued = 0;
       for (const range of input.ranges) {
         const binder = new ParamBinder();

@@ -11,6 +11,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { Client } from 'pg';
 import { ChunkRef, claimChunk, holdsFence } from '../src/db/bookkeeping';
 import { inTransaction } from '../src/db/connections';
+import { withCatalogKeyTypes } from '../src/db/catalog';
 import { writeAsReplica } from '../src/db/session';
 import { copyRange, deleteRange, selectColumns } from '../src/db/copy-stream';
 import type { CopyTable } from '../src/plan';
@@ -101,6 +102,7 @@ export function createValidateChunk({ connections }: ActivityDeps) {
     let target: Client | undefined;
     try {
       [source, target] = await Promise.all([connections.client(input.source), connections.client(input.target)]);
+      input = { ...input, table: await withCatalogKeyTypes(source, input.table) }; // types from the catalog, not the plan
       let exclude: Key[] = [];
       if (input.live) {
         // The snapshot starts with the log read, so "waiting" and "compared" cannot overlap.
@@ -168,6 +170,7 @@ export function createRepairRange({ connections, logger }: ActivityDeps) {
     let target: Client | undefined;
     try {
       [source, target] = await Promise.all([connections.client(input.source), connections.client(input.target)]);
+      input = { ...input, table: await withCatalogKeyTypes(source, input.table) }; // types from the catalog, not the plan
       await writeAsReplica(target);
       // Taking the fence also stops any zombie copy of this chunk from writing after the repair.
       if (!(await claimChunk(target, ref, token, `${ctx.info.activityId}#${ctx.info.attempt}`))) {

@@ -2,6 +2,7 @@
  * What preflight learns and decides, carried by the workflows: tables, key columns, the chunk
  * plan. Data, not rows: keys travel as PostgreSQL text values. Pure module: used by workflows.
  */
+import { z } from 'zod';
 import { QualifiedName } from './identifiers';
 
 /** A primary-key value: one PostgreSQL text value per key column. */
@@ -81,4 +82,46 @@ export interface ChunkCheckpoint {
 
 export function tableLabel(t: { source: QualifiedName }): string {
   return `${t.source.schema}.${t.source.name}`;
+}
+
+const name = z.string().min(1).max(200);
+const qualified = z.strictObject({ schema: name, name });
+const key = z.array(z.string().max(10_000)).min(1).max(32);
+
+/**
+ * A plan as it enters a workflow from outside Ferry's own preflight (a workflow argument, a
+ * bookkeeping row for `ferry retry`): checked against its shape before anything uses it.
+ * Identifiers are quoted wherever they are used and key types are read from the catalog
+ * (src/db/catalog.ts withCatalogKeyTypes), so a plan can name tables, not smuggle SQL.
+ */
+export const planSchema = z.strictObject({
+  tables: z
+    .array(
+      z.strictObject({
+        index: z.number().int().min(0).max(10_000),
+        source: qualified,
+        target: qualified,
+        columns: z.array(name).min(1).max(1600),
+        keyColumns: z.array(z.strictObject({ name, type: z.string().max(200), collatable: z.boolean() })).min(1).max(32),
+        copyFormat: z.enum(['binary', 'text']),
+        keyCollateC: z.boolean(),
+        rowsEstimated: z.number().min(0),
+        chunks: z.array(z.strictObject({ index: z.number().int().min(0).max(10_000), lower: key.nullable(), upper: key.nullable() })).min(1).max(256),
+        targetExisted: z.boolean(),
+        sourceWrites: z.number().min(0),
+      }),
+    )
+    .min(1)
+    .max(500),
+  sourceServer: z.string().max(200),
+  targetServer: z.string().max(200),
+  targetReplicaRole: z.boolean().optional(),
+});
+
+/** The plan, or a message naming what is wrong with it. */
+export function checkPlan(input: unknown): { ok: true; plan: MigrationPlan } | { ok: false; reason: string } {
+  const result = planSchema.safeParse(input);
+  if (result.success) return { ok: true, plan: result.data };
+  const issue = result.error.issues[0];
+  return { ok: false, reason: `plan.${issue.path.join('.')}: ${issue.message}` };
 }

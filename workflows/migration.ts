@@ -22,6 +22,7 @@ import {
 import { innermostApplicationFailure, rootMessage } from '../src/failures';
 import { FerrySourceKey, FerryTargetKey, PATCHES } from '../src/names';
 import { checkThrottle, Spec, SpecError } from '../src/spec';
+import { checkPlan, MigrationPlan } from '../src/plan';
 import { ErrorInfo, resultDocument, ResultDocument } from '../src/status';
 import { checks, notify, steps } from './proxies';
 import { COPIED, derivePhase, MigrationContext, MigrationOptions } from './context';
@@ -149,7 +150,7 @@ export async function migrationWorkflow(specInput: unknown, options: MigrationOp
   try {
     await main.run(async () => {
       const stored = options.resume ? await steps.storedPlan({ migrationId: info.workflowId, target: spec.target }) : null;
-      const plan = stored ?? options.plan ?? (await checks.preflight({ migrationId: info.workflowId, spec }));
+      const plan = stored ?? givenPlan(options.plan) ?? (await checks.preflight({ migrationId: info.workflowId, spec }));
       tracker.addTables(plan.tables);
       upsertMemo({ source: spec.source, target: spec.target, tables: tracker.tables.map((t) => `${t.source} → ${t.target}`) });
       tracker.event('MigrationStarted', undefined, { mode: spec.mode, tables: plan.tables.length });
@@ -228,4 +229,12 @@ function errorInfo(err: unknown, outcome: Outcome, cancelReason?: string): Error
   if (failure?.type) info.type = failure.type;
   if (root !== info.message) info.cause = root;
   return info;
+}
+
+/** A plan handed in by the caller (ferry start passes preflight's): checked like any input. */
+function givenPlan(input: unknown): MigrationPlan | undefined {
+  if (input === undefined) return undefined;
+  const checked = checkPlan(input);
+  if (!checked.ok) throw ApplicationFailure.nonRetryable(`the plan given to the workflow is not one preflight makes: ${checked.reason}`, 'InvalidPlan');
+  return checked.plan;
 }

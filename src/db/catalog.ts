@@ -3,8 +3,9 @@
  * indexes, owned sequences and the user types the columns use. SQL kept as SQL; every query
  * runs in a pinned session (empty search_path), so the definitions it returns are qualified.
  */
+import { ApplicationFailure } from '@temporalio/common';
 import { ClientBase } from 'pg';
-import { QualifiedName } from '../identifiers';
+import { displayQualified, QualifiedName, quoteQualified } from '../identifiers';
 
 export interface ColumnInfo {
   name: string;
@@ -306,4 +307,30 @@ export async function typeExists(db: ClientBase, name: QualifiedName): Promise<{
     [name.schema, name.name],
   );
   return rows[0] ?? null;
+}
+
+/**
+ * The table's key columns with their types as the catalog has them, never as a plan says:
+ * plans come from workflow inputs and bookkeeping rows, and a type name is pasted into SQL
+ * (`$1::bigint`). A key column the table no longer has is a changed schema.
+ */
+export async function withCatalogKeyTypes<T extends { source: QualifiedName; keyColumns: { name: string; type: string; collatable: boolean }[] }>(
+  db: ClientBase,
+  table: T,
+): Promise<T> {
+  const { rows } = await db.query(
+    `SELECT a.attname::text AS name, pg_catalog.format_type(a.atttypid, a.atttypmod) AS type
+       FROM pg_catalog.pg_attribute a
+      WHERE a.attrelid = to_regclass($1) AND a.attname = ANY ($2::text[]) AND a.attnum > 0 AND NOT a.attisdropped`,
+    [quoteQualified(table.source), table.keyColumns.map((k) => k.name)],
+  );
+  const types = new Map(rows.map((r) => [r.name as string, r.type as string]));
+  const keyColumns = table.keyColumns.map((k) => {
+    const type = types.get(k.name);
+    if (type === undefined) {
+      throw ApplicationFailure.nonRetryable(`${displayQualified(table.source)} has no key column "${k.name}" any more`, 'SchemaChanged');
+    }
+    return { ...k, type };
+  });
+  return { ...table, keyColumns };
 }
