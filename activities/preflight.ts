@@ -4,7 +4,7 @@
  */
 import { ApplicationFailure } from '@temporalio/common';
 import { PoolClient } from 'pg';
-import { autoChunkCount, EXACT_PLAN_ROWS, pickBoundaries, rangesFromBoundaries, samplePercent } from '../src/chunks';
+import { autoChunkCount, EXACT_PLAN_ROWS, pickBoundaries, rangesFromBoundaries, samplePercent, VALIDATION_UNIT_ROWS, validationUnits } from '../src/chunks';
 import { estimateRows, readTable, readUserTypes, TableInfo, typeExists } from '../src/db/catalog';
 import { asActivityFailure, refusal, sqlState } from '../src/db/errors';
 import { keyAsText, keyFromRow, keyOrder, KeyShape } from '../src/db/ranges';
@@ -159,7 +159,7 @@ async function planTable(source: PoolClient, target: PoolClient, spec: Spec, tab
           `target table ${targetLabel}: key column "${key.name}" is ${other.type} but ${key.type} on the source; make the key types equal`,
         );
       }
-      if (key.collatable && other.effectiveCollation !== mine.effectiveCollation) keyCollateC = true;
+      if (key.collatable && !sameCollation(other.effectiveCollation, mine.effectiveCollation)) keyCollateC = true;
     }
     const nonEmpty = await target.query(`SELECT EXISTS (SELECT 1 FROM ${quoteQualified(table.target)}) AS rows`);
     if (nonEmpty.rows[0].rows && !spec.truncate) {
@@ -181,7 +181,9 @@ async function planTable(source: PoolClient, target: PoolClient, spec: Spec, tab
 
   const shape: KeyShape = { keyColumns, keyCollateC };
   const chunkCount = table.chunks ?? autoChunkCount(info.estimatedRows, spec.parallelism.chunks);
-  const boundaries = chunkCount > 1 ? pickBoundaries(await sampleKeys(source, info, shape), chunkCount) : [];
+  const needsUnits = info.estimatedRows > chunkCount * VALIDATION_UNIT_ROWS && spec.validation !== 'none';
+  const sample = chunkCount > 1 || needsUnits ? await sampleKeys(source, info, shape) : [];
+  const chunks = rangesFromBoundaries(chunkCount > 1 ? pickBoundaries(sample, chunkCount) : []);
   return {
     index,
     source: table.source,
@@ -191,7 +193,8 @@ async function planTable(source: PoolClient, target: PoolClient, spec: Spec, tab
     copyFormat: binary ? 'binary' : 'text',
     keyCollateC,
     rowsEstimated: info.estimatedRows,
-    chunks: rangesFromBoundaries(boundaries),
+    chunks,
+    validationUnits: needsUnits ? validationUnits(sample, chunks, info.estimatedRows) : undefined,
     targetExisted: existing !== null,
     sourceWrites: info.writes,
   };
@@ -240,6 +243,27 @@ async function assertTypesCreatable(source: PoolClient, target: PoolClient, info
   }
 }
 
+/**
+ * Whether two effective collations (`name:locale`, as the catalog reads them) order text the
+ * same: by locale, not by name, and with the locale's codeset spelled either way
+ * (`en_US.UTF-8` is `en_US.utf8`). Comparing by name forced COLLATE "C" on both sides for two
+ * spellings of one locale, and every key range then became a scan and a sort.
+ */
+export function sameCollation(a: string | null, b: string | null): boolean {
+  return normalizedCollation(a) === normalizedCollation(b);
+}
+
+function normalizedCollation(effective: string | null): string {
+  if (effective === null) return '';
+  const at = effective.indexOf(':');
+  const locale = at >= 0 ? effective.slice(at + 1) : '';
+  // ICU collations keep their locale in the name (collcollate is empty for them).
+  if (locale === '') return effective.toLowerCase();
+  const [language, codeset] = locale.split('.');
+  if (language === 'C' || language === 'POSIX') return 'c';
+  return codeset === undefined ? language : `${language}.${codeset.toLowerCase().replace(/-/g, '')}`;
+}
+
 async function keyCollationDiffers(target: PoolClient, info: TableInfo, keys: KeyColumn[]): Promise<boolean> {
   const collatable = keys.filter((k) => k.collatable);
   if (collatable.length === 0) return false;
@@ -249,7 +273,7 @@ async function keyCollationDiffers(target: PoolClient, info: TableInfo, keys: Ke
   for (const key of collatable) {
     const column = info.columns.find((c) => c.name === key.name)!;
     if (column.collation === null) {
-      if (column.effectiveCollation !== targetDefault) return true;
+      if (!sameCollation(column.effectiveCollation, targetDefault)) return true;
     } else {
       const name = column.collation.split('.').pop()!.replace(/^"|"$/g, '');
       const found = await target.query(
@@ -262,7 +286,7 @@ async function keyCollationDiffers(target: PoolClient, info: TableInfo, keys: Ke
           `${displayQualified(info.name)}: key column "${key.name}" uses collation ${column.collation}, which the target database lacks: create it there first`,
         );
       }
-      if (found.rows[0].c !== column.effectiveCollation) return true;
+      if (!sameCollation(found.rows[0].c, column.effectiveCollation)) return true;
     }
   }
   return false;

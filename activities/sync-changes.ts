@@ -19,7 +19,7 @@ import { withCatalogKeyTypes } from '../src/db/catalog';
 import { copyStream, deleteKeys, selectColumns } from '../src/db/copy-stream';
 import type { CopyTable } from '../src/plan';
 import { asActivityFailure } from '../src/db/errors';
-import { distinctKeys, keyAsText, keyFromRow, keyInList, keyPredicate, literalBinder, ParamBinder, rangeBounds } from '../src/db/ranges';
+import { distinctKeys, keyAsText, keyFromRow, keyInList, keyOrder, keyPredicate, literalBinder, ParamBinder, rangeBounds } from '../src/db/ranges';
 import { writeAsReplica } from '../src/db/session';
 import { evictConflictsSql, readUniqueKeys } from '../src/db/unique-keys';
 import { displayQualified, QualifiedName, quoteQualified } from '../src/identifiers';
@@ -86,14 +86,14 @@ export interface Applied {
  * change is still in the log — are evicted and replayed from the source in the same
  * transaction (see src/db/unique-keys.ts).
  */
-export async function applyKeys(source: ClientBase, target: ClientBase, table: CopyTable, keys: Key[]): Promise<Applied> {
+export async function applyKeys(source: ClientBase, target: ClientBase, table: CopyTable, keys: Key[], onProgress: () => void = () => undefined): Promise<Applied> {
   // The lock first, then the catalog: an index created later is seen by the next batch.
   await target.query(`LOCK TABLE ${quoteQualified(table.target)} IN ROW EXCLUSIVE MODE`);
   const uniques = await readUniqueKeys(target, table.target);
   const select = (batch: Key[]) => `SELECT ${selectColumns(table)} FROM ${quoteQualified(table.source)} WHERE ${keyInList(table, batch, literalBinder)}`;
   if (uniques.length === 0) {
     await deleteKeys(target, table, keys);
-    await copyStream(source, target, table, select(keys));
+    await copyStream(source, target, table, select(keys), onProgress);
     return { applied: keys, requeue: [] };
   }
   const stage: QualifiedName = { schema: 'pg_temp', name: `ferry_stage_${table.index}` };
@@ -102,7 +102,7 @@ export async function applyKeys(source: ClientBase, target: ClientBase, table: C
   let batch = keys;
   for (let round = 0; batch.length > 0; round += 1) {
     if (round >= MAX_EVICTION_ROUNDS) return { applied, requeue: batch };
-    await copyStream(source, target, { ...table, target: stage }, select(batch));
+    await copyStream(source, target, { ...table, target: stage }, select(batch), onProgress);
     await deleteKeys(target, table, batch);
     const evicted: Key[] = [];
     for (const key of uniques) {
@@ -115,6 +115,31 @@ export async function applyKeys(source: ClientBase, target: ClientBase, table: C
     applied.push(...batch);
   }
   return { applied: distinctKeys(applied), requeue: [] };
+}
+
+const ENQUEUE_PAGE = 10_000;
+
+/** Up to ENQUEUE_PAGE keys of `range` in `relation`, after `after`, in key order. */
+async function keyPage(db: ClientBase, table: CopyTable, relation: QualifiedName, range: KeyRange, after: Key | null): Promise<Key[]> {
+  const binder = new ParamBinder();
+  const bounds = [...rangeBounds(range), ...(after ? [{ op: '>' as const, key: after }] : [])];
+  const { rows } = await db.query(
+    `SELECT ${keyAsText(table)} FROM ${quoteQualified(relation)} WHERE ${keyPredicate(table, bounds, binder)} ORDER BY ${keyOrder(table)} LIMIT ${ENQUEUE_PAGE}`,
+    binder.params,
+  );
+  return rows.map((r) => keyFromRow(r, table));
+}
+
+/** Keys per sync round: within [SYNC_ROUND_MIN, 4 × the workflow's size]. */
+export const SYNC_ROUND_MIN = 100;
+const QUICK_ROUND_MS = 1_000;
+const SLOW_ROUND_MS = 4_000;
+
+/** Doubles a full round that was quick, halves one that was slow. */
+export function nextRoundKeys(size: number, found: number, ms: number, base: number): number {
+  if (found >= size && ms < QUICK_ROUND_MS) return Math.min(base * 4, size * 2);
+  if (ms > SLOW_ROUND_MS) return Math.max(SYNC_ROUND_MIN, Math.floor(size / 2));
+  return size;
 }
 
 /** Puts keys back into the table's change log on the source. */
@@ -175,15 +200,21 @@ export function createSyncActivities({ connections, logger }: ActivityDeps) {
       let applied = 0;
       let rounds = 0;
       let caughtUp = false;
+      // Rounds grow while they are quick and full, shrink when slow: a round is one target
+      // transaction, and one that runs for long holds its locks and delays the next heartbeat.
+      let roundKeys = input.batchKeys;
+      const heartbeat = () => ctx.heartbeat({ applied, roundKeys });
       while (Date.now() - started < input.sliceMs) {
         // Each round commits before the next begins, so stopping here loses nothing.
         if (ctx.cancellationSignal.aborted) throw new CancelledFailure('sync slice cancelled');
         if (caughtUp) {
           if (input.returnWhenCaughtUp) break;
-          ctx.heartbeat({ applied });
+          heartbeat();
           await ctx.sleep(POLL_MS);
         }
-        const { rows } = await source.query(`SELECT id, pk FROM ${log} ORDER BY id LIMIT ${input.batchKeys}`);
+        const size = roundKeys;
+        const roundStarted = Date.now();
+        const { rows } = await source.query(`SELECT id, pk FROM ${log} ORDER BY id LIMIT ${size}`);
         if (rows.length === 0) {
           caughtUp = true;
           continue;
@@ -191,7 +222,7 @@ export function createSyncActivities({ connections, logger }: ActivityDeps) {
         const keys = distinctKeys(rows.map((r) => r.pk as Key));
         const done = await inTransaction(target, async () => {
           if (!(await holdsFence(target!, ref, token))) throw ApplicationFailure.nonRetryable('a newer attempt owns this table\'s sync', SUPERSEDED);
-          const result = await applyKeys(source!, target!, input.table, keys);
+          const result = await applyKeys(source!, target!, input.table, keys, heartbeat);
           if (input.recordDirty) await recordDirty(target!, input.migrationId, input.table.index, result.applied);
           return result;
         });
@@ -201,8 +232,9 @@ export function createSyncActivities({ connections, logger }: ActivityDeps) {
         await source.query(`DELETE FROM ${log} WHERE id = ANY ($1::int8[])`, [rows.map((r) => r.id)]);
         applied += done.applied.length;
         rounds += 1;
-        ctx.heartbeat({ applied });
-        caughtUp = rows.length < input.batchKeys;
+        heartbeat();
+        caughtUp = rows.length < size;
+        roundKeys = nextRoundKeys(size, rows.length, Date.now() - roundStarted, input.batchKeys);
       }
       const lag = await source.query(
         `SELECT (SELECT count(*) FROM (SELECT 1 FROM ${log} LIMIT ${PENDING_COUNT_CAP}) s)::int AS pending,
@@ -221,29 +253,30 @@ export function createSyncActivities({ connections, logger }: ActivityDeps) {
     }
   }
 
-  /** Puts every key of the ranges, as either side has them, back into the change log. */
+  /**
+   * Puts every key of the ranges, as either side has them, back into the change log — a page
+   * at a time, so a range as large as a whole chunk never sits in the worker's memory.
+   */
   async function enqueueKeys(input: EnqueueInput): Promise<{ enqueued: number }> {
+    const ctx = Context.current();
     const log = quoteQualified(captureNames(input.migrationId, input.table.index).log);
     try {
-      input = { ...input, table: await connections.withClient(input.source, (db) => withCatalogKeyTypes(db, input.table)) };
+      const table = await connections.withClient(input.source, (db) => withCatalogKeyTypes(db, input.table));
       let enqueued = 0;
       for (const range of input.ranges) {
-        const binder = new ParamBinder();
-        const where = keyPredicate(input.table, rangeBounds(range), binder);
-        const targetKeys = await connections.withClient(input.target, async (db) =>
-          (await db.query(`SELECT ${keyAsText(input.table)} FROM ${quoteQualified(input.table.target)} WHERE ${where}`, binder.params)).rows.map((r) =>
-            keyFromRow(r, input.table),
-          ),
-        );
-        const sourceKeys = await connections.withClient(input.source, async (db) =>
-          (await db.query(`SELECT ${keyAsText(input.table)} FROM ${quoteQualified(input.table.source)} WHERE ${where}`, binder.params)).rows.map((r) =>
-            keyFromRow(r, input.table),
-          ),
-        );
-        const keys = distinctKeys([...sourceKeys, ...targetKeys]);
-        if (keys.length === 0) continue;
-        await connections.withClient(input.source, (db) => enqueue(db, log, keys));
-        enqueued += keys.length;
+        for (const [side, relation] of [
+          [input.target, table.target],
+          [input.source, table.source],
+        ] as const) {
+          for (let after: Key | null = null; ; ) {
+            const page = await connections.withClient(side, (db) => keyPage(db, table, relation, range, after));
+            if (page.length > 0) await connections.withClient(input.source, (db) => enqueue(db, log, page));
+            enqueued += page.length;
+            ctx.heartbeat({ enqueued });
+            if (page.length < ENQUEUE_PAGE) break;
+            after = page[page.length - 1];
+          }
+        }
       }
       return { enqueued };
     } catch (err) {

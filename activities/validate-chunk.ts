@@ -101,24 +101,34 @@ export function createValidateChunk({ connections }: ActivityDeps) {
     let source: Client | undefined;
     let target: Client | undefined;
     try {
-      [source, target] = await Promise.all([connections.client(input.source), connections.client(input.target)]);
+      // A range's scan takes as long as it takes (liveness heartbeats run meanwhile); the
+      // statement timeout of ordinary sessions would fail a large one.
+      const unbounded = { statementTimeoutMs: 0 };
+      [source, target] = await Promise.all([connections.client(input.source, unbounded), connections.client(input.target, unbounded)]);
       input = { ...input, table: await withCatalogKeyTypes(source, input.table) }; // types from the catalog, not the plan
-      let exclude: Key[] = [];
-      if (input.live) {
-        // The snapshot starts with the log read, so "waiting" and "compared" cannot overlap.
-        await source.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
-        const log = quoteQualified(captureNames(input.live.migrationId, input.table.index).log);
-        exclude = distinctKeys((await source.query(`SELECT pk FROM ${log}`)).rows.map((r) => r.pk as Key));
-      }
+      let excluded = 0;
       const compare = async (range: KeyRange) => {
         ctx.heartbeat();
-        return Promise.all([
-          summarise(source!, input.table, input.table.source, range, input.mode, exclude),
-          summarise(target!, input.table, input.table.target, range, input.mode, exclude),
-        ]);
+        if (!input.live) {
+          return Promise.all([
+            summarise(source!, input.table, input.table.source, range, input.mode, []),
+            summarise(target!, input.table, input.table.target, range, input.mode, []),
+          ]);
+        }
+        // Online: one short snapshot per range, starting with the log read, so "waiting" and
+        // "compared" cannot overlap — and no snapshot lives through the whole bisection (it
+        // would hold back vacuum on a hot table).
+        const log = quoteQualified(captureNames(input.live.migrationId, input.table.index).log);
+        const [exclude, sourceSummary] = await inTransaction(source!, async () => {
+          await source!.query('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY');
+          const waiting = distinctKeys((await source!.query(`SELECT pk FROM ${log}`)).rows.map((r) => r.pk as Key));
+          return [waiting, await summarise(source!, input.table, input.table.source, range, input.mode, waiting)] as const;
+        });
+        excluded = Math.max(excluded, exclude.length);
+        return [sourceSummary, await summarise(target!, input.table, input.table.target, range, input.mode, exclude)];
       };
       const [s, t] = await compare(input.range);
-      if (same(s, t)) return { match: true, sourceRows: s.rows, targetRows: t.rows, mismatches: [], excluded: exclude.length };
+      if (same(s, t)) return { match: true, sourceRows: s.rows, targetRows: t.rows, mismatches: [], excluded };
 
       // Bisect at the median key of the fuller side until the differing pieces are small.
       const mismatches: KeyRange[] = [];
@@ -152,7 +162,7 @@ export function createValidateChunk({ connections }: ActivityDeps) {
       };
       await narrow(input.range, s, t, 0);
       const tooMany = mismatches.length >= maxRanges;
-      return { match: false, sourceRows: s.rows, targetRows: t.rows, mismatches: tooMany ? [input.range] : mismatches, excluded: exclude.length };
+      return { match: false, sourceRows: s.rows, targetRows: t.rows, mismatches: tooMany ? [input.range] : mismatches, excluded };
     } catch (err) {
       throw asActivityFailure(err, `validate ${displayQualified(input.table.source)}`);
     } finally {

@@ -26,6 +26,11 @@ export interface ChunkPlan extends KeyRange {
   index: number;
 }
 
+/** A range validated by one statement per side; it lies inside chunk `chunk`. */
+export interface ValidationUnit extends KeyRange {
+  chunk: number;
+}
+
 export interface TablePlan {
   /** Position in the spec; names the table in bookkeeping and child workflow ids. */
   index: number;
@@ -40,6 +45,8 @@ export interface TablePlan {
   keyCollateC: boolean;
   rowsEstimated: number;
   chunks: ChunkPlan[];
+  /** Validation ranges sized by rows (absent or empty: one per chunk). */
+  validationUnits?: ValidationUnit[];
   /** The target table existed before the migration (so rollback empties it instead of dropping it). */
   targetExisted: boolean;
   /** n_tup_ins + n_tup_upd + n_tup_del on the source at preflight; full mode warns when it moves. */
@@ -107,6 +114,7 @@ export const planSchema = z.strictObject({
         keyCollateC: z.boolean(),
         rowsEstimated: z.number().min(0),
         chunks: z.array(z.strictObject({ index: z.number().int().min(0).max(10_000), lower: key.nullable(), upper: key.nullable() })).min(1).max(256),
+        validationUnits: z.array(z.strictObject({ chunk: z.number().int().min(0).max(10_000), lower: key.nullable(), upper: key.nullable() })).max(100_000).optional(),
         targetExisted: z.boolean(),
         sourceWrites: z.number().min(0),
       }),

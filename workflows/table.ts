@@ -363,6 +363,12 @@ function statusOf(checkpoint: ChunkCheckpoint): ChunkStatus {
   return { state: checkpoint.done ? 'DONE' : 'COPYING', rowsCopied: checkpoint.rowsCopied, checkpoint: checkpoint.lastKey };
 }
 
+/** What validation compares, one statement per side each: units sized by rows, else chunks. */
+function validationRanges(table: TablePlan): { chunk: number; range: KeyRange }[] {
+  if (table.validationUnits?.length) return table.validationUnits.map((u) => ({ chunk: u.chunk, range: { lower: u.lower, upper: u.upper } }));
+  return table.chunks.map((c) => ({ chunk: c.index, range: { lower: c.lower, upper: c.upper } }));
+}
+
 function rowsCopied(chunks: ChunkState[]): number {
   return chunks.reduce((n, c) => n + c.status.rowsCopied, 0);
 }
@@ -371,12 +377,12 @@ function rowsCopied(chunks: ChunkState[]): number {
 async function validateLive(input: TableWorkflowInput, table: CopyTable): Promise<KeyRange[]> {
   const mode = input.validation === 'count' ? 'count' : 'checksum';
   const mismatches: KeyRange[] = [];
-  await runBounded(input.table.chunks, input.chunkParallelism, async (c) => {
+  await runBounded(validationRanges(input.table), input.chunkParallelism, async ({ range }) => {
     const result = await check.validateChunk({
       source: input.source,
       target: input.target,
       table,
-      range: { lower: c.lower, upper: c.upper },
+      range,
       mode,
       live: { migrationId: input.migrationId },
     });
@@ -397,7 +403,7 @@ async function validateFull(
   label: string,
 ): Promise<number> {
   const mode = input.validation === 'count' ? 'count' : 'checksum';
-  let pending: { chunk: number; range: KeyRange }[] = input.table.chunks.map((c) => ({ chunk: c.index, range: { lower: c.lower, upper: c.upper } }));
+  let pending = validationRanges(input.table);
   let repaired = 0;
   for (let round = 0; ; round += 1) {
     const mismatched: { chunk: number; range: KeyRange }[] = [];

@@ -2,7 +2,9 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError, connectionOptions, temporalConfig } from '../../src/config';
-import { autoChunkCount, pickBoundaries, rangesFromBoundaries } from '../../src/chunks';
+import { autoChunkCount, pickBoundaries, rangesFromBoundaries, validationUnits } from '../../src/chunks';
+import { nextRoundKeys } from '../../activities/sync-changes';
+import { sameCollation } from '../../activities/preflight';
 import { formatDuration, parseDuration } from '../../src/duration';
 import { displayQualified, parseQualifiedName, quoteIdent, quoteQualified } from '../../src/identifiers';
 import { arrayLiteral, keyInList, keyPredicate, literalBinder, ParamBinder } from '../../src/db/ranges';
@@ -67,6 +69,65 @@ describe('chunk planning', () => {
     expect(autoChunkCount(2_000_000, 8)).toBe(4);
     expect(autoChunkCount(2_000_000, 2)).toBe(2);
     expect(autoChunkCount(1e12, 16)).toBe(16);
+  });
+});
+
+describe('validation units', () => {
+  const keys = Array.from({ length: 100 }, (_, i) => [String(i).padStart(3, '0')]);
+  const chunks = rangesFromBoundaries(pickBoundaries(keys, 2));
+
+  it('cut each chunk into ranges of about a million rows, inside the chunk', () => {
+    // 4,000,000 rows in 2 chunks: 2 units of about 1,000,000 rows per chunk.
+    expect(validationUnits(keys, chunks, 4_000_000)).toEqual([
+      { chunk: 0, lower: null, upper: ['025'] },
+      { chunk: 0, lower: ['025'], upper: ['050'] },
+      { chunk: 1, lower: ['050'], upper: ['075'] },
+      { chunk: 1, lower: ['075'], upper: null },
+    ]);
+  });
+
+  it('are not needed while a chunk holds a million rows or fewer', () => {
+    expect(validationUnits(keys, chunks, 2_000_000)).toEqual([]);
+  });
+
+  it('still cover one unbounded chunk', () => {
+    const units = validationUnits(keys, [{ index: 0, lower: null, upper: null }], 3_000_000);
+    expect(units.map((u) => [u.lower?.[0] ?? '-', u.upper?.[0] ?? '+'])).toEqual([
+      ['-', '033'],
+      ['033', '066'],
+      ['066', '+'],
+    ]);
+  });
+});
+
+describe('key collations', () => {
+  it('are the same when their locales are, however the codeset is spelled or the collation named', () => {
+    expect(sameCollation('default:en_US.UTF-8', 'default:en_US.utf8')).toBe(true);
+    expect(sameCollation('default:en_US.UTF-8', 'en_US:en_US.utf8')).toBe(true);
+    expect(sameCollation('default:C', 'POSIX:POSIX')).toBe(true);
+  });
+
+  it('differ when the locales do', () => {
+    expect(sameCollation('default:en_US.UTF-8', 'default:de_DE.UTF-8')).toBe(false);
+    expect(sameCollation('default:C', 'default:en_US.UTF-8')).toBe(false);
+    expect(sameCollation('und-x-icu:', 'default:en_US.UTF-8')).toBe(false);
+  });
+});
+
+describe('sync round sizes', () => {
+  it('double while rounds are full and take under a second, up to four times the base', () => {
+    expect(nextRoundKeys(5000, 5000, 200, 5000)).toBe(10_000);
+    expect(nextRoundKeys(10_000, 10_000, 300, 5000)).toBe(20_000);
+    expect(nextRoundKeys(20_000, 20_000, 300, 5000)).toBe(20_000);
+  });
+
+  it('halve after a round of more than four seconds, down to 100 keys', () => {
+    expect(nextRoundKeys(5000, 5000, 4500, 5000)).toBe(2500);
+    expect(nextRoundKeys(150, 120, 9000, 5000)).toBe(100);
+  });
+
+  it('stay as they are when the log ran out before the round was full', () => {
+    expect(nextRoundKeys(5000, 40, 100, 5000)).toBe(5000);
   });
 });
 
