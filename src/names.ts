@@ -1,5 +1,5 @@
 /**
- * Names other programs rely on (DESIGN.md §3). Keep them stable: the `temporal` CLI, Go and
+ * Names other programs rely on (docs/architecture.md §9). Keep them stable: the `temporal` CLI, Go and
  * Python services and the Web UI address Ferry through these strings.
  * Pure module: imported by workflows, so no Node APIs here.
  */

@@ -1,6 +1,6 @@
 /**
- * The two guarded state machines of DESIGN.md §2: the migration (task) state of seeds 000/003
- * and the phase of seed 001. A transition table plus one function that applies a move or
+ * The two guarded state machines of docs/architecture.md §2: the migration (task) state and a
+ * table's phase. A transition table plus one function that applies a move or
  * throws; nothing else assigns a state. Pure module: imported by workflows.
  */
 

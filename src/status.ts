@@ -1,6 +1,6 @@
 /**
  * The status document (query `state`, `ferry status --json`) and the result document
- * (`ferry result --json`, the callback body) of DESIGN.md §4. Pure module: built by workflows.
+ * (`ferry result --json`, the callback body) of docs/architecture.md §9. Pure module: built by workflows.
  */
 import { formatDuration } from './duration';
 import { MigrationState, Phase, Transition } from './state-machine';
@@ -98,7 +98,7 @@ export interface StatusDocument {
   retrying?: { workflowId: string; activity: string; attempt: number; lastError?: string };
 }
 
-/** The result document and callback body (seed 000 §4.4 plus Ferry's fields). */
+/** The result document and callback body (the callback contract of docs/architecture.md §9 plus Ferry's fields). */
 export interface ResultDocument {
   task_id: string;
   state: MigrationState;

@@ -97,7 +97,7 @@ function record(metrics: FerryMetrics, activity: string, args: ActivityArgs | un
 }
 
 /**
- * One audit line per activity task (seed 003): start at debug, then exactly one of completed
+ * One audit line per activity task (an audit trail): start at debug, then exactly one of completed
  * (info, with duration) or failed (warn, with the error and its stack), carrying migration,
  * table, chunk and attempt. The same interceptor feeds the metrics.
  */

@@ -1,5 +1,5 @@
 /**
- * Signals and queries (DESIGN.md §3 wire names). Imported by workflows and by the client, so
+ * Signals and queries (wire names of docs/architecture.md §9). Imported by workflows and by the client, so
  * `temporal workflow signal --name approveCutover` and FerryClient speak the same language.
  */
 import { defineQuery, defineSignal } from '@temporalio/workflow';

@@ -1,4 +1,4 @@
-/** The one workflow bundle entry (DESIGN.md §1): deterministic orchestration only. */
+/** The one workflow bundle entry (docs/architecture.md §2): deterministic orchestration only. */
 export { migrationWorkflow } from './migration';
 export { tableMigrationWorkflow } from './table';
 export { preflightWorkflow } from './preflight';

@@ -1,5 +1,5 @@
 /**
- * migrationWorkflow: one migration, workflow id = migration id (DESIGN.md §2).
+ * migrationWorkflow: one migration, workflow id = migration id (docs/architecture.md §2).
  * preflight → the mode's chain (full-load.ts or online.ts) → release bookkeeping; on failure,
  * cancellation or deadline the saga's compensations run in reverse; the result callback last,
  * always. Its argument is the spec itself, so any Temporal SDK can start it.

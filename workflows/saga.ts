@@ -1,5 +1,5 @@
 /**
- * Compensation as a list of undo steps (STYLE.md §5). Push an idempotent undo *before* the step
+ * Compensation as a list of undo steps (docs/architecture.md §8). Push an idempotent undo *before* the step
  * it undoes (the step can commit and still lose its completion); compensate runs them newest
  * first in a non-cancellable scope, logs an undo that fails and keeps going.
  */

@@ -1,5 +1,5 @@
 /**
- * tableMigrationWorkflow: one table, the per-table state machine of seed 001.
+ * tableMigrationWorkflow: one table, the per-table phase machine (docs/architecture.md §2).
  *   full:   PENDING → FULL_MIGRATING → FULL_DONE → VALIDATING → COMPLETED
  *   online: PENDING → FULL_MIGRATING → FULL_DONE → INCR_SYNCING ⇄ VALIDATING … until the parent
  *           asks it to finish at cutover (the parent then drains the last changes itself).
@@ -35,6 +35,8 @@ export const MAX_REPAIR_ROUNDS = 3;
 export const RECHECK_MS = 15_000;
 /** Online: pause between sync slices when the log was empty. */
 export const IDLE_POLL_MS = 500;
+/** Online, the longest wait of an idle table between looks at its change log. */
+export const MAX_IDLE_MS = 8_000;
 /** Online: report lag to the parent at least this often (each report is a history event there). */
 export const LAG_REPORT_MS = 10_000;
 export const SYNC_BATCH_KEYS = 5_000;
@@ -105,6 +107,8 @@ interface SyncState {
   indexesBuilt?: boolean;
   /** The last slice's view of the change log (the tableState query). */
   lag?: TableStatus['lag'];
+  /** The current wait between looks at an idle log. */
+  idleMs?: number;
 }
 
 export interface TableWorkflowResult {
@@ -293,7 +297,9 @@ export async function tableMigrationWorkflow(input: TableWorkflowInput): Promise
         recordDirty: sync.validationBegun,
         // Until ready (validated, indexes built), come back as soon as caught up; afterwards
         // poll for a whole slice.
-        returnWhenCaughtUp: !sync.validated || (input.indexes !== undefined && machine.state !== 'AWAITING_APPROVAL'),
+        // With progress read by query, always: an idle table then holds no activity slot while
+        // it waits (the timer below), so hundreds of caught-up tables cannot starve the copies.
+        returnWhenCaughtUp: progressByQuery || !sync.validated || (input.indexes !== undefined && machine.state !== 'AWAITING_APPROVAL'),
       }),
     );
     if (!result) continue;
@@ -353,7 +359,9 @@ export async function tableMigrationWorkflow(input: TableWorkflowInput): Promise
       await check.checkDirtyKeys({ migrationId: input.migrationId, source: input.source, target: input.target, table: copyTable });
       continue;
     }
-    await condition(() => finishRequested, IDLE_POLL_MS);
+    // An idle table waits longer and longer between looks at its log (up to MAX_IDLE_MS).
+    sync.idleMs = !progressByQuery ? IDLE_POLL_MS : result.applied > 0 ? IDLE_POLL_MS : Math.min(MAX_IDLE_MS, (sync.idleMs ?? IDLE_POLL_MS) * 2);
+    await condition(() => finishRequested, sync.idleMs);
   }
   if (machine.can('CUTTING_OVER')) await move('CUTTING_OVER', 'cutover: the parent drains the last changes');
   return { rowsCopied: rowsCopied(chunks), repairedRanges };

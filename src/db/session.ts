@@ -1,5 +1,5 @@
 /**
- * Every Ferry connection pins its session (DESIGN.md §2): the text form of dates, floats,
+ * Every Ferry connection pins its session (docs/architecture.md §3): the text form of dates, floats,
  * intervals and bytea, which COPY in text format and every checksum depend on, plus an empty
  * search_path (all names are qualified), row_security=off (hidden rows raise an error instead
  * of silently vanishing) and explicit timeouts.

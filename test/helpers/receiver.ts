@@ -77,7 +77,7 @@ export class Receiver {
   }
 }
 
-/** Checks `X-Ferry-Signature: t=<unix>,v1=<hex HMAC-SHA256 of "<t>.<body>">` (DESIGN.md §4). */
+/** Checks `X-Ferry-Signature: t=<unix>,v1=<hex HMAC-SHA256 of "<t>.<body>">` (docs/architecture.md §9). */
 export function signatureVerifies(delivery: Delivery, secret: string): boolean {
   const header = String(delivery.headers['x-ferry-signature'] ?? '');
   const match = /^t=(\d+),v1=([0-9a-f]{64})$/.exec(header);

@@ -1,5 +1,5 @@
 /**
- * Result callbacks and event webhooks against a real HTTP receiver (DESIGN.md §4): retried on
+ * Result callbacks and event webhooks against a real HTTP receiver (docs/architecture.md §9): retried on
  * 5xx with the same Idempotency-Key and a signature that verifies, not retried on other 4xx, a
  * failed delivery recorded in the result without changing the migration's outcome. And what a
  * spec must not make the workers do (issue 12): sign with a variable outside FERRY_SECRET_*,

@@ -1,5 +1,5 @@
 /**
- * Secrets stay out of Temporal (DESIGN.md §5): connection URLs and callback secrets never enter
+ * Secrets stay out of Temporal (docs/architecture.md §1): connection URLs and callback secrets never enter
  * a history, memo or search attribute; with FERRY_CODEC_KEY every payload is ciphertext that only
  * key holders — the client, the workers, `ferry codec-server` — can read. Checked on the real
  * histories the dev server stores, not on what Ferry says about them.
