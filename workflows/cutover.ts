@@ -48,7 +48,7 @@ export async function cutOver(input: CutoverInput): Promise<CutoverReport> {
   const { at: frozenAt } = await cutoverSteps.setFreeze({ migrationId: id, source: spec.source, state: 'frozen' });
   await awaitWriters(ctx, frozenAt);
 
-  for (const table of input.tables) await table.signal(finishSyncSignal);
+  await Promise.all(input.tables.map((table) => table.signal(finishSyncSignal)));
   await Promise.all(input.tables.map((t) => t.result()));
   const dirtyRowsChecked = await drainAndCheck(ctx);
   const unvalidated = [...input.unvalidatedForeignKeys];

@@ -59,15 +59,18 @@ async function onlineChain(ctx: MigrationContext, settled: Promise<unknown>[]): 
   const cutover = spec.cutover!;
   const handles: ChildWorkflowHandle<typeof tableMigrationWorkflow>[] = [];
   let childFailure: { error: unknown } | undefined;
-  for (const table of plan.tables) {
-    const handle = await startTable(ctx, table, true);
-    handles[table.index] = handle;
-    settled.push(
-      handle.result().catch((error) => {
-        childFailure ??= { error };
-      }),
-    );
-  }
+  // All at once: started one by one, each start would wait for a workflow task of its own.
+  await Promise.all(
+    plan.tables.map(async (table) => {
+      const handle = await startTable(ctx, table, true);
+      handles[table.index] = handle;
+      settled.push(
+        handle.result().catch((error) => {
+          childFailure ??= { error };
+        }),
+      );
+    }),
+  );
   const failed = () => {
     if (childFailure) throw childFailure.error;
   };

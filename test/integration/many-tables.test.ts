@@ -1,0 +1,82 @@
+/**
+ * Hundreds of tables in one online migration: caught-up tables must not hold the pool's activity
+ * slots while they wait (they would starve the tables still copying), and the migration's
+ * history must stay far from Temporal's limit. Checked against the databases, table by table.
+ */
+import { Client } from 'pg';
+import { TestDatabases } from '../helpers/databases';
+import { resultWithin, TestStack } from '../helpers/stack';
+
+const TABLES = 300;
+
+/** md5 over every row of every table, per table, in key order: what "equal" means here. */
+async function digests(dbs: TestDatabases, role: string): Promise<Record<string, string>> {
+  const rows = await dbs.query<{ t: string; d: string }>(
+    role,
+    `SELECT c.relname AS t, (xpath('/row/d/text()', query_to_xml(format('SELECT md5(coalesce(string_agg(x::text, '','' ORDER BY id), '''')) AS d FROM many.%I x', c.relname), false, false, '')))[1]::text AS d
+       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'many' AND c.relkind = 'r' ORDER BY 1`,
+  );
+  return Object.fromEntries(rows.map((r) => [r.t, r.d]));
+}
+
+describe(`an online migration of ${TABLES} tables`, () => {
+  let dbs: TestDatabases;
+  let stack: TestStack;
+
+  beforeAll(async () => {
+    dbs = await TestDatabases.create('many', ['source', 'target']);
+    await dbs.exec(
+      'source',
+      `CREATE SCHEMA many;
+       DO $$ BEGIN FOR i IN 1..${TABLES} LOOP
+         EXECUTE format('CREATE TABLE many.t%s (id int PRIMARY KEY, v text)', i);
+         EXECUTE format('INSERT INTO many.t%s SELECT g, md5(g::text) FROM generate_series(1, 40) g', i);
+       END LOOP; END $$;
+       ANALYZE;`,
+    );
+    stack = await TestStack.start({ connections: { src: dbs.url('source'), dst: dbs.url('target') }, workers: 2 });
+  });
+
+  afterAll(async () => {
+    await stack?.teardown();
+    await dbs?.drop();
+  });
+
+  it('copies, syncs and cuts over every table, with writes to some of them throughout', async () => {
+    const tables = Array.from({ length: TABLES }, (_, i) => `many.t${i + 1}`);
+    const { id } = await stack.ferry.start(
+      { source: 'src', target: 'dst', mode: 'online', parallelism: { tables: 8, chunks: 1 }, tables, cutover: { approval: 'auto' } },
+      { id: 'many-tables' },
+    );
+    // An application writing to a few tables while the rest copy and wait.
+    const writer = new Client({ connectionString: dbs.url('source') });
+    await writer.connect();
+    let writing = true;
+    let writes = 0;
+    const writes$ = (async () => {
+      for (let n = 0; writing; n += 1) {
+        try {
+          await writer.query(`UPDATE many.t${1 + (n % 10)} SET v = v || '+' WHERE id = ${1 + (n % 40)}`);
+          writes += 1;
+        } catch {
+          break; // the freeze
+        }
+      }
+    })();
+    let result;
+    try {
+      result = await resultWithin(stack.ferry, id, 900_000);
+    } finally {
+      writing = false;
+      await writes$;
+      await writer.end();
+    }
+    expect(result.state).toBe('SUCCEEDED');
+    expect(writes).toBeGreaterThan(100);
+    const [source, target] = await Promise.all([digests(dbs, 'source'), digests(dbs, 'target')]);
+    expect(Object.keys(target)).toHaveLength(TABLES);
+    expect(target).toEqual(source);
+    const events = (await stack.client.workflow.getHandle(id).fetchHistory()).events?.length ?? 0;
+    expect(events).toBeLessThan(51_200 / 2);
+  }, 960_000);
+});
