@@ -30,7 +30,7 @@ import { inTransaction } from '../src/db/connections';
 import { asActivityFailure, refusal } from '../src/db/errors';
 import { QualifiedName, quoteQualified } from '../src/identifiers';
 import type { Blocker } from '../src/status';
-import { dropTriggers, relationTree } from '../src/db/triggers';
+import { dropTriggers, relationsWithTriggers, relationTree } from '../src/db/triggers';
 import type { CaptureInput, SourceRef } from './capture';
 import { ActivityDeps } from './deps';
 
@@ -208,8 +208,8 @@ async function now(db: PoolClient): Promise<string> {
 export async function removeFreeze(db: PoolClient, migrationId: string): Promise<{ pending: string[] }> {
   const trigger = triggerNames(migrationId).freeze;
   const pending: string[] = [];
-  const { rows } = await db.query('SELECT tgrelid::regclass::text AS relation FROM pg_catalog.pg_trigger WHERE tgname = $1 ORDER BY oid', [trigger]);
-  for (const { relation } of rows) {
+  // Every relation that has one: a partitioned table's partitions each carry their own.
+  for (const relation of await relationsWithTriggers(db, [trigger])) {
     if (!(await dropTriggers(db, relation, [trigger]))) pending.push(`freeze trigger on ${relation}`);
   }
   if (pending.length > 0) return { pending };

@@ -61,11 +61,11 @@ ANALYZE public.orders;`;
 describe('partitioned tables', () => {
   let dbs: TestDatabases;
   let stack: TestStack;
-  const pairs = ['online', 'ddl', 'rollback', 'full'];
+  const pairs = ['online', 'ddl', 'unguarded', 'rollback', 'full'];
 
   beforeAll(async () => {
     dbs = await TestDatabases.create('partitions', pairs.flatMap((p) => [`${p}_src`, `${p}_dst`]));
-    for (const p of ['online', 'ddl', 'rollback']) await dbs.exec(`${p}_src`, eventsSchema(ROWS));
+    for (const p of ['online', 'ddl', 'unguarded', 'rollback']) await dbs.exec(`${p}_src`, eventsSchema(ROWS));
     await dbs.exec('full_src', ORDERS);
     const connections: Record<string, string> = {};
     for (const p of pairs) {
@@ -144,6 +144,21 @@ describe('partitioned tables', () => {
     expect((await resultWithin(stack.ferry, id)).state).toBe('CANCELLED');
     // Once it is cancelled, the partitions are the application's again.
     await dbs.exec(src, 'ALTER TABLE public.events ATTACH PARTITION public.events_loose FOR VALUES FROM (1000) TO (1100); TRUNCATE public.events_p1');
+  });
+
+  it('fails clearly when a partition is added behind a missing DDL guard', async () => {
+    const { id } = await stack.ferry.start(online('unguarded'), { id: 'part-unguarded' });
+    await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL');
+    // Without superuser there is no event trigger; drop it to take that path, then add a partition.
+    await dbs.exec(
+      'unguarded_src',
+      `DO $$ DECLARE t text; BEGIN FOR t IN SELECT evtname FROM pg_event_trigger LOOP EXECUTE format('DROP EVENT TRIGGER %I', t); END LOOP; END $$;
+       CREATE TABLE public.events_p4 PARTITION OF public.events FOR VALUES FROM (1000) TO (1100);`,
+    );
+    const result = await resultWithin(stack.ferry, id);
+    expect(result.state).toBe('FAILED');
+    expect(result.error?.type).toBe('SchemaChanged');
+    expect(result.error?.message).toMatch(/the partitions of public\.events changed on the source during the online migration \(now: .*public\.events_p4 FOR VALUES FROM \(1000\) TO \(1100\)/);
   });
 
   it('rolls back on cancel, leaving the source exactly as it was and nothing Ferry created on the target', async () => {
