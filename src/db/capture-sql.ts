@@ -253,16 +253,13 @@ SELECT coalesce(string_agg(a.attname || ' ' || pg_catalog.format_type(a.atttypid
 
 /**
  * A table's partitions with their bounds, as one comparable string ('' when it has none). A
- * partition that DETACH … CONCURRENTLY left half-detached is marked: its first step commits
- * before any event trigger can refuse it. (inhdetachpending exists from PostgreSQL 14 on; read
- * through to_jsonb, the query runs on older servers too.)
+ * partition that DETACH … CONCURRENTLY left half-detached (its first step commits before any
+ * event trigger can refuse it) is no longer listed by pg_partition_tree, so it shows as gone.
  */
 export const PARTITIONS_SQL = `
-SELECT coalesce(string_agg(c.oid::regclass::text || ' ' || pg_catalog.pg_get_expr(c.relpartbound, c.oid) ||
-         CASE WHEN pg_catalog.to_jsonb(i) ->> 'inhdetachpending' = 'true' THEN ' (detaching)' ELSE '' END, ', ' ORDER BY c.oid), '') AS partitions
+SELECT coalesce(string_agg(c.oid::regclass::text || ' ' || pg_catalog.pg_get_expr(c.relpartbound, c.oid), ', ' ORDER BY c.oid), '') AS partitions
   FROM pg_catalog.pg_partition_tree($1::regclass) t
   JOIN pg_catalog.pg_class c ON c.oid = t.relid
-  JOIN pg_catalog.pg_inherits i ON i.inhrelid = c.oid
  WHERE t.level > 0`;
 
 export function createFreezeStateSql(migrationId: string): string {

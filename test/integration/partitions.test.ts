@@ -58,15 +58,24 @@ INSERT INTO public.orders SELECT g, (ARRAY['de', 'fr', 'us', 'jp', 'br'])[1 + g 
   FROM generate_series(1, 12000) g;
 ANALYZE public.orders;`;
 
+/** DETACH … CONCURRENTLY needs a partitioned table without a default partition. */
+const READINGS = `
+CREATE TABLE public.readings (id bigint NOT NULL, day int NOT NULL, v int, PRIMARY KEY (id, day)) PARTITION BY RANGE (day);
+CREATE TABLE public.readings_a PARTITION OF public.readings FOR VALUES FROM (0) TO (100);
+CREATE TABLE public.readings_b PARTITION OF public.readings FOR VALUES FROM (100) TO (200);
+INSERT INTO public.readings SELECT g, g % 200, g FROM generate_series(1, 4000) g;
+ANALYZE public.readings;`;
+
 describe('partitioned tables', () => {
   let dbs: TestDatabases;
   let stack: TestStack;
-  const pairs = ['online', 'ddl', 'unguarded', 'rollback', 'full'];
+  const pairs = ['online', 'ddl', 'unguarded', 'concurrent', 'rollback', 'full'];
 
   beforeAll(async () => {
     dbs = await TestDatabases.create('partitions', pairs.flatMap((p) => [`${p}_src`, `${p}_dst`]));
     for (const p of ['online', 'ddl', 'unguarded', 'rollback']) await dbs.exec(`${p}_src`, eventsSchema(ROWS));
     await dbs.exec('full_src', ORDERS);
+    await dbs.exec('concurrent_src', READINGS);
     const connections: Record<string, string> = {};
     for (const p of pairs) {
       connections[`${p}_src`] = dbs.url(`${p}_src`);
@@ -159,6 +168,21 @@ describe('partitioned tables', () => {
     expect(result.state).toBe('FAILED');
     expect(result.error?.type).toBe('SchemaChanged');
     expect(result.error?.message).toMatch(/the partitions of public\.events changed on the source during the online migration \(now: .*public\.events_p4 FOR VALUES FROM \(1000\) TO \(1100\)/);
+  });
+
+  it('fails clearly when DETACH PARTITION … CONCURRENTLY gets past the guard half-way', async () => {
+    const { id } = await stack.ferry.start({ ...online('concurrent'), tables: ['public.readings'] }, { id: 'part-concurrent' });
+    await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL');
+    // Its first transaction commits before the event trigger runs; the guard refuses the second.
+    await expect(dbs.exec('concurrent_src', 'ALTER TABLE public.readings DETACH PARTITION public.readings_b CONCURRENTLY')).rejects.toThrow(
+      /ALTER TABLE of public\.readings is refused: Ferry migration part-concurrent/,
+    );
+    const result = await resultWithin(stack.ferry, id);
+    expect(result.state).toBe('FAILED');
+    expect(result.error?.type).toBe('SchemaChanged');
+    expect(result.error?.message).toMatch(/the partitions of public\.readings changed on the source .*\(now: public\.readings_a FOR VALUES FROM \(0\) TO \(100\)\)/);
+    // Rolled back: the detach can be finished.
+    await dbs.exec('concurrent_src', 'ALTER TABLE public.readings DETACH PARTITION public.readings_b FINALIZE');
   });
 
   it('rolls back on cancel, leaving the source exactly as it was and nothing Ferry created on the target', async () => {
