@@ -2,9 +2,9 @@
  * Online mode on the source: installCapture (change log, row triggers, TRUNCATE refusal, the
  * armed freeze, DDL guard — all tables in one transaction, before the first row is copied; a
  * partitioned table's partitions get the statement triggers too) and releaseSource (everything
- * removed again). Locks are taken with a short lock_timeout: a CREATE
- * TRIGGER queued behind an idle transaction would otherwise stall every writer of the table, so
- * it gives up quickly and Temporal retries it. Every step is idempotent.
+ * removed again). Locks are taken with a short lock_timeout: a CREATE TRIGGER queued behind an
+ * idle transaction would otherwise stall every writer of the table, so it gives up quickly and
+ * Temporal retries it. Every step is idempotent.
  */
 import { PoolClient } from 'pg';
 import { inTransaction } from '../src/db/connections';
@@ -15,10 +15,10 @@ import {
   createArmedFreezeFunctionSql,
   createArmedFreezeTriggerSql,
   createCaptureFunctionSql,
+  createCaptureTriggerSql,
   createFreezeStateSql,
   createGuardSql,
   createLogSql,
-  createCaptureTriggerSql,
   createRefuseTruncateSql,
   createRefuseTruncateTriggerSql,
   FINGERPRINT_SQL,

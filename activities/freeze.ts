@@ -177,12 +177,14 @@ export function createFreezeActivities({ connections, logger }: ActivityDeps) {
           await db.query(createFreezeFunctionSql(input.migrationId));
           const trigger = triggerNames(input.migrationId).freeze;
           for (const table of input.tables) {
-            const exists = await db.query('SELECT 1 FROM pg_catalog.pg_trigger WHERE tgrelid = to_regclass($1) AND tgname = $2', [
-              quoteQualified(table.source),
-              trigger,
-            ]);
-            if (exists.rowCount) continue;
-            for (const sql of createFreezeTriggerSql(table.source, input.migrationId)) await db.query(sql);
+            const rel = await db.query('SELECT to_regclass($1)::oid::int8 AS relid', [quoteQualified(table.source)]);
+            if (!rel.rows[0].relid) continue;
+            // A statement trigger: each partition needs its own, as with the armed freeze.
+            for (const { relid, name } of await relationTree(db, Number(rel.rows[0].relid))) {
+              const exists = await db.query('SELECT 1 FROM pg_catalog.pg_trigger WHERE tgrelid = $1 AND tgname = $2', [relid, trigger]);
+              if (exists.rowCount) continue;
+              for (const sql of createFreezeTriggerSql(name, input.migrationId)) await db.query(sql);
+            }
           }
           logger.info({ migrationId: input.migrationId }, 'source frozen');
           return { frozenAt: await now(db) };

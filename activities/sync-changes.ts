@@ -137,10 +137,7 @@ async function assertSchemaUnchanged(source: ClientBase, input: { migrationId: s
   // partitions through to_jsonb: a captures table of an older Ferry has no such column yet.
   const { rows } = await source.query(
     `SELECT relid, fingerprint, to_jsonb(c) ->> 'partitions' AS partitions FROM ${CAPTURE_SCHEMA}.captures c WHERE migration_id = $1 AND table_index = $2`,
-    [
-      input.migrationId,
-      input.table.index,
-    ],
+    [input.migrationId, input.table.index],
   );
   if (rows.length === 0) {
     throw ApplicationFailure.nonRetryable(

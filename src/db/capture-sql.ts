@@ -164,16 +164,11 @@ END
 $ferry$`;
 }
 
-/*
- * Triggers are created on a relation named as PostgreSQL prints its regclass (qualified and
- * quoted in Ferry's sessions, whose search_path is empty): a partitioned table's partitions are
- * found by oid, not by a name from the spec.
- */
-
 /**
  * The capture trigger (AFTER ROW, ENABLE ALWAYS) on a migrated table. On a partitioned table
  * PostgreSQL clones it onto every partition, present and future, so rows written straight into
- * a partition are captured too.
+ * a partition are captured too. Here and below, `relation` is regclass text — qualified and
+ * quoted in Ferry's sessions, whose search_path is empty — as relationTree finds partitions.
  */
 export function createCaptureTriggerSql(relation: string, names: CaptureNames, migrationId: string): string[] {
   const trigger = quoteIdent(triggerNames(migrationId).capture);
@@ -322,12 +317,11 @@ END
 $ferry$`;
 }
 
-export function createFreezeTriggerSql(table: QualifiedName, migrationId: string): string[] {
-  const t = quoteQualified(table);
+export function createFreezeTriggerSql(relation: string, migrationId: string): string[] {
   const trigger = quoteIdent(triggerNames(migrationId).freeze);
   return [
-    `CREATE TRIGGER ${trigger} BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON ${t}
+    `CREATE TRIGGER ${trigger} BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON ${relation}
        FOR EACH STATEMENT EXECUTE FUNCTION ${quoteQualified(freezeFunction(migrationId))}()`,
-    `ALTER TABLE ${t} ENABLE ALWAYS TRIGGER ${trigger}`,
+    `ALTER TABLE ${relation} ENABLE ALWAYS TRIGGER ${trigger}`,
   ];
 }

@@ -2,9 +2,15 @@
  * Partitioned tables, checked against both databases: Ferry creates the partitioned target
  * (parent, partitions with their bounds, sub-partitions, the default partition, the parent's
  * indexes on every partition); online, writers that address partitions directly are captured,
- * refused by the freeze after the cutover, and cannot TRUNCATE, drop, attach, detach or add a
- * partition while the migration runs; a rollback leaves both sides as they were.
+ * refused by the freeze after the cutover (the freeze of an older Ferry too), and cannot
+ * TRUNCATE, drop, alter, attach, detach or add a partition while the migration runs — what the
+ * guard cannot refuse fails the migration; a rollback leaves both sides as they were.
  */
+import { MockActivityEnvironment } from '@temporalio/testing';
+import { DefaultLogger } from '@temporalio/worker';
+import { createActivities } from '../../activities';
+import { ConnectionRegistry } from '../../src/db/connections';
+import { silentLogger } from '../../src/logger';
 import { objectInventory, TestDatabases } from '../helpers/databases';
 import { eventsSchema, startPartitionWriters } from '../helpers/partition-writers';
 import { eventually, resultWithin, TestStack, waitForPhase } from '../helpers/stack';
@@ -69,11 +75,11 @@ ANALYZE public.readings;`;
 describe('partitioned tables', () => {
   let dbs: TestDatabases;
   let stack: TestStack;
-  const pairs = ['online', 'ddl', 'unguarded', 'concurrent', 'rollback', 'full'];
+  const pairs = ['online', 'ddl', 'unguarded', 'concurrent', 'rollback', 'legacy', 'full'];
 
   beforeAll(async () => {
     dbs = await TestDatabases.create('partitions', pairs.flatMap((p) => [`${p}_src`, `${p}_dst`]));
-    for (const p of ['online', 'ddl', 'unguarded', 'rollback']) await dbs.exec(`${p}_src`, eventsSchema(ROWS));
+    for (const p of ['online', 'ddl', 'unguarded', 'rollback', 'legacy']) await dbs.exec(`${p}_src`, eventsSchema(ROWS));
     await dbs.exec('full_src', ORDERS);
     await dbs.exec('concurrent_src', READINGS);
     const connections: Record<string, string> = {};
@@ -208,6 +214,29 @@ describe('partitioned tables', () => {
     expect(await objectInventory(dbs, 'rollback_src')).toEqual(before.source);
     expect(await objectInventory(dbs, 'rollback_dst')).toEqual(before.target);
     await dbs.exec('rollback_src', `INSERT INTO public.events_p1 (id, day) VALUES (99000001, 150); TRUNCATE public.events_p2`);
+  });
+
+  it('freezes every partition with the freeze of an older Ferry too (freezeSource), and unfreezeSource lifts it from each', async () => {
+    // Executions an older Ferry began still freeze at cutover with CREATE TRIGGER.
+    const src = 'legacy_src';
+    const before = await objectInventory(dbs, src);
+    const env = { FERRY_CONN_OLD: dbs.url(src) };
+    const connections = new ConnectionRegistry({ env });
+    try {
+      const activities = createActivities({ connections, logger: silentLogger(), env });
+      const mock = new MockActivityEnvironment(undefined, { logger: new DefaultLogger('ERROR') });
+      const ref = { migrationId: 'part-legacy', source: 'old' };
+      await mock.run(activities.freezeSource, { ...ref, tables: [{ index: 0, source: { schema: 'public', name: 'events' }, keyColumns: [] }] });
+      await expect(dbs.exec(src, `INSERT INTO public.events_p1 (id, day) VALUES (99000001, 150)`)).rejects.toThrow(/events_p1 is frozen: Ferry migration part-legacy/);
+      await expect(dbs.exec(src, `TRUNCATE public.events_default`)).rejects.toThrow(/events_default is frozen: Ferry migration part-legacy/);
+      const { unfrozen, pending }: { unfrozen: string[]; pending: string[] } = await mock.run(activities.unfreezeSource, ref);
+      expect(pending).toEqual([]);
+      expect([...unfrozen].sort()).toEqual(['public.events', 'public.events_default', 'public.events_p0', 'public.events_p1', 'public.events_p2']);
+    } finally {
+      await connections.close();
+    }
+    expect(await objectInventory(dbs, src)).toEqual(before);
+    await dbs.exec(src, `INSERT INTO public.events_p1 (id, day) VALUES (99000001, 150)`);
   });
 
   it('creates a list-partitioned target with its sub-partitions and default partition in full mode, every row in its partition', async () => {
