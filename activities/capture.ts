@@ -1,9 +1,10 @@
 /**
  * Online mode on the source: installCapture (change log, row triggers, TRUNCATE refusal, the
- * armed freeze, DDL guard — all tables in one transaction, before the first row is copied) and
- * releaseSource (everything removed again). Locks are taken with a short lock_timeout: a CREATE
- * TRIGGER queued behind an idle transaction would otherwise stall every writer of the table, so
- * it gives up quickly and Temporal retries it. Every step is idempotent.
+ * armed freeze, DDL guard — all tables in one transaction, before the first row is copied; a
+ * partitioned table's partitions get the statement triggers too) and releaseSource (everything
+ * removed again). Locks are taken with a short lock_timeout: a CREATE TRIGGER queued behind an
+ * idle transaction would otherwise stall every writer of the table, so it gives up quickly and
+ * Temporal retries it. Every step is idempotent.
  */
 import { PoolClient } from 'pg';
 import { inTransaction } from '../src/db/connections';
@@ -14,24 +15,26 @@ import {
   createArmedFreezeFunctionSql,
   createArmedFreezeTriggerSql,
   createCaptureFunctionSql,
+  createCaptureTriggerSql,
   createFreezeStateSql,
   createGuardSql,
   createLogSql,
   createRefuseTruncateSql,
-  createTableTriggersSql,
+  createRefuseTruncateTriggerSql,
   FINGERPRINT_SQL,
   FREEZE_SCHEMA,
   guardEventTriggers,
   guardFunction,
   neutralCaptureFunctionSql,
   neutralRefuseTruncateSql,
+  PARTITIONS_SQL,
   refuseTruncateFunction,
   triggerNames,
 } from '../src/db/capture-sql';
 import { asActivityFailure, refusal, sqlState } from '../src/db/errors';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified } from '../src/identifiers';
 import { KeyColumn } from '../src/plan';
-import { dropTriggers, relationTree } from '../src/db/triggers';
+import { dropTriggers, relationsWithTriggers, relationTree } from '../src/db/triggers';
 import { ActivityDeps } from './deps';
 import { removeFreeze } from './freeze';
 
@@ -97,6 +100,8 @@ export function createCaptureActivities({ connections, logger }: ActivityDeps) {
             await db.query(createArmedFreezeFunctionSql(input.migrationId));
           }
           const relids: number[] = [];
+          // The tables and all their partitions: what the DDL guard protects.
+          const guarded: number[] = [];
           for (const table of input.tables) {
             const names = captureNames(input.migrationId, table.index);
             const rel = await db.query('SELECT to_regclass($1)::oid::int8 AS relid', [quoteQualified(table.source)]);
@@ -112,16 +117,23 @@ export function createCaptureActivities({ connections, logger }: ActivityDeps) {
               );
             }
             relids.push(Number(rel.rows[0].relid));
+            const [self, ...partitions] = await relationTree(db, Number(rel.rows[0].relid));
             await db.query(createLogSql(names));
             await db.query(createCaptureFunctionSql(names, table.keyColumns));
-            for (const sql of createTableTriggersSql(table.source, names, input.migrationId)) await db.query(sql);
-            if (input.armFreeze) for (const sql of createArmedFreezeTriggerSql(table.source, input.migrationId)) await db.query(sql);
+            for (const sql of createCaptureTriggerSql(self.name, names, input.migrationId)) await db.query(sql);
+            // Statement triggers fire only for statements that name their own table: a write or
+            // TRUNCATE straight into a partition meets the partition's.
+            for (const { relid, name } of [self, ...partitions]) {
+              guarded.push(relid);
+              for (const sql of createRefuseTruncateTriggerSql(name, input.migrationId)) await db.query(sql);
+              if (input.armFreeze) for (const sql of createArmedFreezeTriggerSql(name, input.migrationId)) await db.query(sql);
+            }
           }
           // The DDL guard needs superuser (event triggers); without it, sync compares fingerprints.
           let ddlGuard = true;
           await db.query('SAVEPOINT guard');
           try {
-            for (const sql of createGuardSql(input.migrationId, relids)) await db.query(sql);
+            for (const sql of createGuardSql(input.migrationId, guarded)) await db.query(sql);
             await db.query('RELEASE SAVEPOINT guard');
           } catch (err) {
             if (sqlState(err) !== '42501') throw err;
@@ -130,9 +142,10 @@ export function createCaptureActivities({ connections, logger }: ActivityDeps) {
           }
           for (const [i, table] of input.tables.entries()) {
             const fp = await db.query(FINGERPRINT_SQL, [relids[i]]);
+            const parts = await db.query(PARTITIONS_SQL, [relids[i]]);
             await db.query(
-              `INSERT INTO ${CAPTURE_SCHEMA}.captures (migration_id, table_index, relid, fingerprint, ddl_guard) VALUES ($1, $2, $3, $4, $5)`,
-              [input.migrationId, table.index, relids[i], fp.rows[0].fingerprint, ddlGuard],
+              `INSERT INTO ${CAPTURE_SCHEMA}.captures (migration_id, table_index, relid, fingerprint, ddl_guard, partitions) VALUES ($1, $2, $3, $4, $5, $6)`,
+              [input.migrationId, table.index, relids[i], fp.rows[0].fingerprint, ddlGuard, parts.rows[0].partitions],
             );
           }
           logger.info({ migrationId: input.migrationId, tables: input.tables.length, ddlGuard, armFreeze: Boolean(input.armFreeze) }, 'capture installed');
@@ -164,25 +177,21 @@ export function createCaptureActivities({ connections, logger }: ActivityDeps) {
           if (!(await capturesExist(db))) return [];
           for (const name of guardEventTriggers(migrationId)) await db.query(`DROP EVENT TRIGGER IF EXISTS ${quoteIdent(name)}`);
           await db.query(`DROP FUNCTION IF EXISTS ${quoteQualified(guardFunction(migrationId))}()`);
-          const { rows } = await db.query(
-            `SELECT table_index, relid::int8 AS relid, EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE oid = c.relid) AS present
-               FROM ${CAPTURE_SCHEMA}.captures c WHERE migration_id = $1 ORDER BY table_index`,
-            [migrationId],
-          );
+          const { rows } = await db.query(`SELECT table_index FROM ${CAPTURE_SCHEMA}.captures WHERE migration_id = $1 ORDER BY table_index`, [migrationId]);
           for (const { table_index } of rows) {
             const fn = await db.query('SELECT to_regprocedure($1) IS NOT NULL AS present', [`${quoteQualified(captureNames(migrationId, table_index).captureFunction)}()`]);
             if (fn.rows[0].present) await db.query(neutralCaptureFunctionSql(captureNames(migrationId, table_index)));
           }
           const refuse = await db.query('SELECT to_regprocedure($1) IS NOT NULL AS present', [`${quoteQualified(refuseTruncateFunction(migrationId))}()`]);
           if (refuse.rows[0].present) await db.query(neutralRefuseTruncateSql(migrationId));
-          return rows as { table_index: number; relid: string; present: boolean }[];
+          return rows as { table_index: number }[];
         });
 
-        for (const table of captured.filter((t) => t.present)) {
-          for (const { name } of await relationTree(db, Number(table.relid))) {
-            const dropped = await dropTriggers(db, name, [triggers.capture, triggers.truncate]);
-            if (!dropped) pending.push(`capture triggers on ${name}`);
-          }
+        // Found by name, not through the captured tables: each partition carries a TRUNCATE
+        // refusal of its own (their capture triggers are clones, dropped with the parent's).
+        for (const name of await relationsWithTriggers(db, [triggers.capture, triggers.truncate])) {
+          const dropped = await dropTriggers(db, name, [triggers.capture, triggers.truncate]);
+          if (!dropped) pending.push(`capture triggers on ${name}`);
         }
         if (captured.length > 0 && pending.length === 0) {
           await inTransaction(db, async () => {

@@ -30,7 +30,7 @@ import { inTransaction } from '../src/db/connections';
 import { asActivityFailure, refusal } from '../src/db/errors';
 import { QualifiedName, quoteQualified } from '../src/identifiers';
 import type { Blocker } from '../src/status';
-import { dropTriggers, relationTree } from '../src/db/triggers';
+import { dropTriggers, relationsWithTriggers, relationTree } from '../src/db/triggers';
 import type { CaptureInput, SourceRef } from './capture';
 import { ActivityDeps } from './deps';
 
@@ -177,12 +177,14 @@ export function createFreezeActivities({ connections, logger }: ActivityDeps) {
           await db.query(createFreezeFunctionSql(input.migrationId));
           const trigger = triggerNames(input.migrationId).freeze;
           for (const table of input.tables) {
-            const exists = await db.query('SELECT 1 FROM pg_catalog.pg_trigger WHERE tgrelid = to_regclass($1) AND tgname = $2', [
-              quoteQualified(table.source),
-              trigger,
-            ]);
-            if (exists.rowCount) continue;
-            for (const sql of createFreezeTriggerSql(table.source, input.migrationId)) await db.query(sql);
+            const rel = await db.query('SELECT to_regclass($1)::oid::int8 AS relid', [quoteQualified(table.source)]);
+            if (!rel.rows[0].relid) continue;
+            // A statement trigger: each partition needs its own, as with the armed freeze.
+            for (const { relid, name } of await relationTree(db, Number(rel.rows[0].relid))) {
+              const exists = await db.query('SELECT 1 FROM pg_catalog.pg_trigger WHERE tgrelid = $1 AND tgname = $2', [relid, trigger]);
+              if (exists.rowCount) continue;
+              for (const sql of createFreezeTriggerSql(name, input.migrationId)) await db.query(sql);
+            }
           }
           logger.info({ migrationId: input.migrationId }, 'source frozen');
           return { frozenAt: await now(db) };
@@ -208,8 +210,8 @@ async function now(db: PoolClient): Promise<string> {
 export async function removeFreeze(db: PoolClient, migrationId: string): Promise<{ pending: string[] }> {
   const trigger = triggerNames(migrationId).freeze;
   const pending: string[] = [];
-  const { rows } = await db.query('SELECT tgrelid::regclass::text AS relation FROM pg_catalog.pg_trigger WHERE tgname = $1 ORDER BY oid', [trigger]);
-  for (const { relation } of rows) {
+  // Every relation that has one: a partitioned table's partitions each carry their own.
+  for (const relation of await relationsWithTriggers(db, [trigger])) {
     if (!(await dropTriggers(db, relation, [trigger]))) pending.push(`freeze trigger on ${relation}`);
   }
   if (pending.length > 0) return { pending };

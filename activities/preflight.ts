@@ -7,6 +7,7 @@ import { PoolClient } from 'pg';
 import { autoChunkCount, EXACT_PLAN_ROWS, pickBoundaries, rangesFromBoundaries, samplePercent, VALIDATION_UNIT_ROWS, validationUnits } from '../src/chunks';
 import { estimateRows, readTable, readUserTypes, TableInfo, typeExists } from '../src/db/catalog';
 import { asActivityFailure, refusal, sqlState } from '../src/db/errors';
+import { readPartitions, targetPartitionName } from '../src/db/partitions';
 import { keyAsText, keyFromRow, keyOrder, KeyShape } from '../src/db/ranges';
 import { displayQualified, quoteQualified, sameName } from '../src/identifiers';
 import { KeyColumn, MigrationPlan, TablePlan } from '../src/plan';
@@ -169,12 +170,7 @@ async function planTable(source: PoolClient, target: PoolClient, spec: Spec, tab
       );
     }
   } else {
-    if (info.relkind === 'p') {
-      throw refusal(
-        'UnsupportedTable',
-        `${label} is partitioned: create the partitioned target table ${targetLabel} (with its partitions) first; Ferry then copies into it`,
-      );
-    }
+    if (info.relkind === 'p') await assertPartitionsCreatable(source, target, table);
     await assertTypesCreatable(source, target, info, label);
     keyCollateC = await keyCollationDiffers(target, info, keyColumns);
   }
@@ -214,6 +210,31 @@ async function assertReadable(db: PoolClient, info: TableInfo, label: string, co
       );
     }
     throw err;
+  }
+}
+
+/** Ferry creates the partitions too, under their own names: none of those names may be taken. */
+async function assertPartitionsCreatable(source: PoolClient, target: PoolClient, table: TableSpec): Promise<void> {
+  const taken = new Map<string, string>();
+  for (const partition of await readPartitions(source, table.source)) {
+    const name = targetPartitionName(partition.name, table.target);
+    const label = displayQualified(name);
+    const other = taken.get(label);
+    if (other) {
+      throw refusal(
+        'IncompatibleTarget',
+        `partitions ${other} and ${displayQualified(partition.name)} of ${displayQualified(table.source)} would both become ${label} on the target; rename one of them`,
+      );
+    }
+    taken.set(label, displayQualified(partition.name));
+    const exists = await target.query('SELECT to_regclass($1) IS NOT NULL AS present', [quoteQualified(name)]);
+    if (exists.rows[0].present) {
+      throw refusal(
+        'IncompatibleTarget',
+        `target ${label} exists, and Ferry would create it as partition ${displayQualified(partition.name)} of ${displayQualified(table.target)}: ` +
+          'drop it, or create the partitioned target table yourself',
+      );
+    }
   }
 }
 

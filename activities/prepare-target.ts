@@ -1,13 +1,15 @@
 /**
  * prepareTarget: in one target transaction, so a retry finds all or nothing — bookkeeping,
- * schemas, user types, sequences and tables (columns, NOT NULL, defaults, CHECKs, primary key)
- * and one checkpoint row per chunk. Every object it creates is recorded for rollback.
+ * schemas, user types, sequences and tables (columns, NOT NULL, defaults, CHECKs, primary key;
+ * a partitioned table with every partition under it) and one checkpoint row per chunk. Every
+ * object it creates is recorded for rollback.
  */
 import { Client } from 'pg';
 import { readTable, readUserTypes, typeExists } from '../src/db/catalog';
 import { inTransaction } from '../src/db/connections';
 import { BOOKKEEPING_DDL, bookkeepingExists, lockBookkeeping, SYNC_CHUNK } from '../src/db/bookkeeping';
 import { createSequenceSql, createTableSql, createTypeSql, targetSequenceName } from '../src/db/ddl';
+import { createPartitionSql, readPartitions, targetPartitionName } from '../src/db/partitions';
 import { asActivityFailure, refusal } from '../src/db/errors';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified } from '../src/identifiers';
 import { checkPlan, MigrationPlan } from '../src/plan';
@@ -57,6 +59,11 @@ export function createPrepareTarget({ connections, logger }: ActivityDeps) {
               }
               await target.query(createTableSql(info, table.target));
               await record('table', table.target);
+              // Recorded after their parent, so rollback drops them first.
+              for (const partition of info.partitionKey ? await readPartitions(source, table.source) : []) {
+                await target.query(createPartitionSql(partition, table.target));
+                await record('table', targetPartitionName(partition.name, table.target));
+              }
               for (const seq of info.sequences.filter((s) => !s.identity)) {
                 const name = targetSequenceName(seq, table.target);
                 await target.query(

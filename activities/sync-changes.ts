@@ -13,7 +13,7 @@ import { Context } from '@temporalio/activity';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { Client, ClientBase } from 'pg';
 import { ChunkRef, claimChunk, holdsFence, SYNC_CHUNK } from '../src/db/bookkeeping';
-import { CAPTURE_SCHEMA, captureNames, FINGERPRINT_SQL } from '../src/db/capture-sql';
+import { CAPTURE_SCHEMA, captureNames, FINGERPRINT_SQL, PARTITIONS_SQL } from '../src/db/capture-sql';
 import { inTransaction } from '../src/db/connections';
 import { withCatalogKeyTypes } from '../src/db/catalog';
 import { copyStream, deleteKeys, selectColumns } from '../src/db/copy-stream';
@@ -160,10 +160,11 @@ async function recordDirty(target: ClientBase, migrationId: string, tableIndex: 
 }
 
 async function assertSchemaUnchanged(source: ClientBase, input: { migrationId: string; table: CopyTable }): Promise<void> {
-  const { rows } = await source.query(`SELECT relid, fingerprint FROM ${CAPTURE_SCHEMA}.captures WHERE migration_id = $1 AND table_index = $2`, [
-    input.migrationId,
-    input.table.index,
-  ]);
+  // partitions through to_jsonb: a captures table of an older Ferry has no such column yet.
+  const { rows } = await source.query(
+    `SELECT relid, fingerprint, to_jsonb(c) ->> 'partitions' AS partitions FROM ${CAPTURE_SCHEMA}.captures c WHERE migration_id = $1 AND table_index = $2`,
+    [input.migrationId, input.table.index],
+  );
   if (rows.length === 0) {
     throw ApplicationFailure.nonRetryable(
       `change capture for ${displayQualified(input.table.source)} is gone from the source; the migration cannot know what changed`,
@@ -175,6 +176,16 @@ async function assertSchemaUnchanged(source: ClientBase, input: { migrationId: s
     throw ApplicationFailure.nonRetryable(
       `${displayQualified(input.table.source)} was altered on the source during the online migration (columns now: ${now.rows[0].fingerprint}); ` +
         'the copy no longer matches it — cancel, apply the change to the target too, and start again',
+      'SchemaChanged',
+    );
+  }
+  // A partition attached, detached or added lacks (or keeps) the freeze and TRUNCATE refusal.
+  if (rows[0].partitions === null) return;
+  const partitions = await source.query(PARTITIONS_SQL, [rows[0].relid]);
+  if (partitions.rows[0].partitions !== rows[0].partitions) {
+    throw ApplicationFailure.nonRetryable(
+      `the partitions of ${displayQualified(input.table.source)} changed on the source during the online migration (now: ${partitions.rows[0].partitions || 'none'}); ` +
+        'cancel, and start again once they are as they should stay',
       'SchemaChanged',
     );
   }

@@ -96,7 +96,9 @@ CREATE TABLE IF NOT EXISTS ${CAPTURE_SCHEMA}.captures (
   fingerprint  text NOT NULL,
   ddl_guard    boolean NOT NULL,
   PRIMARY KEY (migration_id, table_index)
-)`;
+);
+-- The table's partitions (PARTITIONS_SQL); null in captures installed before it was recorded.
+ALTER TABLE ${CAPTURE_SCHEMA}.captures ADD COLUMN IF NOT EXISTS partitions text`;
 
 /** The queue of changed keys: consumed by id (read, apply, delete exactly those ids). */
 export function createLogSql(names: CaptureNames): string {
@@ -162,24 +164,43 @@ END
 $ferry$`;
 }
 
-/** Triggers on one table: capture (AFTER ROW) and the TRUNCATE refusal, both ENABLE ALWAYS. */
-export function createTableTriggersSql(table: QualifiedName, names: CaptureNames, migrationId: string): string[] {
-  const t = quoteQualified(table);
-  const triggers = triggerNames(migrationId);
+/**
+ * The capture trigger (AFTER ROW, ENABLE ALWAYS) on a migrated table. On a partitioned table
+ * PostgreSQL clones it onto every partition, present and future, so rows written straight into
+ * a partition are captured too. Here and below, `relation` is regclass text — qualified and
+ * quoted in Ferry's sessions, whose search_path is empty — as relationTree finds partitions.
+ */
+export function createCaptureTriggerSql(relation: string, names: CaptureNames, migrationId: string): string[] {
+  const trigger = quoteIdent(triggerNames(migrationId).capture);
   return [
-    `CREATE TRIGGER ${quoteIdent(triggers.capture)} AFTER INSERT OR UPDATE OR DELETE ON ${t}
+    `CREATE TRIGGER ${trigger} AFTER INSERT OR UPDATE OR DELETE ON ${relation}
        FOR EACH ROW EXECUTE FUNCTION ${quoteQualified(names.captureFunction)}()`,
-    `ALTER TABLE ${t} ENABLE ALWAYS TRIGGER ${quoteIdent(triggers.capture)}`,
-    `CREATE TRIGGER ${quoteIdent(triggers.truncate)} BEFORE TRUNCATE ON ${t}
-       FOR EACH STATEMENT EXECUTE FUNCTION ${quoteQualified(refuseTruncateFunction(migrationId))}()`,
-    `ALTER TABLE ${t} ENABLE ALWAYS TRIGGER ${quoteIdent(triggers.truncate)}`,
+    `ALTER TABLE ${relation} ENABLE ALWAYS TRIGGER ${trigger}`,
   ];
 }
 
 /**
- * The DDL guard: an event trigger that refuses ALTER or DROP of a migrated table while the
- * migration runs. Creating event triggers needs superuser; without it Ferry compares each
- * table's column fingerprint instead (see fingerprintSql) and fails the migration clearly.
+ * The TRUNCATE refusal (BEFORE TRUNCATE, ENABLE ALWAYS). A statement trigger fires only for
+ * statements that name its own table, and is never cloned: it goes on the migrated table and
+ * on each of its partitions.
+ */
+export function createRefuseTruncateTriggerSql(relation: string, migrationId: string): string[] {
+  const trigger = quoteIdent(triggerNames(migrationId).truncate);
+  return [
+    `CREATE TRIGGER ${trigger} BEFORE TRUNCATE ON ${relation}
+       FOR EACH STATEMENT EXECUTE FUNCTION ${quoteQualified(refuseTruncateFunction(migrationId))}()`,
+    `ALTER TABLE ${relation} ENABLE ALWAYS TRIGGER ${trigger}`,
+  ];
+}
+
+/**
+ * The DDL guard: an event trigger that refuses ALTER or DROP of a migrated table or of any of
+ * its partitions (ATTACH and DETACH PARTITION are ALTER TABLE of the partitioned table), and
+ * CREATE TABLE … PARTITION OF one of them — such a partition would lack the freeze and the
+ * TRUNCATE refusal — while the migration runs. `relids`: the tables and all their partitions.
+ * Creating event triggers needs superuser; without it Ferry compares each table's column
+ * fingerprint and partitions instead (FINGERPRINT_SQL, PARTITIONS_SQL) and fails the migration
+ * clearly.
  */
 export function createGuardSql(migrationId: string, relids: number[]): string[] {
   const fn = quoteQualified(guardFunction(migrationId));
@@ -197,6 +218,13 @@ BEGIN
     SELECT * INTO hit FROM pg_catalog.pg_event_trigger_dropped_objects()
      WHERE classid = 'pg_catalog.pg_class'::regclass AND objid = ANY (${oids}) AND objsubid = 0 LIMIT 1;
   ELSE
+    SELECT c.object_identity, (pg_catalog.pg_identify_object('pg_catalog.pg_class'::regclass, i.inhparent, 0)).identity AS parent INTO hit
+      FROM pg_catalog.pg_event_trigger_ddl_commands() c JOIN pg_catalog.pg_inherits i ON i.inhrelid = c.objid
+     WHERE c.classid = 'pg_catalog.pg_class'::regclass AND c.command_tag = 'CREATE TABLE' AND i.inhparent = ANY (${oids}) LIMIT 1;
+    IF FOUND THEN
+      RAISE EXCEPTION 'CREATE TABLE % PARTITION OF % is refused: Ferry migration % is copying this table online', hit.object_identity, hit.parent, ${escapeLiteral(migrationId)}
+        USING ERRCODE = 'object_in_use', HINT = 'add the partition after the cutover, or cancel the migration first';
+    END IF;
     SELECT * INTO hit FROM pg_catalog.pg_event_trigger_ddl_commands()
      WHERE classid = 'pg_catalog.pg_class'::regclass AND objid = ANY (${oids}) AND command_tag = 'ALTER TABLE' LIMIT 1;
   END IF;
@@ -217,6 +245,17 @@ SELECT coalesce(string_agg(a.attname || ' ' || pg_catalog.format_type(a.atttypid
          CASE WHEN a.attnotnull THEN ' not null' ELSE '' END, ', ' ORDER BY a.attnum), '') AS fingerprint
   FROM pg_catalog.pg_attribute a
  WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped`;
+
+/**
+ * A table's partitions with their bounds, as one comparable string ('' when it has none). A
+ * partition that DETACH … CONCURRENTLY left half-detached (its first step commits before any
+ * event trigger can refuse it) is no longer listed by pg_partition_tree, so it shows as gone.
+ */
+export const PARTITIONS_SQL = `
+SELECT coalesce(string_agg(c.oid::regclass::text || ' ' || pg_catalog.pg_get_expr(c.relpartbound, c.oid), ', ' ORDER BY c.oid), '') AS partitions
+  FROM pg_catalog.pg_partition_tree($1::regclass) t
+  JOIN pg_catalog.pg_class c ON c.oid = t.relid
+ WHERE t.level > 0`;
 
 export function createFreezeStateSql(migrationId: string): string {
   return `CREATE SEQUENCE IF NOT EXISTS ${quoteQualified(freezeStateSequence(migrationId))} MINVALUE 0 MAXVALUE 9 START WITH 0 NO CYCLE`;
@@ -242,13 +281,13 @@ END
 $ferry$`;
 }
 
-export function createArmedFreezeTriggerSql(table: QualifiedName, migrationId: string): string[] {
-  const t = quoteQualified(table);
+/** The armed freeze on one relation: a statement trigger, so on each partition too, as the TRUNCATE refusal. */
+export function createArmedFreezeTriggerSql(relation: string, migrationId: string): string[] {
   const trigger = quoteIdent(triggerNames(migrationId).freeze);
   return [
-    `CREATE TRIGGER ${trigger} BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON ${t}
+    `CREATE TRIGGER ${trigger} BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON ${relation}
        FOR EACH STATEMENT EXECUTE FUNCTION ${quoteQualified(armedFreezeFunction(migrationId))}()`,
-    `ALTER TABLE ${t} ENABLE ALWAYS TRIGGER ${trigger}`,
+    `ALTER TABLE ${relation} ENABLE ALWAYS TRIGGER ${trigger}`,
   ];
 }
 
@@ -278,12 +317,11 @@ END
 $ferry$`;
 }
 
-export function createFreezeTriggerSql(table: QualifiedName, migrationId: string): string[] {
-  const t = quoteQualified(table);
+export function createFreezeTriggerSql(relation: string, migrationId: string): string[] {
   const trigger = quoteIdent(triggerNames(migrationId).freeze);
   return [
-    `CREATE TRIGGER ${trigger} BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON ${t}
+    `CREATE TRIGGER ${trigger} BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON ${relation}
        FOR EACH STATEMENT EXECUTE FUNCTION ${quoteQualified(freezeFunction(migrationId))}()`,
-    `ALTER TABLE ${t} ENABLE ALWAYS TRIGGER ${trigger}`,
+    `ALTER TABLE ${relation} ENABLE ALWAYS TRIGGER ${trigger}`,
   ];
 }

@@ -64,6 +64,8 @@ export interface TableInfo {
   /** schema.table in quote_ident form, as pg_get_*def prints it. */
   identText: string;
   relkind: string;
+  /** A partitioned table's key as pg_get_partkeydef prints it (`RANGE (day)`); null otherwise. */
+  partitionKey: string | null;
   rowSecurity: boolean;
   /** pg_class.reltuples: -1 when the table was never analysed (see estimateRows). */
   estimatedRows: number;
@@ -83,10 +85,13 @@ const TABLE_SQL = `
 SELECT c.oid::int8 AS oid, c.relkind::text AS relkind, c.relrowsecurity AS row_security,
        c.reltuples::float8 AS reltuples, c.relpages::int8 AS relpages,
        quote_ident(n.nspname) || '.' || quote_ident(c.relname) AS ident_text,
-       coalesce(s.n_tup_ins + s.n_tup_upd + s.n_tup_del, 0)::int8 AS writes
+       CASE WHEN c.relkind = 'p' THEN pg_catalog.pg_get_partkeydef(c.oid) END AS partition_key,
+       -- A partitioned table keeps no row statistics of its own: its partitions do.
+       (SELECT coalesce(sum(s.n_tup_ins + s.n_tup_upd + s.n_tup_del), 0)::int8
+          FROM pg_catalog.pg_stat_all_tables s
+         WHERE s.relid = c.oid OR s.relid IN (SELECT relid FROM pg_catalog.pg_partition_tree(c.oid))) AS writes
   FROM pg_catalog.pg_class c
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-  LEFT JOIN pg_catalog.pg_stat_all_tables s ON s.relid = c.oid
  WHERE n.nspname = $1 AND c.relname = $2`;
 
 const COLUMNS_SQL = `
@@ -214,6 +219,7 @@ export async function readTable(db: ClientBase, name: QualifiedName): Promise<Ta
     name,
     identText: row.ident_text,
     relkind: row.relkind,
+    partitionKey: row.partition_key,
     rowSecurity: row.row_security,
     estimatedRows: Math.round(Number(row.reltuples)),
     pages: Number(row.relpages),

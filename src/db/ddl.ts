@@ -36,7 +36,10 @@ function regclassLiteral(name: QualifiedName): string {
   return `${escapeLiteral(quoteQualified(name))}::regclass`;
 }
 
-/** CREATE TABLE with columns, NOT NULL, defaults, generated and identity columns, CHECKs and the primary key. */
+/**
+ * CREATE TABLE with columns, NOT NULL, defaults, generated and identity columns, CHECKs and the
+ * primary key; a partitioned table with its partition key (its partitions: src/db/partitions.ts).
+ */
 export function createTableSql(info: TableInfo, target: QualifiedName): string {
   const lines: string[] = [];
   for (const column of info.columns) {
@@ -61,7 +64,8 @@ export function createTableSql(info: TableInfo, target: QualifiedName): string {
   }
   for (const check of info.checks) lines.push(`CONSTRAINT ${quoteIdent(check.name)} ${check.definition}`);
   if (info.primaryKey) lines.push(`CONSTRAINT ${quoteIdent(info.primaryKey.name)} ${info.primaryKey.definition}`);
-  return `CREATE TABLE ${quoteQualified(target)} (\n  ${lines.join(',\n  ')}\n)`;
+  const partitioned = info.partitionKey ? ` PARTITION BY ${info.partitionKey}` : '';
+  return `CREATE TABLE ${quoteQualified(target)} (\n  ${lines.join(',\n  ')}\n)${partitioned}`;
 }
 
 /**

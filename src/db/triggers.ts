@@ -10,14 +10,38 @@ import { quoteIdent } from '../identifiers';
 /** Dropping a trigger needs ACCESS EXCLUSIVE: queue behind a long reader only briefly. */
 const DROP_LOCK_TIMEOUT = "SET LOCAL lock_timeout = '500ms'";
 
-/** The table and, for a partitioned table, every partition under it. */
+/**
+ * A trigger PostgreSQL cloned from a partitioned table's row trigger onto a partition: it cannot
+ * be dropped by itself, and goes when the parent's is dropped.
+ */
+const NOT_CLONED = `NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+   WHERE d.classid = 'pg_catalog.pg_trigger'::regclass AND d.objid = t.oid AND d.deptype = 'P')`;
+
+/** The table and, for a partitioned table, every partition under it; parents first. */
 export async function relationTree(db: PoolClient, relid: number): Promise<{ relid: number; name: string }[]> {
   const { rows } = await db.query(
-    `SELECT relid::int8 AS relid, relid::regclass::text AS name FROM pg_catalog.pg_partition_tree($1::regclass)
-      UNION SELECT $1::int8, $1::regclass::text`,
+    `SELECT $1::oid::int8 AS relid, $1::oid::regclass::text AS name, 0 AS level
+      UNION ALL
+     SELECT relid::int8, relid::regclass::text, level FROM pg_catalog.pg_partition_tree($1::oid::regclass) WHERE level > 0
+      ORDER BY level, name`,
     [relid],
   );
   return rows.map((r) => ({ relid: Number(r.relid), name: r.name }));
+}
+
+/**
+ * The relations (regclass text) that carry a trigger of one of these names of their own, clones
+ * left out. Trigger names are per migration, so this finds a migration's triggers wherever they
+ * are — on a partition detached since, too.
+ */
+export async function relationsWithTriggers(db: PoolClient, names: string[]): Promise<string[]> {
+  const { rows } = await db.query(
+    `SELECT t.tgrelid::regclass::text AS relation FROM pg_catalog.pg_trigger t
+      WHERE t.tgname = ANY ($1::text[]) AND ${NOT_CLONED}
+      GROUP BY t.tgrelid ORDER BY min(t.oid)`,
+    [names],
+  );
+  return rows.map((r) => r.relation);
 }
 
 /**
@@ -26,10 +50,10 @@ export async function relationTree(db: PoolClient, relid: number): Promise<{ rel
  * dropped, and a later call tries again.
  */
 export async function dropTriggers(db: PoolClient, relation: string, names: string[]): Promise<boolean> {
-  const present = await db.query('SELECT tgname FROM pg_catalog.pg_trigger WHERE tgrelid = to_regclass($1) AND tgname = ANY ($2::text[])', [
-    relation,
-    names,
-  ]);
+  const present = await db.query(
+    `SELECT t.tgname FROM pg_catalog.pg_trigger t WHERE t.tgrelid = to_regclass($1) AND t.tgname = ANY ($2::text[]) AND ${NOT_CLONED}`,
+    [relation, names],
+  );
   if (present.rowCount === 0) return true;
   try {
     await inTransaction(db, async () => {

@@ -7,6 +7,8 @@ import { Client } from 'pg';
 
 export interface WriterStats {
   operations: number;
+  /** Operations that succeeded, per kind (the label the operation was given). */
+  byKind: Record<string, number>;
   lateCommits: number;
   frozenErrors: string[];
   otherErrors: string[];
@@ -17,50 +19,51 @@ export interface Writers {
   stop(): Promise<void>;
 }
 
+/** One kind of write: a label for the statistics, and the statements it runs. */
+export interface WriterOp {
+  kind: string;
+  run: () => Promise<unknown>;
+}
+
+export interface WriterContext {
+  client: Client;
+  /** The writer's number. */
+  w: number;
+  /** A fresh id, unique across the writers of one run. */
+  nextId: () => number;
+  stats: WriterStats;
+}
+
+/** Errors that concurrent writers of one table cause each other: retried by the next operation. */
+const EXPECTED = /duplicate key|deadlock|moved to another partition/;
+
 function pick<T>(items: T[]): T {
   return items[Math.floor(Math.random() * items.length)];
 }
 
-/** Starts `count` writers on `accounts (id bigint PK, balance, note)` and `items ((a, b) PK, v)`. */
-export async function startWriters(url: string, count: number): Promise<Writers> {
-  const stats: WriterStats = { operations: 0, lateCommits: 0, frozenErrors: [], otherErrors: [] };
+/**
+ * Starts `count` writers, each running a random one of `ops(context)` in a loop until stopped
+ * or frozen.
+ */
+export async function runWriters(url: string, count: number, ops: (ctx: WriterContext) => WriterOp[]): Promise<Writers> {
+  const stats: WriterStats = { operations: 0, byKind: {}, lateCommits: 0, frozenErrors: [], otherErrors: [] };
   let running = true;
-  let nextId = 10_000_000;
+  let id = 10_000_000;
+  const nextId = () => id++;
   const loops: Promise<void>[] = [];
   for (let w = 0; w < count; w += 1) {
     const client = new Client({ connectionString: url });
     await client.connect();
     client.on('error', () => undefined);
+    const mine = ops({ client, w, nextId, stats });
     loops.push(
       (async () => {
         while (running) {
-          const id = 1 + Math.floor(Math.random() * 5000);
-          const ops: (() => Promise<unknown>)[] = [
-            () => client.query('INSERT INTO public.accounts (id, balance, note) VALUES ($1, $2, $3)', [nextId++, Math.random() * 100, `new ${w}`]),
-            () => client.query('UPDATE public.accounts SET balance = balance + 1, note = $2 WHERE id = $1', [id, `updated by ${w}`]),
-            () => client.query('UPDATE public.accounts SET id = $2 WHERE id = $1', [id, nextId++]),
-            () => client.query('DELETE FROM public.accounts WHERE id = $1', [id]),
-            async () => {
-              await client.query('BEGIN');
-              await client.query('DELETE FROM public.accounts WHERE id = $1', [id]);
-              await client.query('INSERT INTO public.accounts (id, balance, note) VALUES ($1, 0, $2)', [id, 'reinserted']);
-              await client.query('COMMIT');
-            },
-            () => client.query('UPDATE public.items SET v = v + 1 WHERE a = $1', [id % 40]),
-            () => client.query(`UPDATE public.items SET b = b || '+' WHERE a = $1 AND b = (SELECT min(b) FROM public.items WHERE a = $1)`, [id % 40]),
-            () => client.query('INSERT INTO public.items (a, b, v) VALUES ($1, $2, 0) ON CONFLICT DO NOTHING', [id % 40, `w${w}-${nextId++}`]),
-            async () => {
-              // Takes a log id early, commits late: a watermark would skip this change.
-              await client.query('BEGIN');
-              await client.query('UPDATE public.accounts SET note = $2 WHERE id = $1', [id, `late ${w}`]);
-              await new Promise((r) => setTimeout(r, 300 + Math.random() * 700));
-              await client.query('COMMIT');
-              stats.lateCommits += 1;
-            },
-          ];
+          const op = pick(mine);
           try {
-            await pick(ops)();
+            await op.run();
             stats.operations += 1;
+            stats.byKind[op.kind] = (stats.byKind[op.kind] ?? 0) + 1;
           } catch (err) {
             await client.query('ROLLBACK').catch(() => undefined);
             const message = (err as Error).message;
@@ -68,7 +71,7 @@ export async function startWriters(url: string, count: number): Promise<Writers>
               stats.frozenErrors.push(message);
               break;
             }
-            if (!/duplicate key|deadlock/.test(message)) stats.otherErrors.push(message);
+            if (!EXPECTED.test(message)) stats.otherErrors.push(message);
           }
           await new Promise((r) => setTimeout(r, 5));
         }
@@ -83,4 +86,47 @@ export async function startWriters(url: string, count: number): Promise<Writers>
       await Promise.all(loops);
     },
   };
+}
+
+/** Starts `count` writers on `accounts (id bigint PK, balance, note)` and `items ((a, b) PK, v)`. */
+export function startWriters(url: string, count: number): Promise<Writers> {
+  return runWriters(url, count, ({ client, w, nextId, stats }) => {
+    const id = () => 1 + Math.floor(Math.random() * 5000);
+    return [
+      { kind: 'insert', run: () => client.query('INSERT INTO public.accounts (id, balance, note) VALUES ($1, $2, $3)', [nextId(), Math.random() * 100, `new ${w}`]) },
+      { kind: 'update', run: () => client.query('UPDATE public.accounts SET balance = balance + 1, note = $2 WHERE id = $1', [id(), `updated by ${w}`]) },
+      { kind: 'update key', run: () => client.query('UPDATE public.accounts SET id = $2 WHERE id = $1', [id(), nextId()]) },
+      { kind: 'delete', run: () => client.query('DELETE FROM public.accounts WHERE id = $1', [id()]) },
+      {
+        kind: 'delete and reinsert',
+        run: async () => {
+          const k = id();
+          await client.query('BEGIN');
+          await client.query('DELETE FROM public.accounts WHERE id = $1', [k]);
+          await client.query('INSERT INTO public.accounts (id, balance, note) VALUES ($1, 0, $2)', [k, 'reinserted']);
+          await client.query('COMMIT');
+        },
+      },
+      { kind: 'update items', run: () => client.query('UPDATE public.items SET v = v + 1 WHERE a = $1', [id() % 40]) },
+      {
+        kind: 'update items key',
+        run: () => {
+          const a = id() % 40;
+          return client.query(`UPDATE public.items SET b = b || '+' WHERE a = $1 AND b = (SELECT min(b) FROM public.items WHERE a = $1)`, [a]);
+        },
+      },
+      { kind: 'insert items', run: () => client.query('INSERT INTO public.items (a, b, v) VALUES ($1, $2, 0) ON CONFLICT DO NOTHING', [id() % 40, `w${w}-${nextId()}`]) },
+      {
+        kind: 'late commit',
+        run: async () => {
+          // Takes a log id early, commits late: a watermark would skip this change.
+          await client.query('BEGIN');
+          await client.query('UPDATE public.accounts SET note = $2 WHERE id = $1', [id(), `late ${w}`]);
+          await new Promise((r) => setTimeout(r, 300 + Math.random() * 700));
+          await client.query('COMMIT');
+          stats.lateCommits += 1;
+        },
+      },
+    ];
+  });
 }
