@@ -13,7 +13,8 @@ import { Context } from '@temporalio/activity';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { Client, ClientBase } from 'pg';
 import { ChunkRef, claimChunk, holdsFence, SYNC_CHUNK } from '../src/db/bookkeeping';
-import { CAPTURE_SCHEMA, captureNames, FINGERPRINT_SQL } from '../src/db/capture-sql';
+import { assertCaptureIntact } from '../src/db/capture-check';
+import { captureNames } from '../src/db/capture-sql';
 import { inTransaction } from '../src/db/connections';
 import { copyStream, deleteKeys, selectColumns } from '../src/db/copy-stream';
 import type { CopyTable } from '../src/plan';
@@ -133,27 +134,6 @@ async function recordDirty(target: ClientBase, migrationId: string, tableIndex: 
   );
 }
 
-async function assertSchemaUnchanged(source: ClientBase, input: { migrationId: string; table: CopyTable }): Promise<void> {
-  const { rows } = await source.query(`SELECT relid, fingerprint FROM ${CAPTURE_SCHEMA}.captures WHERE migration_id = $1 AND table_index = $2`, [
-    input.migrationId,
-    input.table.index,
-  ]);
-  if (rows.length === 0) {
-    throw ApplicationFailure.nonRetryable(
-      `change capture for ${displayQualified(input.table.source)} is gone from the source; the migration cannot know what changed`,
-      'CaptureLost',
-    );
-  }
-  const now = await source.query(FINGERPRINT_SQL, [rows[0].relid]);
-  if (now.rows[0].fingerprint !== rows[0].fingerprint) {
-    throw ApplicationFailure.nonRetryable(
-      `${displayQualified(input.table.source)} was altered on the source during the online migration (columns now: ${now.rows[0].fingerprint}); ` +
-        'the copy no longer matches it — cancel, apply the change to the target too, and start again',
-      'SchemaChanged',
-    );
-  }
-}
-
 export function createSyncActivities({ connections, logger }: ActivityDeps) {
   async function syncChanges(input: SyncInput): Promise<SyncResult> {
     const ctx = Context.current();
@@ -169,7 +149,7 @@ export function createSyncActivities({ connections, logger }: ActivityDeps) {
       if (!(await claimChunk(target, ref, token, `${ctx.info.activityId}#${ctx.info.attempt}`))) {
         throw ApplicationFailure.nonRetryable('a newer attempt owns this table\'s sync', SUPERSEDED);
       }
-      await assertSchemaUnchanged(source, input);
+      await assertCaptureIntact(source, input);
       let applied = 0;
       let rounds = 0;
       let caughtUp = false;

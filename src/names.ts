@@ -38,6 +38,8 @@ export const PATCHES = {
   targetReadyBeforeCutover: 'target-ready-before-cutover',
   /** callback.secret must name a FERRY_SECRET_* variable (workflows/spec-input.ts). */
   ferrySecretNames: 'ferry-secret-names',
+  /** A sync that finds capture removed or disabled reports a CaptureLost event before failing. */
+  captureLostEvent: 'capture-lost-event',
 } as const;
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);
