@@ -16,9 +16,21 @@ import { TypedSearchAttributes, WorkflowIdConflictPolicy } from '@temporalio/com
 import { decodeOptionalFailureToOptionalError } from '@temporalio/common/lib/internal-non-workflow';
 import { dataConverterFromEnv } from './codec';
 import { innermostApplicationFailure } from './failures';
+import type { CleanupInput, CleanupResult } from '../workflows/cleanup';
 import { approveCutoverSignal, cancelSignal, pauseSignal, resumeSignal, stateQuery, throttleSignal, ThrottleRequest } from '../workflows/definitions';
 import { connectionOptions, TemporalConfig, temporalConfig } from './config';
-import { FerryPhaseKey, FerrySourceKey, FerryStateKey, FerryTargetKey, HELPER_WORKFLOW_TYPES, MIGRATION_WORKFLOW, PREFLIGHT_WORKFLOW, UNFREEZE_WORKFLOW } from './names';
+import {
+  CLEANUP_WORKFLOW,
+  FerryPhaseKey,
+  FerrySourceKey,
+  FerryStateKey,
+  FerryTargetKey,
+  HELPER_WORKFLOW_TYPES,
+  MIGRATION_WORKFLOW,
+  PREFLIGHT_WORKFLOW,
+  UNFREEZE_WORKFLOW,
+  workflowIds,
+} from './names';
 import { MigrationPlan } from './plan';
 import { checkThrottle, parseSpec, Spec } from './spec';
 import { MigrationState, Phase } from './state-machine';
@@ -59,6 +71,16 @@ export class RefusedError extends Error {
     super(message, options);
     this.name = 'RefusedError';
   }
+}
+
+export interface CleanupOutcome {
+  /** false: a table's lock was busy; the cleanup goes on in the background as `workflowId`. */
+  done: boolean;
+  workflowId: string;
+  /** remove: the freeze went too; keep: it stays (a migration that moved its tables). */
+  freeze: 'keep' | 'remove';
+  /** What was dropped on the target. */
+  dropped: string[];
 }
 
 export function generateMigrationId(now = new Date()): string {
@@ -364,5 +386,49 @@ export class FerryClient {
       args: [id, source],
       workflowExecutionTimeout: '10 minutes',
     });
+  }
+
+  /**
+   * `ferry cleanup`: removes what an ended migration left behind. One that did not succeed —
+   * typically FAILED with `onFailure: keep` and never retried — loses its capture, change logs
+   * and freeze on the source and what it created on the target, as its rollback would have done;
+   * one that succeeded loses leftover capture only (its freeze stays as cutover.afterwards said).
+   * Waits up to `waitMs` for the cleanup workflow, which goes on in the background after that.
+   */
+  async cleanup(id: string, waitMs = 60_000): Promise<CleanupOutcome> {
+    const d = await this.handle(id).describe();
+    if (d.status.name === 'RUNNING') {
+      throw new RefusedError(`migration ${id} is still running; cancel it instead (its rollback removes what it made)`, 'StillRunning');
+    }
+    const { source, target, spec } = d.memo ?? {};
+    if (typeof source !== 'string' || typeof target !== 'string') throw new RefusedError(`migration ${id} has no recorded connections`, 'UnknownMigration');
+    const succeeded = (d.typedSearchAttributes.get(FerryStateKey) ?? d.status.name) === 'SUCCEEDED';
+    const input: CleanupInput = succeeded
+      ? { migrationId: id, source, freeze: afterwardsOf(spec) === 'unfreeze' ? 'remove' : 'keep' }
+      : { migrationId: id, source, freeze: 'remove', target };
+    const workflowId = workflowIds.cleanup(id);
+    // A background cleanup of the same migration may be running already: wait for that one.
+    const handle = await this.client.workflow.start(CLEANUP_WORKFLOW, {
+      taskQueue: this.config.taskQueue,
+      workflowId,
+      args: [input],
+      workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
+    });
+    let timer: NodeJS.Timeout | undefined;
+    const waited = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), waitMs)));
+    try {
+      const result = await Promise.race([handle.result() as Promise<CleanupResult>, waited]);
+      return { done: result !== undefined, workflowId, freeze: input.freeze, dropped: result?.dropped ?? [] };
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}
+
+function afterwardsOf(specInput: unknown): string | undefined {
+  try {
+    return parseSpec(specInput).cutover?.afterwards;
+  } catch {
+    return undefined;
   }
 }

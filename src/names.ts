@@ -40,6 +40,8 @@ export const PATCHES = {
   ferrySecretNames: 'ferry-secret-names',
   /** A sync that finds capture removed or disabled reports a CaptureLost event before failing. */
   captureLostEvent: 'capture-lost-event',
+  /** Online, onFailure: keep: a FAILED migration keeps its change capture for `ferry retry`. */
+  keepCaptureForRetry: 'keep-capture-for-retry',
 } as const;
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);

@@ -1,4 +1,4 @@
-/** `ferry cancel | approve | pause | resume | throttle`: signals to a running migration. */
+/** `ferry cancel | approve | pause | resume | throttle`: signals to a running migration; `retry`, `unfreeze`, `cleanup` after it ended. */
 import { Command } from 'commander';
 import { FerryClient } from '../client';
 import { nonNegativeInt, positiveInt } from './args';
@@ -42,6 +42,20 @@ export function registerControlCommands(program: Command): void {
     .action(async (id: string) => {
       const { runId } = await FerryClient.using((client) => client.retry(id));
       process.stdout.write(`${id} retried (run ${runId})\n`);
+    });
+
+  program
+    .command('cleanup')
+    .description('remove what an ended migration left: capture and freeze on the source and, unless it succeeded, what it created on the target (onFailure: keep)')
+    .argument('<id>')
+    .action(async (id: string) => {
+      const { done, workflowId, freeze, dropped } = await FerryClient.using((client) => client.cleanup(id));
+      if (!done) {
+        process.stdout.write(`${id}: a table's lock is busy; the cleanup goes on in the background as workflow ${workflowId}\n`);
+        return;
+      }
+      const source = freeze === 'remove' ? 'capture and freeze removed from the source' : 'capture removed from the source (the freeze stays: ferry unfreeze lifts it)';
+      process.stdout.write(`${id}: ${source}${dropped.length ? `; dropped on the target: ${dropped.join(', ')}` : ''}\n`);
     });
 
   program
