@@ -173,8 +173,9 @@ export class FerryClient {
 
   /**
    * `ferry retry`: FAILED → PENDING. A new run of the same migration id that resumes from the
-   * plan and checkpoints a failed run left on the target (`onFailure: keep`); after a rollback
-   * there is nothing left, and it starts afresh.
+   * plan and checkpoints a failed run left on the target (`onFailure: keep`) and, online, from
+   * the change capture it kept on the source; after a rollback there is nothing left, and it
+   * starts afresh.
    */
   async retry(id: string): Promise<StartedMigration> {
     const d = await this.handle(id).describe();

@@ -37,7 +37,7 @@ export function registerControlCommands(program: Command): void {
 
   program
     .command('retry')
-    .description('retry a FAILED migration: a new run resumes from the checkpoints onFailure: keep left')
+    .description('retry a FAILED migration: a new run resumes from the checkpoints (online: and the change capture) onFailure: keep left')
     .argument('<id>')
     .action(async (id: string) => {
       const { runId } = await FerryClient.using((client) => client.retry(id));
