@@ -227,12 +227,12 @@ export async function migrationWorkflow(specInput: unknown, options: MigrationOp
 }
 
 /**
- * A FAILED online migration with onFailure: keep keeps its change capture (not its freeze: the
- * cutover's own undo reopens the source). Removing it would lose every write made until `ferry
- * retry`, which copies only what the kept checkpoints lack and then reads the change log: kept,
- * the log records the gap and the retried run, whose installCapture finds this migration's
- * capture and reuses it, applies it. A cancelled or timed-out migration cannot be retried, so
- * its capture goes. (Executions begun before this kept nothing; their replays must not either.)
+ * Online, onFailure: keep, FAILED: the change capture stays (the cutover's own undo still
+ * reopens the freeze). `ferry retry` copies only what the kept checkpoints lack and then applies
+ * the change log, and its installCapture finds this migration's capture and reuses it: kept, the
+ * log holds every write made while the migration was FAILED; removed, they would be lost. A
+ * cancelled or timed-out migration cannot be retried, so its capture goes. (Executions begun
+ * before this removed it; their replays must too.)
  */
 function keepCapture(spec: Spec, outcome: Outcome, saga: Saga): boolean {
   if (spec.mode !== 'online' || spec.onFailure !== 'keep' || outcome !== 'FAILED') return false;
