@@ -10,11 +10,16 @@ import { quoteIdent } from '../identifiers';
 /** Dropping a trigger needs ACCESS EXCLUSIVE: queue behind a long reader only briefly. */
 const DROP_LOCK_TIMEOUT = "SET LOCAL lock_timeout = '500ms'";
 
-/** The table and, for a partitioned table, every partition under it. */
+/**
+ * The table and, for a partitioned table, every partition under it — the table first: a row
+ * trigger's clone on a partition can only be dropped with the trigger it was cloned from
+ * (DROP TRIGGER on the partition fails with 2BP01), which takes its clones along.
+ */
 export async function relationTree(db: PoolClient, relid: number): Promise<{ relid: number; name: string }[]> {
   const { rows } = await db.query(
-    `SELECT relid::int8 AS relid, relid::regclass::text AS name FROM pg_catalog.pg_partition_tree($1::regclass)
-      UNION SELECT $1::int8, $1::regclass::text`,
+    `SELECT relid::int8 AS relid, relid::regclass::text AS name
+       FROM (SELECT relid, level FROM pg_catalog.pg_partition_tree($1::regclass) UNION SELECT $1::regclass, 0) tree
+      ORDER BY level, name`,
     [relid],
   );
   return rows.map((r) => ({ relid: Number(r.relid), name: r.name }));

@@ -12,7 +12,7 @@ import { copyTableOf, MigrationPlan } from '../../src/plan';
 import { ConnectionRegistry } from '../../src/db/connections';
 import { silentLogger } from '../../src/logger';
 import { parseSpec } from '../../src/spec';
-import { rowsAsText, TestDatabases } from '../helpers/databases';
+import { objectInventory, rowsAsText, TestDatabases } from '../helpers/databases';
 
 class MockActivityEnvironment extends SdkMockActivityEnvironment {
   constructor() {
@@ -165,5 +165,21 @@ describe('the online apply', () => {
     expect(err.type).toBe('CaptureLost');
     expect(err.message).toContain(`trigger ${truncate} on public.notes was dropped`);
     expect(await rowsAsText(dbs, 'target', 'public.notes', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.notes', 'id'));
+  });
+
+  it('removes capture from a partitioned table and all its partitions', async () => {
+    // Several partitions, so that some come before the partitioned table in any unordered listing.
+    await dbs.exec('source', `CREATE TABLE public.events (id int, part int, PRIMARY KEY (id, part)) PARTITION BY LIST (part);
+      ${[0, 1, 2, 3, 4, 5].map((p) => `CREATE TABLE public.events_${p} PARTITION OF public.events FOR VALUES IN (${p});`).join('\n')}
+      INSERT INTO public.events SELECT g, g % 6 FROM generate_series(1, 60) g;`);
+    const tables = `CREATE TABLE public.events (id int, part int, PRIMARY KEY (id, part)) PARTITION BY LIST (part);
+      CREATE TABLE public.events_all PARTITION OF public.events DEFAULT;`;
+    await dbs.exec('target', tables);
+    const before = await objectInventory(dbs, 'source');
+    await migrate('partitioned', ['public.events']);
+    expect(await dbs.query('source', `SELECT count(*)::int AS n FROM pg_trigger WHERE tgname LIKE 'ferry\\_capture\\_%'`)).toEqual([{ n: 7 }]);
+    const { pending } = await run(() => activities.releaseSource({ migrationId: 'partitioned', source: 'src', freeze: 'remove' }));
+    expect(pending).toEqual([]);
+    expect(await objectInventory(dbs, 'source')).toEqual(before);
   });
 });
