@@ -10,6 +10,7 @@ import { asActivityFailure, refusal, sqlState } from '../src/db/errors';
 import { readPartitions, targetPartitionName } from '../src/db/partitions';
 import { keyAsText, keyFromRow, keyOrder, KeyShape } from '../src/db/ranges';
 import { displayQualified, quoteQualified, sameName } from '../src/identifiers';
+import { describeAction, onlineRefusal, readTargetActions, TargetRole } from '../src/db/target-actions';
 import { KeyColumn, MigrationPlan, TablePlan } from '../src/plan';
 import { Spec, TableSpec } from '../src/spec';
 import { ActivityDeps } from './deps';
@@ -64,6 +65,7 @@ async function planMigration(source: PoolClient, target: PoolClient, spec: Spec)
       `source connection "${spec.source}" is a hot standby; online mode installs triggers on the source, so point it at the primary`,
     );
   }
+  const role = await targetRole(target);
   const tables: TablePlan[] = [];
   for (const [index, table] of spec.tables.entries()) {
     if (sameDatabase && sameName(table.source, table.target)) {
@@ -73,25 +75,27 @@ async function planMigration(source: PoolClient, target: PoolClient, spec: Spec)
       );
     }
     try {
-      tables.push(await planTable(source, target, spec, table, index));
+      tables.push(await planTable(source, target, spec, table, index, role));
     } catch (err) {
       throw atField(err, `tables[${index}]`);
     }
   }
-  return { tables, sourceServer: src.rows[0].version, targetServer: tgt.rows[0].version, targetReplicaRole: await canApplyAsReplica(target) };
+  return { tables, sourceServer: src.rows[0].version, targetServer: tgt.rows[0].version, targetReplicaRole: role.replica };
 }
 
-/** Superuser, or (PostgreSQL 15 and later) SET privilege on session_replication_role. */
-async function canApplyAsReplica(db: PoolClient): Promise<boolean> {
+/** Ferry's role on the target; it writes as a replica as superuser or (PostgreSQL 15 and later) with SET on session_replication_role. */
+async function targetRole(db: PoolClient): Promise<TargetRole> {
   const { rows } = await db.query(
-    `SELECT r.rolsuper AS superuser, current_setting('server_version_num')::int AS version FROM pg_catalog.pg_roles r WHERE r.rolname = current_user`,
+    `SELECT quote_ident(r.rolname) AS name, r.rolsuper AS superuser, current_setting('server_version_num')::int AS version
+       FROM pg_catalog.pg_roles r WHERE r.rolname = current_user`,
   );
-  if (rows[0].superuser) return true;
-  if (rows[0].version < 150000) return false;
-  return (await db.query(`SELECT has_parameter_privilege('session_replication_role', 'SET') AS ok`)).rows[0].ok;
+  const { name, superuser, version } = rows[0];
+  if (superuser) return { name, replica: true };
+  if (version < 150000) return { name, replica: false };
+  return { name, replica: (await db.query(`SELECT has_parameter_privilege('session_replication_role', 'SET') AS ok`)).rows[0].ok };
 }
 
-async function planTable(source: PoolClient, target: PoolClient, spec: Spec, table: TableSpec, index: number): Promise<TablePlan> {
+async function planTable(source: PoolClient, target: PoolClient, spec: Spec, table: TableSpec, index: number, role: TargetRole): Promise<TablePlan> {
   const label = displayQualified(table.source);
   const info = await readTable(source, table.source);
   if (!info) {
@@ -122,6 +126,7 @@ async function planTable(source: PoolClient, target: PoolClient, spec: Spec, tab
 
   let binary = copied.every((c) => c.binaryPortable);
   let keyCollateC = false;
+  let notes: string[] = [];
   if (existing) {
     if (existing.relkind !== 'r' && existing.relkind !== 'p') {
       throw refusal('IncompatibleTarget', `target ${targetLabel} exists and is not a table; choose another target name`);
@@ -169,6 +174,10 @@ async function planTable(source: PoolClient, target: PoolClient, spec: Spec, tab
         `target table ${targetLabel} already has rows: empty it, or set truncate: true to let Ferry replace its contents`,
       );
     }
+    const actions = await readTargetActions(target, table.target, role.replica);
+    const refused = spec.mode === 'online' ? onlineRefusal(table.target, actions, role) : null;
+    if (refused) throw refused;
+    notes = actions.map(describeAction);
   } else {
     if (info.relkind === 'p') await assertPartitionsCreatable(source, target, table);
     await assertTypesCreatable(source, target, info, label);
@@ -193,6 +202,7 @@ async function planTable(source: PoolClient, target: PoolClient, spec: Spec, tab
     validationUnits: needsUnits ? validationUnits(sample, chunks, info.estimatedRows) : undefined,
     targetExisted: existing !== null,
     sourceWrites: info.writes,
+    ...(notes.length > 0 ? { notes } : {}),
   };
 }
 

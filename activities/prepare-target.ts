@@ -8,10 +8,10 @@ import { Client } from 'pg';
 import { readTable, readUserTypes, typeExists } from '../src/db/catalog';
 import { inTransaction } from '../src/db/connections';
 import { BOOKKEEPING_DDL, bookkeepingExists, lockBookkeeping, SYNC_CHUNK } from '../src/db/bookkeeping';
-import { createSequenceSql, createTableSql, createTypeSql, targetSequenceName } from '../src/db/ddl';
+import { createSequenceSql, createTableSql, createTypeSql, SequenceNames, targetSequenceName } from '../src/db/ddl';
 import { createPartitionSql, readPartitions, targetPartitionName } from '../src/db/partitions';
 import { asActivityFailure, refusal } from '../src/db/errors';
-import { displayQualified, QualifiedName, quoteIdent, quoteQualified } from '../src/identifiers';
+import { displayQualified, QualifiedName, quoteIdent, quoteQualified, withSuffix } from '../src/identifiers';
 import { checkPlan, MigrationPlan } from '../src/plan';
 import { ActivityDeps } from './deps';
 
@@ -49,25 +49,26 @@ export function createPrepareTarget({ connections, logger }: ActivityDeps) {
                 await target.query(createTypeSql(type));
                 await record('type', type.name);
               }
-              for (const seq of info.sequences.filter((s) => !s.identity)) {
-                const name = targetSequenceName(seq, table.target);
-                const exists = await target.query('SELECT to_regclass($1) IS NOT NULL AS present', [quoteQualified(name)]);
-                if (!exists.rows[0].present) {
-                  await target.query(createSequenceSql(seq, name));
-                  await record('sequence', name);
-                }
+              // Every serial sequence is Ferry's own, under a free name: a sequence already
+              // there belongs to someone else (setval, OWNED BY or rollback's CASCADE would hit it).
+              const serials = info.sequences.filter((s) => !s.identity);
+              const sequences: SequenceNames = new Map();
+              for (const seq of serials) {
+                const name = await freeSequenceName(target, targetSequenceName(seq, table.target));
+                await target.query(createSequenceSql(seq, name));
+                await record('sequence', name);
+                sequences.set(seq.regclassText, name);
               }
-              await target.query(createTableSql(info, table.target));
+              await target.query(createTableSql(info, table.target, sequences));
               await record('table', table.target);
               // Recorded after their parent, so rollback drops them first.
               for (const partition of info.partitionKey ? await readPartitions(source, table.source) : []) {
                 await target.query(createPartitionSql(partition, table.target));
                 await record('table', targetPartitionName(partition.name, table.target));
               }
-              for (const seq of info.sequences.filter((s) => !s.identity)) {
-                const name = targetSequenceName(seq, table.target);
+              for (const seq of serials) {
                 await target.query(
-                  `ALTER SEQUENCE ${quoteQualified(name)} OWNED BY ${quoteQualified(table.target)}.${quoteIdent(seq.column)}`,
+                  `ALTER SEQUENCE ${quoteQualified(sequences.get(seq.regclassText)!)} OWNED BY ${quoteQualified(table.target)}.${quoteIdent(seq.column)}`,
                 );
               }
             }
@@ -131,6 +132,15 @@ function recorder(db: Client, migrationId: string): Recorder {
       text,
     ]);
   };
+}
+
+/** `wanted` when no relation has that name, else the first free `<name>_ferry_<n>`. */
+async function freeSequenceName(db: Client, wanted: QualifiedName): Promise<QualifiedName> {
+  for (let n = 0; ; n += 1) {
+    const name = n === 0 ? wanted : { schema: wanted.schema, name: withSuffix(wanted.name, `_ferry_${n}`) };
+    const { rows } = await db.query('SELECT to_regclass($1) IS NULL AS free', [quoteQualified(name)]);
+    if (rows[0].free) return name;
+  }
 }
 
 async function ensureSchema(db: Client, schema: string, record: Recorder): Promise<void> {

@@ -13,7 +13,8 @@ import { Context } from '@temporalio/activity';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { Client, ClientBase } from 'pg';
 import { ChunkRef, claimChunk, holdsFence, SYNC_CHUNK } from '../src/db/bookkeeping';
-import { CAPTURE_SCHEMA, captureNames, FINGERPRINT_SQL, PARTITIONS_SQL } from '../src/db/capture-sql';
+import { assertCaptureIntact } from '../src/db/capture-check';
+import { captureNames } from '../src/db/capture-sql';
 import { inTransaction } from '../src/db/connections';
 import { withCatalogKeyTypes } from '../src/db/catalog';
 import { copyStream, deleteKeys, selectColumns } from '../src/db/copy-stream';
@@ -159,38 +160,6 @@ async function recordDirty(target: ClientBase, migrationId: string, tableIndex: 
   );
 }
 
-async function assertSchemaUnchanged(source: ClientBase, input: { migrationId: string; table: CopyTable }): Promise<void> {
-  // partitions through to_jsonb: a captures table of an older Ferry has no such column yet.
-  const { rows } = await source.query(
-    `SELECT relid, fingerprint, to_jsonb(c) ->> 'partitions' AS partitions FROM ${CAPTURE_SCHEMA}.captures c WHERE migration_id = $1 AND table_index = $2`,
-    [input.migrationId, input.table.index],
-  );
-  if (rows.length === 0) {
-    throw ApplicationFailure.nonRetryable(
-      `change capture for ${displayQualified(input.table.source)} is gone from the source; the migration cannot know what changed`,
-      'CaptureLost',
-    );
-  }
-  const now = await source.query(FINGERPRINT_SQL, [rows[0].relid]);
-  if (now.rows[0].fingerprint !== rows[0].fingerprint) {
-    throw ApplicationFailure.nonRetryable(
-      `${displayQualified(input.table.source)} was altered on the source during the online migration (columns now: ${now.rows[0].fingerprint}); ` +
-        'the copy no longer matches it — cancel, apply the change to the target too, and start again',
-      'SchemaChanged',
-    );
-  }
-  // A partition attached, detached or added lacks (or keeps) the freeze and TRUNCATE refusal.
-  if (rows[0].partitions === null) return;
-  const partitions = await source.query(PARTITIONS_SQL, [rows[0].relid]);
-  if (partitions.rows[0].partitions !== rows[0].partitions) {
-    throw ApplicationFailure.nonRetryable(
-      `the partitions of ${displayQualified(input.table.source)} changed on the source during the online migration (now: ${partitions.rows[0].partitions || 'none'}); ` +
-        'cancel, and start again once they are as they should stay',
-      'SchemaChanged',
-    );
-  }
-}
-
 export function createSyncActivities({ connections, logger }: ActivityDeps) {
   async function syncChanges(input: SyncInput): Promise<SyncResult> {
     const ctx = Context.current();
@@ -207,7 +176,7 @@ export function createSyncActivities({ connections, logger }: ActivityDeps) {
       if (!(await claimChunk(target, ref, token, `${ctx.info.activityId}#${ctx.info.attempt}`))) {
         throw ApplicationFailure.nonRetryable('a newer attempt owns this table\'s sync', SUPERSEDED);
       }
-      await assertSchemaUnchanged(source, input);
+      await assertCaptureIntact(source, input);
       let applied = 0;
       let rounds = 0;
       let caughtUp = false;

@@ -16,6 +16,7 @@ import { TypedSearchAttributes, WorkflowIdConflictPolicy } from '@temporalio/com
 import { decodeOptionalFailureToOptionalError } from '@temporalio/common/lib/internal-non-workflow';
 import { dataConverterFromEnv } from './codec';
 import { innermostApplicationFailure } from './failures';
+import type { CleanupInput, CleanupResult } from '../workflows/cleanup';
 import { approveCutoverSignal, cancelSignal, pauseSignal, resumeSignal, stateQuery, tableStateQuery, throttleSignal, ThrottleRequest } from '../workflows/definitions';
 import { connectionOptions, TemporalConfig, temporalConfig } from './config';
 import { CLEANUP_WORKFLOW, FerryPhaseKey, FerrySourceKey, FerryStateKey, FerryTargetKey, HELPER_WORKFLOW_TYPES, MIGRATION_WORKFLOW, PREFLIGHT_WORKFLOW, UNFREEZE_WORKFLOW, workflowIds } from './names';
@@ -59,6 +60,18 @@ export class RefusedError extends Error {
     super(message, options);
     this.name = 'RefusedError';
   }
+}
+
+export interface CleanupOutcome {
+  /** false: a table's lock was busy; the cleanup goes on in the background as `workflowId`. */
+  done: boolean;
+  workflowId: string;
+  /** The migration had completed its cutover: the target's tables stay. */
+  completed?: boolean;
+  /** The freeze went too (else it stays: `ferry unfreeze` lifts it). */
+  freezeRemoved?: boolean;
+  /** What was dropped on the target. */
+  dropped?: string[];
 }
 
 export function generateMigrationId(now = new Date()): string {
@@ -151,8 +164,9 @@ export class FerryClient {
 
   /**
    * `ferry retry`: FAILED → PENDING. A new run of the same migration id that resumes from the
-   * plan and checkpoints a failed run left on the target (`onFailure: keep`); after a rollback
-   * there is nothing left, and it starts afresh.
+   * plan and checkpoints a failed run left on the target (`onFailure: keep`) and, online, from
+   * the change capture it kept on the source; after a rollback there is nothing left, and it
+   * starts afresh.
    */
   async retry(id: string): Promise<StartedMigration> {
     const d = await this.handle(id).describe();
@@ -374,39 +388,6 @@ export class FerryClient {
   }
 
   /**
-   * `ferry cleanup`: removes what a migration that ended without finishing (terminated, or a
-   * `onFailure: keep` you give up on) left on either side, from the bookkeeping alone — capture,
-   * guard and freeze on the source, the objects Ferry created on the target; after a completed
-   * cutover only the bookkeeping (the target's tables are the result; the freeze stays). Runs
-   * the cleanup helper on the workers and waits up to `waitMs` for it; past that it goes on in
-   * the background (a table's lock held by a long reader, say).
-   */
-  async cleanup(id: string, waitMs = 60_000): Promise<{ workflowId: string; done: boolean; completed?: boolean; dropped?: string[] }> {
-    const d = await this.handle(id).describe();
-    if (d.status.name === 'RUNNING') {
-      throw new RefusedError(`migration ${id} is still running: \`ferry cancel ${id}\` stops it and removes what it created`, 'StillRunning');
-    }
-    const { source, target } = d.memo ?? {};
-    if (typeof source !== 'string' || typeof target !== 'string') {
-      throw new RefusedError(`migration ${id} did not record its connections; nothing can be cleaned up from here`, 'UnknownMigration');
-    }
-    const workflowId = `${workflowIds.cleanup(id)}-${randomBytes(3).toString('hex')}`;
-    const handle = await this.client.workflow.start(CLEANUP_WORKFLOW, {
-      taskQueue: this.config.taskQueue,
-      workflowId,
-      args: [{ migrationId: id, source, target, freeze: 'remove' }],
-    });
-    let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), waitMs)));
-    try {
-      const result = (await Promise.race([handle.result(), late])) as { completed?: boolean; dropped?: string[] } | undefined;
-      return result ? { workflowId, done: true, completed: result.completed, dropped: result.dropped } : { workflowId, done: false };
-    } finally {
-      clearTimeout(timer);
-    }
-  }
-
-  /**
    * Lifts the write freeze an online cutover left on the source (`cutover.afterwards:
    * keep-frozen`). Runs a short helper workflow on the workers, which hold the connections.
    */
@@ -420,5 +401,54 @@ export class FerryClient {
       args: [id, source],
       workflowExecutionTimeout: '10 minutes',
     });
+  }
+
+  /**
+   * `ferry cleanup`: removes what an ended migration left behind. One that SUCCEEDED loses
+   * leftover capture only (its freeze stays as cutover.afterwards said). Any other — FAILED with
+   * `onFailure: keep` and never retried, or terminated, when no compensation ran at all — is
+   * judged by its bookkeeping: a target marked complete (terminated after the drain) keeps its
+   * tables and its freeze; otherwise capture, guard and freeze leave the source and what the
+   * migration created leaves the target, as its rollback would have done. Waits up to `waitMs`
+   * for the cleanup workflow, which goes on in the background after that.
+   */
+  async cleanup(id: string, waitMs = 60_000): Promise<CleanupOutcome> {
+    const d = await this.handle(id).describe();
+    if (d.status.name === 'RUNNING') {
+      throw new RefusedError(`migration ${id} is still running; cancel it instead (its rollback removes what it made)`, 'StillRunning');
+    }
+    const { source, target, spec } = d.memo ?? {};
+    if (typeof source !== 'string' || typeof target !== 'string') throw new RefusedError(`migration ${id} has no recorded connections`, 'UnknownMigration');
+    const succeeded = (d.typedSearchAttributes.get(FerryStateKey) ?? d.status.name) === 'SUCCEEDED';
+    const input: CleanupInput = succeeded
+      ? { migrationId: id, source, freeze: afterwardsOf(spec) === 'unfreeze' ? 'remove' : 'keep' }
+      : { migrationId: id, source, freeze: 'remove', target };
+    // After a success a background cleanup of the same migration may be running already: wait
+    // for that one. Otherwise a run of its own, which also looks at the target.
+    const workflowId = succeeded ? workflowIds.cleanup(id) : `${workflowIds.cleanup(id)}-${randomBytes(3).toString('hex')}`;
+    const handle = await this.client.workflow.start(CLEANUP_WORKFLOW, {
+      taskQueue: this.config.taskQueue,
+      workflowId,
+      args: [input],
+      workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
+    });
+    let timer: NodeJS.Timeout | undefined;
+    const waited = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), waitMs)));
+    try {
+      const result = await Promise.race([handle.result() as Promise<CleanupResult>, waited]);
+      if (!result) return { done: false, workflowId };
+      const completed = succeeded || result.completed === true;
+      return { done: true, workflowId, completed, freezeRemoved: !completed || input.freeze === 'remove', dropped: result.dropped ?? [] };
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}
+
+function afterwardsOf(specInput: unknown): string | undefined {
+  try {
+    return parseSpec(specInput).cutover?.afterwards;
+  } catch {
+    return undefined;
   }
 }

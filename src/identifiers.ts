@@ -83,6 +83,18 @@ export function parseQualifiedName(text: string): QualifiedName | string {
   return { schema: parts[0], name: parts[1] };
 }
 
+/**
+ * `identifier` followed by `suffix`, the identifier cut (on a character boundary) so that the
+ * whole fits PostgreSQL's 63 bytes: a longer name would be truncated silently, suffix first.
+ */
+export function withSuffix(identifier: string, suffix: string): string {
+  const encoder = new TextEncoder();
+  const room = MAX_IDENTIFIER_BYTES - encoder.encode(suffix).length;
+  let head = identifier;
+  while (encoder.encode(head).length > room) head = Array.from(head).slice(0, -1).join('');
+  return head + suffix;
+}
+
 export function sameName(a: QualifiedName, b: QualifiedName): boolean {
   return a.schema === b.schema && a.name === b.name;
 }

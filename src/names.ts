@@ -44,6 +44,10 @@ export const PATCHES = {
   progressByQuery: 'progress-by-query',
   /** callback.secret must name a FERRY_SECRET_* variable (workflows/spec-input.ts). */
   ferrySecretNames: 'ferry-secret-names',
+  /** A sync that finds capture removed or disabled reports a CaptureLost event before failing. */
+  captureLostEvent: 'capture-lost-event',
+  /** Online, onFailure: keep: a FAILED migration keeps its change capture for `ferry retry`. */
+  keepCaptureForRetry: 'keep-capture-for-retry',
 } as const;
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);

@@ -51,6 +51,11 @@ export interface TablePlan {
   targetExisted: boolean;
   /** n_tup_ins + n_tup_upd + n_tup_del on the source at preflight; full mode warns when it moves. */
   sourceWrites: number;
+  /**
+   * A prepared target's own triggers and foreign keys (of and to it), each with what it does on
+   * Ferry's writes; absent when there are none (and in plans of an older Ferry).
+   */
+  notes?: string[];
 }
 
 /** What copying, syncing and validating one table needs (the plan minus its chunk list). */

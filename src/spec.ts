@@ -98,7 +98,7 @@ export const specSchema = z
       })
       .optional()
       .describe('online mode only'),
-    onFailure: z.enum(['rollback', 'keep']).default('rollback').describe('keep leaves target tables and checkpoints for inspection and `ferry retry`'),
+    onFailure: z.enum(['rollback', 'keep']).default('rollback').describe('keep leaves target tables, checkpoints and (online, when FAILED) change capture for inspection and `ferry retry`; `ferry cleanup` removes them'),
     deadline: duration(1000, 365 * 86_400_000).optional().describe('e.g. 12h; then TIMED_OUT and rollback'),
     callback: z
       .strictObject({

@@ -17,7 +17,9 @@
  *
  * The write outage runs from the flip to the point of no return.
  */
-import { ApplicationFailure, CancellationScope, ChildWorkflowHandle } from '@temporalio/workflow';
+import { ApplicationFailure, CancellationScope, ChildWorkflowHandle, patched } from '@temporalio/workflow';
+import { innermostApplicationFailure } from '../src/failures';
+import { PATCHES } from '../src/names';
 import { copyTableOf, TablePlan } from '../src/plan';
 import { Blocker, CutoverReport } from '../src/status';
 import { cutoverSteps, drain, release, steps } from './proxies';
@@ -127,14 +129,23 @@ async function drainAndCheck(ctx: MigrationContext): Promise<number> {
     const ref = { migrationId: id, source: spec.source, target: spec.target, table: copyTable };
     const drainAll = async () => {
       for (;;) {
-        const r = await drain.syncChanges({
-          ...ref,
-          fence: Date.now(),
-          sliceMs: SLICE_MS,
-          batchKeys: SYNC_BATCH_KEYS,
-          recordDirty: spec.validation !== 'none',
-          returnWhenCaughtUp: true,
-        });
+        const r = await drain
+          .syncChanges({
+            ...ref,
+            fence: Date.now(),
+            sliceMs: SLICE_MS,
+            batchKeys: SYNC_BATCH_KEYS,
+            recordDirty: spec.validation !== 'none',
+            returnWhenCaughtUp: true,
+          })
+          .catch((err: unknown) => {
+            // The drain checks capture too: changes it never logged must not pass the cutover.
+            const failure = innermostApplicationFailure(err);
+            if (failure?.type === 'CaptureLost' && patched(PATCHES.captureLostEvent)) {
+              tracker.event('CaptureLost', tracker.tables[table.index].source, { message: failure.message });
+            }
+            throw err;
+          });
         if (r.caughtUp && r.pending === 0) return;
       }
     };

@@ -179,11 +179,19 @@ export async function migrationWorkflow(specInput: unknown, options: MigrationOp
     tracker.error = errorInfo(err, outcome, cancelReason);
     if (outcome === 'CANCELLED') tracker.setState('CANCELLING', cancelReason ?? 'workflow cancellation requested');
     tracker.setPhase('ROLLING_BACK', tracker.error.message);
-    if (saga.size > 0) {
+    const captureKept = keepCapture(spec, outcome, saga);
+    const compensating = saga.size > 0;
+    if (compensating) {
       tracker.event('RollbackStarted', undefined, { reason: outcome });
       const failedSteps = await saga.compensate();
       tracker.event('RolledBack', undefined, failedSteps.length ? { failedSteps } : undefined);
-    } else if (spec.onFailure === 'keep') {
+    }
+    if (captureKept) {
+      tracker.warnings.push(
+        'onFailure: keep — target tables, checkpoints and change capture were left: capture logs every write to the source tables ' +
+          `until \`ferry retry ${info.workflowId}\` resumes from it, or \`ferry cleanup ${info.workflowId}\` removes what the migration left on both databases`,
+      );
+    } else if (!compensating && spec.onFailure === 'keep') {
       tracker.warnings.push('onFailure: keep — target tables and checkpoints were left for inspection and `ferry retry`');
     }
     tracker.setPhase('FAILED', outcome);
@@ -218,6 +226,19 @@ export async function migrationWorkflow(specInput: unknown, options: MigrationOp
     details: [result],
     cause: failure instanceof Error ? failure : undefined,
   });
+}
+
+/**
+ * Online, onFailure: keep, FAILED: the change capture stays (the cutover's own undo still
+ * reopens the freeze). `ferry retry` copies only what the kept checkpoints lack and then applies
+ * the change log, and its installCapture finds this migration's capture and reuses it: kept, the
+ * log holds every write made while the migration was FAILED; removed, they would be lost. A
+ * cancelled or timed-out migration cannot be retried, so its capture goes. (Executions begun
+ * before this removed it; their replays must too.)
+ */
+function keepCapture(spec: Spec, outcome: Outcome, saga: Saga): boolean {
+  if (spec.mode !== 'online' || spec.onFailure !== 'keep' || outcome !== 'FAILED') return false;
+  return patched(PATCHES.keepCaptureForRetry) && saga.discard('releaseSource');
 }
 
 function errorInfo(err: unknown, outcome: Outcome, cancelReason?: string): ErrorInfo {

@@ -22,6 +22,13 @@ export class Saga {
     this.steps = [];
   }
 
+  /** Drops the undo steps of that name without running them; true when there were any. */
+  discard(name: string): boolean {
+    const before = this.steps.length;
+    this.steps = this.steps.filter((s) => s.name !== name);
+    return this.steps.length < before;
+  }
+
   get size(): number {
     return this.steps.length;
   }

@@ -20,6 +20,8 @@ import {
   workflowInfo,
 } from '@temporalio/workflow';
 import type { Activities } from '../activities';
+import type { SyncInput } from '../activities/sync-changes';
+import { innermostApplicationFailure } from '../src/failures';
 import { displayQualified } from '../src/identifiers';
 import { ChunkCheckpoint, CopyTable, copyTableOf, KeyRange, TablePlan } from '../src/plan';
 import { Phase, phaseMachine, Transition } from '../src/state-machine';
@@ -181,6 +183,16 @@ export async function tableMigrationWorkflow(input: TableWorkflowInput): Promise
   const parent = getExternalWorkflowHandle(input.parentWorkflowId);
   const report = (p: Omit<TableProgress, 'tableIndex'>) => parent.signal(tableProgressSignal, { tableIndex: table.index, ...p });
   const event = (type: EventType, detail?: Record<string, unknown>) => report({ event: { type, detail } });
+  // Capture removed behind Ferry's back fails the sync for good; the parent hears why first.
+  const syncChanges = async (args: SyncInput) => {
+    try {
+      return await copy.syncChanges(args);
+    } catch (err) {
+      const failure = innermostApplicationFailure(err);
+      if (failure?.type === 'CaptureLost' && patched(PATCHES.captureLostEvent)) await event('CaptureLost', { message: failure.message });
+      throw err;
+    }
+  };
   const move = async (to: Phase, reason?: string) => {
     machine.to(to, new Date().toISOString(), reason);
     await report({ phase: to });
@@ -248,7 +260,7 @@ export async function tableMigrationWorkflow(input: TableWorkflowInput): Promise
 
   // One round of the table's sync, while its indexes are built (online only).
   const syncRound = async () => {
-    await copy.syncChanges({
+    await syncChanges({
       migrationId: input.migrationId,
       source: input.source,
       target: input.target,
@@ -286,7 +298,7 @@ export async function tableMigrationWorkflow(input: TableWorkflowInput): Promise
     if (finishRequested) break;
     if (historyFull()) return carryOn();
     const result = await interruptible('sync', () =>
-      copy.syncChanges({
+      syncChanges({
         migrationId: input.migrationId,
         source: input.source,
         target: input.target,

@@ -1,4 +1,4 @@
-/** `ferry cancel | approve | pause | resume | throttle`: signals to a running migration. */
+/** `ferry cancel | approve | pause | resume | throttle`: signals to a running migration; `retry`, `unfreeze`, `cleanup` after it ended. */
 import { Command } from 'commander';
 import { FerryClient } from '../client';
 import { nonNegativeInt, positiveInt } from './args';
@@ -37,7 +37,7 @@ export function registerControlCommands(program: Command): void {
 
   program
     .command('retry')
-    .description('retry a FAILED migration: a new run resumes from the checkpoints onFailure: keep left')
+    .description('retry a FAILED migration: a new run resumes from the checkpoints (online: and the change capture) onFailure: keep left')
     .argument('<id>')
     .action(async (id: string) => {
       const { runId } = await FerryClient.using((client) => client.retry(id));
@@ -57,19 +57,17 @@ export function registerControlCommands(program: Command): void {
 
   program
     .command('cleanup')
-    .description('remove what a migration that did not finish (terminated, abandoned) left on either side, from its bookkeeping alone')
+    .description('remove what an ended migration left (onFailure: keep, terminated): capture and freeze on the source and, unless it completed its cutover, what it created on the target')
     .argument('<id>')
     .action(async (id: string) => {
       const r = await FerryClient.using((client) => client.cleanup(id));
       if (!r.done) {
-        process.stdout.write(`cleanup of ${id} goes on in the background as workflow ${r.workflowId} (a table's lock is busy)\n`);
+        process.stdout.write(`${id}: a table's lock is busy; the cleanup goes on in the background as workflow ${r.workflowId}\n`);
         return;
       }
-      if (r.completed) {
-        process.stdout.write(`${id} had completed its cutover: the target's tables stay; Ferry's bookkeeping and capture are gone, the freeze stays (ferry unfreeze ${id})\n`);
-      } else {
-        process.stdout.write(`${id}: capture, guard and freeze removed from the source; ${r.dropped?.length ? `dropped on the target: ${r.dropped.join(', ')}` : 'nothing of it was on the target'}\n`);
-      }
+      const source = r.freezeRemoved ? 'capture, guard and freeze removed from the source' : `capture removed from the source; the freeze stays (ferry unfreeze ${id} lifts it)`;
+      const target = r.completed ? "the target's tables stay (it had completed its cutover)" : r.dropped?.length ? `dropped on the target: ${r.dropped.join(', ')}` : 'nothing of it was on the target';
+      process.stdout.write(`${id}: ${source}; ${target}\n`);
     });
 
   program

@@ -19,6 +19,8 @@ export function registerMigrationCommands(program: Command): void {
       const { raw } = loadSpecFile(specPath);
       await FerryClient.using(async (client) => {
         const started = await client.start(raw, { id: opts.id });
+        // What the prepared target tables' own triggers and foreign keys do on Ferry's writes.
+        if (!opts.json) for (const t of started.plan?.tables ?? []) for (const note of t.notes ?? []) process.stderr.write(`note: ${note}\n`);
         if (!opts.wait) {
           if (opts.json) printJson(started);
           else process.stdout.write(`${started.id}\n`);
@@ -109,6 +111,7 @@ export function registerMigrationCommands(program: Command): void {
           process.stdout.write(
             `  ${displayQualified(t.source)} → ${displayQualified(t.target)}: ~${t.rowsEstimated} rows, ${t.chunks.length} chunk(s), key (${t.keyColumns.map((k) => k.name).join(', ')}), ${t.copyFormat} COPY${t.targetExisted ? ', target exists' : ''}\n`,
           );
+          for (const note of t.notes ?? []) process.stdout.write(`    note: ${note}\n`);
         }
       });
     });

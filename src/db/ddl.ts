@@ -23,10 +23,16 @@ export function createTypeSql(type: UserTypeInfo): string {
   throw new Error(`type kind ${type.kind} is not created by Ferry`);
 }
 
-/** Where a table's serial sequence goes on the target: the target table's schema, same name. */
+/**
+ * Where a table's serial sequence would go on the target: the target table's schema, same name.
+ * prepareTarget takes another name when that one is taken (see freeSequenceName).
+ */
 export function targetSequenceName(seq: SequenceInfo, target: QualifiedName): QualifiedName {
   return { schema: target.schema, name: seq.name.name };
 }
+
+/** The target name of each serial sequence, by the source's regclass text of it. */
+export type SequenceNames = Map<string, QualifiedName>;
 
 export function createSequenceSql(seq: SequenceInfo, name: QualifiedName): string {
   return `CREATE SEQUENCE ${quoteQualified(name)} AS ${seq.dataType} ${seq.definition}`;
@@ -39,8 +45,9 @@ function regclassLiteral(name: QualifiedName): string {
 /**
  * CREATE TABLE with columns, NOT NULL, defaults, generated and identity columns, CHECKs and the
  * primary key; a partitioned table with its partition key (its partitions: src/db/partitions.ts).
+ * A serial column's default names the sequence `sequences` chose for it.
  */
-export function createTableSql(info: TableInfo, target: QualifiedName): string {
+export function createTableSql(info: TableInfo, target: QualifiedName, sequences: SequenceNames): string {
   const lines: string[] = [];
   for (const column of info.columns) {
     let line = `${quoteIdent(column.name)} ${column.type}`;
@@ -52,10 +59,10 @@ export function createTableSql(info: TableInfo, target: QualifiedName): string {
       line += ` GENERATED ${column.identity === 'a' ? 'ALWAYS' : 'BY DEFAULT'} AS IDENTITY (${sequence.definition})`;
     } else if (column.defaultExpr !== null) {
       let expr = column.defaultExpr;
-      if (sequence && !sequence.identity) {
-        expr = expr
-          .split(`${escapeLiteral(sequence.regclassText)}::regclass`)
-          .join(regclassLiteral(targetSequenceName(sequence, target)));
+      for (const serial of info.sequences.filter((s) => s.column === column.name && !s.identity)) {
+        const name = sequences.get(serial.regclassText);
+        if (!name) throw new Error(`no target name chosen for sequence ${serial.regclassText}`);
+        expr = expr.split(`${escapeLiteral(serial.regclassText)}::regclass`).join(regclassLiteral(name));
       }
       line += ` DEFAULT ${expr}`;
     }

@@ -1,8 +1,10 @@
 /**
  * The online apply (syncChanges) against real PostgreSQL, called directly: changes whose keys
  * reach the target in different batches must not trip the target's unique indexes, and the
- * apply's delete-and-reinsert must not fire the target's foreign-key actions or triggers.
+ * apply's delete-and-reinsert must not fire the target's foreign-key actions or triggers; and no
+ * apply — the cutover's final drain is one — may pass while capture is not fully in place.
  */
+import { ApplicationFailure } from '@temporalio/common';
 import { MockActivityEnvironment as SdkMockActivityEnvironment } from '@temporalio/testing';
 import { DefaultLogger } from '@temporalio/worker';
 import { createActivities } from '../../activities';
@@ -10,7 +12,7 @@ import { copyTableOf, MigrationPlan } from '../../src/plan';
 import { ConnectionRegistry } from '../../src/db/connections';
 import { silentLogger } from '../../src/logger';
 import { parseSpec } from '../../src/spec';
-import { rowsAsText, TestDatabases } from '../helpers/databases';
+import { objectInventory, rowsAsText, TestDatabases } from '../helpers/databases';
 
 class MockActivityEnvironment extends SdkMockActivityEnvironment {
   constructor() {
@@ -132,5 +134,52 @@ describe('the online apply', () => {
       expect(await rowsAsText(dbs, 'target', table, key)).toEqual(await rowsAsText(dbs, 'source', table, key));
     }
     expect(await dbs.query('target', 'SELECT * FROM public.audit')).toEqual([]);
+  });
+
+  it('refuses to apply while a capture trigger is missing or does not fire for every session', async () => {
+    await dbs.exec('source', `CREATE TABLE public.notes (id int PRIMARY KEY, body text);
+      INSERT INTO public.notes SELECT g, 'n' || g FROM generate_series(1, 10) g;`);
+    const plan = await migrate('intact', ['public.notes']);
+    await dbs.exec('target', `INSERT INTO public.notes SELECT g, 'n' || g FROM generate_series(1, 10) g`);
+    const [{ capture, truncate }] = await dbs.query<{ capture: string; truncate: string }>(
+      'source',
+      `SELECT max(tgname) FILTER (WHERE tgname LIKE 'ferry\\_capture\\_%') AS capture, max(tgname) FILTER (WHERE tgname LIKE 'ferry\\_no\\_truncate\\_%') AS truncate
+         FROM pg_trigger WHERE tgrelid = 'public.notes'::regclass`,
+    );
+    const failure = async () => (await sync('intact', plan, 0, 100).catch((e: unknown) => e)) as ApplicationFailure;
+    // Without superuser there is no DDL guard, and the table's owner may alter its triggers.
+    await dbs.exec('source', `DO $$ DECLARE t text; BEGIN FOR t IN SELECT evtname FROM pg_event_trigger LOOP EXECUTE format('DROP EVENT TRIGGER %I', t); END LOOP; END $$`);
+
+    // ENABLE (without ALWAYS): the trigger no longer fires for sessions that write as a replica.
+    await dbs.exec('source', `ALTER TABLE public.notes ENABLE TRIGGER ${capture}`);
+    let err = await failure();
+    expect(err).toBeInstanceOf(ApplicationFailure);
+    expect({ type: err.type, nonRetryable: err.nonRetryable }).toEqual({ type: 'CaptureLost', nonRetryable: true });
+    expect(err.message).toContain(`trigger ${capture} on public.notes is enabled for origin sessions only`);
+
+    await dbs.exec('source', `ALTER TABLE public.notes ENABLE ALWAYS TRIGGER ${capture}; UPDATE public.notes SET body = 'logged' WHERE id = 1`);
+    expect((await sync('intact', plan, 0, 100)).applied).toBe(1);
+
+    await dbs.exec('source', `DROP TRIGGER ${truncate} ON public.notes`);
+    err = await failure();
+    expect(err.type).toBe('CaptureLost');
+    expect(err.message).toContain(`trigger ${truncate} on public.notes was dropped`);
+    expect(await rowsAsText(dbs, 'target', 'public.notes', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.notes', 'id'));
+  });
+
+  it('removes capture from a partitioned table and all its partitions', async () => {
+    // Several partitions, so that some come before the partitioned table in any unordered listing.
+    await dbs.exec('source', `CREATE TABLE public.events (id int, part int, PRIMARY KEY (id, part)) PARTITION BY LIST (part);
+      ${[0, 1, 2, 3, 4, 5].map((p) => `CREATE TABLE public.events_${p} PARTITION OF public.events FOR VALUES IN (${p});`).join('\n')}
+      INSERT INTO public.events SELECT g, g % 6 FROM generate_series(1, 60) g;`);
+    const tables = `CREATE TABLE public.events (id int, part int, PRIMARY KEY (id, part)) PARTITION BY LIST (part);
+      CREATE TABLE public.events_all PARTITION OF public.events DEFAULT;`;
+    await dbs.exec('target', tables);
+    const before = await objectInventory(dbs, 'source');
+    await migrate('partitioned', ['public.events']);
+    expect(await dbs.query('source', `SELECT count(*)::int AS n FROM pg_trigger WHERE tgname LIKE 'ferry\\_capture\\_%'`)).toEqual([{ n: 7 }]);
+    const { pending } = await run(() => activities.releaseSource({ migrationId: 'partitioned', source: 'src', freeze: 'remove' }));
+    expect(pending).toEqual([]);
+    expect(await objectInventory(dbs, 'source')).toEqual(before);
   });
 });

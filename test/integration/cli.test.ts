@@ -2,15 +2,18 @@
  * The `ferry` command line as an operator uses it: real processes, real exit codes, against a
  * dev server, a worker and two PostgreSQL databases.
  */
+import { randomBytes } from 'node:crypto';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { objectInventory, rowsAsText, TestDatabases } from '../helpers/databases';
+import { adminUrl, objectInventory, rowsAsText, TestDatabases, withClient } from '../helpers/databases';
 import { TestStack } from '../helpers/stack';
 
 describe('the ferry CLI', () => {
   let dbs: TestDatabases;
   let stack: TestStack;
+  // A role that may read the target but not write as a replica there.
+  const role = `ferry_cli_${randomBytes(3).toString('hex')}`;
   const dir = mkdtempSync(join(tmpdir(), 'ferry-cli-'));
   const file = (name: string, text: string) => {
     const path = join(dir, name);
@@ -23,12 +26,16 @@ describe('the ferry CLI', () => {
     await dbs.exec('source', `CREATE TABLE public.customers (id int PRIMARY KEY, name text NOT NULL, email text UNIQUE);
       INSERT INTO public.customers SELECT g, 'customer ' || g, 'c' || g || '@example.com' FROM generate_series(1, 2500) g;
       CREATE TABLE public.keyless (v int);`);
-    stack = await TestStack.start({ connections: { legacy: dbs.url('source'), v2: dbs.url('target') } });
+    await withClient(adminUrl(), (c) => c.query(`CREATE ROLE ${role} LOGIN`));
+    const limited = new URL(dbs.url('target'));
+    limited.username = role;
+    stack = await TestStack.start({ connections: { legacy: dbs.url('source'), v2: dbs.url('target'), limited: limited.toString() } });
   });
 
   afterAll(async () => {
     await stack?.teardown();
     await dbs?.drop();
+    await withClient(adminUrl(), (c) => c.query(`DROP ROLE IF EXISTS ${role}`));
   });
 
   it('start --wait migrates, exits 0, and status/result/list report it', async () => {
@@ -99,5 +106,32 @@ describe('the ferry CLI', () => {
     expect(run.stdout).toMatch(/migration cli-fails FAILED/);
     expect(run.stdout).toMatch(/violates check constraint "pos"/);
     expect((await stack.runCli(['result', 'cli-fails'])).code).toBe(1);
+  });
+
+  it('validate --connect lists a prepared target\'s triggers and foreign keys, and both refuse them online when Ferry cannot write as a replica', async () => {
+    const tables = `CREATE TABLE public.parents (id int PRIMARY KEY, name text);
+      CREATE TABLE public.children (id int PRIMARY KEY, parent_id int NOT NULL REFERENCES public.parents (id) ON DELETE CASCADE);`;
+    await dbs.exec('source', `${tables} INSERT INTO public.parents VALUES (1, 'p'); INSERT INTO public.children VALUES (1, 1);`);
+    await dbs.exec('target', `${tables}
+      CREATE FUNCTION public.audit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
+      CREATE TRIGGER audit AFTER INSERT OR UPDATE OR DELETE ON public.parents FOR EACH ROW EXECUTE FUNCTION public.audit();
+      GRANT SELECT ON ALL TABLES IN SCHEMA public TO ${role};`);
+    const body = 'source: legacy\nmode: online\ntables: [public.parents, public.children]\n';
+    const plan = await stack.runCli(['validate', file('prepared.yaml', `target: v2\n${body}`), '--connect']);
+    expect(plan.code).toBe(0);
+    expect(plan.stdout).toContain("    note: trigger audit on public.parents does not fire on Ferry's writes (they run as a replica)\n");
+    expect(plan.stdout).toContain('    note: foreign key children_parent_id_fkey of public.children (→ public.parents) is neither checked nor acted on');
+
+    const before = [await objectInventory(dbs, 'source'), await objectInventory(dbs, 'target')];
+    const spec = file('limited.yaml', `id: cli-limited\ntarget: limited\n${body}`);
+    for (const args of [['validate', spec, '--connect'], ['start', spec]]) {
+      const run = await stack.runCli(args);
+      expect(run.code).toBe(2);
+      expect(run.stderr).toContain('refused (TargetTriggersFire)');
+      expect(run.stderr).toContain('target table public.parents has trigger audit on public.parents, foreign key children_parent_id_fkey');
+      expect(run.stderr).toContain(`GRANT SET ON PARAMETER session_replication_role TO ${role}`);
+    }
+    expect((await stack.runCli(['status', 'cli-limited'])).code).toBe(1);
+    expect([await objectInventory(dbs, 'source'), await objectInventory(dbs, 'target')]).toEqual(before);
   });
 });

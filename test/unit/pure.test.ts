@@ -6,7 +6,7 @@ import { autoChunkCount, pickBoundaries, rangesFromBoundaries, validationUnits }
 import { nextRoundKeys } from '../../activities/sync-changes';
 import { sameCollation } from '../../activities/preflight';
 import { formatDuration, parseDuration } from '../../src/duration';
-import { displayQualified, parseQualifiedName, quoteIdent, quoteQualified } from '../../src/identifiers';
+import { displayQualified, parseQualifiedName, quoteIdent, quoteQualified, withSuffix } from '../../src/identifiers';
 import { arrayLiteral, keyInList, keyPredicate, literalBinder, ParamBinder } from '../../src/db/ranges';
 import { classify } from '../../src/db/errors';
 
@@ -42,6 +42,14 @@ describe('identifiers', () => {
     expect(parseQualifiedName('a.b.c')).toMatch(/schema\.table/);
     expect(parseQualifiedName(`public.${'x'.repeat(64)}`)).toMatch(/longer than 63 bytes/);
     expect(displayQualified({ schema: 'app', name: 'Order Lines' })).toBe('app."Order Lines"');
+  });
+
+  it('adds a suffix within 63 bytes, cutting the name on a character boundary', () => {
+    expect(withSuffix('items_id_seq', '_ferry_1')).toBe('items_id_seq_ferry_1');
+    expect(withSuffix('x'.repeat(63), '_ferry_12')).toBe(`${'x'.repeat(54)}_ferry_12`);
+    const cut = withSuffix('é'.repeat(40), '_ferry_1');
+    expect(new TextEncoder().encode(cut).length).toBeLessThanOrEqual(63);
+    expect(cut).toBe(`${'é'.repeat(27)}_ferry_1`);
   });
 });
 

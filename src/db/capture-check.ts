@@ -1,0 +1,78 @@
+/**
+ * Is a table's change capture still to be trusted? Checked by every sync slice, the cutover's
+ * final drain included: capture that was removed or disabled behind Ferry's back (the table's
+ * owner can drop or disable a trigger; the DDL guard watches only ALTER and DROP of the table
+ * itself, and exists only for a superuser) means changes that were never logged, and a column
+ * added or changed means a copy that no longer matches the table. Either way the migration must
+ * stop rather than cut over.
+ */
+import { ApplicationFailure } from '@temporalio/common';
+import { ClientBase } from 'pg';
+import { displayQualified, quoteQualified } from '../identifiers';
+import type { CopyTable } from '../plan';
+import { CAPTURE_SCHEMA, FINGERPRINT_SQL, freezeStateSequence, PARTITIONS_SQL, triggerNames } from './capture-sql';
+
+/**
+ * The triggers capture needs that are missing or not ENABLE ALWAYS, on the table and on each
+ * of its partitions: the row trigger, the TRUNCATE refusal and, once armed, the freeze.
+ */
+const MISSING_TRIGGERS_SQL = `
+WITH tree AS (
+  SELECT relid, level FROM pg_catalog.pg_partition_tree($1::regclass)
+  UNION SELECT $1::regclass, 0
+)
+SELECT tree.relid::regclass::text AS relation, want.name AS trigger, t.tgenabled::text AS enabled
+  FROM tree
+ CROSS JOIN LATERAL unnest(CASE WHEN tree.level = 0 THEN $2::text[] ELSE $3::text[] END) AS want(name)
+  LEFT JOIN pg_catalog.pg_trigger t ON t.tgrelid = tree.relid AND t.tgname = want.name
+ WHERE t.tgenabled IS DISTINCT FROM 'A'
+ ORDER BY tree.level, 1, 2`;
+
+const STATES: Record<string, string> = { D: 'disabled', O: 'enabled for origin sessions only', R: 'enabled for replica sessions only' };
+
+function captureLost(table: CopyTable, what: string): ApplicationFailure {
+  return ApplicationFailure.nonRetryable(
+    `change capture of ${displayQualified(table.source)} was removed behind Ferry's back: ${what}; ` +
+      'changes made since were not logged, so the target cannot be trusted — the migration stops without cutting over; start it again',
+    'CaptureLost',
+  );
+}
+
+export async function assertCaptureIntact(source: ClientBase, input: { migrationId: string; table: CopyTable }): Promise<void> {
+  const { table } = input;
+  // partitions through to_jsonb: a captures table of an older Ferry has no such column.
+  const { rows } = await source.query(
+    `SELECT relid, fingerprint, to_jsonb(c) ->> 'partitions' AS partitions FROM ${CAPTURE_SCHEMA}.captures c WHERE migration_id = $1 AND table_index = $2`,
+    [input.migrationId, table.index],
+  );
+  if (rows.length === 0) throw captureLost(table, 'its registration is gone from the source');
+  const now = await source.query(FINGERPRINT_SQL, [rows[0].relid]);
+  if (now.rows[0].fingerprint !== rows[0].fingerprint) {
+    throw ApplicationFailure.nonRetryable(
+      `${displayQualified(table.source)} was altered on the source during the online migration (columns now: ${now.rows[0].fingerprint}); ` +
+        'the copy no longer matches it — cancel, apply the change to the target too, and start again',
+      'SchemaChanged',
+    );
+  }
+  // A partition attached, detached or added since capture lacks (or keeps) the freeze and the
+  // TRUNCATE refusal.
+  if (rows[0].partitions !== null) {
+    const partitions = await source.query(PARTITIONS_SQL, [rows[0].relid]);
+    if (partitions.rows[0].partitions !== rows[0].partitions) {
+      throw ApplicationFailure.nonRetryable(
+        `the partitions of ${displayQualified(table.source)} changed on the source during the online migration (now: ${partitions.rows[0].partitions || 'none'}); ` +
+          'cancel, and start again once they are as they should stay',
+        'SchemaChanged',
+      );
+    }
+  }
+  const names = triggerNames(input.migrationId);
+  const armed = await source.query('SELECT to_regclass($1) IS NOT NULL AS present', [quoteQualified(freezeStateSequence(input.migrationId))]);
+  const onTable = [names.capture, names.truncate, ...(armed.rows[0].present ? [names.freeze] : [])];
+  // Partitions carry the TRUNCATE refusal and the freeze of their own, and a clone of the row trigger.
+  const missing = await source.query(MISSING_TRIGGERS_SQL, [rows[0].relid, onTable, onTable]);
+  if (missing.rows.length > 0) {
+    const { relation, trigger, enabled } = missing.rows[0];
+    throw captureLost(table, `trigger ${trigger} on ${relation} ${enabled === null ? 'was dropped' : `is ${STATES[enabled] ?? `in state ${enabled}`}`}`);
+  }
+}

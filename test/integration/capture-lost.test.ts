@@ -1,0 +1,100 @@
+/**
+ * Capture removed behind Ferry's back during an online migration: a capture trigger dropped by
+ * the table's owner, or disabled on one partition, means changes that were never logged. The
+ * migration must fail with CaptureLost — never cut over — and roll back to exactly what was there.
+ */
+import { objectInventory, TestDatabases } from '../helpers/databases';
+import { resultWithin, TestStack, waitForPhase } from '../helpers/stack';
+
+const EVENTS = `
+CREATE TABLE public.events (id int, day date, v text, PRIMARY KEY (id, day)) PARTITION BY RANGE (day);
+CREATE TABLE public.events_2024 PARTITION OF public.events FOR VALUES FROM ('2024-01-01') TO ('2025-01-01');
+CREATE TABLE public.events_2025 PARTITION OF public.events FOR VALUES FROM ('2025-01-01') TO ('2026-01-01');`;
+
+const SCHEMA = `
+CREATE TABLE public.accounts (id bigint PRIMARY KEY, balance numeric(12,2), note text);
+INSERT INTO public.accounts SELECT g, g / 10.0, 'seed ' || g FROM generate_series(1, 5000) g;
+${EVENTS}
+INSERT INTO public.events SELECT g, date '2024-01-01' + g % 700, 'e' || g FROM generate_series(1, 3000) g;
+ANALYZE;`;
+
+describe('an online migration whose capture is removed behind its back', () => {
+  let dbs: TestDatabases;
+  let stack: TestStack;
+
+  beforeAll(async () => {
+    stack = await TestStack.start({ connections: {} });
+  });
+
+  afterAll(async () => {
+    await stack?.teardown();
+  });
+
+  beforeEach(async () => {
+    dbs = await TestDatabases.create('lost', ['source', 'target']);
+    await dbs.exec('source', SCHEMA);
+    // Ferry copies a partitioned table into a partitioned target prepared beforehand.
+    await dbs.exec('target', EVENTS);
+    await stack.stopInProcessWorkers();
+    stack.env.FERRY_CONN_LIVE = dbs.url('source');
+    stack.env.FERRY_CONN_NEXT = dbs.url('target');
+    await stack.startWorker();
+  });
+
+  afterEach(async () => {
+    await dbs?.drop();
+  });
+
+  const spec = (approvalTimeout: string) => ({
+    source: 'live',
+    target: 'next',
+    mode: 'online',
+    tables: ['public.accounts', 'public.events'],
+    cutover: { approval: 'manual', approvalTimeout },
+  });
+
+  const captureTrigger = async (table: string) =>
+    (await dbs.query<{ tgname: string }>('source', `SELECT tgname FROM pg_trigger WHERE tgrelid = $1::regclass AND tgname LIKE 'ferry\\_capture\\_%'`, [table]))[0]
+      .tgname;
+
+  const inventories = async () => ({ source: await objectInventory(dbs, 'source'), target: await objectInventory(dbs, 'target') });
+
+  it('fails with CaptureLost when the capture trigger is dropped, even when the cutover is approved at once', async () => {
+    const before = await inventories();
+    const { id } = await stack.ferry.start(spec('5m'), { id: 'lost-dropped' });
+    await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL');
+    // DROP TRIGGER passes the DDL guard (it refuses ALTER and DROP of the table itself).
+    await dbs.exec('source', `DROP TRIGGER ${await captureTrigger('public.accounts')} ON public.accounts;
+      UPDATE public.accounts SET note = 'never logged' WHERE id <= 10;`);
+    await stack.ferry.approve(id);
+    const result = await resultWithin(stack.ferry, id, 60_000);
+
+    expect(result.state).toBe('FAILED');
+    expect(result.error?.type).toBe('CaptureLost');
+    expect(result.error?.message).toMatch(/public\.accounts/);
+    expect(result.events).toEqual(expect.arrayContaining([expect.objectContaining({ type: 'CaptureLost', table: 'public.accounts' })]));
+    expect(result.events.map((e) => e.type)).not.toContain('CutoverCompleted');
+    expect(await inventories()).toEqual(before);
+    expect(await dbs.query('target', 'SELECT count(*)::int AS n FROM public.events')).toEqual([{ n: 0 }]);
+    await dbs.exec('source', `UPDATE public.accounts SET note = 'writable' WHERE id = 1`);
+  });
+
+  it('fails with CaptureLost when the capture trigger is disabled on one partition, without waiting for the approval', async () => {
+    const before = await inventories();
+    const { id } = await stack.ferry.start(spec('10m'), { id: 'lost-disabled' });
+    await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL');
+    // ALTER TABLE of a partition is not the migrated table's: the DDL guard lets it through.
+    await dbs.exec('source', `ALTER TABLE public.events_2025 DISABLE TRIGGER ${await captureTrigger('public.events')};
+      INSERT INTO public.events VALUES (100000, '2025-06-01', 'never logged');`);
+    const result = await resultWithin(stack.ferry, id, 60_000);
+
+    expect(result.state).toBe('FAILED');
+    expect(result.error?.type).toBe('CaptureLost');
+    expect(result.error?.message).toMatch(/public\.events_2025 is disabled/);
+    expect(result.events).toEqual(expect.arrayContaining([expect.objectContaining({ type: 'CaptureLost', table: 'public.events' })]));
+    const status = await stack.ferry.status(id);
+    expect(status.error).toMatchObject({ type: 'CaptureLost' });
+    expect(await inventories()).toEqual(before);
+    expect(await dbs.query('target', 'SELECT count(*)::int AS n FROM public.events')).toEqual([{ n: 0 }]);
+  });
+});
