@@ -438,7 +438,9 @@ export class FerryClient {
       const result = await Promise.race([handle.result() as Promise<CleanupResult>, waited]);
       if (!result) return { done: false, workflowId };
       const completed = succeeded || result.completed === true;
-      return { done: true, workflowId, completed, freezeRemoved: !completed || input.freeze === 'remove', dropped: result.dropped ?? [] };
+      // A completed cutover keeps its freeze, unless the migration itself asked to lift it.
+      const freezeRemoved = !completed || (succeeded && input.freeze === 'remove');
+      return { done: true, workflowId, completed, freezeRemoved, dropped: result.dropped ?? [] };
     } finally {
       clearTimeout(timer);
     }

@@ -120,6 +120,7 @@ export const planSchema = z.strictObject({
         rowsEstimated: z.number().min(0),
         chunks: z.array(z.strictObject({ index: z.number().int().min(0).max(10_000), lower: key.nullable(), upper: key.nullable() })).min(1).max(256),
         validationUnits: z.array(z.strictObject({ chunk: z.number().int().min(0).max(10_000), lower: key.nullable(), upper: key.nullable() })).max(100_000).optional(),
+        notes: z.array(z.string().max(2000)).max(1000).optional(),
         targetExisted: z.boolean(),
         sourceWrites: z.number().min(0),
       }),

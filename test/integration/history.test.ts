@@ -121,7 +121,9 @@ describe('a migration that runs for a long time', () => {
     await stack.client.workflow.getHandle(id).terminate('terminated after the cutover');
     const cleanup = await stack.runCli(['cleanup', id]);
     expect(cleanup.code).toBe(0);
-    expect(cleanup.stdout).toMatch(/had completed its cutover: the target's tables stay/);
+    expect(cleanup.stdout).toBe(
+      "history-completed: capture removed from the source; the freeze stays (ferry unfreeze history-completed lifts it); the target's tables stay (it had completed its cutover)\n",
+    );
     for (const [table, key] of TABLES) {
       expect(await rowsAsText(dbs, 'target', table, key)).toEqual(await rowsAsText(dbs, 'source', table, key));
     }

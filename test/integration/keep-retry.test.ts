@@ -93,7 +93,7 @@ describe('an online migration kept after a failure', () => {
 
     const cleanup = await stack.runCli(['cleanup', 'keep-cleanup']);
     expect(cleanup.stderr).toBe('');
-    expect(cleanup.stdout).toBe('keep-cleanup: capture and freeze removed from the source; dropped on the target: table public.accounts\n');
+    expect(cleanup.stdout).toBe('keep-cleanup: capture, guard and freeze removed from the source; dropped on the target: table public.accounts\n');
     expect(cleanup.code).toBe(0);
     expect({ source: await objectInventory(dbs, 'source'), target: await objectInventory(dbs, 'target') }).toEqual(before);
     await dbs.exec('source', `UPDATE public.accounts SET note = 'writable' WHERE id = 1; TRUNCATE public.accounts`);
