@@ -116,6 +116,7 @@ export function createFreezeActivities({ connections, logger }: ActivityDeps) {
           const rel = await db.query('SELECT to_regclass($1)::oid::int8 AS relid', [quoteQualified(table)]);
           if (rel.rows[0].relid) relids.push(...(await relationTree(db, Number(rel.rows[0].relid))).map((r) => r.relid));
         }
+        let first: string | undefined;
         for (;;) {
           const blockers = (await db.query(WRITERS_SQL, [relids, input.frozenAt])).rows.map(
             (r): Blocker => ({
@@ -136,7 +137,11 @@ export function createFreezeActivities({ connections, logger }: ActivityDeps) {
             }
           }
           ctx.heartbeat({ blockers });
-          if (Date.now() - started >= input.sliceMs) return { blockers, terminated };
+          // Back to the workflow when the slice is over, or as soon as one of them has ended
+          // (the status then names who is left).
+          const now = blockers.map((b) => b.pid).join(',');
+          first ??= now;
+          if (Date.now() - started >= input.sliceMs || now !== first) return { blockers, terminated };
           await ctx.sleep(POLL_MS);
         }
       });

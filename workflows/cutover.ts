@@ -29,8 +29,12 @@ import { MigrationContext } from './context';
 import { finishSyncSignal } from './definitions';
 import { SLICE_MS, SYNC_BATCH_KEYS, tableMigrationWorkflow } from './table';
 
-/** How long one wait for writers runs before it reports who still blocks. */
-const WRITERS_SLICE_MS = 5_000;
+/**
+ * How long one wait for writers runs before it reports who still blocks: soon at first, then —
+ * while the same sessions block — longer, so a long wait (onBlocked: wait) adds little history.
+ */
+const WRITERS_FIRST_SLICE_MS = 5_000;
+const WRITERS_LONGEST_SLICE_MS = 60_000;
 
 export interface CutoverInput {
   ctx: MigrationContext;
@@ -80,14 +84,17 @@ async function awaitWriters(ctx: MigrationContext, frozenAt: string): Promise<vo
   const tables = ctx.plan.tables.map((t) => t.source);
   let reported = '';
   let waitingFor: Blocker[] = [];
+  let sliceMs = WRITERS_FIRST_SLICE_MS;
   for (;;) {
     const terminate = onBlocked === 'terminate' && Date.now() >= deadline;
+    // Never past the deadline, where onBlocked acts.
+    const untilDeadline = deadline - Date.now();
     const { blockers, terminated } = await cutoverSteps.awaitWriters({
       migrationId: id,
       source: spec.source,
       tables,
       frozenAt,
-      sliceMs: WRITERS_SLICE_MS,
+      sliceMs: untilDeadline > 0 && onBlocked !== 'wait' ? Math.min(sliceMs, untilDeadline) : sliceMs,
       terminate,
     });
     tracker.setBlockers(blockers);
@@ -96,6 +103,7 @@ async function awaitWriters(ctx: MigrationContext, frozenAt: string): Promise<vo
       const ended = [...waitingFor, ...blockers].filter((b, i, all) => terminated.includes(b.pid) && all.findIndex((x) => x.pid === b.pid) === i);
       tracker.event('CutoverBlocked', undefined, { blockers: ended, terminated });
     } else if (seen && seen !== reported) tracker.event('CutoverBlocked', undefined, { blockers });
+    sliceMs = seen === reported ? Math.min(WRITERS_LONGEST_SLICE_MS, sliceMs * 2) : WRITERS_FIRST_SLICE_MS;
     reported = seen;
     if (blockers.length > 0) waitingFor = blockers;
     if (blockers.length === 0) return;
