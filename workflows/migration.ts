@@ -23,6 +23,7 @@ import { innermostApplicationFailure, rootMessage } from '../src/failures';
 import { FerrySourceKey, FerryTargetKey, PATCHES } from '../src/names';
 import { checkThrottle, Spec, SpecError } from '../src/spec';
 import { checkPlan, MigrationPlan } from '../src/plan';
+import { tablesSharing } from '../src/rate';
 import { ErrorInfo, resultDocument, ResultDocument } from '../src/status';
 import { checks, notify, steps } from './proxies';
 import { COPIED, derivePhase, MigrationContext, MigrationOptions } from './context';
@@ -78,8 +79,8 @@ export async function migrationWorkflow(specInput: unknown, options: MigrationOp
   const children = new Map<number, ChildWorkflowHandle<typeof tableMigrationWorkflow>>();
   // The rate cap is the migration's: the tables copying at once share it, and each splits its
   // share among its chunks. The share is resent when the number of tables copying changes.
-  const tablesSharing = () => Math.max(1, Math.min(spec.parallelism.tables, tracker.tables.filter((t) => !COPIED.has(t.phase)).length));
-  const forwarded = (): Control => (control.rowsPerSecond ? { ...control, tablesSharing: tablesSharing() } : control);
+  const sharing = () => tablesSharing(spec.parallelism.tables, tracker.tables.filter((t) => !COPIED.has(t.phase)).length);
+  const forwarded = (): Control => (control.rowsPerSecond ? { ...control, tablesSharing: sharing() } : control);
   let sharingSent: number | undefined;
   const forward = () => {
     const c = forwarded();
@@ -117,7 +118,7 @@ export async function migrationWorkflow(specInput: unknown, options: MigrationOp
     tracker.applyProgress(p);
     derivePhase(tracker, spec);
     // (Executions begun before the cap was shared sent control only on signals.)
-    if (control.rowsPerSecond && p.phase && tablesSharing() !== sharingSent && patched(PATCHES.shareRateCapAcrossTables)) forward();
+    if (control.rowsPerSecond && p.phase && sharing() !== sharingSent && patched(PATCHES.shareRateCapAcrossTables)) forward();
   });
 
   // Event webhooks, when asked for: one delivery per event, each with its own idempotency key.

@@ -10,9 +10,9 @@ import {
   ActivityCancellationType,
   allHandlersFinished,
   ApplicationFailure,
-  CancellationScope,
   condition,
   continueAsNew,
+  ExternalWorkflowHandle,
   getExternalWorkflowHandle,
   patched,
   proxyActivities,
@@ -20,14 +20,16 @@ import {
   workflowInfo,
 } from '@temporalio/workflow';
 import type { Activities } from '../activities';
-import type { SyncInput } from '../activities/sync-changes';
+import type { SyncInput, SyncResult } from '../activities/sync-changes';
 import { innermostApplicationFailure } from '../src/failures';
 import { displayQualified } from '../src/identifiers';
 import { ChunkCheckpoint, CopyTable, copyTableOf, KeyRange, TablePlan } from '../src/plan';
-import { Phase, phaseMachine, Transition } from '../src/state-machine';
+import { chunkRateCap } from '../src/rate';
+import { Phase, phaseMachine, StateMachine, Transition } from '../src/state-machine';
 import { ChunkStatus, EventType, TableStatus } from '../src/status';
 import { PATCHES } from '../src/names';
 import { runBounded } from './bounded';
+import { Slices } from './slices';
 import { Control, controlSignal, finishSyncSignal, startCopySignal, TableProgress, tableProgressSignal, tableStateQuery } from './definitions';
 import { buildTableIndexes } from './table-indexes';
 
@@ -119,264 +121,373 @@ export interface TableWorkflowResult {
 }
 
 export async function tableMigrationWorkflow(input: TableWorkflowInput): Promise<TableWorkflowResult> {
-  // Executions begun before it pushed every slice's progress and the lag to the parent.
-  const progressByQuery = patched(PATCHES.progressByQuery);
-  const { table } = input;
-  const label = displayQualified(table.source);
-  const carried = input.carried;
-  const machine = phaseMachine(carried?.phase ?? 'PENDING', carried?.transitions);
-  const chunks: ChunkState[] =
-    carried?.chunks ?? table.chunks.map(() => ({ status: { state: 'PENDING', rowsCopied: 0, checkpoint: null }, fence: 0 }));
-  const sync: SyncState = carried?.sync ?? {
-    fence: 0,
-    applied: 0,
-    validationBegun: false,
-    validated: false,
-    validationRounds: 0,
-    caughtUpReported: false,
-    lastRecheckAt: 0,
-    lastLagReportAt: 0,
-  };
-  let repairedRanges = carried?.repairedRanges ?? 0;
-  let control: Control = input.control;
-  let copyAllowed = carried?.copyAllowed ?? !input.waitForCopySlot;
-  let finishRequested = false;
-  // Activity slices in flight; a control change (pause, throttle, cutover) interrupts them. They
-  // stop after their current batch, whose checkpoint is committed, and the next slice carries on.
-  const slices = new Map<CancellationScope, 'copy' | 'sync'>();
-  let controlVersion = 0;
-  const interrupt = (kinds: ('copy' | 'sync')[]) => {
-    controlVersion += 1;
-    for (const [scope, kind] of slices) if (kinds.includes(kind)) scope.cancel();
-  };
-  const interruptible = async <T>(kind: 'copy' | 'sync', fn: () => Promise<T>): Promise<T | undefined> => {
-    const scope = new CancellationScope();
-    const version = controlVersion;
-    slices.set(scope, kind);
-    try {
-      return await scope.run(fn);
-    } catch (err) {
-      // However an interrupted slice ended (cancelled, or timed out on a dead worker), its
-      // committed work stands; anything else is a real failure.
-      if (controlVersion !== version && !CancellationScope.current().consideredCancelled) return undefined;
-      throw err;
-    } finally {
-      slices.delete(scope);
-    }
-  };
-  setHandler(controlSignal, (c) => {
-    control = c;
-    // Executions begun before control changes interrupted copy slices too: there, only a pause
-    // stopped a running sync slice (replaying their histories must issue the same commands).
-    if (patched(PATCHES.interruptSlicesOnControl)) interrupt(['copy', 'sync']);
-    else if (c.paused) interrupt(['sync']);
-  });
-  setHandler(startCopySignal, () => {
-    copyAllowed = true;
-  });
-  setHandler(finishSyncSignal, () => {
-    finishRequested = true;
-    interrupt(['copy', 'sync']);
-  });
-  setHandler(tableStateQuery, () => ({ phase: machine.state, rowsCopied: rowsCopied(chunks), chunks: chunks.map((c) => c.status), lag: sync.lag }));
+  return new TableRun(input).run();
+}
 
-  const parent = getExternalWorkflowHandle(input.parentWorkflowId);
-  const report = (p: Omit<TableProgress, 'tableIndex'>) => parent.signal(tableProgressSignal, { tableIndex: table.index, ...p });
-  const event = (type: EventType, detail?: Record<string, unknown>) => report({ event: { type, detail } });
-  // Capture removed behind Ferry's back fails the sync for good; the parent hears why first.
-  const syncChanges = async (args: SyncInput) => {
-    try {
-      return await copy.syncChanges(args);
-    } catch (err) {
-      const failure = innermostApplicationFailure(err);
-      if (failure?.type === 'CaptureLost' && patched(PATCHES.captureLostEvent)) await event('CaptureLost', { message: failure.message });
-      throw err;
-    }
-  };
-  const move = async (to: Phase, reason?: string) => {
-    machine.to(to, new Date().toISOString(), reason);
-    await report({ phase: to });
-  };
-  const copyTable = copyTableOf(table);
-  const nextFence = (holder: { fence: number }) => {
-    holder.fence = Math.max(Date.now(), holder.fence + 1);
-    return holder.fence;
-  };
-  const historyFull = () => workflowInfo().continueAsNewSuggested || workflowInfo().historyLength >= (input.historyLimit ?? 10_000);
-  const carryOn = async (): Promise<never> => {
-    await condition(allHandlersFinished);
-    return continueAsNew<typeof tableMigrationWorkflow>({
-      ...input,
-      control,
-      carried: { phase: machine.state, transitions: machine.transitions, chunks, copyAllowed, sync, repairedRanges },
+/**
+ * One table's run: its state in fields, its phases as methods. The order of the commands it
+ * issues is what recorded histories replay against: reorder nothing without patched().
+ */
+class TableRun {
+  /** Executions begun before it pushed every slice's progress and the lag to the parent. */
+  private readonly progressByQuery = patched(PATCHES.progressByQuery);
+  private readonly table: TablePlan;
+  private readonly copyTable: CopyTable;
+  private readonly label: string;
+  private readonly machine: StateMachine<Phase>;
+  private readonly chunks: ChunkState[];
+  private readonly sync: SyncState;
+  private readonly slices = new Slices();
+  private readonly parent: ExternalWorkflowHandle;
+  private repairedRanges: number;
+  private control: Control;
+  private copyAllowed: boolean;
+  private finishRequested = false;
+
+  constructor(private readonly input: TableWorkflowInput) {
+    const carried = input.carried;
+    this.table = input.table;
+    this.copyTable = copyTableOf(input.table);
+    this.label = displayQualified(input.table.source);
+    this.machine = phaseMachine(carried?.phase ?? 'PENDING', carried?.transitions);
+    this.chunks = carried?.chunks ?? input.table.chunks.map(() => ({ status: { state: 'PENDING', rowsCopied: 0, checkpoint: null }, fence: 0 }));
+    this.sync = carried?.sync ?? {
+      fence: 0,
+      applied: 0,
+      validationBegun: false,
+      validated: false,
+      validationRounds: 0,
+      caughtUpReported: false,
+      lastRecheckAt: 0,
+      lastLagReportAt: 0,
+    };
+    this.repairedRanges = carried?.repairedRanges ?? 0;
+    this.control = input.control;
+    this.copyAllowed = carried?.copyAllowed ?? !input.waitForCopySlot;
+    this.parent = getExternalWorkflowHandle(input.parentWorkflowId);
+    this.listen();
+  }
+
+  private listen(): void {
+    setHandler(controlSignal, (c) => {
+      this.control = c;
+      // Executions begun before control changes interrupted copy slices too: there, only a pause
+      // stopped a running sync slice (replaying their histories must issue the same commands).
+      if (patched(PATCHES.interruptSlicesOnControl)) this.slices.interrupt(['copy', 'sync']);
+      else if (c.paused) this.slices.interrupt(['sync']);
     });
-  };
-
-  if (machine.state === 'PENDING') {
-    await condition(() => copyAllowed);
-    await move('FULL_MIGRATING');
+    setHandler(startCopySignal, () => {
+      this.copyAllowed = true;
+    });
+    setHandler(finishSyncSignal, () => {
+      this.finishRequested = true;
+      this.slices.interrupt(['copy', 'sync']);
+    });
+    setHandler(tableStateQuery, () => ({
+      phase: this.machine.state,
+      rowsCopied: this.rowsCopied(),
+      chunks: this.chunks.map((c) => c.status),
+      lag: this.sync.lag,
+    }));
   }
 
-  if (machine.state === 'FULL_MIGRATING') {
-    await runBounded(
-      chunks.map((_, i) => i),
-      input.chunkParallelism,
-      async (i) => {
-        const chunk = chunks[i];
-        while (chunk.status.state !== 'DONE') {
-          await condition(() => !control.paused);
-          if (historyFull()) return;
-          chunk.status.state = 'COPYING';
-          // The table's share of the cap, split among the chunks that copy at once.
-          const copyingChunks = Math.max(1, Math.min(input.chunkParallelism, chunks.filter((c) => c.status.state !== 'DONE').length));
-          const perChunk = control.rowsPerSecond && control.rowsPerSecond / (control.tablesSharing ?? 1) / copyingChunks;
-          const result = await interruptible('copy', () =>
-            copy.copyChunk({
-              migrationId: input.migrationId,
-              source: input.source,
-              target: input.target,
-              table: copyTable,
-              chunk: table.chunks[i],
-              batchRows: control.batchRows ?? input.batchRows,
-              fence: nextFence(chunk),
-              sliceMs: SLICE_MS,
-              rowsPerSecond: perChunk ? Math.max(1, Math.floor(perChunk)) : undefined,
-            }),
-          );
-          if (!result) continue; // interrupted: the next slice runs under the new control
-          chunk.status = statusOf(result.checkpoint);
-          if (progressByQuery && !result.checkpoint.done) continue; // the tableState query shows it
-          await report({
-            chunk: { index: i, ...chunk.status },
-            event: { type: 'SliceMigrated', detail: { chunk: i, rows: result.rows, bytes: result.bytes, done: result.checkpoint.done } },
-          });
-        }
-      },
-    );
-    if (chunks.some((c) => c.status.state !== 'DONE')) return carryOn();
-    await move('FULL_DONE');
-    await event('TableCopied', { rows: rowsCopied(chunks) });
+  async run(): Promise<TableWorkflowResult> {
+    if (this.machine.state === 'PENDING') {
+      await condition(() => this.copyAllowed);
+      await this.move('FULL_MIGRATING');
+    }
+    if (this.machine.state === 'FULL_MIGRATING') {
+      await runBounded(
+        this.chunks.map((_, i) => i),
+        this.input.chunkParallelism,
+        (i) => this.copyChunk(i),
+      );
+      if (this.chunks.some((c) => c.status.state !== 'DONE')) return this.carryOn();
+      await this.move('FULL_DONE');
+      await this.event('TableCopied', { rows: this.rowsCopied() });
+    }
+    if (this.input.mode === 'full') return this.finishFull();
+    return this.syncUntilCutover();
   }
 
-  // One round of the table's sync, while its indexes are built (online only).
-  const syncRound = async () => {
-    await syncChanges({
-      migrationId: input.migrationId,
-      source: input.source,
-      target: input.target,
-      table: copyTable,
-      fence: nextFence(sync),
+  // ── copy ────────────────────────────────────────────────────────────────────────────────
+
+  /** Slices of one chunk until it is done (or the history is full: the next run goes on). */
+  private async copyChunk(i: number): Promise<void> {
+    const chunk = this.chunks[i];
+    while (chunk.status.state !== 'DONE') {
+      await condition(() => !this.control.paused);
+      if (this.historyFull()) return;
+      chunk.status.state = 'COPYING';
+      const notDone = this.chunks.filter((c) => c.status.state !== 'DONE').length;
+      const result = await this.slices.run('copy', () =>
+        copy.copyChunk({
+          migrationId: this.input.migrationId,
+          source: this.input.source,
+          target: this.input.target,
+          table: this.copyTable,
+          chunk: this.table.chunks[i],
+          batchRows: this.control.batchRows ?? this.input.batchRows,
+          fence: nextFence(chunk),
+          sliceMs: SLICE_MS,
+          rowsPerSecond: chunkRateCap(this.control, this.input.chunkParallelism, notDone),
+        }),
+      );
+      if (!result) continue; // interrupted: the next slice runs under the new control
+      chunk.status = statusOf(result.checkpoint);
+      if (this.progressByQuery && !result.checkpoint.done) continue; // the tableState query shows it
+      await this.report({
+        chunk: { index: i, ...chunk.status },
+        event: { type: 'SliceMigrated', detail: { chunk: i, rows: result.rows, bytes: result.bytes, done: result.checkpoint.done } },
+      });
+    }
+  }
+
+  // ── full mode ───────────────────────────────────────────────────────────────────────────
+
+  private async finishFull(): Promise<TableWorkflowResult> {
+    if (this.machine.state === 'FULL_DONE' && this.input.validation !== 'none') {
+      await this.move('VALIDATING');
+      this.repairedRanges = await this.validateFull();
+      await this.event('ValidationPassed', { mode: this.input.validation, rows: this.rowsCopied(), repairedRanges: this.repairedRanges });
+    }
+    await this.buildIndexes();
+    await this.move('COMPLETED');
+    return { rowsCopied: this.rowsCopied(), repairedRanges: this.repairedRanges };
+  }
+
+  /**
+   * Validates every unit; narrowed mismatches are re-copied and re-checked up to
+   * MAX_REPAIR_ROUNDS times, then the table fails with ConsistencyBreach.
+   */
+  private async validateFull(): Promise<number> {
+    const { input } = this;
+    const mode = input.validation === 'count' ? 'count' : 'checksum';
+    let pending = validationRanges(input.table);
+    let repaired = 0;
+    for (let round = 0; ; round += 1) {
+      const mismatched: { chunk: number; range: KeyRange }[] = [];
+      await runBounded(pending, input.chunkParallelism, async ({ chunk, range }) => {
+        const result = await check.validateChunk({ source: input.source, target: input.target, table: this.copyTable, range, mode });
+        for (const r of result.mismatches) mismatched.push({ chunk, range: r });
+      });
+      if (mismatched.length === 0) return repaired;
+      if (round >= MAX_REPAIR_ROUNDS) {
+        await this.event('ConsistencyBreach', { ranges: mismatched.length, rounds: round });
+        throw ApplicationFailure.nonRetryable(
+          `${this.label}: ${mismatched.length} key range(s) still differ between source and target after ${round} repair round(s); ` +
+            'if the source is being written to, use mode: online',
+          'ConsistencyBreach',
+        );
+      }
+      for (const { chunk, range } of mismatched) {
+        await check.repairRange({ ...this.ref(), table: this.copyTable, chunkIndex: chunk, range, fence: nextFence(this.chunks[chunk]) });
+        repaired += 1;
+      }
+      pending = mismatched;
+    }
+  }
+
+  // ── online mode ─────────────────────────────────────────────────────────────────────────
+
+  /** Applies the change log until the parent asks to finish (cutover), then returns. */
+  private async syncUntilCutover(): Promise<TableWorkflowResult> {
+    if (this.machine.state === 'FULL_DONE') await this.move('INCR_SYNCING', 'copy done; applying the change log');
+    while (!this.finishRequested) {
+      await condition(() => !this.control.paused || this.finishRequested);
+      if (this.finishRequested) break;
+      if (this.historyFull()) return this.carryOn();
+      const result = await this.slices.run('sync', () => this.syncChanges(this.syncSlice()));
+      if (!result) continue;
+      const now = Date.now();
+      await this.recordLag(result, now);
+      if (!result.caughtUp) continue;
+      if (await this.stepTowardsReady()) continue;
+      if (this.input.validation !== 'none' && now - this.sync.lastRecheckAt >= RECHECK_MS) {
+        this.sync.lastRecheckAt = now;
+        await check.checkDirtyKeys({ ...this.ref(), table: this.copyTable });
+        continue;
+      }
+      // An idle table waits longer and longer between looks at its log (up to MAX_IDLE_MS).
+      const { sync } = this;
+      sync.idleMs = !this.progressByQuery ? IDLE_POLL_MS : result.applied > 0 ? IDLE_POLL_MS : Math.min(MAX_IDLE_MS, (sync.idleMs ?? IDLE_POLL_MS) * 2);
+      await condition(() => this.finishRequested, sync.idleMs);
+    }
+    if (this.machine.can('CUTTING_OVER')) await this.move('CUTTING_OVER', 'cutover: the parent drains the last changes');
+    return { rowsCopied: this.rowsCopied(), repairedRanges: this.repairedRanges };
+  }
+
+  /** The next sync slice's input. */
+  private syncSlice(): SyncInput {
+    return {
+      ...this.ref(),
+      table: this.copyTable,
+      fence: nextFence(this.sync),
       sliceMs: SLICE_MS,
       batchKeys: SYNC_BATCH_KEYS,
-      recordDirty: sync.validationBegun,
-      returnWhenCaughtUp: true,
-    });
-  };
-  const buildIndexes = async () => {
-    if (!input.indexes || sync.indexesBuilt) return;
-    const { parallelism } = input.indexes;
-    const built = await buildTableIndexes({ ...input, copyTable, parallelism }, syncRound);
-    sync.indexesBuilt = true;
-    await event('IndexesBuilt', built);
-  };
-
-  if (input.mode === 'full') {
-    if (machine.state === 'FULL_DONE' && input.validation !== 'none') {
-      await move('VALIDATING');
-      repairedRanges = await validateFull(input, copyTable, chunks, nextFence, label);
-      await event('ValidationPassed', { mode: input.validation, rows: rowsCopied(chunks), repairedRanges });
-    }
-    await buildIndexes();
-    await move('COMPLETED');
-    return { rowsCopied: rowsCopied(chunks), repairedRanges };
+      recordDirty: this.sync.validationBegun,
+      // Until ready (validated, indexes built), come back as soon as caught up; afterwards an
+      // execution begun before progress was read by query polls for a whole slice. Otherwise
+      // always: an idle table then holds no activity slot while it waits (its timer), so
+      // hundreds of caught-up tables cannot starve the copies.
+      returnWhenCaughtUp:
+        this.progressByQuery || !this.sync.validated || (this.input.indexes !== undefined && this.machine.state !== 'AWAITING_APPROVAL'),
+    };
   }
 
-  // Online: apply the change log until the parent asks to finish (cutover).
-  if (machine.state === 'FULL_DONE') await move('INCR_SYNCING', 'copy done; applying the change log');
-  while (!finishRequested) {
-    await condition(() => !control.paused || finishRequested);
-    if (finishRequested) break;
-    if (historyFull()) return carryOn();
-    const result = await interruptible('sync', () =>
-      syncChanges({
-        migrationId: input.migrationId,
-        source: input.source,
-        target: input.target,
-        table: copyTable,
-        fence: nextFence(sync),
-        sliceMs: SLICE_MS,
-        batchKeys: SYNC_BATCH_KEYS,
-        recordDirty: sync.validationBegun,
-        // Until ready (validated, indexes built), come back as soon as caught up; afterwards
-        // poll for a whole slice.
-        // With progress read by query, always: an idle table then holds no activity slot while
-        // it waits (the timer below), so hundreds of caught-up tables cannot starve the copies.
-        returnWhenCaughtUp: progressByQuery || !sync.validated || (input.indexes !== undefined && machine.state !== 'AWAITING_APPROVAL'),
-      }),
-    );
-    if (!result) continue;
-    const now = Date.now();
+  /** The lag for the tableState query; to the parent once caught up (and, before progress was read by query, every LAG_REPORT_MS). */
+  private async recordLag(result: SyncResult, now: number): Promise<void> {
+    const { sync } = this;
     sync.applied += result.applied;
     const lag: TableStatus['lag'] = { pendingChanges: result.pending, seconds: result.lagSeconds, changesApplied: sync.applied };
     sync.lag = lag;
     if (result.caughtUp && !sync.caughtUpReported) {
       sync.caughtUpReported = true;
       sync.lastLagReportAt = now;
-      await report({ lag, event: { type: 'IncrementalCaughtUp', detail: { applied: result.applied, lagSeconds: result.lagSeconds } } });
-    } else if (!progressByQuery && now - sync.lastLagReportAt >= LAG_REPORT_MS) {
+      await this.report({ lag, event: { type: 'IncrementalCaughtUp', detail: { applied: result.applied, lagSeconds: result.lagSeconds } } });
+    } else if (!this.progressByQuery && now - sync.lastLagReportAt >= LAG_REPORT_MS) {
       sync.lastLagReportAt = now;
-      await report({ lag });
+      await this.report({ lag });
     }
-    if (!result.caughtUp) continue;
+  }
 
+  /**
+   * Caught up: validate (or repair), build the indexes, declare the table ready. True when it
+   * did something that calls for another sync slice before anything else.
+   */
+  private async stepTowardsReady(): Promise<boolean> {
+    const { sync, input } = this;
     if (!sync.validated && input.validation !== 'none') {
-      sync.validationBegun = true;
-      await move('VALIDATING', 'caught up');
-      const mismatches = await validateLive(input, copyTable);
-      if (mismatches.length === 0) {
-        sync.validated = true;
-        await event('ValidationPassed', { mode: input.validation, live: true, repairedRanges });
-        if (!input.indexes) await move('AWAITING_APPROVAL', 'validated; syncing on until cutover');
-      } else {
-        sync.validationRounds += 1;
-        if (sync.validationRounds > MAX_REPAIR_ROUNDS) {
-          await event('ConsistencyBreach', { ranges: mismatches.length, rounds: MAX_REPAIR_ROUNDS });
-          throw ApplicationFailure.nonRetryable(
-            `${label}: ${mismatches.length} key range(s) still differ between source and target after ${MAX_REPAIR_ROUNDS} repair round(s)`,
-            'ConsistencyBreach',
-          );
-        }
-        // Never re-copy under a running sync: put the keys back into the log instead.
-        await check.enqueueKeys({ migrationId: input.migrationId, source: input.source, target: input.target, table: copyTable, ranges: mismatches });
-        repairedRanges += mismatches.length;
-        await move('INCR_SYNCING', `repairing ${mismatches.length} range(s) through the change log`);
-      }
-      continue;
+      await this.validateOrRepair();
+      return true;
     }
     if (!sync.validated) {
       // validation: none — ready as soon as caught up.
       sync.validated = true;
-      if (!input.indexes) await move('AWAITING_APPROVAL', 'caught up; syncing on until cutover');
+      if (!input.indexes) await this.move('AWAITING_APPROVAL', 'caught up; syncing on until cutover');
     }
     if (input.indexes && !sync.indexesBuilt) {
       // The sync pauses while the indexes build; the next rounds catch up on what piled up.
-      await buildIndexes();
-      continue;
+      await this.buildIndexes();
+      return true;
     }
-    if (input.indexes && machine.state !== 'AWAITING_APPROVAL') {
-      await move('AWAITING_APPROVAL', 'validated, indexes built, caught up; syncing on until cutover');
+    if (input.indexes && this.machine.state !== 'AWAITING_APPROVAL') {
+      await this.move('AWAITING_APPROVAL', 'validated, indexes built, caught up; syncing on until cutover');
     }
-    if (input.validation !== 'none' && now - sync.lastRecheckAt >= RECHECK_MS) {
-      sync.lastRecheckAt = now;
-      await check.checkDirtyKeys({ migrationId: input.migrationId, source: input.source, target: input.target, table: copyTable });
-      continue;
-    }
-    // An idle table waits longer and longer between looks at its log (up to MAX_IDLE_MS).
-    sync.idleMs = !progressByQuery ? IDLE_POLL_MS : result.applied > 0 ? IDLE_POLL_MS : Math.min(MAX_IDLE_MS, (sync.idleMs ?? IDLE_POLL_MS) * 2);
-    await condition(() => finishRequested, sync.idleMs);
+    return false;
   }
-  if (machine.can('CUTTING_OVER')) await move('CUTTING_OVER', 'cutover: the parent drains the last changes');
-  return { rowsCopied: rowsCopied(chunks), repairedRanges };
+
+  /** Live validation; differences go back into the change log, never re-copied under a running sync. */
+  private async validateOrRepair(): Promise<void> {
+    const { sync, input } = this;
+    sync.validationBegun = true;
+    await this.move('VALIDATING', 'caught up');
+    const mismatches = await this.validateLive();
+    if (mismatches.length === 0) {
+      sync.validated = true;
+      await this.event('ValidationPassed', { mode: input.validation, live: true, repairedRanges: this.repairedRanges });
+      if (!input.indexes) await this.move('AWAITING_APPROVAL', 'validated; syncing on until cutover');
+      return;
+    }
+    sync.validationRounds += 1;
+    if (sync.validationRounds > MAX_REPAIR_ROUNDS) {
+      await this.event('ConsistencyBreach', { ranges: mismatches.length, rounds: MAX_REPAIR_ROUNDS });
+      throw ApplicationFailure.nonRetryable(
+        `${this.label}: ${mismatches.length} key range(s) still differ between source and target after ${MAX_REPAIR_ROUNDS} repair round(s)`,
+        'ConsistencyBreach',
+      );
+    }
+    await check.enqueueKeys({ ...this.ref(), table: this.copyTable, ranges: mismatches });
+    this.repairedRanges += mismatches.length;
+    await this.move('INCR_SYNCING', `repairing ${mismatches.length} range(s) through the change log`);
+  }
+
+  /** Every unit compared in a short source snapshot, leaving out keys still in the log. */
+  private async validateLive(): Promise<KeyRange[]> {
+    const { input } = this;
+    const mode = input.validation === 'count' ? 'count' : 'checksum';
+    const mismatches: KeyRange[] = [];
+    await runBounded(validationRanges(input.table), input.chunkParallelism, async ({ range }) => {
+      const result = await check.validateChunk({
+        source: input.source,
+        target: input.target,
+        table: this.copyTable,
+        range,
+        mode,
+        live: { migrationId: input.migrationId },
+      });
+      mismatches.push(...result.mismatches);
+    });
+    return mismatches;
+  }
+
+  /** Capture removed behind Ferry's back fails the sync for good; the parent hears why first. */
+  private async syncChanges(args: SyncInput): Promise<SyncResult> {
+    try {
+      return await copy.syncChanges(args);
+    } catch (err) {
+      const failure = innermostApplicationFailure(err);
+      if (failure?.type === 'CaptureLost' && patched(PATCHES.captureLostEvent)) await this.event('CaptureLost', { message: failure.message });
+      throw err;
+    }
+  }
+
+  // ── indexes ─────────────────────────────────────────────────────────────────────────────
+
+  private async buildIndexes(): Promise<void> {
+    const { input, sync } = this;
+    if (!input.indexes || sync.indexesBuilt) return;
+    // One round of the table's sync, while an exclusion constraint waits for it (online only).
+    const syncRound = async () => {
+      await this.syncChanges({ ...this.syncSlice(), returnWhenCaughtUp: true });
+    };
+    const built = await buildTableIndexes({ ...input, copyTable: this.copyTable, parallelism: input.indexes.parallelism }, syncRound);
+    sync.indexesBuilt = true;
+    await this.event('IndexesBuilt', built);
+  }
+
+  // ── shared ──────────────────────────────────────────────────────────────────────────────
+
+  private ref() {
+    return { migrationId: this.input.migrationId, source: this.input.source, target: this.input.target };
+  }
+
+  private report(p: Omit<TableProgress, 'tableIndex'>): Promise<void> {
+    return this.parent.signal(tableProgressSignal, { tableIndex: this.table.index, ...p });
+  }
+
+  private event(type: EventType, detail?: Record<string, unknown>): Promise<void> {
+    return this.report({ event: { type, detail } });
+  }
+
+  private async move(to: Phase, reason?: string): Promise<void> {
+    this.machine.to(to, new Date().toISOString(), reason);
+    await this.report({ phase: to });
+  }
+
+  private rowsCopied(): number {
+    return this.chunks.reduce((n, c) => n + c.status.rowsCopied, 0);
+  }
+
+  private historyFull(): boolean {
+    return workflowInfo().continueAsNewSuggested || workflowInfo().historyLength >= (this.input.historyLimit ?? 10_000);
+  }
+
+  private async carryOn(): Promise<never> {
+    await condition(allHandlersFinished);
+    const { machine, chunks, copyAllowed, sync, repairedRanges } = this;
+    return continueAsNew<typeof tableMigrationWorkflow>({
+      ...this.input,
+      control: this.control,
+      carried: { phase: machine.state, transitions: machine.transitions, chunks, copyAllowed, sync, repairedRanges },
+    });
+  }
+}
+
+/** A bigger fence for every dispatch: the chunk's (or the sync's) next token. */
+function nextFence(holder: { fence: number }): number {
+  holder.fence = Math.max(Date.now(), holder.fence + 1);
+  return holder.fence;
 }
 
 function statusOf(checkpoint: ChunkCheckpoint): ChunkStatus {
@@ -387,74 +498,4 @@ function statusOf(checkpoint: ChunkCheckpoint): ChunkStatus {
 function validationRanges(table: TablePlan): { chunk: number; range: KeyRange }[] {
   if (table.validationUnits?.length) return table.validationUnits.map((u) => ({ chunk: u.chunk, range: { lower: u.lower, upper: u.upper } }));
   return table.chunks.map((c) => ({ chunk: c.index, range: { lower: c.lower, upper: c.upper } }));
-}
-
-function rowsCopied(chunks: ChunkState[]): number {
-  return chunks.reduce((n, c) => n + c.status.rowsCopied, 0);
-}
-
-/** Online: compares every chunk against one source snapshot, leaving out keys still in the log. */
-async function validateLive(input: TableWorkflowInput, table: CopyTable): Promise<KeyRange[]> {
-  const mode = input.validation === 'count' ? 'count' : 'checksum';
-  const mismatches: KeyRange[] = [];
-  await runBounded(validationRanges(input.table), input.chunkParallelism, async ({ range }) => {
-    const result = await check.validateChunk({
-      source: input.source,
-      target: input.target,
-      table,
-      range,
-      mode,
-      live: { migrationId: input.migrationId },
-    });
-    mismatches.push(...result.mismatches);
-  });
-  return mismatches;
-}
-
-/**
- * Full mode: validates every chunk; narrowed mismatches are re-copied and re-checked up to
- * MAX_REPAIR_ROUNDS times, then the table fails with ConsistencyBreach.
- */
-async function validateFull(
-  input: TableWorkflowInput,
-  table: CopyTable,
-  chunks: ChunkState[],
-  nextFence: (c: ChunkState) => number,
-  label: string,
-): Promise<number> {
-  const mode = input.validation === 'count' ? 'count' : 'checksum';
-  let pending = validationRanges(input.table);
-  let repaired = 0;
-  for (let round = 0; ; round += 1) {
-    const mismatched: { chunk: number; range: KeyRange }[] = [];
-    await runBounded(pending, input.chunkParallelism, async ({ chunk, range }) => {
-      const result = await check.validateChunk({ source: input.source, target: input.target, table, range, mode });
-      for (const r of result.mismatches) mismatched.push({ chunk, range: r });
-    });
-    if (mismatched.length === 0) return repaired;
-    if (round >= MAX_REPAIR_ROUNDS) {
-      await getExternalWorkflowHandle(input.parentWorkflowId).signal(tableProgressSignal, {
-        tableIndex: table.index,
-        event: { type: 'ConsistencyBreach', detail: { ranges: mismatched.length, rounds: round } },
-      });
-      throw ApplicationFailure.nonRetryable(
-        `${label}: ${mismatched.length} key range(s) still differ between source and target after ${round} repair round(s); ` +
-          'if the source is being written to, use mode: online',
-        'ConsistencyBreach',
-      );
-    }
-    for (const { chunk, range } of mismatched) {
-      await check.repairRange({
-        migrationId: input.migrationId,
-        source: input.source,
-        target: input.target,
-        table,
-        chunkIndex: chunk,
-        range,
-        fence: nextFence(chunks[chunk]),
-      });
-      repaired += 1;
-    }
-    pending = mismatched;
-  }
 }

@@ -5,6 +5,7 @@ import { ConfigError, connectionOptions, temporalConfig } from '../../src/config
 import { autoChunkCount, pickBoundaries, rangesFromBoundaries, validationUnits } from '../../src/chunks';
 import { nextRoundKeys } from '../../activities/sync-changes';
 import { sameCollation } from '../../activities/preflight';
+import { chunkRateCap, tablesSharing } from '../../src/rate';
 import { formatDuration, parseDuration } from '../../src/duration';
 import { displayQualified, parseQualifiedName, quoteIdent, quoteQualified, withSuffix } from '../../src/identifiers';
 import { arrayLiteral, keyInList, keyPredicate, literalBinder, ParamBinder } from '../../src/db/ranges';
@@ -119,6 +120,28 @@ describe('key collations', () => {
     expect(sameCollation('default:en_US.UTF-8', 'default:de_DE.UTF-8')).toBe(false);
     expect(sameCollation('default:C', 'default:en_US.UTF-8')).toBe(false);
     expect(sameCollation('und-x-icu:', 'default:en_US.UTF-8')).toBe(false);
+  });
+});
+
+describe('the rate cap', () => {
+  it('is shared by the tables copying at once, and each table splits its share among its chunks copying at once', () => {
+    // 4000 rows/s, 2 tables copying, 3 chunks left of which 2 copy at once: 1000 rows/s a chunk.
+    expect(chunkRateCap({ rowsPerSecond: 4000, tablesSharing: 2 }, 2, 3)).toBe(1000);
+    // The last chunk of a table copies alone: the table's whole share.
+    expect(chunkRateCap({ rowsPerSecond: 4000, tablesSharing: 2 }, 2, 1)).toBe(2000);
+    expect(chunkRateCap({ rowsPerSecond: 4000 }, 4, 8)).toBe(1000);
+  });
+
+  it('is absent without a cap, and never below one row a second', () => {
+    expect(chunkRateCap({}, 2, 2)).toBeUndefined();
+    expect(chunkRateCap({ rowsPerSecond: 0 }, 2, 2)).toBeUndefined();
+    expect(chunkRateCap({ rowsPerSecond: 3, tablesSharing: 4 }, 2, 2)).toBe(1);
+  });
+
+  it('counts the tables that share it: those not copied yet, at most the tables copied at once', () => {
+    expect(tablesSharing(2, 5)).toBe(2);
+    expect(tablesSharing(4, 1)).toBe(1);
+    expect(tablesSharing(4, 0)).toBe(1);
   });
 });
 
