@@ -1,0 +1,212 @@
+/**
+ * The online chain's logic — repair rounds through the change log, ConsistencyBreach after the
+ * third, the periodic re-check of changed rows while waiting for approval, a blocked cutover
+ * and the order of its compensations — on a real dev server with fake activities, so each case
+ * takes seconds. (Every real activity is tested against PostgreSQL in test/integration.)
+ */
+import { readFileSync } from 'node:fs';
+import { NativeConnection, Worker } from '@temporalio/worker';
+import type { Activities } from '../../activities';
+import type { MigrationPlan } from '../../src/plan';
+import { HEARTBEAT_THROTTLE } from '../../src/worker';
+import { eventually, resultWithin, TestStack, waitForPhase } from '../helpers/stack';
+
+const PLAN: MigrationPlan = {
+  sourceServer: '15',
+  targetServer: '15',
+  targetReplicaRole: true,
+  tables: [
+    {
+      index: 0,
+      source: { schema: 'public', name: 't' },
+      target: { schema: 'public', name: 't' },
+      columns: ['id'],
+      keyColumns: [{ name: 'id', type: 'bigint', collatable: false }],
+      copyFormat: 'binary',
+      keyCollateC: false,
+      rowsEstimated: 20,
+      chunks: [{ index: 0, lower: null, upper: null }],
+      targetExisted: false,
+      sourceWrites: 0,
+    },
+  ],
+};
+
+interface Script {
+  /** validateChunk finds a differing range this many times before it finds none. */
+  mismatchRounds: number;
+  /** awaitWriters reports a blocker this many times before it reports none. */
+  blockedSlices: number;
+}
+
+describe('the online chain, with fake activities', () => {
+  let stack: TestStack;
+  let worker: Worker;
+  let running: Promise<void>;
+  let calls: string[];
+  const script: Script = { mismatchRounds: 0, blockedSlices: 0 };
+  const count = (name: string) => calls.filter((c) => c === name).length;
+
+  const fakes: Partial<Activities> = {
+    async preflight() {
+      calls.push('preflight');
+      return PLAN;
+    },
+    async prepareTarget() {
+      calls.push('prepareTarget');
+      return { created: 1 };
+    },
+    async installCapture() {
+      calls.push('installCapture');
+      return { ddlGuard: true };
+    },
+    async copyChunk() {
+      calls.push('copyChunk');
+      return { checkpoint: { lastKey: null, rowsCopied: 20, done: true }, rows: 20, bytes: 200, batches: 1 };
+    },
+    async syncChanges() {
+      calls.push('syncChanges');
+      return { applied: 0, rounds: 0, caughtUp: true, pending: 0, lagSeconds: 0 };
+    },
+    async validateChunk(input) {
+      calls.push('validateChunk');
+      if (script.mismatchRounds > 0) {
+        script.mismatchRounds -= 1;
+        return { match: false, sourceRows: 20, targetRows: 19, mismatches: [input.range], excluded: 0 };
+      }
+      return { match: true, sourceRows: 20, targetRows: 20, mismatches: [], excluded: 0 };
+    },
+    async enqueueKeys() {
+      calls.push('enqueueKeys');
+      return { enqueued: 1 };
+    },
+    async checkDirtyKeys() {
+      calls.push('checkDirtyKeys');
+      return { checked: 0, mismatched: 0, waiting: 0, remaining: 0 };
+    },
+    async listIndexes() {
+      calls.push('listIndexes');
+      return { indexes: [] };
+    },
+    async analyzeTable() {
+      calls.push('analyzeTable');
+    },
+    async addForeignKeys() {
+      calls.push('addForeignKeys');
+      return { foreignKeys: [], skipped: [] };
+    },
+    async setFreeze(input) {
+      calls.push(`setFreeze:${input.state}`);
+      return { at: new Date().toISOString(), applied: true };
+    },
+    async awaitWriters() {
+      calls.push('awaitWriters');
+      if (script.blockedSlices > 0) {
+        script.blockedSlices -= 1;
+        return { blockers: [{ pid: 4242, applicationName: 'batch', user: 'app', xactAgeSeconds: 30, query: 'UPDATE t SET …', state: 'idle in transaction' }], terminated: [] };
+      }
+      return { blockers: [], terminated: [] };
+    },
+    async finishTarget() {
+      calls.push('finishTarget');
+      return { writtenDuringCopy: [] };
+    },
+    async releaseSource(input) {
+      calls.push(`releaseSource:${input.freeze}`);
+      return { pending: [] };
+    },
+    async dropTargetObjects() {
+      calls.push('dropTargetObjects');
+      return { dropped: [] };
+    },
+    async releaseBookkeeping() {
+      calls.push('releaseBookkeeping');
+    },
+  };
+
+  beforeAll(async () => {
+    stack = await TestStack.start({ connections: {}, workers: 0 });
+    worker = await Worker.create({
+      connection: await NativeConnection.connect({ address: stack.server.address }),
+      taskQueue: stack.taskQueue,
+      workflowBundle: { code: readFileSync(process.env.FERRY_WORKFLOW_BUNDLE!, 'utf8') },
+      activities: fakes,
+      ...HEARTBEAT_THROTTLE,
+    });
+    running = worker.run();
+  });
+
+  afterAll(async () => {
+    worker?.shutdown();
+    await running;
+    await stack?.teardown();
+  });
+
+  beforeEach(() => {
+    calls = [];
+    script.mismatchRounds = 0;
+    script.blockedSlices = 0;
+  });
+
+  const start = (id: string, cutover: Record<string, unknown> = {}) =>
+    stack.ferry.start({ source: 'a', target: 'b', mode: 'online', tables: ['public.t'], cutover: { approval: 'auto', ...cutover } }, { id, skipPreflight: true });
+
+  it('repairs through the change log, round after round, then cuts over', async () => {
+    script.mismatchRounds = 2;
+    const { id } = await start('repairs');
+    const result = await resultWithin(stack.ferry, id, 60_000);
+    expect(result.state).toBe('SUCCEEDED');
+    // Two rounds found a difference and put its keys back into the log; the third passed.
+    expect(count('validateChunk')).toBe(3);
+    expect(count('enqueueKeys')).toBe(2);
+    expect(result.events.filter((e) => e.type === 'ValidationPassed')).toHaveLength(1);
+    // Never a re-copy under a running sync.
+    expect(count('copyChunk')).toBe(1);
+    expect(calls.slice(calls.indexOf('setFreeze:frozen'))).toEqual([
+      'setFreeze:frozen',
+      'awaitWriters',
+      'syncChanges',
+      'checkDirtyKeys',
+      'finishTarget',
+      // keep-frozen (the default): the freeze stays and now says "moved"; capture goes.
+      'setFreeze:moved',
+      'releaseSource:keep',
+      'releaseBookkeeping',
+    ]);
+  });
+
+  it('fails with ConsistencyBreach after the third repair round, and compensates', async () => {
+    script.mismatchRounds = 10;
+    const { id } = await start('breach');
+    const result = await resultWithin(stack.ferry, id, 60_000);
+    expect(result.state).toBe('FAILED');
+    expect(result.error?.type).toBe('ConsistencyBreach');
+    expect(count('validateChunk')).toBe(4);
+    expect(count('enqueueKeys')).toBe(3);
+    expect(calls).not.toContain('setFreeze:frozen');
+    // Undo newest first: capture, then what the target got.
+    expect(calls.slice(-2)).toEqual(['releaseSource:remove', 'dropTargetObjects']);
+  });
+
+  it('re-checks the changed rows while it waits for approval', async () => {
+    const { id } = await start('recheck', { approval: 'manual' });
+    await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL', 60_000);
+    const before = count('checkDirtyKeys');
+    // Every 15 s a caught-up table compares its dirty set again.
+    await eventually(async () => count('checkDirtyKeys') >= before + 2, 60_000);
+    await stack.ferry.approve(id);
+    expect((await resultWithin(stack.ferry, id, 60_000)).state).toBe('SUCCEEDED');
+  });
+
+  it('rolls back a cutover blocked past maxWait, lifting the freeze before releasing the source', async () => {
+    script.blockedSlices = 1000;
+    const { id } = await start('blocked', { maxWait: '2s', onBlocked: 'rollback' });
+    const result = await resultWithin(stack.ferry, id, 60_000);
+    expect(result.state).toBe('FAILED');
+    expect(result.error?.type).toBe('CutoverBlocked');
+    expect(result.error?.message).toContain('pid 4242 (batch, user app');
+    const blocked = result.events.filter((e) => e.type === 'CutoverBlocked');
+    expect(blocked).toHaveLength(1); // once per set of blockers, not once per slice
+    expect(calls.slice(-3)).toEqual(['setFreeze:open', 'releaseSource:remove', 'dropTargetObjects']);
+  });
+});
