@@ -10,6 +10,7 @@ import { LookupAddress, promises as dns } from 'node:dns';
 import { isIP, LookupFunction } from 'node:net';
 import { ApplicationFailure } from '@temporalio/common';
 import { isPrivateAddress } from '../src/private-address';
+import { FAILURE } from '../src/failure-types';
 
 export const ALLOW_PRIVATE_ENV = 'FERRY_CALLBACK_ALLOW_PRIVATE';
 
@@ -42,7 +43,7 @@ export async function checkTarget(url: URL, options: { allowPrivate: boolean; re
     throw ApplicationFailure.nonRetryable(
       'callback target refused: the URL leads to a loopback, link-local or private address; ' +
         `use a public address, or set ${ALLOW_PRIVATE_ENV}=true on the workers to allow such targets`,
-      'CallbackTargetRefused',
+      FAILURE.CallbackTargetRefused,
     );
   }
   return { url, addresses };

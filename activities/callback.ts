@@ -16,6 +16,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { CALLBACK_SECRET_NAME } from '../src/spec';
 import { allowsPrivate, CheckedTarget, checkTarget, pinnedLookup, Resolve, resolveAll } from './callback-target';
 import { ActivityDeps } from './deps';
+import { FAILURE } from '../src/failure-types';
 
 const TIMEOUT_MS = 15_000;
 
@@ -37,14 +38,14 @@ function secretValue(env: NodeJS.ProcessEnv, name: string): string {
   if (!CALLBACK_SECRET_NAME.test(name)) {
     throw ApplicationFailure.nonRetryable(
       `callback secret variable ${name} is not named FERRY_SECRET_<NAME>: workers sign only with FERRY_SECRET_* variables; rename it on the workers and in callback.secret`,
-      'CallbackSecretRefused',
+      FAILURE.CallbackSecretRefused,
     );
   }
   const value = env[name];
   if (!value) {
     throw ApplicationFailure.nonRetryable(
       `callback secret variable ${name} is not set on the workers: set it, or remove callback.secret`,
-      'CallbackSecretMissing',
+      FAILURE.CallbackSecretMissing,
     );
   }
   return value;
@@ -90,14 +91,14 @@ export function createSendCallback({ env, logger, resolve = resolveAll }: Pick<A
     } catch (err) {
       if (err instanceof ApplicationFailure) throw err;
       logger.warn({ err, url: input.url, idempotencyKey: input.idempotencyKey }, 'callback delivery failed');
-      throw ApplicationFailure.retryable('callback delivery failed (network error)', 'CallbackRetryable');
+      throw ApplicationFailure.retryable('callback delivery failed (network error)', FAILURE.CallbackRetryable);
     }
     if (status >= 200 && status < 300) return { status };
     const message = `callback answered HTTP ${status}`;
     if (status >= 300 && status < 400) {
-      throw ApplicationFailure.nonRetryable(`${message}, a redirect: Ferry does not follow redirects; set callback.url to the final address`, 'CallbackRejected');
+      throw ApplicationFailure.nonRetryable(`${message}, a redirect: Ferry does not follow redirects; set callback.url to the final address`, FAILURE.CallbackRejected);
     }
-    if (status >= 500 || status === 429) throw ApplicationFailure.retryable(message, 'CallbackRetryable');
-    throw ApplicationFailure.nonRetryable(message, 'CallbackRejected');
+    if (status >= 500 || status === 429) throw ApplicationFailure.retryable(message, FAILURE.CallbackRetryable);
+    throw ApplicationFailure.nonRetryable(message, FAILURE.CallbackRejected);
   };
 }

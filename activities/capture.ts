@@ -37,6 +37,7 @@ import { KeyColumn } from '../src/plan';
 import { dropTriggers, relationsWithTriggers, relationTree } from '../src/db/triggers';
 import { ActivityDeps } from './deps';
 import { removeFreeze } from './freeze';
+import { FAILURE } from '../src/failure-types';
 
 export interface CaptureTable {
   index: number;
@@ -105,14 +106,14 @@ export function createCaptureActivities({ connections, logger }: ActivityDeps) {
           for (const table of input.tables) {
             const names = captureNames(input.migrationId, table.index);
             const rel = await db.query('SELECT to_regclass($1)::oid::int8 AS relid', [quoteQualified(table.source)]);
-            if (!rel.rows[0].relid) throw refusal('MissingTable', `table ${displayQualified(table.source)} disappeared from the source`);
+            if (!rel.rows[0].relid) throw refusal(FAILURE.MissingTable, `table ${displayQualified(table.source)} disappeared from the source`);
             const others = await db.query(
               `SELECT tgname FROM pg_catalog.pg_trigger WHERE tgrelid = $1 AND tgname LIKE 'ferry\\_capture\\_%' LIMIT 1`,
               [rel.rows[0].relid],
             );
             if (others.rowCount) {
               throw refusal(
-                'AlreadyCaptured',
+                FAILURE.AlreadyCaptured,
                 `${displayQualified(table.source)} is already captured by another online migration (trigger ${others.rows[0].tgname}); finish or cancel that one first`,
               );
             }

@@ -17,6 +17,7 @@ import { asActivityFailure } from '../src/db/errors';
 import { Bound, keyAsText, keyFromRow, keyOrder, keyPredicate, ParamBinder } from '../src/db/ranges';
 import { displayQualified, quoteQualified } from '../src/identifiers';
 import { ChunkCheckpoint, ChunkPlan, Key } from '../src/plan';
+import { FAILURE } from '../src/failure-types';
 import { ActivityDeps } from './deps';
 
 export interface CopyChunkInput {
@@ -40,7 +41,7 @@ export interface CopyChunkResult {
   batches: number;
 }
 
-export const SUPERSEDED = 'Superseded';
+export const SUPERSEDED = FAILURE.Superseded;
 
 /** The fence token of this attempt: later dispatches and later attempts always hold bigger ones. */
 export function fenceToken(fence: number, attempt: number): number {

@@ -10,6 +10,7 @@ import { asActivityFailure, refusal } from '../src/db/errors';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified, sameName } from '../src/identifiers';
 import { TablePlan } from '../src/plan';
 import { ActivityDeps } from './deps';
+import { FAILURE } from '../src/failure-types';
 
 export interface FinalizeTargetInput {
   migrationId: string;
@@ -59,7 +60,7 @@ export function createFinalizeTarget({ connections }: ActivityDeps) {
             const infos: { plan: FinalizeTargetInput['tables'][number]; info: TableInfo }[] = [];
             for (const plan of input.tables) {
               const info = await readTable(source, plan.source);
-              if (!info) throw refusal('MissingTable', `table ${displayQualified(plan.source)} disappeared from the source`);
+              if (!info) throw refusal(FAILURE.MissingTable, `table ${displayQualified(plan.source)} disappeared from the source`);
               // Table statistics count every insert, update and delete since the server started.
               if (info.writes > plan.sourceWrites) {
                 result.writtenDuringCopy.push({ table: displayQualified(plan.source), changes: info.writes - plan.sourceWrites });

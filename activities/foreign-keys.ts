@@ -18,6 +18,7 @@ import { displayQualified, QualifiedName, quoteIdent, quoteQualified, sameName }
 import { TablePlan } from '../src/plan';
 import { ActivityDeps } from './deps';
 import { copySequencePositions } from './finalize-target';
+import { FAILURE } from '../src/failure-types';
 
 type TableRef = Pick<TablePlan, 'source' | 'target' | 'targetExisted' | 'sourceWrites'>;
 
@@ -41,7 +42,7 @@ async function readAll(db: ClientBase, tables: TableRef[]): Promise<{ plan: Tabl
   const out: { plan: TableRef; info: TableInfo }[] = [];
   for (const plan of tables) {
     const info = await readTable(db, plan.source);
-    if (!info) throw refusal('MissingTable', `table ${displayQualified(plan.source)} disappeared from the source`);
+    if (!info) throw refusal(FAILURE.MissingTable, `table ${displayQualified(plan.source)} disappeared from the source`);
     out.push({ plan, info });
   }
   return out;

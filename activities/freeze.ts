@@ -33,6 +33,7 @@ import type { Blocker } from '../src/status';
 import { dropTriggers, relationsWithTriggers, relationTree } from '../src/db/triggers';
 import type { CaptureInput, SourceRef } from './capture';
 import { ActivityDeps } from './deps';
+import { FAILURE } from '../src/failure-types';
 
 export interface SetFreezeInput extends SourceRef {
   state: FreezeState;
@@ -88,7 +89,7 @@ export function createFreezeActivities({ connections, logger }: ActivityDeps) {
         if (!exists.rows[0].present) {
           // Nothing to lift (never installed, or already removed); freezing without it is a bug.
           if (input.state === 'frozen' || input.state === 'moved') {
-            throw refusal('FreezeMissing', `the freeze of migration ${input.migrationId} is not installed on the source (was capture removed?)`);
+            throw refusal(FAILURE.FreezeMissing, `the freeze of migration ${input.migrationId} is not installed on the source (was capture removed?)`);
           }
           return { at: await now(db), applied: false };
         }

@@ -21,6 +21,7 @@ import { duplicateKeysSql, readUniqueKeys } from '../src/db/unique-keys';
 import { displayQualified, QualifiedName, quoteQualified } from '../src/identifiers';
 import type { CopyTable, Key, TablePlan } from '../src/plan';
 import { ActivityDeps } from './deps';
+import { FAILURE } from '../src/failure-types';
 
 export type IndexKind = 'index' | 'constraint';
 
@@ -58,7 +59,7 @@ const MAX_EVICTION_ROUNDS = 5;
 
 async function sourceTable(db: ClientBase, name: QualifiedName): Promise<TableInfo> {
   const info = await readTable(db, name);
-  if (!info) throw refusal('MissingTable', `table ${displayQualified(name)} disappeared from the source`);
+  if (!info) throw refusal(FAILURE.MissingTable, `table ${displayQualified(name)} disappeared from the source`);
   return info;
 }
 
@@ -139,7 +140,7 @@ export function createIndexActivities({ connections, logger }: ActivityDeps) {
 
 function definition(info: TableInfo, input: BuildIndexInput): string {
   const found = (input.index.kind === 'constraint' ? info.uniques : info.indexes).find((i) => i.name === input.index.name);
-  if (!found) throw refusal('MissingIndex', `${input.index.name} disappeared from ${displayQualified(info.name)} on the source`);
+  if (!found) throw refusal(FAILURE.MissingIndex, `${input.index.name} disappeared from ${displayQualified(info.name)} on the source`);
   return input.index.kind === 'constraint' ? addConstraintSql(found, input.table.target) : createIndexSql(found, info, input.table.target);
 }
 
@@ -151,7 +152,7 @@ function definition(info: TableInfo, input: BuildIndexInput): string {
  */
 async function evictDuplicates(source: PoolClient, target: PoolClient, input: BuildIndexInput): Promise<number> {
   const key = (await readUniqueKeys(source, input.table.source)).find((k) => k.name === input.index.name);
-  if (!key) throw refusal('MissingIndex', `${input.index.name} disappeared from ${displayQualified(input.table.source)} on the source`);
+  if (!key) throw refusal(FAILURE.MissingIndex, `${input.index.name} disappeared from ${displayQualified(input.table.source)} on the source`);
   const shape = await withCatalogKeyTypes(source, input.table);
   return inTransaction(target, async () => {
     await target.query(`LOCK TABLE ${quoteQualified(input.table.target)} IN SHARE ROW EXCLUSIVE MODE`);

@@ -14,6 +14,7 @@ import { describeAction, onlineRefusal, readTargetActions, TargetRole } from '..
 import { KeyColumn, MigrationPlan, TablePlan } from '../src/plan';
 import { Spec, TableSpec } from '../src/spec';
 import { ActivityDeps } from './deps';
+import { FAILURE } from '../src/failure-types';
 
 export interface PreflightInput {
   migrationId: string;
@@ -32,7 +33,7 @@ SELECT pg_catalog.pg_postmaster_start_time()::text || '/' ||
  */
 function atField(err: unknown, field: string): unknown {
   if (!(err instanceof ApplicationFailure) || !err.nonRetryable) return err;
-  return refusal(err.type ?? 'Refused', `${field}: ${err.message}`, err.cause);
+  return refusal(err.type ?? FAILURE.Refused, `${field}: ${err.message}`, err.cause);
 }
 
 export function createPreflight({ connections }: ActivityDeps) {
@@ -61,7 +62,7 @@ async function planMigration(source: PoolClient, target: PoolClient, spec: Spec)
   const sameDatabase = src.rows[0].identity === tgt.rows[0].identity;
   if (spec.mode === 'online' && src.rows[0].in_recovery) {
     throw refusal(
-      'SourceInRecovery',
+      FAILURE.SourceInRecovery,
       `source connection "${spec.source}" is a hot standby; online mode installs triggers on the source, so point it at the primary`,
     );
   }
@@ -70,7 +71,7 @@ async function planMigration(source: PoolClient, target: PoolClient, spec: Spec)
   for (const [index, table] of spec.tables.entries()) {
     if (sameDatabase && sameName(table.source, table.target)) {
       throw refusal(
-        'SameTable',
+        FAILURE.SameTable,
         `tables[${index}]: ${displayQualified(table.source)}: source and target are the same table in the same database; give it a different target name or connection`,
       );
     }
@@ -100,16 +101,16 @@ async function planTable(source: PoolClient, target: PoolClient, spec: Spec, tab
   const info = await readTable(source, table.source);
   if (!info) {
     throw refusal(
-      'MissingTable',
+      FAILURE.MissingTable,
       `table ${label} does not exist on source connection "${spec.source}": check the schema and name (quoted names are case-sensitive)`,
     );
   }
   if (info.relkind !== 'r' && info.relkind !== 'p') {
-    throw refusal('NotATable', `${label} is not a table (relkind ${info.relkind}); Ferry migrates tables only`);
+    throw refusal(FAILURE.NotATable, `${label} is not a table (relkind ${info.relkind}); Ferry migrates tables only`);
   }
   if (!info.primaryKey) {
     throw refusal(
-      'NoPrimaryKey',
+      FAILURE.NoPrimaryKey,
       `table ${label} has no primary key: add one (ALTER TABLE ${label} ADD PRIMARY KEY (…)); Ferry copies, resumes and validates by key ranges`,
     );
   }
@@ -129,13 +130,13 @@ async function planTable(source: PoolClient, target: PoolClient, spec: Spec, tab
   let notes: string[] = [];
   if (existing) {
     if (existing.relkind !== 'r' && existing.relkind !== 'p') {
-      throw refusal('IncompatibleTarget', `target ${targetLabel} exists and is not a table; choose another target name`);
+      throw refusal(FAILURE.IncompatibleTarget, `target ${targetLabel} exists and is not a table; choose another target name`);
     }
     for (const column of copied) {
       const other = existing.columns.find((c) => c.name === column.name);
       if (!other || other.generated) {
         throw refusal(
-          'IncompatibleTarget',
+          FAILURE.IncompatibleTarget,
           `target table ${targetLabel} has no column "${column.name}" (type ${column.type}) that source ${label} has: add it to the target or drop the target table so Ferry creates it`,
         );
       }
@@ -144,7 +145,7 @@ async function planTable(source: PoolClient, target: PoolClient, spec: Spec, tab
     for (const other of existing.columns) {
       if (!copied.some((c) => c.name === other.name) && other.notNull && other.defaultExpr === null && !other.generated && other.identity === '') {
         throw refusal(
-          'IncompatibleTarget',
+          FAILURE.IncompatibleTarget,
           `target table ${targetLabel} has NOT NULL column "${other.name}" without a default that source ${label} does not have: give it a default or drop it`,
         );
       }
@@ -152,7 +153,7 @@ async function planTable(source: PoolClient, target: PoolClient, spec: Spec, tab
     const targetKey = existing.primaryKey?.columns ?? [];
     if (targetKey.join('\u0000') !== info.primaryKey.columns.join('\u0000')) {
       throw refusal(
-        'IncompatibleTarget',
+        FAILURE.IncompatibleTarget,
         `target table ${targetLabel} must have the same primary key as the source (${info.primaryKey.columns.join(', ')}); it has ${targetKey.length ? targetKey.join(', ') : 'none'}`,
       );
     }
@@ -161,7 +162,7 @@ async function planTable(source: PoolClient, target: PoolClient, spec: Spec, tab
       const mine = info.columns.find((c) => c.name === key.name)!;
       if (other.type !== key.type) {
         throw refusal(
-          'IncompatibleTarget',
+          FAILURE.IncompatibleTarget,
           `target table ${targetLabel}: key column "${key.name}" is ${other.type} but ${key.type} on the source; make the key types equal`,
         );
       }
@@ -170,7 +171,7 @@ async function planTable(source: PoolClient, target: PoolClient, spec: Spec, tab
     const nonEmpty = await target.query(`SELECT EXISTS (SELECT 1 FROM ${quoteQualified(table.target)}) AS rows`);
     if (nonEmpty.rows[0].rows && !spec.truncate) {
       throw refusal(
-        'TargetNotEmpty',
+        FAILURE.TargetNotEmpty,
         `target table ${targetLabel} already has rows: empty it, or set truncate: true to let Ferry replace its contents`,
       );
     }
@@ -214,7 +215,7 @@ async function assertReadable(db: PoolClient, info: TableInfo, label: string, co
     const code = sqlState(err);
     if (code === '42501') {
       throw refusal(
-        'RowSecurity',
+        FAILURE.RowSecurity,
         `${label} on connection "${connection}" is not fully readable: row-level security or privileges hide rows from Ferry's role; run Ferry as the table owner or a role with BYPASSRLS and SELECT`,
         err as Error,
       );
@@ -232,7 +233,7 @@ async function assertPartitionsCreatable(source: PoolClient, target: PoolClient,
     const other = taken.get(label);
     if (other) {
       throw refusal(
-        'IncompatibleTarget',
+        FAILURE.IncompatibleTarget,
         `partitions ${other} and ${displayQualified(partition.name)} of ${displayQualified(table.source)} would both become ${label} on the target; rename one of them`,
       );
     }
@@ -240,7 +241,7 @@ async function assertPartitionsCreatable(source: PoolClient, target: PoolClient,
     const exists = await target.query('SELECT to_regclass($1) IS NOT NULL AS present', [quoteQualified(name)]);
     if (exists.rows[0].present) {
       throw refusal(
-        'IncompatibleTarget',
+        FAILURE.IncompatibleTarget,
         `target ${label} exists, and Ferry would create it as partition ${displayQualified(partition.name)} of ${displayQualified(table.target)}: ` +
           'drop it, or create the partitioned target table yourself',
       );
@@ -258,7 +259,7 @@ async function assertTypesCreatable(source: PoolClient, target: PoolClient, info
         const missing = type.enumLabels.filter((l) => !there.labels.includes(l));
         if (there.kind !== 'e' || missing.length > 0) {
           throw refusal(
-            'IncompatibleTarget',
+            FAILURE.IncompatibleTarget,
             `type ${typeLabel} on the target is not the source's enum (missing ${missing.map((m) => `'${m}'`).join(', ') || 'enum kind'}): align it or drop it`,
           );
         }
@@ -267,7 +268,7 @@ async function assertTypesCreatable(source: PoolClient, target: PoolClient, info
     }
     if (type.kind !== 'e' && type.kind !== 'd') {
       throw refusal(
-        'UnsupportedType',
+        FAILURE.UnsupportedType,
         `${label} uses type ${typeLabel}, which the target lacks and Ferry does not create: create it there (or install its extension) first`,
       );
     }
@@ -313,7 +314,7 @@ async function keyCollationDiffers(target: PoolClient, info: TableInfo, keys: Ke
       );
       if (found.rowCount === 0) {
         throw refusal(
-          'IncompatibleTarget',
+          FAILURE.IncompatibleTarget,
           `${displayQualified(info.name)}: key column "${key.name}" uses collation ${column.collation}, which the target database lacks: create it there first`,
         );
       }

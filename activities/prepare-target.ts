@@ -14,6 +14,7 @@ import { asActivityFailure, refusal } from '../src/db/errors';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified, withSuffix } from '../src/identifiers';
 import { checkPlan, MigrationPlan } from '../src/plan';
 import { ActivityDeps } from './deps';
+import { FAILURE } from '../src/failure-types';
 
 export interface PrepareTargetInput {
   migrationId: string;
@@ -42,7 +43,7 @@ export function createPrepareTarget({ connections, logger }: ActivityDeps) {
               await record('existing-table', table.target);
             } else {
               const info = await readTable(source, table.source);
-              if (!info) throw refusal('MissingTable', `table ${label} disappeared from the source after preflight`);
+              if (!info) throw refusal(FAILURE.MissingTable, `table ${label} disappeared from the source after preflight`);
               await ensureSchema(target, table.target.schema, record);
               for (const type of await readUserTypes(source, info.columns.map((c) => c.typeOid))) {
                 if (await typeExists(target, type.name)) continue;
@@ -101,7 +102,7 @@ export function createStoredPlan({ connections }: ActivityDeps) {
         if (rows.length > 0 && rows[0].plan === null) {
           // Checkpoints without the plan they index: a fresh plan could cut other chunks and skip rows.
           throw refusal(
-            'PlanNotStored',
+            FAILURE.PlanNotStored,
             `migration ${migrationId} was prepared by a Ferry that did not store its chunk plan, so its checkpoints cannot be resumed; ` +
               'roll its target back (drop the tables it created and its _ferry rows) and start it again',
           );
@@ -109,7 +110,7 @@ export function createStoredPlan({ connections }: ActivityDeps) {
         if (rows.length === 0) return null;
         // A bookkeeping row is data anyone with write access to the target could have changed.
         const checked = checkPlan(rows[0].plan);
-        if (!checked.ok) throw refusal('InvalidPlan', `the plan stored for migration ${migrationId} on the target is not one preflight makes (${checked.reason}); it cannot be resumed`);
+        if (!checked.ok) throw refusal(FAILURE.InvalidPlan, `the plan stored for migration ${migrationId} on the target is not one preflight makes (${checked.reason}); it cannot be resumed`);
         return checked.plan;
       });
     } catch (err) {

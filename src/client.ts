@@ -24,6 +24,7 @@ import { MigrationPlan } from './plan';
 import { checkThrottle, parseSpec, Spec } from './spec';
 import { MigrationState, Phase } from './state-machine';
 import { ResultDocument, StatusDocument } from './status';
+import { FAILURE } from './failure-types';
 
 export interface StartOptions {
   /** Overrides spec.id. */
@@ -128,7 +129,7 @@ export class FerryClient {
       });
     } catch (err) {
       const failure = innermostApplicationFailure(err);
-      if (failure) throw new RefusedError(failure.message, failure.type ?? 'Refused', { cause: err });
+      if (failure) throw new RefusedError(failure.message, failure.type ?? FAILURE.Refused, { cause: err });
       throw err;
     }
   }

@@ -12,6 +12,7 @@ import type { SyncResult } from '../activities/sync-changes';
 import type { ValidateChunkResult } from '../activities/validate-chunk';
 import { Logger } from './logger';
 import { freePort } from './temporal/dev-server';
+import { FAILURE } from './failure-types';
 
 export interface FerryMetrics {
   registry: Registry;
@@ -138,7 +139,7 @@ export function auditInterceptors(logger: Logger, metrics?: FerryMetrics): NonNu
               if (metrics) {
                 metrics.activities.observe({ activity: info.activityType, outcome: cancelled ? 'cancelled' : 'failed' }, duration);
                 if (info.activityType === 'sendCallback') {
-                  const rejected = (err as { type?: string }).type === 'CallbackRejected';
+                  const rejected = (err as { type?: string }).type === FAILURE.CallbackRejected;
                   metrics.callbacks.inc({ kind: callbackKind(args), outcome: rejected ? 'rejected' : 'failed' });
                 }
               }

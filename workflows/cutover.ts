@@ -28,6 +28,7 @@ import { cleanUpInBackground } from './cleanup';
 import { MigrationContext } from './context';
 import { finishSyncSignal } from './definitions';
 import { SLICE_MS, SYNC_BATCH_KEYS, tableMigrationWorkflow } from './table';
+import { FAILURE } from '../src/failure-types';
 
 /**
  * How long one wait for writers runs before it reports who still blocks: soon at first, then —
@@ -111,7 +112,7 @@ async function awaitWriters(ctx: MigrationContext, frozenAt: string): Promise<vo
       throw ApplicationFailure.nonRetryable(
         `the cutover waited ${Math.round(maxWaitMs / 1000)}s for write transactions begun before the freeze: ${describe(blockers)}; ` +
           'rolled back (end them first, or set cutover.onBlocked: terminate or a longer cutover.maxWait)',
-        'CutoverBlocked',
+        FAILURE.CutoverBlocked,
       );
     }
   }
@@ -149,7 +150,7 @@ async function drainAndCheck(ctx: MigrationContext): Promise<number> {
           .catch((err: unknown) => {
             // The drain checks capture too: changes it never logged must not pass the cutover.
             const failure = innermostApplicationFailure(err);
-            if (failure?.type === 'CaptureLost' && patched(PATCHES.captureLostEvent)) {
+            if (failure?.type === FAILURE.CaptureLost && patched(PATCHES.captureLostEvent)) {
               tracker.event('CaptureLost', tracker.tables[table.index].source, { message: failure.message });
             }
             throw err;
@@ -169,7 +170,7 @@ async function drainAndCheck(ctx: MigrationContext): Promise<number> {
       tracker.event('ConsistencyBreach', tracker.tables[table.index].source, { mismatched: check.mismatched, remaining: check.remaining });
       throw ApplicationFailure.nonRetryable(
         `${tracker.tables[table.index].source}: ${check.mismatched || check.remaining} changed row(s) still differ after the final drain`,
-        'ConsistencyBreach',
+        FAILURE.ConsistencyBreach,
       );
     }
   });

@@ -44,6 +44,7 @@ import { Saga } from './saga';
 import { parseWorkflowSpec } from './spec-input';
 import { tableMigrationWorkflow } from './table';
 import { Tracker } from './tracker';
+import { FAILURE } from '../src/failure-types';
 
 export type { MigrationOptions };
 
@@ -63,10 +64,10 @@ export async function migrationWorkflow(specInput: unknown, options: MigrationOp
     spec = parseWorkflowSpec(specInput);
   } catch (err) {
     const message = err instanceof SpecError ? err.message : String(err);
-    tracker.error = { message, type: 'InvalidSpec' };
+    tracker.error = { message, type: FAILURE.InvalidSpec };
     tracker.setPhase('FAILED', 'invalid spec');
     tracker.setState('FAILED', 'invalid spec');
-    throw ApplicationFailure.nonRetryable(`invalid spec:\n${message}`, 'InvalidSpec', tracker.document());
+    throw ApplicationFailure.nonRetryable(`invalid spec:\n${message}`, FAILURE.InvalidSpec, tracker.document());
   }
   upsertSearchAttributes([
     { key: FerrySourceKey, value: spec.source },
@@ -222,7 +223,7 @@ export async function migrationWorkflow(specInput: unknown, options: MigrationOp
   }
   throw ApplicationFailure.create({
     message: tracker.error?.message ?? outcome,
-    type: outcome === 'TIMED_OUT' ? 'MigrationTimedOut' : outcome === 'CANCELLED' ? 'MigrationCancelled' : 'MigrationFailed',
+    type: outcome === 'TIMED_OUT' ? FAILURE.MigrationTimedOut : outcome === 'CANCELLED' ? FAILURE.MigrationCancelled : FAILURE.MigrationFailed,
     nonRetryable: true,
     details: [result],
     cause: failure instanceof Error ? failure : undefined,
@@ -243,8 +244,8 @@ function keepCapture(spec: Spec, outcome: Outcome, saga: Saga): boolean {
 }
 
 function errorInfo(err: unknown, outcome: Outcome, cancelReason?: string): ErrorInfo {
-  if (outcome === 'TIMED_OUT') return { message: 'deadline reached before the migration finished', type: 'DeadlineExceeded' };
-  if (outcome === 'CANCELLED') return { message: cancelReason ?? 'migration cancelled', type: 'Cancelled' };
+  if (outcome === 'TIMED_OUT') return { message: 'deadline reached before the migration finished', type: FAILURE.DeadlineExceeded };
+  if (outcome === 'CANCELLED') return { message: cancelReason ?? 'migration cancelled', type: FAILURE.Cancelled };
   const failure = innermostApplicationFailure(err);
   const root = rootMessage(err);
   const info: ErrorInfo = { message: failure?.message ?? root };
@@ -257,6 +258,6 @@ function errorInfo(err: unknown, outcome: Outcome, cancelReason?: string): Error
 function givenPlan(input: unknown): MigrationPlan | undefined {
   if (input === undefined) return undefined;
   const checked = checkPlan(input);
-  if (!checked.ok) throw ApplicationFailure.nonRetryable(`the plan given to the workflow is not one preflight makes: ${checked.reason}`, 'InvalidPlan');
+  if (!checked.ok) throw ApplicationFailure.nonRetryable(`the plan given to the workflow is not one preflight makes: ${checked.reason}`, FAILURE.InvalidPlan);
   return checked.plan;
 }

@@ -17,6 +17,7 @@ import { cutOver } from './cutover';
 import { startCopySignal } from './definitions';
 import { legacyOnlineChain } from './legacy/online-v1';
 import { tableMigrationWorkflow } from './table';
+import { FAILURE } from '../src/failure-types';
 
 /** A foreign key that fails its validation while the sync runs may only be behind: tries. */
 const FK_VALIDATION_TRIES = 3;
@@ -86,7 +87,7 @@ async function onlineChain(ctx: MigrationContext, settled: Promise<unknown>[]): 
     if (!approved) {
       throw ApplicationFailure.nonRetryable(
         `the cutover was not approved within ${formatDuration(cutover.approvalTimeoutMs)}; rolled back (approve with \`ferry approve ${id}\`)`,
-        'ApprovalTimeout',
+        FAILURE.ApprovalTimeout,
       );
     }
   }

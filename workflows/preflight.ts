@@ -7,6 +7,7 @@ import type { Activities } from '../activities';
 import { MigrationPlan } from '../src/plan';
 import { SpecError } from '../src/spec';
 import { parseWorkflowSpec } from './spec-input';
+import { FAILURE } from '../src/failure-types';
 
 const { preflight } = proxyActivities<Activities>({
   startToCloseTimeout: '5 minutes',
@@ -20,7 +21,7 @@ export async function preflightWorkflow(specInput: unknown, migrationId: string)
   try {
     spec = parseWorkflowSpec(specInput);
   } catch (err) {
-    throw ApplicationFailure.nonRetryable(err instanceof SpecError ? err.message : String(err), 'InvalidSpec');
+    throw ApplicationFailure.nonRetryable(err instanceof SpecError ? err.message : String(err), FAILURE.InvalidSpec);
   }
   return preflight({ migrationId, spec });
 }

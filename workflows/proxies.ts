@@ -1,6 +1,7 @@
 /** Activity proxies with their timeouts and retry policies, shared by the parent's chains. */
 import { ActivityCancellationType, proxyActivities } from '@temporalio/workflow';
 import type { Activities } from '../activities';
+import { FAILURE } from '../src/failure-types';
 
 /** Database steps: DDL, capture, freeze, finalize. Retried with backoff; heartbeats for long DDL. */
 export const steps = proxyActivities<Activities>({
@@ -34,7 +35,7 @@ export const notify = proxyActivities<Activities>({
     backoffCoefficient: 2,
     maximumInterval: '1 minute',
     maximumAttempts: 8,
-    nonRetryableErrorTypes: ['CallbackRejected', 'CallbackSecretMissing'],
+    nonRetryableErrorTypes: [FAILURE.CallbackRejected, FAILURE.CallbackSecretMissing, FAILURE.CallbackSecretRefused, FAILURE.CallbackTargetRefused],
   },
 });
 

@@ -32,6 +32,7 @@ import { runBounded } from './bounded';
 import { Slices } from './slices';
 import { Control, controlSignal, finishSyncSignal, startCopySignal, TableProgress, tableProgressSignal, tableStateQuery } from './definitions';
 import { buildTableIndexes } from './table-indexes';
+import { FAILURE } from '../src/failure-types';
 
 export const SLICE_MS = 15_000;
 export const MAX_REPAIR_ROUNDS = 3;
@@ -277,7 +278,7 @@ class TableRun {
         throw ApplicationFailure.nonRetryable(
           `${this.label}: ${mismatched.length} key range(s) still differ between source and target after ${round} repair round(s); ` +
             'if the source is being written to, use mode: online',
-          'ConsistencyBreach',
+          FAILURE.ConsistencyBreach,
         );
       }
       for (const { chunk, range } of mismatched) {
@@ -394,7 +395,7 @@ class TableRun {
       await this.event('ConsistencyBreach', { ranges: mismatches.length, rounds: MAX_REPAIR_ROUNDS });
       throw ApplicationFailure.nonRetryable(
         `${this.label}: ${mismatches.length} key range(s) still differ between source and target after ${MAX_REPAIR_ROUNDS} repair round(s)`,
-        'ConsistencyBreach',
+        FAILURE.ConsistencyBreach,
       );
     }
     await check.enqueueKeys({ ...this.ref(), table: this.copyTable, ranges: mismatches });

@@ -11,6 +11,7 @@ import { ClientBase } from 'pg';
 import { displayQualified, quoteQualified } from '../identifiers';
 import type { CopyTable } from '../plan';
 import { CAPTURE_SCHEMA, FINGERPRINT_SQL, freezeStateSequence, PARTITIONS_SQL, triggerNames } from './capture-sql';
+import { FAILURE } from '../failure-types';
 
 /**
  * The triggers capture needs that are missing or not ENABLE ALWAYS, on the table and on each
@@ -34,7 +35,7 @@ function captureLost(table: CopyTable, what: string): ApplicationFailure {
   return ApplicationFailure.nonRetryable(
     `change capture of ${displayQualified(table.source)} was removed behind Ferry's back: ${what}; ` +
       'changes made since were not logged, so the target cannot be trusted — the migration stops without cutting over; start it again',
-    'CaptureLost',
+    FAILURE.CaptureLost,
   );
 }
 
@@ -51,7 +52,7 @@ export async function assertCaptureIntact(source: ClientBase, input: { migration
     throw ApplicationFailure.nonRetryable(
       `${displayQualified(table.source)} was altered on the source during the online migration (columns now: ${now.rows[0].fingerprint}); ` +
         'the copy no longer matches it — cancel, apply the change to the target too, and start again',
-      'SchemaChanged',
+      FAILURE.SchemaChanged,
     );
   }
   // A partition attached, detached or added since capture lacks (or keeps) the freeze and the
@@ -62,7 +63,7 @@ export async function assertCaptureIntact(source: ClientBase, input: { migration
       throw ApplicationFailure.nonRetryable(
         `the partitions of ${displayQualified(table.source)} changed on the source during the online migration (now: ${partitions.rows[0].partitions || 'none'}); ` +
           'cancel, and start again once they are as they should stay',
-        'SchemaChanged',
+        FAILURE.SchemaChanged,
       );
     }
   }

@@ -6,6 +6,7 @@
 import { ApplicationFailure } from '@temporalio/common';
 import { ClientBase } from 'pg';
 import { displayQualified, QualifiedName, quoteQualified } from '../identifiers';
+import { FAILURE } from '../failure-types';
 
 export interface ColumnInfo {
   name: string;
@@ -334,7 +335,7 @@ export async function withCatalogKeyTypes<T extends { source: QualifiedName; key
   const keyColumns = table.keyColumns.map((k) => {
     const type = types.get(k.name);
     if (type === undefined) {
-      throw ApplicationFailure.nonRetryable(`${displayQualified(table.source)} has no key column "${k.name}" any more`, 'SchemaChanged');
+      throw ApplicationFailure.nonRetryable(`${displayQualified(table.source)} has no key column "${k.name}" any more`, FAILURE.SchemaChanged);
     }
     return { ...k, type };
   });

@@ -7,6 +7,7 @@ import { Client, Pool, PoolClient } from 'pg';
 import { connectionEnvVar } from '../names';
 import { refusal } from './errors';
 import { DEFAULT_TIMEOUTS, sessionConfig, SessionTimeouts } from './session';
+import { FAILURE } from '../failure-types';
 
 export interface ConnectionRegistryOptions {
   env?: NodeJS.ProcessEnv;
@@ -35,7 +36,7 @@ export class ConnectionRegistry {
     const url = this.env[variable];
     if (!url) {
       throw refusal(
-        'UnknownConnection',
+        FAILURE.UnknownConnection,
         `connection "${name}" is not configured on the workers: set ${variable} to a postgres:// URL in the worker's environment`,
       );
     }

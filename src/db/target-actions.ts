@@ -9,6 +9,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { ClientBase } from 'pg';
 import { displayQualified, QualifiedName, quoteQualified } from '../identifiers';
 import { refusal } from './errors';
+import { FAILURE } from '../failure-types';
 
 /** Ferry's role on the target, and whether it may write as a replica there. */
 export interface TargetRole {
@@ -95,7 +96,7 @@ export function onlineRefusal(table: QualifiedName, actions: TargetAction[], rol
     : `GRANT SET ON PARAMETER session_replication_role TO ${role.name} (PostgreSQL 15 and later) or run Ferry as a superuser, so that Ferry writes as a replica ` +
       'and they stay quiet; or drop them (or disable the triggers) until after the cutover';
   return refusal(
-    'TargetTriggersFire',
+    FAILURE.TargetTriggersFire,
     `target table ${displayQualified(table)} has ${names.join(', ')}, which would fire on the online sync's delete-and-reinsert of changed rows` +
       `${role.replica ? '' : ` (Ferry's role ${role.name} cannot write as a replica there)`}: ${fix}`,
   );

@@ -12,6 +12,7 @@ import { drain, steps } from '../proxies';
 import { COPIED, derivePhase, MigrationContext, startTable } from '../context';
 import { finishSyncSignal, startCopySignal } from '../definitions';
 import { SLICE_MS, SYNC_BATCH_KEYS, tableMigrationWorkflow } from '../table';
+import { FAILURE } from '../../src/failure-types';
 
 function captureTables({ plan }: MigrationContext) {
   return plan.tables.map((t) => ({ index: t.index, source: t.source, keyColumns: t.keyColumns }));
@@ -61,7 +62,7 @@ export async function legacyOnlineChain(ctx: MigrationContext, settled: Promise<
     if (!approved) {
       throw ApplicationFailure.nonRetryable(
         `the cutover was not approved within ${formatDuration(cutover.approvalTimeoutMs)}; rolled back (approve with \`ferry approve ${id}\`)`,
-        'ApprovalTimeout',
+        FAILURE.ApprovalTimeout,
       );
     }
   }
@@ -107,7 +108,7 @@ export async function legacyOnlineChain(ctx: MigrationContext, settled: Promise<
       tracker.event('ConsistencyBreach', tracker.tables[table.index].source, { mismatched: check.mismatched, remaining: check.remaining });
       throw ApplicationFailure.nonRetryable(
         `${tracker.tables[table.index].source}: ${check.mismatched || check.remaining} changed row(s) still differ after the final drain`,
-        'ConsistencyBreach',
+        FAILURE.ConsistencyBreach,
       );
     }
   }

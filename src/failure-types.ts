@@ -1,0 +1,48 @@
+/**
+ * The types of Ferry's failures, in one place: a failure's `type` is what callers, the status
+ * document and the tests match on (`ferry status` shows it, exit code 2 goes with refusals).
+ * Pure module: workflows use it. PostgreSQL errors that fail at once carry `PostgresError.<SQLSTATE>`.
+ */
+export const FAILURE = {
+  // Refusals: input or databases that cannot work; nothing runs (exit 2 before a start).
+  InvalidSpec: 'InvalidSpec',
+  InvalidPlan: 'InvalidPlan',
+  PlanNotStored: 'PlanNotStored',
+  UnknownConnection: 'UnknownConnection',
+  MissingTable: 'MissingTable',
+  NotATable: 'NotATable',
+  NoPrimaryKey: 'NoPrimaryKey',
+  SameTable: 'SameTable',
+  SourceInRecovery: 'SourceInRecovery',
+  RowSecurity: 'RowSecurity',
+  UnsupportedType: 'UnsupportedType',
+  UnsupportedTable: 'UnsupportedTable',
+  IncompatibleTarget: 'IncompatibleTarget',
+  TargetNotEmpty: 'TargetNotEmpty',
+  TargetTriggersFire: 'TargetTriggersFire',
+  AlreadyCaptured: 'AlreadyCaptured',
+  MissingIndex: 'MissingIndex',
+  FreezeMissing: 'FreezeMissing',
+  Refused: 'Refused',
+  // What a running migration can meet.
+  Superseded: 'Superseded',
+  SchemaChanged: 'SchemaChanged',
+  CaptureLost: 'CaptureLost',
+  ConsistencyBreach: 'ConsistencyBreach',
+  ApprovalTimeout: 'ApprovalTimeout',
+  CutoverBlocked: 'CutoverBlocked',
+  DeadlineExceeded: 'DeadlineExceeded',
+  Cancelled: 'Cancelled',
+  // How a migration ended, on its workflow's failure.
+  MigrationFailed: 'MigrationFailed',
+  MigrationCancelled: 'MigrationCancelled',
+  MigrationTimedOut: 'MigrationTimedOut',
+  // Callbacks.
+  CallbackRejected: 'CallbackRejected',
+  CallbackRetryable: 'CallbackRetryable',
+  CallbackSecretMissing: 'CallbackSecretMissing',
+  CallbackSecretRefused: 'CallbackSecretRefused',
+  CallbackTargetRefused: 'CallbackTargetRefused',
+} as const;
+
+export type FailureType = (typeof FAILURE)[keyof typeof FAILURE];
