@@ -9,7 +9,6 @@ import {
   ApplicationFailure,
   CancellationScope,
   CancelledFailure,
-  ChildWorkflowHandle,
   condition,
   isCancellation,
   patched,
@@ -21,28 +20,17 @@ import {
 } from '@temporalio/workflow';
 import { innermostApplicationFailure, rootMessage } from '../src/failures';
 import { FerrySourceKey, FerryTargetKey, PATCHES } from '../src/names';
-import { checkThrottle, Spec, SpecError } from '../src/spec';
+import { Spec, SpecError } from '../src/spec';
 import { checkPlan, MigrationPlan } from '../src/plan';
-import { tablesSharing } from '../src/rate';
 import { ErrorInfo, resultDocument, ResultDocument } from '../src/status';
 import { checks, notify, steps } from './proxies';
-import { COPIED, derivePhase, MigrationContext, MigrationOptions } from './context';
-import {
-  approveCutoverSignal,
-  cancelSignal,
-  Control,
-  controlSignal,
-  pauseSignal,
-  resumeSignal,
-  stateQuery,
-  tableProgressSignal,
-  throttleSignal,
-} from './definitions';
+import { derivePhase, MigrationContext, MigrationOptions } from './context';
+import { ControlDesk } from './control';
+import { cancelSignal, stateQuery, tableProgressSignal } from './definitions';
 import { runFullLoad } from './full-load';
 import { runOnline } from './online';
 import { Saga } from './saga';
 import { parseWorkflowSpec } from './spec-input';
-import { tableMigrationWorkflow } from './table';
 import { Tracker } from './tracker';
 import { FAILURE } from '../src/failure-types';
 
@@ -51,135 +39,140 @@ export type { MigrationOptions };
 type Outcome = 'SUCCEEDED' | 'FAILED' | 'CANCELLED' | 'TIMED_OUT';
 
 export async function migrationWorkflow(specInput: unknown, options: MigrationOptions = {}): Promise<ResultDocument> {
-  const info = workflowInfo();
-  const progressByQuery = patched(PATCHES.progressByQuery);
-  const tracker = new Tracker(info.workflowId, info.runId, new Date(info.startTime).toISOString(), options.resume ? 'FAILED' : 'PENDING', progressByQuery);
-  if (options.resume) tracker.setState('PENDING', 'ferry retry', new Date(info.startTime).toISOString());
-  tracker.setState('QUEUED', undefined, new Date(info.startTime).toISOString());
-  tracker.setState('RUNNING', 'picked up by a worker');
-  setHandler(stateQuery, () => tracker.document());
+  return new MigrationRun(options).run(specInput);
+}
 
-  let spec: Spec;
-  try {
-    spec = parseWorkflowSpec(specInput);
-  } catch (err) {
-    const message = err instanceof SpecError ? err.message : String(err);
-    tracker.error = { message, type: FAILURE.InvalidSpec };
-    tracker.setPhase('FAILED', 'invalid spec');
-    tracker.setState('FAILED', 'invalid spec');
-    throw ApplicationFailure.nonRetryable(`invalid spec:\n${message}`, FAILURE.InvalidSpec, tracker.document());
+/**
+ * One migration's run: the tracker (states, events, status), the control desk, the saga, the
+ * deadline and the callbacks in fields; its steps as methods. The order of the commands it
+ * issues is what recorded histories replay against: reorder nothing without patched().
+ */
+class MigrationRun {
+  private readonly info = workflowInfo();
+  private readonly tracker: Tracker;
+  private readonly saga = new Saga();
+  /** Everything the migration does; the cancel signal and the deadline cancel it. */
+  private readonly main = new CancellationScope();
+  private cancelReason: string | undefined;
+  private timedOut = false;
+  /** Event webhooks in flight, awaited before the workflow ends. */
+  private readonly deliveries: Promise<unknown>[] = [];
+
+  constructor(private readonly options: MigrationOptions) {
+    const { info } = this;
+    const startedAt = new Date(info.startTime).toISOString();
+    const progressByQuery = patched(PATCHES.progressByQuery);
+    this.tracker = new Tracker(info.workflowId, info.runId, startedAt, options.resume ? 'FAILED' : 'PENDING', progressByQuery);
+    if (options.resume) this.tracker.setState('PENDING', 'ferry retry', startedAt);
+    this.tracker.setState('QUEUED', undefined, startedAt);
+    this.tracker.setState('RUNNING', 'picked up by a worker');
+    setHandler(stateQuery, () => this.tracker.document());
   }
-  upsertSearchAttributes([
-    { key: FerrySourceKey, value: spec.source },
-    { key: FerryTargetKey, value: spec.target },
-  ]);
 
-  // Control: pause, resume, throttle, approve, cancel. Table workflows get control forwarded.
-  let control: Control = { paused: false };
-  let approved = false;
-  const children = new Map<number, ChildWorkflowHandle<typeof tableMigrationWorkflow>>();
-  // The rate cap is the migration's: the tables copying at once share it, and each splits its
-  // share among its chunks. The share is resent when the number of tables copying changes.
-  const sharing = () => tablesSharing(spec.parallelism.tables, tracker.tables.filter((t) => !COPIED.has(t.phase)).length);
-  const forwarded = (): Control => (control.rowsPerSecond ? { ...control, tablesSharing: sharing() } : control);
-  let sharingSent: number | undefined;
-  const forward = () => {
-    const c = forwarded();
-    sharingSent = c.tablesSharing;
-    for (const child of children.values()) void child.signal(controlSignal, c).catch(() => undefined);
-  };
-  const setControl = (next: Control) => {
-    control = next;
-    tracker.paused = control.paused;
-    forward();
-  };
-  setHandler(pauseSignal, () => setControl({ ...control, paused: true }));
-  setHandler(resumeSignal, () => setControl({ ...control, paused: false }));
-  setHandler(throttleSignal, (request) => {
-    // Signals come from any client (the temporal CLI too): a bad value is refused, not applied.
-    const checked = checkThrottle(request);
-    // (Executions begun before this check applied any value: their replays must do the same.)
-    if (!checked.ok && patched(PATCHES.refuseInvalidThrottle)) {
-      tracker.warnings.push(`ignored a throttle signal: ${checked.reason}`);
-      return;
+  async run(specInput: unknown): Promise<ResultDocument> {
+    const spec = this.parse(specInput);
+    upsertSearchAttributes([
+      { key: FerrySourceKey, value: spec.source },
+      { key: FerryTargetKey, value: spec.target },
+    ]);
+    const desk = new ControlDesk(spec, this.tracker);
+    desk.listen();
+    setHandler(cancelSignal, (request) => {
+      this.cancelReason = request?.reason ?? 'cancel requested';
+      this.main.cancel();
+    });
+    setHandler(tableProgressSignal, (p) => {
+      this.tracker.applyProgress(p);
+      derivePhase(this.tracker, spec);
+      desk.onProgress(p);
+    });
+    this.sendEvents(spec);
+    this.startDeadline(spec);
+    const { outcome, failure } = await this.execute(spec, desk);
+    return this.end(spec, outcome, failure);
+  }
+
+  /** The spec, validated here too: any Temporal client can start this workflow. */
+  private parse(specInput: unknown): Spec {
+    try {
+      return parseWorkflowSpec(specInput);
+    } catch (err) {
+      const message = err instanceof SpecError ? err.message : String(err);
+      this.tracker.error = { message, type: FAILURE.InvalidSpec };
+      this.tracker.setPhase('FAILED', 'invalid spec');
+      this.tracker.setState('FAILED', 'invalid spec');
+      throw ApplicationFailure.nonRetryable(`invalid spec:\n${message}`, FAILURE.InvalidSpec, this.tracker.document());
     }
-    const t = checked.ok ? checked.value : request;
-    setControl({ ...control, rowsPerSecond: t.rowsPerSecond || undefined, batchRows: t.batchRows ?? control.batchRows });
-  });
-  setHandler(approveCutoverSignal, () => {
-    approved = true;
-  });
-  const main = new CancellationScope();
-  let cancelReason: string | undefined;
-  setHandler(cancelSignal, (request) => {
-    cancelReason = request?.reason ?? 'cancel requested';
-    main.cancel();
-  });
-  setHandler(tableProgressSignal, (p) => {
-    tracker.applyProgress(p);
-    derivePhase(tracker, spec);
-    // (Executions begun before the cap was shared sent control only on signals.)
-    if (control.rowsPerSecond && p.phase && sharing() !== sharingSent && patched(PATCHES.shareRateCapAcrossTables)) forward();
-  });
+  }
 
-  // Event webhooks, when asked for: one delivery per event, each with its own idempotency key.
-  const deliveries: Promise<unknown>[] = [];
-  if (spec.callback?.events) {
+  /** Event webhooks, when asked for: one delivery per event, each with its own idempotency key. */
+  private sendEvents(spec: Spec): void {
+    if (!spec.callback?.events) return;
     const { url, secret } = spec.callback;
-    tracker.onEvent = (event) => {
-      deliveries.push(
-        CancellationScope.nonCancellable(() =>
-          notify.sendCallback({ url, secret, idempotencyKey: `${info.workflowId}:${event.seq}`, body: { task_id: info.workflowId, event } }),
-        ).catch(() => undefined),
+    const id = this.info.workflowId;
+    this.tracker.onEvent = (event) => {
+      this.deliveries.push(
+        CancellationScope.nonCancellable(() => notify.sendCallback({ url, secret, idempotencyKey: `${id}:${event.seq}`, body: { task_id: id, event } })).catch(
+          () => undefined,
+        ),
       );
     };
   }
 
-  // The deadline is a timer, not an execution timeout: compensation and the callback still run.
-  let timedOut = false;
-  if (spec.deadlineMs !== undefined) {
+  /** The deadline is a timer, not an execution timeout: compensation and the callback still run. */
+  private startDeadline(spec: Spec): void {
+    if (spec.deadlineMs === undefined) return;
     const deadlineMs = spec.deadlineMs;
     void CancellationScope.cancellable(async () => {
       await sleep(deadlineMs);
-      timedOut = true;
-      main.cancel();
+      this.timedOut = true;
+      this.main.cancel();
     }).catch(() => undefined);
   }
 
-  const saga = new Saga();
-  let outcome: Outcome = 'SUCCEEDED';
-  let failure: unknown;
-  try {
-    await main.run(async () => {
-      const stored = options.resume ? await steps.storedPlan({ migrationId: info.workflowId, target: spec.target }) : null;
-      const plan = stored ?? givenPlan(options.plan) ?? (await checks.preflight({ migrationId: info.workflowId, spec }));
-      tracker.addTables(plan.tables);
-      upsertMemo({ source: spec.source, target: spec.target, tables: tracker.tables.map((t) => `${t.source} → ${t.target}`) });
-      tracker.event('MigrationStarted', undefined, { mode: spec.mode, tables: plan.tables.length });
-      const ctx: MigrationContext = {
-        id: info.workflowId,
-        spec,
-        plan,
-        tracker,
-        saga,
-        options,
-        children,
-        control: forwarded,
-        approved: () => approved,
-        targetReadyBeforeCutover: patched(PATCHES.targetReadyBeforeCutover),
-      };
-      if (spec.mode === 'online') tracker.cutover = await runOnline(ctx);
-      else await runFullLoad(ctx);
-    });
-    // Past the point of no return: the target is complete, nothing to compensate.
-    saga.clear();
-    await CancellationScope.nonCancellable(() => steps.releaseBookkeeping({ migrationId: info.workflowId, target: spec.target }));
-    tracker.setPhase('COMPLETED', spec.mode === 'online' ? 'cut over to the target' : 'all tables copied and validated');
-  } catch (err) {
-    failure = err;
-    outcome = timedOut ? 'TIMED_OUT' : isCancellation(err) ? 'CANCELLED' : 'FAILED';
-    tracker.error = errorInfo(err, outcome, cancelReason);
-    if (outcome === 'CANCELLED') tracker.setState('CANCELLING', cancelReason ?? 'workflow cancellation requested');
+  /** The mode's chain, then the bookkeeping released; or, on failure, the compensations. */
+  private async execute(spec: Spec, desk: ControlDesk): Promise<{ outcome: Outcome; failure?: unknown }> {
+    const { tracker, saga, options } = this;
+    const id = this.info.workflowId;
+    try {
+      await this.main.run(async () => {
+        const stored = options.resume ? await steps.storedPlan({ migrationId: id, target: spec.target }) : null;
+        const plan = stored ?? givenPlan(options.plan) ?? (await checks.preflight({ migrationId: id, spec }));
+        tracker.addTables(plan.tables);
+        upsertMemo({ source: spec.source, target: spec.target, tables: tracker.tables.map((t) => `${t.source} → ${t.target}`) });
+        tracker.event('MigrationStarted', undefined, { mode: spec.mode, tables: plan.tables.length });
+        const ctx: MigrationContext = {
+          id,
+          spec,
+          plan,
+          tracker,
+          saga,
+          options,
+          children: desk.children,
+          control: () => desk.forwarded(),
+          approved: () => desk.approved,
+          targetReadyBeforeCutover: patched(PATCHES.targetReadyBeforeCutover),
+        };
+        if (spec.mode === 'online') tracker.cutover = await runOnline(ctx);
+        else await runFullLoad(ctx);
+      });
+      // Past the point of no return: the target is complete, nothing to compensate.
+      saga.clear();
+      await CancellationScope.nonCancellable(() => steps.releaseBookkeeping({ migrationId: id, target: spec.target }));
+      tracker.setPhase('COMPLETED', spec.mode === 'online' ? 'cut over to the target' : 'all tables copied and validated');
+      return { outcome: 'SUCCEEDED' };
+    } catch (failure) {
+      const outcome: Outcome = this.timedOut ? 'TIMED_OUT' : isCancellation(failure) ? 'CANCELLED' : 'FAILED';
+      await this.compensate(spec, outcome, failure);
+      return { outcome, failure };
+    }
+  }
+
+  private async compensate(spec: Spec, outcome: Outcome, failure: unknown): Promise<void> {
+    const { tracker, saga } = this;
+    const id = this.info.workflowId;
+    tracker.error = errorInfo(failure, outcome, this.cancelReason);
+    if (outcome === 'CANCELLED') tracker.setState('CANCELLING', this.cancelReason ?? 'workflow cancellation requested');
     tracker.setPhase('ROLLING_BACK', tracker.error.message);
     const captureKept = keepCapture(spec, outcome, saga);
     const compensating = saga.size > 0;
@@ -191,7 +184,7 @@ export async function migrationWorkflow(specInput: unknown, options: MigrationOp
     if (captureKept) {
       tracker.warnings.push(
         'onFailure: keep — target tables, checkpoints and change capture were left: capture logs every write to the source tables ' +
-          `until \`ferry retry ${info.workflowId}\` resumes from it, or \`ferry cleanup ${info.workflowId}\` removes what the migration left on both databases`,
+          `until \`ferry retry ${id}\` resumes from it, or \`ferry cleanup ${id}\` removes what the migration left on both databases`,
       );
     } else if (!compensating && spec.onFailure === 'keep') {
       tracker.warnings.push('onFailure: keep — target tables and checkpoints were left for inspection and `ferry retry`');
@@ -199,35 +192,39 @@ export async function migrationWorkflow(specInput: unknown, options: MigrationOp
     tracker.setPhase('FAILED', outcome);
   }
 
-  tracker.endedAt = new Date().toISOString();
-  tracker.setState(outcome, outcome === 'SUCCEEDED' ? undefined : tracker.error?.message);
-  tracker.event('MigrationFinished', undefined, { state: outcome });
-  const result = resultDocument(tracker.document(), spec.metadata);
-  if (spec.callback) {
-    const { url, secret } = spec.callback;
-    result.callback = await CancellationScope.nonCancellable(() =>
-      notify
-        .sendCallback({ url, secret, idempotencyKey: info.workflowId, body: result })
-        .then(() => ({ delivered: true }))
-        .catch((err: unknown) => ({ delivered: false, error: rootMessage(err) })),
-    );
-  }
-  await CancellationScope.nonCancellable(() => Promise.all(deliveries));
-  upsertMemo({ result });
-  await condition(allHandlersFinished);
+  /** The result document, the callback (last, always), and how the execution ends. */
+  private async end(spec: Spec, outcome: Outcome, failure: unknown): Promise<ResultDocument> {
+    const { tracker } = this;
+    tracker.endedAt = new Date().toISOString();
+    tracker.setState(outcome, outcome === 'SUCCEEDED' ? undefined : tracker.error?.message);
+    tracker.event('MigrationFinished', undefined, { state: outcome });
+    const result = resultDocument(tracker.document(), spec.metadata);
+    if (spec.callback) {
+      const { url, secret } = spec.callback;
+      result.callback = await CancellationScope.nonCancellable(() =>
+        notify
+          .sendCallback({ url, secret, idempotencyKey: this.info.workflowId, body: result })
+          .then(() => ({ delivered: true }))
+          .catch((err: unknown) => ({ delivered: false, error: rootMessage(err) })),
+      );
+    }
+    await CancellationScope.nonCancellable(() => Promise.all(this.deliveries));
+    upsertMemo({ result });
+    await condition(allHandlersFinished);
 
-  if (outcome === 'SUCCEEDED') return result;
-  // Cancelled through Temporal itself: end as Canceled, so the Web UI and SDKs see the truth.
-  if (outcome === 'CANCELLED' && CancellationScope.current().consideredCancelled) {
-    throw new CancelledFailure(tracker.error?.message ?? 'cancelled', [result]);
+    if (outcome === 'SUCCEEDED') return result;
+    // Cancelled through Temporal itself: end as Canceled, so the Web UI and SDKs see the truth.
+    if (outcome === 'CANCELLED' && CancellationScope.current().consideredCancelled) {
+      throw new CancelledFailure(tracker.error?.message ?? 'cancelled', [result]);
+    }
+    throw ApplicationFailure.create({
+      message: tracker.error?.message ?? outcome,
+      type: outcome === 'TIMED_OUT' ? FAILURE.MigrationTimedOut : outcome === 'CANCELLED' ? FAILURE.MigrationCancelled : FAILURE.MigrationFailed,
+      nonRetryable: true,
+      details: [result],
+      cause: failure instanceof Error ? failure : undefined,
+    });
   }
-  throw ApplicationFailure.create({
-    message: tracker.error?.message ?? outcome,
-    type: outcome === 'TIMED_OUT' ? FAILURE.MigrationTimedOut : outcome === 'CANCELLED' ? FAILURE.MigrationCancelled : FAILURE.MigrationFailed,
-    nonRetryable: true,
-    details: [result],
-    cause: failure instanceof Error ? failure : undefined,
-  });
 }
 
 /**

@@ -1,0 +1,73 @@
+/**
+ * The migration's control desk: pause, resume, throttle and approve as signals arrive, and
+ * forwarding to the table workflows. The rate cap is the migration's: the tables copying at
+ * once share it, and each splits its share among its chunks; the share is re-sent when the
+ * number of tables copying changes.
+ */
+import { ChildWorkflowHandle, patched, setHandler } from '@temporalio/workflow';
+import { PATCHES } from '../src/names';
+import { tablesSharing } from '../src/rate';
+import { checkThrottle, Spec } from '../src/spec';
+import { COPIED } from './context';
+import { approveCutoverSignal, Control, controlSignal, pauseSignal, resumeSignal, TableProgress, throttleSignal } from './definitions';
+import { tableMigrationWorkflow } from './table';
+import { Tracker } from './tracker';
+
+export class ControlDesk {
+  private control: Control = { paused: false };
+  private sharingSent: number | undefined;
+  approved = false;
+  readonly children = new Map<number, ChildWorkflowHandle<typeof tableMigrationWorkflow>>();
+
+  constructor(
+    private readonly spec: Spec,
+    private readonly tracker: Tracker,
+  ) {}
+
+  /** Registers the control signals' handlers. */
+  listen(): void {
+    setHandler(pauseSignal, () => this.set({ ...this.control, paused: true }));
+    setHandler(resumeSignal, () => this.set({ ...this.control, paused: false }));
+    setHandler(throttleSignal, (request) => {
+      // Signals come from any client (the temporal CLI too): a bad value is refused, not applied.
+      const checked = checkThrottle(request);
+      // (Executions begun before this check applied any value: their replays must do the same.)
+      if (!checked.ok && patched(PATCHES.refuseInvalidThrottle)) {
+        this.tracker.warnings.push(`ignored a throttle signal: ${checked.reason}`);
+        return;
+      }
+      const t = checked.ok ? checked.value : request;
+      this.set({ ...this.control, rowsPerSecond: t.rowsPerSecond || undefined, batchRows: t.batchRows ?? this.control.batchRows });
+    });
+    setHandler(approveCutoverSignal, () => {
+      this.approved = true;
+    });
+  }
+
+  /** The control a table workflow gets: the cap with its current share. */
+  forwarded(): Control {
+    return this.control.rowsPerSecond ? { ...this.control, tablesSharing: this.sharing() } : this.control;
+  }
+
+  /** A table moved: re-send the cap when the number of tables sharing it changed. */
+  onProgress(p: TableProgress): void {
+    // (Executions begun before the cap was shared sent control only on signals.)
+    if (this.control.rowsPerSecond && p.phase && this.sharing() !== this.sharingSent && patched(PATCHES.shareRateCapAcrossTables)) this.forward();
+  }
+
+  private sharing(): number {
+    return tablesSharing(this.spec.parallelism.tables, this.tracker.tables.filter((t) => !COPIED.has(t.phase)).length);
+  }
+
+  private set(next: Control): void {
+    this.control = next;
+    this.tracker.paused = next.paused;
+    this.forward();
+  }
+
+  private forward(): void {
+    const c = this.forwarded();
+    this.sharingSent = c.tablesSharing;
+    for (const child of this.children.values()) void child.signal(controlSignal, c).catch(() => undefined);
+  }
+}
