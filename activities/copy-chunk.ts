@@ -6,18 +6,15 @@
  */
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
-import { Client, Pool } from 'pg';
-import { advanceCheckpoint, ChunkRef, claimChunk, holdsFence, touchCheckpoint } from '../src/db/bookkeeping';
-import { inTransaction } from '../src/db/connections';
-import { withCatalogKeyTypes } from '../src/db/catalog';
-import { writeAsReplica } from '../src/db/session';
+import { Pool } from 'pg';
+import { advanceCheckpoint, ChunkRef, touchCheckpoint } from '../src/db/bookkeeping';
 import { copyRange, deleteRange } from '../src/db/copy-stream';
+import { withFencedSessions } from '../src/db/fenced';
 import type { CopyTable } from '../src/plan';
 import { asActivityFailure } from '../src/db/errors';
 import { Bound, keyAsText, keyFromRow, keyOrder, keyPredicate, ParamBinder } from '../src/db/ranges';
 import { displayQualified, quoteQualified } from '../src/identifiers';
 import { ChunkCheckpoint, ChunkPlan, Key } from '../src/plan';
-import { FAILURE } from '../src/failure-types';
 import { ActivityDeps } from './deps';
 
 export interface CopyChunkInput {
@@ -41,86 +38,61 @@ export interface CopyChunkResult {
   batches: number;
 }
 
-export const SUPERSEDED = FAILURE.Superseded;
-
-/** The fence token of this attempt: later dispatches and later attempts always hold bigger ones. */
-export function fenceToken(fence: number, attempt: number): number {
-  return fence * 1000 + Math.min(attempt, 999);
-}
-
 export function createCopyChunk({ connections, logger }: ActivityDeps) {
   return async function copyChunk(input: CopyChunkInput): Promise<CopyChunkResult> {
     const ctx = Context.current();
-    const { attempt, activityId } = ctx.info;
-    const token = fenceToken(input.fence, attempt);
-    const ref: ChunkRef = { migrationId: input.migrationId, tableIndex: input.table.index, chunkIndex: input.chunk.index };
-    const log = logger.child({
-      migrationId: input.migrationId,
-      table: displayQualified(input.table.source),
-      chunk: input.chunk.index,
-      attempt,
-    });
+    const log = logger.child({ migrationId: input.migrationId, table: displayQualified(input.table.source), chunk: input.chunk.index, attempt: ctx.info.attempt });
     const started = Date.now();
-    let source: Client | undefined;
-    let target: Client | undefined;
     try {
-      [source, target] = await Promise.all([connections.client(input.source), connections.client(input.target)]);
-      input = { ...input, table: await withCatalogKeyTypes(source, input.table) }; // types from the catalog, not the plan
-      await writeAsReplica(target);
-      const claimed = await claimChunk(target, ref, token, `${activityId}#${attempt}`);
-      if (!claimed) throw superseded(ref);
-      let checkpoint: ChunkCheckpoint = claimed;
-      let rows = 0;
-      let bytes = 0;
-      let batches = 0;
-      // The next batch's end key is looked up (on a pooled connection) while this batch copies.
-      const keys = connections.pool(input.source);
-      let upcoming = checkpoint.done ? undefined : nextBatch(keys, input, checkpoint.lastKey);
-      // At least one batch per call, however short the slice: every call makes progress.
-      while (upcoming && (batches === 0 || Date.now() - started < input.sliceMs)) {
-        // Every committed batch is a resume point, so stopping between batches loses nothing.
-        if (ctx.cancellationSignal.aborted) throw new CancelledFailure('chunk copy cancelled');
-        const batch = await upcoming;
-        upcoming = batch.end === null ? undefined : nextBatch(keys, input, batch.end);
-        upcoming?.catch(() => undefined); // awaited on the next turn; never left unhandled
-        const stats = await inTransaction(target, async () => {
-          // Data and checkpoint commit together, so a batch lost in a target crash is simply
-          // copied again: no need to wait for each commit's WAL flush. The slice ends with a
-          // synchronous commit, so nothing reported to the workflow can be lost.
-          await target!.query('SET LOCAL synchronous_commit = off');
-          if (!(await holdsFence(target!, ref, token))) throw superseded(ref);
-          await deleteRange(target!, input.table, batch.bounds);
-          const copied = await copyRange(source!, target!, input.table, batch.bounds, (b) => ctx.heartbeat({ bytes: bytes + b }));
-          await advanceCheckpoint(target!, ref, batch.end, copied.rows, batch.end === null);
-          return copied;
-        });
-        rows += stats.rows;
-        bytes += stats.bytes;
-        batches += 1;
-        checkpoint = {
-          lastKey: batch.end ?? checkpoint.lastKey,
-          rowsCopied: checkpoint.rowsCopied + stats.rows,
-          done: batch.end === null,
-        };
-        ctx.heartbeat({ rowsCopied: checkpoint.rowsCopied });
-        if (input.rowsPerSecond && !checkpoint.done) {
-          const due = (rows / input.rowsPerSecond) * 1000 - (Date.now() - started);
-          if (due > 0) await ctx.sleep(Math.min(due, input.sliceMs));
+      return await withFencedSessions(connections, input, input.chunk.index, async ({ source, target, table, claimed, write }) => {
+        const ref: ChunkRef = { migrationId: input.migrationId, tableIndex: table.index, chunkIndex: input.chunk.index };
+        const chunk = { ...input, table };
+        let checkpoint: ChunkCheckpoint = claimed;
+        let rows = 0;
+        let bytes = 0;
+        let batches = 0;
+        // The next batch's end key is looked up (on a pooled connection) while this batch copies.
+        const keys = connections.pool(input.source);
+        let upcoming = checkpoint.done ? undefined : nextBatch(keys, chunk, checkpoint.lastKey);
+        // At least one batch per call, however short the slice: every call makes progress.
+        while (upcoming && (batches === 0 || Date.now() - started < input.sliceMs)) {
+          // Every committed batch is a resume point, so stopping between batches loses nothing.
+          if (ctx.cancellationSignal.aborted) throw new CancelledFailure('chunk copy cancelled');
+          const batch = await upcoming;
+          upcoming = batch.end === null ? undefined : nextBatch(keys, chunk, batch.end);
+          upcoming?.catch(() => undefined); // awaited on the next turn; never left unhandled
+          const stats = await write(async () => {
+            // Data and checkpoint commit together, so a batch lost in a target crash is simply
+            // copied again: no need to wait for each commit's WAL flush. The slice ends with a
+            // synchronous commit, so nothing reported to the workflow can be lost.
+            await target.query('SET LOCAL synchronous_commit = off');
+            await deleteRange(target, table, batch.bounds);
+            const copied = await copyRange(source, target, table, batch.bounds, (b) => ctx.heartbeat({ bytes: bytes + b }));
+            await advanceCheckpoint(target, ref, batch.end, copied.rows, batch.end === null);
+            return copied;
+          });
+          rows += stats.rows;
+          bytes += stats.bytes;
+          batches += 1;
+          checkpoint = { lastKey: batch.end ?? checkpoint.lastKey, rowsCopied: checkpoint.rowsCopied + stats.rows, done: batch.end === null };
+          ctx.heartbeat({ rowsCopied: checkpoint.rowsCopied });
+          if (input.rowsPerSecond && !checkpoint.done) {
+            const due = (rows / input.rowsPerSecond) * 1000 - (Date.now() - started);
+            if (due > 0) await ctx.sleep(Math.min(due, input.sliceMs));
+          }
         }
-      }
-      // Durability barrier before the workflow hears of this progress: a synchronous commit
-      // flushes the WAL of every asynchronously committed batch before it.
-      if (batches > 0) await touchCheckpoint(target, ref);
-      log.info({ rows, bytes, batches, ms: Date.now() - started, done: checkpoint.done }, 'chunk slice copied');
-      return { checkpoint, rows, bytes, batches };
+        // Durability barrier before the workflow hears of this progress: a synchronous commit
+        // flushes the WAL of every asynchronously committed batch before it.
+        if (batches > 0) await touchCheckpoint(target, ref);
+        log.info({ rows, bytes, batches, ms: Date.now() - started, done: checkpoint.done }, 'chunk slice copied');
+        return { checkpoint, rows, bytes, batches };
+      });
     } catch (err) {
       if (err instanceof CancelledFailure) throw err;
       // Logged as it leaves the worker: a PostgreSQL error's row values stay out of the log too.
       const failure = asActivityFailure(err, `copy ${displayQualified(input.table.source)} chunk ${input.chunk.index}`);
       if (!(err instanceof ApplicationFailure)) log.warn({ err: failure }, 'chunk slice failed');
       throw failure;
-    } finally {
-      await Promise.all([source?.end().catch(() => undefined), target?.end().catch(() => undefined)]);
     }
   };
 }
@@ -146,11 +118,4 @@ async function nextBatch(source: Pool, input: CopyChunkInput, lastKey: Key | nul
   if (rows.length === 0) return { bounds: [...from, ...until], end: null };
   const end = keyFromRow(rows[0], input.table);
   return { bounds: [...from, { op: '<=', key: end }], end };
-}
-
-function superseded(ref: ChunkRef): ApplicationFailure {
-  return ApplicationFailure.nonRetryable(
-    `chunk ${ref.chunkIndex} of table #${ref.tableIndex} is owned by a newer attempt; this one stops without writing`,
-    SUPERSEDED,
-  );
 }

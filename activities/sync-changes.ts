@@ -11,21 +11,19 @@
  */
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
-import { Client, ClientBase } from 'pg';
-import { ChunkRef, claimChunk, holdsFence, SYNC_CHUNK } from '../src/db/bookkeeping';
+import { ClientBase } from 'pg';
+import { SYNC_CHUNK } from '../src/db/bookkeeping';
+import { FencedSessions, withFencedSessions } from '../src/db/fenced';
 import { assertCaptureIntact } from '../src/db/capture-check';
 import { captureNames } from '../src/db/capture-sql';
-import { inTransaction } from '../src/db/connections';
 import { withCatalogKeyTypes } from '../src/db/catalog';
 import { copyStream, deleteKeys, selectColumns } from '../src/db/copy-stream';
 import type { CopyTable } from '../src/plan';
 import { asActivityFailure } from '../src/db/errors';
 import { distinctKeys, keyAsText, keyFromRow, keyInList, keyOrder, keyPredicate, literalBinder, ParamBinder, rangeBounds } from '../src/db/ranges';
-import { writeAsReplica } from '../src/db/session';
 import { evictConflictsSql, readUniqueKeys } from '../src/db/unique-keys';
 import { displayQualified, QualifiedName, quoteQualified } from '../src/identifiers';
 import { Key, KeyRange } from '../src/plan';
-import { fenceToken, SUPERSEDED } from './copy-chunk';
 import { ActivityDeps } from './deps';
 
 export interface SyncInput {
@@ -160,76 +158,72 @@ async function recordDirty(target: ClientBase, migrationId: string, tableIndex: 
   );
 }
 
+/**
+ * Rounds until the slice is over (or, returnWhenCaughtUp, until the log runs dry): read the
+ * visible log rows, apply their keys in one fenced target transaction, then delete exactly
+ * those log rows. Each round commits before the next begins, so stopping anywhere loses nothing.
+ */
+async function syncSlice(input: SyncInput, { source, target, write }: FencedSessions): Promise<SyncResult> {
+  const ctx = Context.current();
+  const log = quoteQualified(captureNames(input.migrationId, input.table.index).log);
+  const started = Date.now();
+  let applied = 0;
+  let rounds = 0;
+  let caughtUp = false;
+  // Rounds grow while they are quick and full, shrink when slow: a round is one target
+  // transaction, and one that runs for long holds its locks and delays the next heartbeat.
+  let roundKeys = input.batchKeys;
+  const heartbeat = () => ctx.heartbeat({ applied, roundKeys });
+  while (Date.now() - started < input.sliceMs) {
+    if (ctx.cancellationSignal.aborted) throw new CancelledFailure('sync slice cancelled');
+    if (caughtUp) {
+      if (input.returnWhenCaughtUp) break;
+      heartbeat();
+      await ctx.sleep(POLL_MS);
+    }
+    const size = roundKeys;
+    const roundStarted = Date.now();
+    const { rows } = await source.query(`SELECT id, pk FROM ${log} ORDER BY id LIMIT ${size}`);
+    if (rows.length === 0) {
+      caughtUp = true;
+      continue;
+    }
+    const keys = distinctKeys(rows.map((r) => r.pk as Key));
+    const done = await write(async () => {
+      const result = await applyKeys(source, target, input.table, keys, heartbeat);
+      if (input.recordDirty) await recordDirty(target, input.migrationId, input.table.index, result.applied);
+      return result;
+    });
+    // Only after the target committed: evicted rows back into the log, then delete exactly
+    // the log rows that were applied.
+    await enqueue(source, log, done.requeue);
+    await source.query(`DELETE FROM ${log} WHERE id = ANY ($1::int8[])`, [rows.map((r) => r.id)]);
+    applied += done.applied.length;
+    rounds += 1;
+    heartbeat();
+    caughtUp = rows.length < size;
+    roundKeys = nextRoundKeys(size, rows.length, Date.now() - roundStarted, input.batchKeys);
+  }
+  const lag = await source.query(
+    `SELECT (SELECT count(*) FROM (SELECT 1 FROM ${log} LIMIT ${PENDING_COUNT_CAP}) s)::int AS pending,
+            coalesce(extract(epoch FROM clock_timestamp() - (SELECT logged_at FROM ${log} ORDER BY id LIMIT 1)), 0)::float8 AS lag`,
+  );
+  return { applied, rounds, caughtUp, pending: Number(lag.rows[0].pending), lagSeconds: Math.round(Number(lag.rows[0].lag) * 1000) / 1000 };
+}
+
 export function createSyncActivities({ connections, logger }: ActivityDeps) {
   async function syncChanges(input: SyncInput): Promise<SyncResult> {
-    const ctx = Context.current();
-    const token = fenceToken(input.fence, ctx.info.attempt);
-    const ref: ChunkRef = { migrationId: input.migrationId, tableIndex: input.table.index, chunkIndex: SYNC_CHUNK };
-    const log = quoteQualified(captureNames(input.migrationId, input.table.index).log);
-    const started = Date.now();
-    let source: Client | undefined;
-    let target: Client | undefined;
     try {
-      [source, target] = await Promise.all([connections.client(input.source), connections.client(input.target)]);
-      input = { ...input, table: await withCatalogKeyTypes(source, input.table) }; // types from the catalog, not the plan
-      await writeAsReplica(target);
-      if (!(await claimChunk(target, ref, token, `${ctx.info.activityId}#${ctx.info.attempt}`))) {
-        throw ApplicationFailure.nonRetryable('a newer attempt owns this table\'s sync', SUPERSEDED);
-      }
-      await assertCaptureIntact(source, input);
-      let applied = 0;
-      let rounds = 0;
-      let caughtUp = false;
-      // Rounds grow while they are quick and full, shrink when slow: a round is one target
-      // transaction, and one that runs for long holds its locks and delays the next heartbeat.
-      let roundKeys = input.batchKeys;
-      const heartbeat = () => ctx.heartbeat({ applied, roundKeys });
-      while (Date.now() - started < input.sliceMs) {
-        // Each round commits before the next begins, so stopping here loses nothing.
-        if (ctx.cancellationSignal.aborted) throw new CancelledFailure('sync slice cancelled');
-        if (caughtUp) {
-          if (input.returnWhenCaughtUp) break;
-          heartbeat();
-          await ctx.sleep(POLL_MS);
-        }
-        const size = roundKeys;
-        const roundStarted = Date.now();
-        const { rows } = await source.query(`SELECT id, pk FROM ${log} ORDER BY id LIMIT ${size}`);
-        if (rows.length === 0) {
-          caughtUp = true;
-          continue;
-        }
-        const keys = distinctKeys(rows.map((r) => r.pk as Key));
-        const done = await inTransaction(target, async () => {
-          if (!(await holdsFence(target!, ref, token))) throw ApplicationFailure.nonRetryable('a newer attempt owns this table\'s sync', SUPERSEDED);
-          const result = await applyKeys(source!, target!, input.table, keys, heartbeat);
-          if (input.recordDirty) await recordDirty(target!, input.migrationId, input.table.index, result.applied);
-          return result;
-        });
-        // Only after the target committed: evicted rows back into the log, then delete exactly
-        // the log rows that were applied.
-        await enqueue(source, log, done.requeue);
-        await source.query(`DELETE FROM ${log} WHERE id = ANY ($1::int8[])`, [rows.map((r) => r.id)]);
-        applied += done.applied.length;
-        rounds += 1;
-        heartbeat();
-        caughtUp = rows.length < size;
-        roundKeys = nextRoundKeys(size, rows.length, Date.now() - roundStarted, input.batchKeys);
-      }
-      const lag = await source.query(
-        `SELECT (SELECT count(*) FROM (SELECT 1 FROM ${log} LIMIT ${PENDING_COUNT_CAP}) s)::int AS pending,
-                coalesce(extract(epoch FROM clock_timestamp() - (SELECT logged_at FROM ${log} ORDER BY id LIMIT 1)), 0)::float8 AS lag`,
-      );
-      const pending = Number(lag.rows[0].pending);
-      return { applied, rounds, caughtUp, pending, lagSeconds: Math.round(Number(lag.rows[0].lag) * 1000) / 1000 };
+      return await withFencedSessions(connections, input, SYNC_CHUNK, async (sessions) => {
+        await assertCaptureIntact(sessions.source, { ...input, table: sessions.table });
+        return await syncSlice({ ...input, table: sessions.table }, sessions);
+      });
     } catch (err) {
       if (err instanceof CancelledFailure) throw err;
       // Logged as it leaves the worker: a PostgreSQL error's row values stay out of the log too.
       const failure = asActivityFailure(err, `sync ${displayQualified(input.table.source)}`);
       if (!(err instanceof ApplicationFailure)) logger.warn({ err: failure, migrationId: input.migrationId, table: displayQualified(input.table.source) }, 'sync failed');
       throw failure;
-    } finally {
-      await Promise.all([source?.end().catch(() => undefined), target?.end().catch(() => undefined)]);
     }
   }
 

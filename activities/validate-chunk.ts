@@ -7,13 +7,11 @@
  * repairRange: re-copies one narrowed range in one fenced target transaction.
  */
 import { Context } from '@temporalio/activity';
-import { ApplicationFailure } from '@temporalio/common';
 import { Client } from 'pg';
-import { ChunkRef, claimChunk, holdsFence } from '../src/db/bookkeeping';
 import { inTransaction } from '../src/db/connections';
 import { withCatalogKeyTypes } from '../src/db/catalog';
-import { writeAsReplica } from '../src/db/session';
 import { copyRange, deleteRange, selectColumns } from '../src/db/copy-stream';
+import { withFencedSessions } from '../src/db/fenced';
 import type { CopyTable } from '../src/plan';
 import { asActivityFailure } from '../src/db/errors';
 import { distinctKeys, keyAsText, keyFromRow, keyInList, keyOrder, keyPredicate, ParamBinder, rangeBounds } from '../src/db/ranges';
@@ -21,7 +19,6 @@ import { captureNames } from '../src/db/capture-sql';
 import { displayQualified, QualifiedName, quoteQualified } from '../src/identifiers';
 import { Key, KeyRange } from '../src/plan';
 import { sameKey } from '../src/chunks';
-import { fenceToken, SUPERSEDED } from './copy-chunk';
 import { ActivityDeps } from './deps';
 
 export interface ValidateChunkInput {
@@ -174,34 +171,20 @@ export function createValidateChunk({ connections }: ActivityDeps) {
 export function createRepairRange({ connections, logger }: ActivityDeps) {
   return async function repairRange(input: RepairRangeInput): Promise<{ deleted: number; copied: number }> {
     const ctx = Context.current();
-    const token = fenceToken(input.fence, ctx.info.attempt);
-    const ref: ChunkRef = { migrationId: input.migrationId, tableIndex: input.table.index, chunkIndex: input.chunkIndex };
-    let source: Client | undefined;
-    let target: Client | undefined;
     try {
-      [source, target] = await Promise.all([connections.client(input.source), connections.client(input.target)]);
-      input = { ...input, table: await withCatalogKeyTypes(source, input.table) }; // types from the catalog, not the plan
-      await writeAsReplica(target);
-      // Taking the fence also stops any zombie copy of this chunk from writing after the repair.
-      if (!(await claimChunk(target, ref, token, `${ctx.info.activityId}#${ctx.info.attempt}`))) {
-        throw ApplicationFailure.nonRetryable('a newer attempt owns this chunk', SUPERSEDED);
-      }
-      const bounds = rangeBounds(input.range);
-      const result = await inTransaction(target, async () => {
-        if (!(await holdsFence(target!, ref, token))) throw ApplicationFailure.nonRetryable('a newer attempt owns this chunk', SUPERSEDED);
-        const deleted = await deleteRange(target!, input.table, bounds);
-        const copied = await copyRange(source!, target!, input.table, bounds, () => ctx.heartbeat());
-        return { deleted, copied: copied.rows };
+      // Taking the chunk's fence also stops any zombie copy of it from writing after the repair.
+      return await withFencedSessions(connections, input, input.chunkIndex, async ({ source, target, table, write }) => {
+        const bounds = rangeBounds(input.range);
+        const result = await write(async () => {
+          const deleted = await deleteRange(target, table, bounds);
+          const copied = await copyRange(source, target, table, bounds, () => ctx.heartbeat());
+          return { deleted, copied: copied.rows };
+        });
+        logger.info({ migrationId: input.migrationId, table: displayQualified(table.source), chunk: input.chunkIndex, ...result }, 'range repaired');
+        return result;
       });
-      logger.info(
-        { migrationId: input.migrationId, table: displayQualified(input.table.source), chunk: input.chunkIndex, ...result },
-        'range repaired',
-      );
-      return result;
     } catch (err) {
       throw asActivityFailure(err, `repair ${displayQualified(input.table.source)}`);
-    } finally {
-      await Promise.all([source?.end().catch(() => undefined), target?.end().catch(() => undefined)]);
     }
   };
 }

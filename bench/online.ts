@@ -45,12 +45,16 @@ const PGBENCH = findOnPath('pgbench') ?? '/usr/lib/postgresql/15/bin/pgbench';
 const url = (db: string) => databaseUrl(ADMIN, db);
 const sql = runSql;
 
-function run(command: string, argv: string[], env: NodeJS.ProcessEnv = process.env): { done: Promise<{ code: number | null; out: string }>; kill: () => void } {
+function run(command: string, argv: string[], env: NodeJS.ProcessEnv = process.env): { done: Promise<{ code: number | null; out: string; stdout: string }>; kill: () => void } {
   const child = spawn(command, argv, { env, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
-  child.stdout.on('data', (d) => (out += d));
+  let stdout = '';
+  child.stdout.on('data', (d) => {
+    out += d;
+    stdout += d;
+  });
   child.stderr.on('data', (d) => (out += d));
-  return { done: new Promise((resolve) => child.on('exit', (code) => resolve({ code, out }))), kill: () => child.kill('SIGINT') };
+  return { done: new Promise((resolve) => child.on('exit', (code) => resolve({ code, out, stdout }))), kill: () => child.kill('SIGINT') };
 }
 
 /** pgbench's TPCB-like script for `seconds`; returns transactions per second. */
@@ -124,7 +128,7 @@ async function main(): Promise<void> {
     const started = run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'start', spec, '--json'], env);
     const startOut = await started.done;
     if (startOut.code !== 0) throw new Error(`ferry start failed: ${startOut.out}`);
-    const id = JSON.parse(startOut.out).id as string;
+    const id = JSON.parse(startOut.stdout).id as string;
     const t0 = Date.now();
     for (;;) {
       const s = await ferry.status(id);

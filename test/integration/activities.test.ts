@@ -150,8 +150,13 @@ describe('activities on real PostgreSQL', () => {
     await dbs.exec('rollback', `CREATE SCHEMA _ferry; CREATE TABLE _ferry.migrations (id text PRIMARY KEY, prepared_at timestamptz NOT NULL DEFAULT now());
       INSERT INTO _ferry.migrations (id) VALUES ('old');`);
     await dbs.exec('rollback', BOOKKEEPING_DDL);
-    await dbs.exec('rollback', `INSERT INTO _ferry.migrations (id, plan) VALUES ('new', '{"tables": []}')`);
-    expect(await activities.storedPlan({ migrationId: 'new', target: 'rb' })).toEqual({ tables: [] });
+    const plan = {
+      sourceServer: '15',
+      targetServer: '15',
+      tables: [{ ...table, chunks: [{ index: 0, lower: null, upper: null }], rowsEstimated: 10, targetExisted: false, sourceWrites: 0 }],
+    };
+    await dbs.exec('rollback', `INSERT INTO _ferry.migrations (id, plan) VALUES ('new', '${JSON.stringify(plan)}')`);
+    expect(await activities.storedPlan({ migrationId: 'new', target: 'rb' })).toEqual(plan);
     expect(await activities.storedPlan({ migrationId: 'absent', target: 'rb' })).toBeNull();
     const err = (await activities.storedPlan({ migrationId: 'old', target: 'rb' }).catch((e: unknown) => e)) as ApplicationFailure;
     expect(err).toBeInstanceOf(ApplicationFailure);

@@ -1,0 +1,78 @@
+/**
+ * The skeleton every activity that writes a table's rows shares (a chunk's copy, the sync, a
+ * range repair): a dedicated session on each side, key types from the catalog, the target
+ * written as a replica, the chunk's checkpoint row claimed with this attempt's fence token —
+ * and every write transaction checking, under the row's lock, that no newer attempt has taken
+ * the fence since (docs/architecture.md §5). Sessions end whatever happens.
+ */
+import { Context } from '@temporalio/activity';
+import { ApplicationFailure } from '@temporalio/common';
+import { Client } from 'pg';
+import { FAILURE } from '../failure-types';
+import { CopyTable } from '../plan';
+import { CheckpointRow, ChunkRef, claimChunk, holdsFence } from './bookkeeping';
+import { withCatalogKeyTypes } from './catalog';
+import { ConnectionRegistry, inTransaction } from './connections';
+import { writeAsReplica } from './session';
+
+/** The fence token of an attempt: later dispatches and later attempts always hold bigger ones. */
+export function fenceToken(fence: number, attempt: number): number {
+  return fence * 1000 + Math.min(attempt, 999);
+}
+
+export interface FencedInput {
+  migrationId: string;
+  source: string;
+  target: string;
+  table: CopyTable;
+  /** Grows with every dispatch; with the attempt number it forms the fence token. */
+  fence: number;
+}
+
+export interface FencedSessions {
+  source: Client;
+  target: Client;
+  /** The table, its key types read from the source catalog (never the plan's). */
+  table: CopyTable;
+  /** The checkpoint as committed when this attempt claimed it. */
+  claimed: CheckpointRow;
+  /** One target transaction, aborted with Superseded when a newer attempt holds the fence. */
+  write<T>(fn: () => Promise<T>): Promise<T>;
+}
+
+export function superseded(ref: ChunkRef): ApplicationFailure {
+  const what = ref.chunkIndex < 0 ? 'this table\'s sync' : `chunk ${ref.chunkIndex} of table #${ref.tableIndex}`;
+  return ApplicationFailure.nonRetryable(`${what} is owned by a newer attempt; this one stops without writing`, FAILURE.Superseded);
+}
+
+/** Runs `fn` with fenced sessions on chunk `chunkIndex` of the input's table (−1: its sync). */
+export async function withFencedSessions<T>(
+  connections: ConnectionRegistry,
+  input: FencedInput,
+  chunkIndex: number,
+  fn: (sessions: FencedSessions) => Promise<T>,
+  options: { statementTimeoutMs?: number } = {},
+): Promise<T> {
+  const { attempt, activityId } = Context.current().info;
+  const token = fenceToken(input.fence, attempt);
+  const ref: ChunkRef = { migrationId: input.migrationId, tableIndex: input.table.index, chunkIndex };
+  const timeouts = options.statementTimeoutMs === undefined ? undefined : { statementTimeoutMs: options.statementTimeoutMs };
+  let source: Client | undefined;
+  let target: Client | undefined;
+  try {
+    [source, target] = await Promise.all([connections.client(input.source, timeouts), connections.client(input.target, timeouts)]);
+    const table = await withCatalogKeyTypes(source, input.table);
+    await writeAsReplica(target);
+    const claimed = await claimChunk(target, ref, token, `${activityId}#${attempt}`);
+    if (!claimed) throw superseded(ref);
+    const t = target;
+    const write = <R>(work: () => Promise<R>) =>
+      inTransaction(t, async () => {
+        if (!(await holdsFence(t, ref, token))) throw superseded(ref);
+        return work();
+      });
+    return await fn({ source, target, table, claimed, write });
+  } finally {
+    await Promise.all([source?.end().catch(() => undefined), target?.end().catch(() => undefined)]);
+  }
+}
