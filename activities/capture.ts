@@ -31,7 +31,7 @@ import {
   refuseTruncateFunction,
   triggerNames,
 } from '../src/db/capture-sql';
-import { asActivityFailure, refusal, sqlState } from '../src/db/errors';
+import { refusal, sqlState } from '../src/db/errors';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified } from '../src/identifiers';
 import { KeyColumn } from '../src/plan';
 import { dropTriggers, relationsWithTriggers, relationTree } from '../src/db/triggers';
@@ -85,77 +85,73 @@ async function capturesExist(db: PoolClient): Promise<boolean> {
 
 export function createCaptureActivities({ connections, logger }: ActivityDeps) {
   async function installCapture(input: CaptureInput): Promise<{ ddlGuard: boolean }> {
-    try {
-      return await connections.withClient(input.source, (db) =>
-        inTransaction(db, async () => {
-          await db.query(LOCK_TIMEOUT);
-          await lockCapture(db);
-          await db.query(CAPTURE_BOOKKEEPING_DDL);
-          const installed = await db.query(`SELECT ddl_guard FROM ${CAPTURE_SCHEMA}.captures WHERE migration_id = $1 LIMIT 1`, [input.migrationId]);
-          if (installed.rowCount) return { ddlGuard: installed.rows[0].ddl_guard as boolean };
+    return await connections.withClient(input.source, (db) =>
+      inTransaction(db, async () => {
+        await db.query(LOCK_TIMEOUT);
+        await lockCapture(db);
+        await db.query(CAPTURE_BOOKKEEPING_DDL);
+        const installed = await db.query(`SELECT ddl_guard FROM ${CAPTURE_SCHEMA}.captures WHERE migration_id = $1 LIMIT 1`, [input.migrationId]);
+        if (installed.rowCount) return { ddlGuard: installed.rows[0].ddl_guard as boolean };
 
-          await db.query(createRefuseTruncateSql(input.migrationId));
-          if (input.armFreeze) {
-            await db.query(`CREATE SCHEMA IF NOT EXISTS ${FREEZE_SCHEMA}`);
-            await db.query(createFreezeStateSql(input.migrationId));
-            await db.query(createArmedFreezeFunctionSql(input.migrationId));
-          }
-          const relids: number[] = [];
-          // The tables and all their partitions: what the DDL guard protects.
-          const guarded: number[] = [];
-          for (const table of input.tables) {
-            const names = captureNames(input.migrationId, table.index);
-            const rel = await db.query('SELECT to_regclass($1)::oid::int8 AS relid', [quoteQualified(table.source)]);
-            if (!rel.rows[0].relid) throw refusal(FAILURE.MissingTable, `table ${displayQualified(table.source)} disappeared from the source`);
-            const others = await db.query(
-              `SELECT tgname FROM pg_catalog.pg_trigger WHERE tgrelid = $1 AND tgname LIKE 'ferry\\_capture\\_%' LIMIT 1`,
-              [rel.rows[0].relid],
-            );
-            if (others.rowCount) {
-              throw refusal(
-                FAILURE.AlreadyCaptured,
-                `${displayQualified(table.source)} is already captured by another online migration (trigger ${others.rows[0].tgname}); finish or cancel that one first`,
-              );
-            }
-            relids.push(Number(rel.rows[0].relid));
-            const [self, ...partitions] = await relationTree(db, Number(rel.rows[0].relid));
-            await db.query(createLogSql(names));
-            await db.query(createCaptureFunctionSql(names, table.keyColumns));
-            for (const sql of createCaptureTriggerSql(self.name, names, input.migrationId)) await db.query(sql);
-            // Statement triggers fire only for statements that name their own table: a write or
-            // TRUNCATE straight into a partition meets the partition's.
-            for (const { relid, name } of [self, ...partitions]) {
-              guarded.push(relid);
-              for (const sql of createRefuseTruncateTriggerSql(name, input.migrationId)) await db.query(sql);
-              if (input.armFreeze) for (const sql of createArmedFreezeTriggerSql(name, input.migrationId)) await db.query(sql);
-            }
-          }
-          // The DDL guard needs superuser (event triggers); without it, sync compares fingerprints.
-          let ddlGuard = true;
-          await db.query('SAVEPOINT guard');
-          try {
-            for (const sql of createGuardSql(input.migrationId, guarded)) await db.query(sql);
-            await db.query('RELEASE SAVEPOINT guard');
-          } catch (err) {
-            if (sqlState(err) !== '42501') throw err;
-            await db.query('ROLLBACK TO SAVEPOINT guard');
-            ddlGuard = false;
-          }
-          for (const [i, table] of input.tables.entries()) {
-            const fp = await db.query(FINGERPRINT_SQL, [relids[i]]);
-            const parts = await db.query(PARTITIONS_SQL, [relids[i]]);
-            await db.query(
-              `INSERT INTO ${CAPTURE_SCHEMA}.captures (migration_id, table_index, relid, fingerprint, ddl_guard, partitions) VALUES ($1, $2, $3, $4, $5, $6)`,
-              [input.migrationId, table.index, relids[i], fp.rows[0].fingerprint, ddlGuard, parts.rows[0].partitions],
+        await db.query(createRefuseTruncateSql(input.migrationId));
+        if (input.armFreeze) {
+          await db.query(`CREATE SCHEMA IF NOT EXISTS ${FREEZE_SCHEMA}`);
+          await db.query(createFreezeStateSql(input.migrationId));
+          await db.query(createArmedFreezeFunctionSql(input.migrationId));
+        }
+        const relids: number[] = [];
+        // The tables and all their partitions: what the DDL guard protects.
+        const guarded: number[] = [];
+        for (const table of input.tables) {
+          const names = captureNames(input.migrationId, table.index);
+          const rel = await db.query('SELECT to_regclass($1)::oid::int8 AS relid', [quoteQualified(table.source)]);
+          if (!rel.rows[0].relid) throw refusal(FAILURE.MissingTable, `table ${displayQualified(table.source)} disappeared from the source`);
+          const others = await db.query(
+            `SELECT tgname FROM pg_catalog.pg_trigger WHERE tgrelid = $1 AND tgname LIKE 'ferry\\_capture\\_%' LIMIT 1`,
+            [rel.rows[0].relid],
+          );
+          if (others.rowCount) {
+            throw refusal(
+              FAILURE.AlreadyCaptured,
+              `${displayQualified(table.source)} is already captured by another online migration (trigger ${others.rows[0].tgname}); finish or cancel that one first`,
             );
           }
-          logger.info({ migrationId: input.migrationId, tables: input.tables.length, ddlGuard, armFreeze: Boolean(input.armFreeze) }, 'capture installed');
-          return { ddlGuard };
-        }),
-      );
-    } catch (err) {
-      throw asActivityFailure(err, 'installCapture');
-    }
+          relids.push(Number(rel.rows[0].relid));
+          const [self, ...partitions] = await relationTree(db, Number(rel.rows[0].relid));
+          await db.query(createLogSql(names));
+          await db.query(createCaptureFunctionSql(names, table.keyColumns));
+          for (const sql of createCaptureTriggerSql(self.name, names, input.migrationId)) await db.query(sql);
+          // Statement triggers fire only for statements that name their own table: a write or
+          // TRUNCATE straight into a partition meets the partition's.
+          for (const { relid, name } of [self, ...partitions]) {
+            guarded.push(relid);
+            for (const sql of createRefuseTruncateTriggerSql(name, input.migrationId)) await db.query(sql);
+            if (input.armFreeze) for (const sql of createArmedFreezeTriggerSql(name, input.migrationId)) await db.query(sql);
+          }
+        }
+        // The DDL guard needs superuser (event triggers); without it, sync compares fingerprints.
+        let ddlGuard = true;
+        await db.query('SAVEPOINT guard');
+        try {
+          for (const sql of createGuardSql(input.migrationId, guarded)) await db.query(sql);
+          await db.query('RELEASE SAVEPOINT guard');
+        } catch (err) {
+          if (sqlState(err) !== '42501') throw err;
+          await db.query('ROLLBACK TO SAVEPOINT guard');
+          ddlGuard = false;
+        }
+        for (const [i, table] of input.tables.entries()) {
+          const fp = await db.query(FINGERPRINT_SQL, [relids[i]]);
+          const parts = await db.query(PARTITIONS_SQL, [relids[i]]);
+          await db.query(
+            `INSERT INTO ${CAPTURE_SCHEMA}.captures (migration_id, table_index, relid, fingerprint, ddl_guard, partitions) VALUES ($1, $2, $3, $4, $5, $6)`,
+            [input.migrationId, table.index, relids[i], fp.rows[0].fingerprint, ddlGuard, parts.rows[0].partitions],
+          );
+        }
+        logger.info({ migrationId: input.migrationId, tables: input.tables.length, ddlGuard, armFreeze: Boolean(input.armFreeze) }, 'capture installed');
+        return { ddlGuard };
+      }),
+    );
   }
 
   /**
@@ -170,52 +166,48 @@ export function createCaptureActivities({ connections, logger }: ActivityDeps) {
     const { migrationId } = input;
     const triggers = triggerNames(migrationId);
     const pending: string[] = [];
-    try {
-      await connections.withClient(input.source, async (db) => {
-        const captured = await inTransaction(db, async () => {
+    await connections.withClient(input.source, async (db) => {
+      const captured = await inTransaction(db, async () => {
+        await db.query(LOCK_TIMEOUT);
+        await lockCapture(db);
+        if (!(await capturesExist(db))) return [];
+        for (const name of guardEventTriggers(migrationId)) await db.query(`DROP EVENT TRIGGER IF EXISTS ${quoteIdent(name)}`);
+        await db.query(`DROP FUNCTION IF EXISTS ${quoteQualified(guardFunction(migrationId))}()`);
+        const { rows } = await db.query(`SELECT table_index FROM ${CAPTURE_SCHEMA}.captures WHERE migration_id = $1 ORDER BY table_index`, [migrationId]);
+        for (const { table_index } of rows) {
+          const fn = await db.query('SELECT to_regprocedure($1) IS NOT NULL AS present', [`${quoteQualified(captureNames(migrationId, table_index).captureFunction)}()`]);
+          if (fn.rows[0].present) await db.query(neutralCaptureFunctionSql(captureNames(migrationId, table_index)));
+        }
+        const refuse = await db.query('SELECT to_regprocedure($1) IS NOT NULL AS present', [`${quoteQualified(refuseTruncateFunction(migrationId))}()`]);
+        if (refuse.rows[0].present) await db.query(neutralRefuseTruncateSql(migrationId));
+        return rows as { table_index: number }[];
+      });
+
+      // Found by name, not through the captured tables: each partition carries a TRUNCATE
+      // refusal of its own (their capture triggers are clones, dropped with the parent's).
+      for (const name of await relationsWithTriggers(db, [triggers.capture, triggers.truncate])) {
+        const dropped = await dropTriggers(db, name, [triggers.capture, triggers.truncate]);
+        if (!dropped) pending.push(`capture triggers on ${name}`);
+      }
+      if (captured.length > 0 && pending.length === 0) {
+        await inTransaction(db, async () => {
           await db.query(LOCK_TIMEOUT);
           await lockCapture(db);
-          if (!(await capturesExist(db))) return [];
-          for (const name of guardEventTriggers(migrationId)) await db.query(`DROP EVENT TRIGGER IF EXISTS ${quoteIdent(name)}`);
-          await db.query(`DROP FUNCTION IF EXISTS ${quoteQualified(guardFunction(migrationId))}()`);
-          const { rows } = await db.query(`SELECT table_index FROM ${CAPTURE_SCHEMA}.captures WHERE migration_id = $1 ORDER BY table_index`, [migrationId]);
-          for (const { table_index } of rows) {
-            const fn = await db.query('SELECT to_regprocedure($1) IS NOT NULL AS present', [`${quoteQualified(captureNames(migrationId, table_index).captureFunction)}()`]);
-            if (fn.rows[0].present) await db.query(neutralCaptureFunctionSql(captureNames(migrationId, table_index)));
+          for (const { table_index } of captured) {
+            const names = captureNames(migrationId, table_index);
+            await db.query(`DROP FUNCTION IF EXISTS ${quoteQualified(names.captureFunction)}()`);
+            await db.query(`DROP TABLE IF EXISTS ${quoteQualified(names.log)}`);
           }
-          const refuse = await db.query('SELECT to_regprocedure($1) IS NOT NULL AS present', [`${quoteQualified(refuseTruncateFunction(migrationId))}()`]);
-          if (refuse.rows[0].present) await db.query(neutralRefuseTruncateSql(migrationId));
-          return rows as { table_index: number }[];
+          await db.query(`DROP FUNCTION IF EXISTS ${quoteQualified(refuseTruncateFunction(migrationId))}()`);
+          await db.query(`DELETE FROM ${CAPTURE_SCHEMA}.captures WHERE migration_id = $1`, [migrationId]);
+          const others = await db.query(`SELECT 1 FROM ${CAPTURE_SCHEMA}.captures LIMIT 1`);
+          if (others.rowCount === 0) await db.query(`DROP SCHEMA ${CAPTURE_SCHEMA} CASCADE`);
         });
-
-        // Found by name, not through the captured tables: each partition carries a TRUNCATE
-        // refusal of its own (their capture triggers are clones, dropped with the parent's).
-        for (const name of await relationsWithTriggers(db, [triggers.capture, triggers.truncate])) {
-          const dropped = await dropTriggers(db, name, [triggers.capture, triggers.truncate]);
-          if (!dropped) pending.push(`capture triggers on ${name}`);
-        }
-        if (captured.length > 0 && pending.length === 0) {
-          await inTransaction(db, async () => {
-            await db.query(LOCK_TIMEOUT);
-            await lockCapture(db);
-            for (const { table_index } of captured) {
-              const names = captureNames(migrationId, table_index);
-              await db.query(`DROP FUNCTION IF EXISTS ${quoteQualified(names.captureFunction)}()`);
-              await db.query(`DROP TABLE IF EXISTS ${quoteQualified(names.log)}`);
-            }
-            await db.query(`DROP FUNCTION IF EXISTS ${quoteQualified(refuseTruncateFunction(migrationId))}()`);
-            await db.query(`DELETE FROM ${CAPTURE_SCHEMA}.captures WHERE migration_id = $1`, [migrationId]);
-            const others = await db.query(`SELECT 1 FROM ${CAPTURE_SCHEMA}.captures LIMIT 1`);
-            if (others.rowCount === 0) await db.query(`DROP SCHEMA ${CAPTURE_SCHEMA} CASCADE`);
-          });
-        }
-        if (input.freeze === 'remove') pending.push(...(await removeFreeze(db, migrationId)).pending);
-      });
-      logger.info({ migrationId, freeze: input.freeze, pending }, pending.length ? 'source partly released' : 'source released');
-      return { pending };
-    } catch (err) {
-      throw asActivityFailure(err, 'releaseSource');
-    }
+      }
+      if (input.freeze === 'remove') pending.push(...(await removeFreeze(db, migrationId)).pending);
+    });
+    logger.info({ migrationId, freeze: input.freeze, pending }, pending.length ? 'source partly released' : 'source released');
+    return { pending };
   }
 
   /**

@@ -4,7 +4,6 @@
  */
 import { bookkeepingExists } from '../src/db/bookkeeping';
 import { FREEZE_STATE, freezeFunction, freezeStateSequence } from '../src/db/capture-sql';
-import { asActivityFailure } from '../src/db/errors';
 import { quoteQualified } from '../src/identifiers';
 import { ActivityDeps } from './deps';
 
@@ -23,30 +22,26 @@ export interface MigrationOutcome {
 
 export function createCleanupActivities({ connections }: ActivityDeps) {
   async function migrationOutcome(input: OutcomeInput): Promise<MigrationOutcome> {
-    try {
-      const target = await connections.withClient(input.target, async (db) => {
-        if (!(await bookkeepingExists(db))) return { prepared: false, completed: false };
-        const { rows } = await db.query(
-          `SELECT to_jsonb(m) ->> 'completed_at' IS NOT NULL AS completed FROM _ferry.migrations m WHERE id = $1`,
-          [input.migrationId],
-        );
-        return { prepared: rows.length > 0, completed: rows[0]?.completed === true };
-      });
-      // The source tells too: a freeze that says "moved" or "released", or the freeze an older
-      // Ferry installed only at cutover, is there only after a completed cutover.
-      const sourceSaysCompleted = await connections.withClient(input.source, async (db) => {
-        const seq = quoteQualified(freezeStateSequence(input.migrationId));
-        if ((await db.query('SELECT to_regclass($1) IS NOT NULL AS present', [seq])).rows[0].present) {
-          const { rows } = await db.query(`SELECT last_value FROM ${seq}`);
-          return [FREEZE_STATE.moved, FREEZE_STATE.released].includes(Number(rows[0].last_value) as 2 | 3);
-        }
-        const legacy = await db.query('SELECT to_regprocedure($1) IS NOT NULL AS present', [`${quoteQualified(freezeFunction(input.migrationId))}()`]);
-        return legacy.rows[0].present as boolean;
-      });
-      return { completed: target.completed || sourceSaysCompleted, targetPrepared: target.prepared };
-    } catch (err) {
-      throw asActivityFailure(err, 'migrationOutcome');
-    }
+    const target = await connections.withClient(input.target, async (db) => {
+      if (!(await bookkeepingExists(db))) return { prepared: false, completed: false };
+      const { rows } = await db.query(
+        `SELECT to_jsonb(m) ->> 'completed_at' IS NOT NULL AS completed FROM _ferry.migrations m WHERE id = $1`,
+        [input.migrationId],
+      );
+      return { prepared: rows.length > 0, completed: rows[0]?.completed === true };
+    });
+    // The source tells too: a freeze that says "moved" or "released", or the freeze an older
+    // Ferry installed only at cutover, is there only after a completed cutover.
+    const sourceSaysCompleted = await connections.withClient(input.source, async (db) => {
+      const seq = quoteQualified(freezeStateSequence(input.migrationId));
+      if ((await db.query('SELECT to_regclass($1) IS NOT NULL AS present', [seq])).rows[0].present) {
+        const { rows } = await db.query(`SELECT last_value FROM ${seq}`);
+        return [FREEZE_STATE.moved, FREEZE_STATE.released].includes(Number(rows[0].last_value) as 2 | 3);
+      }
+      const legacy = await db.query('SELECT to_regprocedure($1) IS NOT NULL AS present', [`${quoteQualified(freezeFunction(input.migrationId))}()`]);
+      return legacy.rows[0].present as boolean;
+    });
+    return { completed: target.completed || sourceSaysCompleted, targetPrepared: target.prepared };
   }
 
   return { migrationOutcome };

@@ -6,7 +6,7 @@
 import { ClientBase } from 'pg';
 import { readTable, SequenceInfo, TableInfo } from '../src/db/catalog';
 import { addConstraintSql, addForeignKeySql, createIndexSql } from '../src/db/ddl';
-import { asActivityFailure, refusal } from '../src/db/errors';
+import { refusal } from '../src/db/errors';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified, sameName } from '../src/identifiers';
 import { TablePlan } from '../src/plan';
 import { ActivityDeps } from './deps';
@@ -51,70 +51,66 @@ async function relationExists(db: ClientBase, name: QualifiedName): Promise<bool
 export function createFinalizeTarget({ connections }: ActivityDeps) {
   return async function finalizeTarget(input: FinalizeTargetInput): Promise<FinalizeTargetResult> {
     const result: FinalizeTargetResult = { indexes: 0, constraints: 0, foreignKeys: 0, skippedForeignKeys: [], writtenDuringCopy: [] };
-    try {
-      return await connections.withClient(input.source, (source) =>
-        connections.withClient(input.target, async (target) => {
-          // A long index build must not hit the session's statement timeout.
-          await target.query('SET statement_timeout = 0');
-          try {
-            const infos: { plan: FinalizeTargetInput['tables'][number]; info: TableInfo }[] = [];
-            for (const plan of input.tables) {
-              const info = await readTable(source, plan.source);
-              if (!info) throw refusal(FAILURE.MissingTable, `table ${displayQualified(plan.source)} disappeared from the source`);
-              // Table statistics count every insert, update and delete since the server started.
-              if (info.writes > plan.sourceWrites) {
-                result.writtenDuringCopy.push({ table: displayQualified(plan.source), changes: info.writes - plan.sourceWrites });
-              }
-              infos.push({ plan, info });
+    return await connections.withClient(input.source, (source) =>
+      connections.withClient(input.target, async (target) => {
+        // A long index build must not hit the session's statement timeout.
+        await target.query('SET statement_timeout = 0');
+        try {
+          const infos: { plan: FinalizeTargetInput['tables'][number]; info: TableInfo }[] = [];
+          for (const plan of input.tables) {
+            const info = await readTable(source, plan.source);
+            if (!info) throw refusal(FAILURE.MissingTable, `table ${displayQualified(plan.source)} disappeared from the source`);
+            // Table statistics count every insert, update and delete since the server started.
+            if (info.writes > plan.sourceWrites) {
+              result.writtenDuringCopy.push({ table: displayQualified(plan.source), changes: info.writes - plan.sourceWrites });
             }
-            const part = input.part ?? 'all';
-            const plainIndexes = part !== 'constraints';
-            const constraints = part !== 'indexes';
-            for (const { plan, info } of infos.filter((t) => !t.plan.targetExisted)) {
-              for (const index of info.indexes) {
-                const unique = /^CREATE UNIQUE /.test(index.definition);
-                if (unique ? !constraints : !plainIndexes) continue;
-                await target.query(createIndexSql(index, info, plan.target));
-                result.indexes += 1;
-              }
-              if (!constraints) continue;
-              for (const unique of info.uniques) {
-                if (await constraintExists(target, plan.target, unique.name)) continue;
-                await target.query(addConstraintSql(unique, plan.target));
-                result.constraints += 1;
-              }
-            }
-            if (!constraints) return result;
-            for (const { plan, info } of infos.filter((t) => !t.plan.targetExisted)) {
-              for (const fk of info.foreignKeys) {
-                const mapped = infos.find((t) => sameName(t.plan.source, fk.referenced))?.plan.target ?? fk.referenced;
-                const existing = await constraintExists(target, plan.target, fk.name);
-                if (!existing) {
-                  if (!(await relationExists(target, mapped))) {
-                    result.skippedForeignKeys.push(`${displayQualified(plan.target)}.${fk.name} → ${displayQualified(mapped)}`);
-                    continue;
-                  }
-                  await target.query(addForeignKeySql(fk, plan.target, mapped));
-                }
-                if (!existing?.validated) {
-                  await target.query(`ALTER TABLE ${quoteQualified(plan.target)} VALIDATE CONSTRAINT ${quoteIdent(fk.name)}`);
-                  result.foreignKeys += 1;
-                }
-              }
-            }
-            for (const { plan, info } of infos) {
-              await copySequencePositions(source, target, info, plan.target);
-              await target.query(`ANALYZE ${quoteQualified(plan.target)}`);
-            }
-            return result;
-          } finally {
-            await target.query('RESET statement_timeout').catch(() => undefined);
+            infos.push({ plan, info });
           }
-        }),
-      );
-    } catch (err) {
-      throw asActivityFailure(err, 'finalizeTarget');
-    }
+          const part = input.part ?? 'all';
+          const plainIndexes = part !== 'constraints';
+          const constraints = part !== 'indexes';
+          for (const { plan, info } of infos.filter((t) => !t.plan.targetExisted)) {
+            for (const index of info.indexes) {
+              const unique = /^CREATE UNIQUE /.test(index.definition);
+              if (unique ? !constraints : !plainIndexes) continue;
+              await target.query(createIndexSql(index, info, plan.target));
+              result.indexes += 1;
+            }
+            if (!constraints) continue;
+            for (const unique of info.uniques) {
+              if (await constraintExists(target, plan.target, unique.name)) continue;
+              await target.query(addConstraintSql(unique, plan.target));
+              result.constraints += 1;
+            }
+          }
+          if (!constraints) return result;
+          for (const { plan, info } of infos.filter((t) => !t.plan.targetExisted)) {
+            for (const fk of info.foreignKeys) {
+              const mapped = infos.find((t) => sameName(t.plan.source, fk.referenced))?.plan.target ?? fk.referenced;
+              const existing = await constraintExists(target, plan.target, fk.name);
+              if (!existing) {
+                if (!(await relationExists(target, mapped))) {
+                  result.skippedForeignKeys.push(`${displayQualified(plan.target)}.${fk.name} → ${displayQualified(mapped)}`);
+                  continue;
+                }
+                await target.query(addForeignKeySql(fk, plan.target, mapped));
+              }
+              if (!existing?.validated) {
+                await target.query(`ALTER TABLE ${quoteQualified(plan.target)} VALIDATE CONSTRAINT ${quoteIdent(fk.name)}`);
+                result.foreignKeys += 1;
+              }
+            }
+          }
+          for (const { plan, info } of infos) {
+            await copySequencePositions(source, target, info, plan.target);
+            await target.query(`ANALYZE ${quoteQualified(plan.target)}`);
+          }
+          return result;
+        } finally {
+          await target.query('RESET statement_timeout').catch(() => undefined);
+        }
+      }),
+    );
   };
 }
 

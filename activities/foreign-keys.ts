@@ -13,7 +13,7 @@ import { markCompleted } from '../src/db/bookkeeping';
 import { readTable, TableInfo } from '../src/db/catalog';
 import { inTransaction } from '../src/db/connections';
 import { addForeignKeySql } from '../src/db/ddl';
-import { asActivityFailure, refusal } from '../src/db/errors';
+import { refusal } from '../src/db/errors';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified, sameName } from '../src/identifiers';
 import { TablePlan } from '../src/plan';
 import { ActivityDeps } from './deps';
@@ -52,78 +52,66 @@ export function createForeignKeyActivities({ connections }: ActivityDeps) {
   async function addForeignKeys(input: TargetTablesInput): Promise<{ foreignKeys: ForeignKeyRef[]; skipped: string[] }> {
     const foreignKeys: ForeignKeyRef[] = [];
     const skipped: string[] = [];
-    try {
-      await connections.withClient(input.source, (source) =>
-        connections.withClient(input.target, async (target) => {
-          const tables = await readAll(source, input.tables);
-          for (const { plan, info } of tables.filter((t) => !t.plan.targetExisted)) {
-            for (const fk of info.foreignKeys) {
-              const mapped = tables.find((t) => sameName(t.plan.source, fk.referenced))?.plan.target ?? fk.referenced;
-              const exists = await target.query('SELECT 1 FROM pg_catalog.pg_constraint WHERE conrelid = to_regclass($1) AND conname = $2', [
-                quoteQualified(plan.target),
-                fk.name,
-              ]);
-              if (!exists.rowCount) {
-                const referenced = await target.query('SELECT to_regclass($1) IS NOT NULL AS present', [quoteQualified(mapped)]);
-                if (!referenced.rows[0].present) {
-                  skipped.push(`${displayQualified(plan.target)}.${fk.name} → ${displayQualified(mapped)}`);
-                  continue;
-                }
-                await target.query(addForeignKeySql(fk, plan.target, mapped));
+    await connections.withClient(input.source, (source) =>
+      connections.withClient(input.target, async (target) => {
+        const tables = await readAll(source, input.tables);
+        for (const { plan, info } of tables.filter((t) => !t.plan.targetExisted)) {
+          for (const fk of info.foreignKeys) {
+            const mapped = tables.find((t) => sameName(t.plan.source, fk.referenced))?.plan.target ?? fk.referenced;
+            const exists = await target.query('SELECT 1 FROM pg_catalog.pg_constraint WHERE conrelid = to_regclass($1) AND conname = $2', [
+              quoteQualified(plan.target),
+              fk.name,
+            ]);
+            if (!exists.rowCount) {
+              const referenced = await target.query('SELECT to_regclass($1) IS NOT NULL AS present', [quoteQualified(mapped)]);
+              if (!referenced.rows[0].present) {
+                skipped.push(`${displayQualified(plan.target)}.${fk.name} → ${displayQualified(mapped)}`);
+                continue;
               }
-              foreignKeys.push({ table: plan.target, name: fk.name });
+              await target.query(addForeignKeySql(fk, plan.target, mapped));
             }
+            foreignKeys.push({ table: plan.target, name: fk.name });
           }
-        }),
-      );
-      return { foreignKeys, skipped };
-    } catch (err) {
-      throw asActivityFailure(err, 'add foreign keys');
-    }
+        }
+      }),
+    );
+    return { foreignKeys, skipped };
   }
 
   async function validateForeignKey(input: { target: string; foreignKey: ForeignKeyRef }): Promise<{ validated: boolean }> {
     const { table, name } = input.foreignKey;
-    try {
-      return await connections.withClient(input.target, async (db) => {
-        const { rows } = await db.query('SELECT convalidated FROM pg_catalog.pg_constraint WHERE conrelid = to_regclass($1) AND conname = $2', [
-          quoteQualified(table),
-          name,
-        ]);
-        if (rows.length === 0 || rows[0].convalidated) return { validated: false };
-        await db.query('SET statement_timeout = 0');
-        try {
-          await db.query(`ALTER TABLE ${quoteQualified(table)} VALIDATE CONSTRAINT ${quoteIdent(name)}`);
-        } finally {
-          await db.query('RESET statement_timeout').catch(() => undefined);
-        }
-        return { validated: true };
-      });
-    } catch (err) {
-      throw asActivityFailure(err, `validate ${name} on ${displayQualified(table)}`);
-    }
+    return await connections.withClient(input.target, async (db) => {
+      const { rows } = await db.query('SELECT convalidated FROM pg_catalog.pg_constraint WHERE conrelid = to_regclass($1) AND conname = $2', [
+        quoteQualified(table),
+        name,
+      ]);
+      if (rows.length === 0 || rows[0].convalidated) return { validated: false };
+      await db.query('SET statement_timeout = 0');
+      try {
+        await db.query(`ALTER TABLE ${quoteQualified(table)} VALIDATE CONSTRAINT ${quoteIdent(name)}`);
+      } finally {
+        await db.query('RESET statement_timeout').catch(() => undefined);
+      }
+      return { validated: true };
+    });
   }
 
   /** Sequence positions, then the mark that the target is complete (one transaction). */
   async function finishTarget(input: FinishTargetInput): Promise<{ writtenDuringCopy: { table: string; changes: number }[] }> {
     const writtenDuringCopy: { table: string; changes: number }[] = [];
-    try {
-      await connections.withClient(input.source, (source) =>
-        connections.withClient(input.target, (target) =>
-          inTransaction(target, async () => {
-            for (const { plan, info } of await readAll(source, input.tables)) {
-              // Table statistics count every insert, update and delete since the server started.
-              if (info.writes > plan.sourceWrites) writtenDuringCopy.push({ table: displayQualified(plan.source), changes: info.writes - plan.sourceWrites });
-              await copySequencePositions(source, target, info, plan.target);
-            }
-            if (input.migrationId) await markCompleted(target, input.migrationId);
-          }),
-        ),
-      );
-      return { writtenDuringCopy };
-    } catch (err) {
-      throw asActivityFailure(err, 'finishTarget');
-    }
+    await connections.withClient(input.source, (source) =>
+      connections.withClient(input.target, (target) =>
+        inTransaction(target, async () => {
+          for (const { plan, info } of await readAll(source, input.tables)) {
+            // Table statistics count every insert, update and delete since the server started.
+            if (info.writes > plan.sourceWrites) writtenDuringCopy.push({ table: displayQualified(plan.source), changes: info.writes - plan.sourceWrites });
+            await copySequencePositions(source, target, info, plan.target);
+          }
+          if (input.migrationId) await markCompleted(target, input.migrationId);
+        }),
+      ),
+    );
+    return { writtenDuringCopy };
   }
 
   return { addForeignKeys, validateForeignKey, finishTarget };

@@ -27,7 +27,7 @@ import {
   triggerNames,
 } from '../src/db/capture-sql';
 import { inTransaction } from '../src/db/connections';
-import { asActivityFailure, refusal } from '../src/db/errors';
+import { refusal } from '../src/db/errors';
 import { QualifiedName, quoteQualified } from '../src/identifiers';
 import type { Blocker } from '../src/status';
 import { dropTriggers, relationsWithTriggers, relationTree } from '../src/db/triggers';
@@ -82,73 +82,65 @@ SELECT DISTINCT ON (l.virtualtransaction)
 
 export function createFreezeActivities({ connections, logger }: ActivityDeps) {
   async function setFreeze(input: SetFreezeInput): Promise<{ at: string; applied: boolean }> {
-    try {
-      return await connections.withClient(input.source, async (db) => {
-        const seq = quoteQualified(freezeStateSequence(input.migrationId));
-        const exists = await db.query('SELECT to_regclass($1) IS NOT NULL AS present', [seq]);
-        if (!exists.rows[0].present) {
-          // Nothing to lift (never installed, or already removed); freezing without it is a bug.
-          if (input.state === 'frozen' || input.state === 'moved') {
-            throw refusal(FAILURE.FreezeMissing, `the freeze of migration ${input.migrationId} is not installed on the source (was capture removed?)`);
-          }
-          return { at: await now(db), applied: false };
+    return await connections.withClient(input.source, async (db) => {
+      const seq = quoteQualified(freezeStateSequence(input.migrationId));
+      const exists = await db.query('SELECT to_regclass($1) IS NOT NULL AS present', [seq]);
+      if (!exists.rows[0].present) {
+        // Nothing to lift (never installed, or already removed); freezing without it is a bug.
+        if (input.state === 'frozen' || input.state === 'moved') {
+          throw refusal(FAILURE.FreezeMissing, `the freeze of migration ${input.migrationId} is not installed on the source (was capture removed?)`);
         }
-        // setval is not transactional: the new state holds for every session from here on.
-        const { rows } = await db.query(
-          `SELECT pg_catalog.setval($1::regclass, $2, true), to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS at`,
-          [seq, FREEZE_STATE[input.state]],
-        );
-        logger.info({ migrationId: input.migrationId, state: input.state }, 'freeze state set');
-        return { at: rows[0].at, applied: true };
-      });
-    } catch (err) {
-      throw asActivityFailure(err, 'setFreeze');
-    }
+        return { at: await now(db), applied: false };
+      }
+      // setval is not transactional: the new state holds for every session from here on.
+      const { rows } = await db.query(
+        `SELECT pg_catalog.setval($1::regclass, $2, true), to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS at`,
+        [seq, FREEZE_STATE[input.state]],
+      );
+      logger.info({ migrationId: input.migrationId, state: input.state }, 'freeze state set');
+      return { at: rows[0].at, applied: true };
+    });
   }
 
   async function awaitWriters(input: AwaitWritersInput): Promise<AwaitWritersResult> {
     const ctx = Context.current();
     const started = Date.now();
     const terminated: number[] = [];
-    try {
-      return await connections.withClient(input.source, async (db) => {
-        const relids: number[] = [];
-        for (const table of input.tables) {
-          const rel = await db.query('SELECT to_regclass($1)::oid::int8 AS relid', [quoteQualified(table)]);
-          if (rel.rows[0].relid) relids.push(...(await relationTree(db, Number(rel.rows[0].relid))).map((r) => r.relid));
-        }
-        let first: string | undefined;
-        for (;;) {
-          const blockers = (await db.query(WRITERS_SQL, [relids, input.frozenAt])).rows.map(
-            (r): Blocker => ({
-              pid: Number(r.pid),
-              applicationName: r.application_name,
-              user: r.usename,
-              xactAgeSeconds: Math.round(Number(r.age) * 10) / 10,
-              query: r.query,
-              state: r.state,
-            }),
-          );
-          if (blockers.length === 0) return { blockers, terminated };
-          if (input.terminate) {
-            for (const b of blockers.filter((x) => x.pid > 0 && !terminated.includes(x.pid))) {
-              const { rows } = await db.query('SELECT pg_catalog.pg_terminate_backend($1) AS ok', [b.pid]);
-              if (rows[0].ok) terminated.push(b.pid);
-              logger.warn({ migrationId: input.migrationId, blocker: b, terminated: rows[0].ok }, 'cutover ended a blocking session');
-            }
+    return await connections.withClient(input.source, async (db) => {
+      const relids: number[] = [];
+      for (const table of input.tables) {
+        const rel = await db.query('SELECT to_regclass($1)::oid::int8 AS relid', [quoteQualified(table)]);
+        if (rel.rows[0].relid) relids.push(...(await relationTree(db, Number(rel.rows[0].relid))).map((r) => r.relid));
+      }
+      let first: string | undefined;
+      for (;;) {
+        const blockers = (await db.query(WRITERS_SQL, [relids, input.frozenAt])).rows.map(
+          (r): Blocker => ({
+            pid: Number(r.pid),
+            applicationName: r.application_name,
+            user: r.usename,
+            xactAgeSeconds: Math.round(Number(r.age) * 10) / 10,
+            query: r.query,
+            state: r.state,
+          }),
+        );
+        if (blockers.length === 0) return { blockers, terminated };
+        if (input.terminate) {
+          for (const b of blockers.filter((x) => x.pid > 0 && !terminated.includes(x.pid))) {
+            const { rows } = await db.query('SELECT pg_catalog.pg_terminate_backend($1) AS ok', [b.pid]);
+            if (rows[0].ok) terminated.push(b.pid);
+            logger.warn({ migrationId: input.migrationId, blocker: b, terminated: rows[0].ok }, 'cutover ended a blocking session');
           }
-          ctx.heartbeat({ blockers });
-          // Back to the workflow when the slice is over, or as soon as one of them has ended
-          // (the status then names who is left).
-          const now = blockers.map((b) => b.pid).join(',');
-          first ??= now;
-          if (Date.now() - started >= input.sliceMs || now !== first) return { blockers, terminated };
-          await ctx.sleep(POLL_MS);
         }
-      });
-    } catch (err) {
-      throw asActivityFailure(err, 'awaitWriters');
-    }
+        ctx.heartbeat({ blockers });
+        // Back to the workflow when the slice is over, or as soon as one of them has ended
+        // (the status then names who is left).
+        const now = blockers.map((b) => b.pid).join(',');
+        first ??= now;
+        if (Date.now() - started >= input.sliceMs || now !== first) return { blockers, terminated };
+        await ctx.sleep(POLL_MS);
+      }
+    });
   }
 
   /**
@@ -156,49 +148,41 @@ export function createFreezeActivities({ connections, logger }: ActivityDeps) {
    * triggers go where their table's lock is free; the rest is reported as pending.
    */
   async function unfreezeSource({ migrationId, source }: SourceRef): Promise<{ unfrozen: string[]; pending: string[] }> {
-    try {
-      return await connections.withClient(source, async (db) => {
-        const trigger = triggerNames(migrationId).freeze;
-        const { rows } = await db.query('SELECT tgrelid::regclass::text AS relation FROM pg_catalog.pg_trigger WHERE tgname = $1 ORDER BY oid', [trigger]);
-        const seq = quoteQualified(freezeStateSequence(migrationId));
-        const armed = (await db.query('SELECT to_regclass($1) IS NOT NULL AS present', [seq])).rows[0].present;
-        if (armed) await db.query('SELECT pg_catalog.setval($1::regclass, $2, true)', [seq, FREEZE_STATE.released]);
-        const { pending } = await removeFreeze(db, migrationId);
-        logger.info({ migrationId, tables: rows.length, pending }, 'source unfrozen');
-        return { unfrozen: rows.map((r) => r.relation as string), pending };
-      });
-    } catch (err) {
-      throw asActivityFailure(err, 'unfreezeSource');
-    }
+    return await connections.withClient(source, async (db) => {
+      const trigger = triggerNames(migrationId).freeze;
+      const { rows } = await db.query('SELECT tgrelid::regclass::text AS relation FROM pg_catalog.pg_trigger WHERE tgname = $1 ORDER BY oid', [trigger]);
+      const seq = quoteQualified(freezeStateSequence(migrationId));
+      const armed = (await db.query('SELECT to_regclass($1) IS NOT NULL AS present', [seq])).rows[0].present;
+      if (armed) await db.query('SELECT pg_catalog.setval($1::regclass, $2, true)', [seq, FREEZE_STATE.released]);
+      const { pending } = await removeFreeze(db, migrationId);
+      logger.info({ migrationId, tables: rows.length, pending }, 'source unfrozen');
+      return { unfrozen: rows.map((r) => r.relation as string), pending };
+    });
   }
 
   /** The freeze of an older Ferry: created at cutover by CREATE TRIGGER (a lock race). */
   async function freezeSource(input: CaptureInput): Promise<{ frozenAt: string }> {
-    try {
-      return await connections.withClient(input.source, (db) =>
-        inTransaction(db, async () => {
-          await db.query("SET LOCAL lock_timeout = '2s'");
-          await db.query(GUARD_BYPASS);
-          await db.query(`CREATE SCHEMA IF NOT EXISTS ${FREEZE_SCHEMA}`);
-          await db.query(createFreezeFunctionSql(input.migrationId));
-          const trigger = triggerNames(input.migrationId).freeze;
-          for (const table of input.tables) {
-            const rel = await db.query('SELECT to_regclass($1)::oid::int8 AS relid', [quoteQualified(table.source)]);
-            if (!rel.rows[0].relid) continue;
-            // A statement trigger: each partition needs its own, as with the armed freeze.
-            for (const { relid, name } of await relationTree(db, Number(rel.rows[0].relid))) {
-              const exists = await db.query('SELECT 1 FROM pg_catalog.pg_trigger WHERE tgrelid = $1 AND tgname = $2', [relid, trigger]);
-              if (exists.rowCount) continue;
-              for (const sql of createFreezeTriggerSql(name, input.migrationId)) await db.query(sql);
-            }
+    return await connections.withClient(input.source, (db) =>
+      inTransaction(db, async () => {
+        await db.query("SET LOCAL lock_timeout = '2s'");
+        await db.query(GUARD_BYPASS);
+        await db.query(`CREATE SCHEMA IF NOT EXISTS ${FREEZE_SCHEMA}`);
+        await db.query(createFreezeFunctionSql(input.migrationId));
+        const trigger = triggerNames(input.migrationId).freeze;
+        for (const table of input.tables) {
+          const rel = await db.query('SELECT to_regclass($1)::oid::int8 AS relid', [quoteQualified(table.source)]);
+          if (!rel.rows[0].relid) continue;
+          // A statement trigger: each partition needs its own, as with the armed freeze.
+          for (const { relid, name } of await relationTree(db, Number(rel.rows[0].relid))) {
+            const exists = await db.query('SELECT 1 FROM pg_catalog.pg_trigger WHERE tgrelid = $1 AND tgname = $2', [relid, trigger]);
+            if (exists.rowCount) continue;
+            for (const sql of createFreezeTriggerSql(name, input.migrationId)) await db.query(sql);
           }
-          logger.info({ migrationId: input.migrationId }, 'source frozen');
-          return { frozenAt: await now(db) };
-        }),
-      );
-    } catch (err) {
-      throw asActivityFailure(err, 'freezeSource');
-    }
+        }
+        logger.info({ migrationId: input.migrationId }, 'source frozen');
+        return { frozenAt: await now(db) };
+      }),
+    );
   }
 
   return { setFreeze, awaitWriters, unfreezeSource, freezeSource };

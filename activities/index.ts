@@ -5,6 +5,7 @@
 import { createSendCallback } from './callback';
 import { createCaptureActivities } from './capture';
 import { createCheckDirty } from './check-dirty';
+import { classified } from './classified';
 import { createCleanupActivities } from './cleanup';
 import { createCopyChunk } from './copy-chunk';
 import { ActivityDeps } from './deps';
@@ -21,7 +22,7 @@ import { createRepairRange, createValidateChunk } from './validate-chunk';
 export type { ActivityDeps };
 
 export function createActivities(deps: ActivityDeps) {
-  return {
+  return classified({
     preflight: createPreflight(deps),
     prepareTarget: createPrepareTarget(deps),
     storedPlan: createStoredPlan(deps),
@@ -38,7 +39,7 @@ export function createActivities(deps: ActivityDeps) {
     ...createSyncActivities(deps),
     checkDirtyKeys: createCheckDirty(deps),
     sendCallback: createSendCallback(deps),
-  };
+  });
 }
 
 export type Activities = ReturnType<typeof createActivities>;

@@ -15,7 +15,7 @@ import { captureNames } from '../src/db/capture-sql';
 import { inTransaction } from '../src/db/connections';
 import { deleteKeys } from '../src/db/copy-stream';
 import { addConstraintSql, createIndexSql } from '../src/db/ddl';
-import { asActivityFailure, refusal, sqlState } from '../src/db/errors';
+import { refusal, sqlState } from '../src/db/errors';
 import { keyFromRow } from '../src/db/ranges';
 import { duplicateKeysSql, readUniqueKeys } from '../src/db/unique-keys';
 import { displayQualified, QualifiedName, quoteQualified } from '../src/identifiers';
@@ -75,64 +75,52 @@ export function createIndexActivities({ connections, logger }: ActivityDeps) {
   async function listIndexes(input: ListIndexesInput): Promise<{ indexes: IndexRef[] }> {
     // A target the user prepared keeps the indexes it has: Ferry adds none to it.
     if (input.table.targetExisted) return { indexes: [] };
-    try {
-      const info = await connections.withClient(input.source, (db) => sourceTable(db, input.table.source));
-      return {
-        indexes: [
-          ...info.indexes.map((i) => ({ name: i.name, kind: 'index' as const, unique: /^CREATE UNIQUE /.test(i.definition), exclusion: false })),
-          ...info.uniques.map((u) => ({ name: u.name, kind: 'constraint' as const, unique: /^UNIQUE/.test(u.definition), exclusion: /^EXCLUDE/.test(u.definition) })),
-        ],
-      };
-    } catch (err) {
-      throw asActivityFailure(err, `list indexes of ${displayQualified(input.table.source)}`);
-    }
+    const info = await connections.withClient(input.source, (db) => sourceTable(db, input.table.source));
+    return {
+      indexes: [
+        ...info.indexes.map((i) => ({ name: i.name, kind: 'index' as const, unique: /^CREATE UNIQUE /.test(i.definition), exclusion: false })),
+        ...info.uniques.map((u) => ({ name: u.name, kind: 'constraint' as const, unique: /^UNIQUE/.test(u.definition), exclusion: /^EXCLUDE/.test(u.definition) })),
+      ],
+    };
   }
 
   async function buildIndex(input: BuildIndexInput): Promise<BuildIndexResult> {
     const label = `${input.index.name} on ${displayQualified(input.table.target)}`;
-    try {
-      return await connections.withClient(input.source, (source) =>
-        connections.withClient(input.target, async (target) => {
-          if (await indexExists(target, input.table.target, input.index)) return { built: false, evicted: 0 };
-          const info = await sourceTable(source, input.table.source);
-          const sql = definition(info, input);
-          let evicted = 0;
-          // A long build must not meet the session's statement timeout.
-          await target.query('SET statement_timeout = 0');
-          try {
-            for (let round = 0; ; round += 1) {
-              try {
-                await target.query(sql);
-                logger.info({ migrationId: input.migrationId, index: label, evicted }, 'index built');
-                return { built: true, evicted };
-              } catch (err) {
-                if (!input.evictDuplicates || !input.index.unique || sqlState(err) !== '23505' || round >= MAX_EVICTION_ROUNDS) throw err;
-                evicted += await evictDuplicates(source, target, input);
-              }
+    return await connections.withClient(input.source, (source) =>
+      connections.withClient(input.target, async (target) => {
+        if (await indexExists(target, input.table.target, input.index)) return { built: false, evicted: 0 };
+        const info = await sourceTable(source, input.table.source);
+        const sql = definition(info, input);
+        let evicted = 0;
+        // A long build must not meet the session's statement timeout.
+        await target.query('SET statement_timeout = 0');
+        try {
+          for (let round = 0; ; round += 1) {
+            try {
+              await target.query(sql);
+              logger.info({ migrationId: input.migrationId, index: label, evicted }, 'index built');
+              return { built: true, evicted };
+            } catch (err) {
+              if (!input.evictDuplicates || !input.index.unique || sqlState(err) !== '23505' || round >= MAX_EVICTION_ROUNDS) throw err;
+              evicted += await evictDuplicates(source, target, input);
             }
-          } finally {
-            await target.query('RESET statement_timeout').catch(() => undefined);
           }
-        }),
-      );
-    } catch (err) {
-      throw asActivityFailure(err, `build ${label}`);
-    }
+        } finally {
+          await target.query('RESET statement_timeout').catch(() => undefined);
+        }
+      }),
+    );
   }
 
   async function analyzeTable(input: { target: string; table: QualifiedName }): Promise<void> {
-    try {
-      await connections.withClient(input.target, async (db) => {
-        await db.query('SET statement_timeout = 0');
-        try {
-          await db.query(`ANALYZE ${quoteQualified(input.table)}`);
-        } finally {
-          await db.query('RESET statement_timeout').catch(() => undefined);
-        }
-      });
-    } catch (err) {
-      throw asActivityFailure(err, `analyze ${displayQualified(input.table)}`);
-    }
+    await connections.withClient(input.target, async (db) => {
+      await db.query('SET statement_timeout = 0');
+      try {
+        await db.query(`ANALYZE ${quoteQualified(input.table)}`);
+      } finally {
+        await db.query('RESET statement_timeout').catch(() => undefined);
+      }
+    });
   }
 
   return { listIndexes, buildIndex, analyzeTable };

@@ -6,7 +6,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { PoolClient } from 'pg';
 import { autoChunkCount, EXACT_PLAN_ROWS, pickBoundaries, rangesFromBoundaries, samplePercent, VALIDATION_UNIT_ROWS, validationUnits } from '../src/chunks';
 import { estimateRows, readTable, readUserTypes, TableInfo, typeExists } from '../src/db/catalog';
-import { asActivityFailure, refusal, sqlState } from '../src/db/errors';
+import { refusal, sqlState } from '../src/db/errors';
 import { readPartitions, targetPartitionName } from '../src/db/partitions';
 import { keyAsText, keyFromRow, keyOrder, KeyShape } from '../src/db/ranges';
 import { displayQualified, quoteQualified, sameName } from '../src/identifiers';
@@ -47,13 +47,9 @@ export function createPreflight({ connections }: ActivityDeps) {
     }
     // The worker sends liveness heartbeats while this plans (src/worker.ts), so a worker lost
     // mid-preflight is noticed within the heartbeat timeout, not the start-to-close timeout.
-    try {
-      return await connections.withClient(spec.source, (source) =>
-        connections.withClient(spec.target, (target) => planMigration(source, target, spec)),
-      );
-    } catch (err) {
-      throw asActivityFailure(err, 'preflight');
-    }
+    return await connections.withClient(spec.source, (source) =>
+      connections.withClient(spec.target, (target) => planMigration(source, target, spec)),
+    );
   };
 }
 

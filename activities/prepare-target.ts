@@ -10,7 +10,7 @@ import { inTransaction } from '../src/db/connections';
 import { BOOKKEEPING_DDL, bookkeepingExists, lockBookkeeping, SYNC_CHUNK } from '../src/db/bookkeeping';
 import { createSequenceSql, createTableSql, createTypeSql, SequenceNames, targetSequenceName } from '../src/db/ddl';
 import { createPartitionSql, readPartitions, targetPartitionName } from '../src/db/partitions';
-import { asActivityFailure, refusal } from '../src/db/errors';
+import { refusal } from '../src/db/errors';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified, withSuffix } from '../src/identifiers';
 import { checkPlan, MigrationPlan } from '../src/plan';
 import { ActivityDeps } from './deps';
@@ -84,8 +84,6 @@ export function createPrepareTarget({ connections, logger }: ActivityDeps) {
         });
         return { created: (await target.query('SELECT count(*)::int AS n FROM _ferry.created_objects WHERE migration_id = $1', [input.migrationId])).rows[0].n };
       });
-    } catch (err) {
-      throw asActivityFailure(err, 'prepareTarget');
     } finally {
       await target.end().catch(() => undefined);
     }
@@ -95,27 +93,23 @@ export function createPrepareTarget({ connections, logger }: ActivityDeps) {
 /** The plan a migration's checkpoints refer to, when its bookkeeping is still on the target. */
 export function createStoredPlan({ connections }: ActivityDeps) {
   return async function storedPlan({ migrationId, target }: { migrationId: string; target: string }): Promise<MigrationPlan | null> {
-    try {
-      return await connections.withClient(target, async (db) => {
-        if (!(await bookkeepingExists(db))) return null;
-        const { rows } = await db.query('SELECT plan FROM _ferry.migrations WHERE id = $1', [migrationId]);
-        if (rows.length > 0 && rows[0].plan === null) {
-          // Checkpoints without the plan they index: a fresh plan could cut other chunks and skip rows.
-          throw refusal(
-            FAILURE.PlanNotStored,
-            `migration ${migrationId} was prepared by a Ferry that did not store its chunk plan, so its checkpoints cannot be resumed; ` +
-              'roll its target back (drop the tables it created and its _ferry rows) and start it again',
-          );
-        }
-        if (rows.length === 0) return null;
-        // A bookkeeping row is data anyone with write access to the target could have changed.
-        const checked = checkPlan(rows[0].plan);
-        if (!checked.ok) throw refusal(FAILURE.InvalidPlan, `the plan stored for migration ${migrationId} on the target is not one preflight makes (${checked.reason}); it cannot be resumed`);
-        return checked.plan;
-      });
-    } catch (err) {
-      throw asActivityFailure(err, 'storedPlan');
-    }
+    return await connections.withClient(target, async (db) => {
+      if (!(await bookkeepingExists(db))) return null;
+      const { rows } = await db.query('SELECT plan FROM _ferry.migrations WHERE id = $1', [migrationId]);
+      if (rows.length > 0 && rows[0].plan === null) {
+        // Checkpoints without the plan they index: a fresh plan could cut other chunks and skip rows.
+        throw refusal(
+          FAILURE.PlanNotStored,
+          `migration ${migrationId} was prepared by a Ferry that did not store its chunk plan, so its checkpoints cannot be resumed; ` +
+            'roll its target back (drop the tables it created and its _ferry rows) and start it again',
+        );
+      }
+      if (rows.length === 0) return null;
+      // A bookkeeping row is data anyone with write access to the target could have changed.
+      const checked = checkPlan(rows[0].plan);
+      if (!checked.ok) throw refusal(FAILURE.InvalidPlan, `the plan stored for migration ${migrationId} on the target is not one preflight makes (${checked.reason}); it cannot be resumed`);
+      return checked.plan;
+    });
   };
 }
 

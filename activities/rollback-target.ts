@@ -9,7 +9,6 @@
 import { ClientBase } from 'pg';
 import { bookkeepingExists, lockBookkeeping } from '../src/db/bookkeeping';
 import { inTransaction } from '../src/db/connections';
-import { asActivityFailure } from '../src/db/errors';
 import { parseQualifiedName, quoteQualified } from '../src/identifiers';
 import { ActivityDeps } from './deps';
 
@@ -50,47 +49,39 @@ async function forgetMigration(db: ClientBase, migrationId: string): Promise<voi
 export function createRollbackTarget({ connections, logger }: ActivityDeps) {
   async function dropTargetObjects({ migrationId, target }: TargetRef): Promise<{ dropped: string[] }> {
     const dropped: string[] = [];
-    try {
-      await connections.withClient(target, (db) =>
-        inTransaction(db, async () => {
-          await lockBookkeeping(db);
-          if (!(await bookkeepingExists(db))) return;
-          const { rows } = await db.query(
-            'SELECT kind, name FROM _ferry.created_objects WHERE migration_id = $1 ORDER BY seq DESC',
-            [migrationId],
-          );
-          for (const { kind, name } of rows) {
-            // A name that is not a qualified identifier names nothing Ferry created: skip it.
-            const parsed = kind === 'schema' ? name : parseQualifiedName(name);
-            if (typeof parsed === 'string' && kind !== 'schema') continue;
-            const lookup = typeof parsed === 'string' ? parsed : quoteQualified(parsed);
-            const found = await db.query<{ q: string | null }>(UNDO[kind].find, [lookup]);
-            const quoted = found.rows[0]?.q;
-            if (!quoted) continue; // already gone: rollback is idempotent
-            await db.query(UNDO[kind].undo(quoted));
-            dropped.push(`${kind} ${quoted}`);
-          }
-          await forgetMigration(db, migrationId);
-        }),
-      );
-      logger.info({ migrationId, dropped }, 'target rolled back');
-      return { dropped };
-    } catch (err) {
-      throw asActivityFailure(err, 'dropTargetObjects');
-    }
+    await connections.withClient(target, (db) =>
+      inTransaction(db, async () => {
+        await lockBookkeeping(db);
+        if (!(await bookkeepingExists(db))) return;
+        const { rows } = await db.query(
+          'SELECT kind, name FROM _ferry.created_objects WHERE migration_id = $1 ORDER BY seq DESC',
+          [migrationId],
+        );
+        for (const { kind, name } of rows) {
+          // A name that is not a qualified identifier names nothing Ferry created: skip it.
+          const parsed = kind === 'schema' ? name : parseQualifiedName(name);
+          if (typeof parsed === 'string' && kind !== 'schema') continue;
+          const lookup = typeof parsed === 'string' ? parsed : quoteQualified(parsed);
+          const found = await db.query<{ q: string | null }>(UNDO[kind].find, [lookup]);
+          const quoted = found.rows[0]?.q;
+          if (!quoted) continue; // already gone: rollback is idempotent
+          await db.query(UNDO[kind].undo(quoted));
+          dropped.push(`${kind} ${quoted}`);
+        }
+        await forgetMigration(db, migrationId);
+      }),
+    );
+    logger.info({ migrationId, dropped }, 'target rolled back');
+    return { dropped };
   }
 
   async function releaseBookkeeping({ migrationId, target }: TargetRef): Promise<void> {
-    try {
-      await connections.withClient(target, (db) =>
-        inTransaction(db, async () => {
-          await lockBookkeeping(db);
-          if (await bookkeepingExists(db)) await forgetMigration(db, migrationId);
-        }),
-      );
-    } catch (err) {
-      throw asActivityFailure(err, 'releaseBookkeeping');
-    }
+    await connections.withClient(target, (db) =>
+      inTransaction(db, async () => {
+        await lockBookkeeping(db);
+        if (await bookkeepingExists(db)) await forgetMigration(db, migrationId);
+      }),
+    );
   }
 
   return { dropTargetObjects, releaseBookkeeping };

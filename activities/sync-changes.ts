@@ -234,28 +234,24 @@ export function createSyncActivities({ connections, logger }: ActivityDeps) {
   async function enqueueKeys(input: EnqueueInput): Promise<{ enqueued: number }> {
     const ctx = Context.current();
     const log = quoteQualified(captureNames(input.migrationId, input.table.index).log);
-    try {
-      const table = await connections.withClient(input.source, (db) => withCatalogKeyTypes(db, input.table));
-      let enqueued = 0;
-      for (const range of input.ranges) {
-        for (const [side, relation] of [
-          [input.target, table.target],
-          [input.source, table.source],
-        ] as const) {
-          for (let after: Key | null = null; ; ) {
-            const page = await connections.withClient(side, (db) => keyPage(db, table, relation, range, after));
-            if (page.length > 0) await connections.withClient(input.source, (db) => enqueue(db, log, page));
-            enqueued += page.length;
-            ctx.heartbeat({ enqueued });
-            if (page.length < ENQUEUE_PAGE) break;
-            after = page[page.length - 1];
-          }
+    const table = await connections.withClient(input.source, (db) => withCatalogKeyTypes(db, input.table));
+    let enqueued = 0;
+    for (const range of input.ranges) {
+      for (const [side, relation] of [
+        [input.target, table.target],
+        [input.source, table.source],
+      ] as const) {
+        for (let after: Key | null = null; ; ) {
+          const page = await connections.withClient(side, (db) => keyPage(db, table, relation, range, after));
+          if (page.length > 0) await connections.withClient(input.source, (db) => enqueue(db, log, page));
+          enqueued += page.length;
+          ctx.heartbeat({ enqueued });
+          if (page.length < ENQUEUE_PAGE) break;
+          after = page[page.length - 1];
         }
       }
-      return { enqueued };
-    } catch (err) {
-      throw asActivityFailure(err, `enqueue keys of ${displayQualified(input.table.source)}`);
     }
+    return { enqueued };
   }
 
   return { syncChanges, enqueueKeys };

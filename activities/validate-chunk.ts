@@ -13,7 +13,6 @@ import { withCatalogKeyTypes } from '../src/db/catalog';
 import { copyRange, deleteRange, selectColumns } from '../src/db/copy-stream';
 import { withFencedSessions } from '../src/db/fenced';
 import type { CopyTable } from '../src/plan';
-import { asActivityFailure } from '../src/db/errors';
 import { distinctKeys, keyAsText, keyFromRow, keyInList, keyOrder, keyPredicate, ParamBinder, rangeBounds } from '../src/db/ranges';
 import { captureNames } from '../src/db/capture-sql';
 import { displayQualified, QualifiedName, quoteQualified } from '../src/identifiers';
@@ -160,8 +159,6 @@ export function createValidateChunk({ connections }: ActivityDeps) {
       await narrow(input.range, s, t, 0);
       const tooMany = mismatches.length >= maxRanges;
       return { match: false, sourceRows: s.rows, targetRows: t.rows, mismatches: tooMany ? [input.range] : mismatches, excluded };
-    } catch (err) {
-      throw asActivityFailure(err, `validate ${displayQualified(input.table.source)}`);
     } finally {
       await Promise.all([source?.end().catch(() => undefined), target?.end().catch(() => undefined)]);
     }
@@ -171,20 +168,16 @@ export function createValidateChunk({ connections }: ActivityDeps) {
 export function createRepairRange({ connections, logger }: ActivityDeps) {
   return async function repairRange(input: RepairRangeInput): Promise<{ deleted: number; copied: number }> {
     const ctx = Context.current();
-    try {
-      // Taking the chunk's fence also stops any zombie copy of it from writing after the repair.
-      return await withFencedSessions(connections, input, input.chunkIndex, async ({ source, target, table, write }) => {
-        const bounds = rangeBounds(input.range);
-        const result = await write(async () => {
-          const deleted = await deleteRange(target, table, bounds);
-          const copied = await copyRange(source, target, table, bounds, () => ctx.heartbeat());
-          return { deleted, copied: copied.rows };
-        });
-        logger.info({ migrationId: input.migrationId, table: displayQualified(table.source), chunk: input.chunkIndex, ...result }, 'range repaired');
-        return result;
+    // Taking the chunk's fence also stops any zombie copy of it from writing after the repair.
+    return await withFencedSessions(connections, input, input.chunkIndex, async ({ source, target, table, write }) => {
+      const bounds = rangeBounds(input.range);
+      const result = await write(async () => {
+        const deleted = await deleteRange(target, table, bounds);
+        const copied = await copyRange(source, target, table, bounds, () => ctx.heartbeat());
+        return { deleted, copied: copied.rows };
       });
-    } catch (err) {
-      throw asActivityFailure(err, `repair ${displayQualified(input.table.source)}`);
-    }
+      logger.info({ migrationId: input.migrationId, table: displayQualified(table.source), chunk: input.chunkIndex, ...result }, 'range repaired');
+      return result;
+    });
   };
 }
