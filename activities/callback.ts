@@ -9,10 +9,10 @@
  * address, port or system error, so a spec cannot use the workers to map the network behind
  * them. The worker's own log keeps the detail.
  */
-import { createHmac } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { ApplicationFailure } from '@temporalio/common';
+import { sign } from '../src/signature';
 import { CALLBACK_SECRET_NAME } from '../src/spec';
 import { allowsPrivate, CheckedTarget, checkTarget, pinnedLookup, Resolve, resolveAll } from './callback-target';
 import { ActivityDeps } from './deps';
@@ -28,10 +28,7 @@ export interface CallbackInput {
   body: unknown;
 }
 
-export function signature(secret: string, timestamp: number, body: string): string {
-  const mac = createHmac('sha256', secret).update(`${timestamp}.${body}`).digest('hex');
-  return `t=${timestamp},v1=${mac}`;
-}
+export { sign as signature } from '../src/signature';
 
 /** The secret's value; the spec checked the name already, but a workflow started before that rule (or by another client) reaches here too. */
 function secretValue(env: NodeJS.ProcessEnv, name: string): string {
@@ -83,7 +80,7 @@ export function createSendCallback({ env, logger, resolve = resolveAll }: Pick<A
       'Idempotency-Key': input.idempotencyKey,
       'User-Agent': 'ferry',
     };
-    if (input.secret) headers['X-Ferry-Signature'] = signature(secretValue(env, input.secret), Math.floor(Date.now() / 1000), body);
+    if (input.secret) headers['X-Ferry-Signature'] = sign(secretValue(env, input.secret), Math.floor(Date.now() / 1000), body);
     let status: number;
     try {
       const target = await checkTarget(new URL(input.url), { allowPrivate: allowsPrivate(env), resolve });

@@ -7,13 +7,14 @@
  * cutover; prints the result, the Web UI link and the signed callback a local receiver got;
  * checks both sides with SQL; cleans up (`keep` leaves everything running to explore).
  */
-import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { createServer, IncomingHttpHeaders } from 'node:http';
 import { AddressInfo } from 'node:net';
 import { Client } from 'pg';
 import { Client as TemporalClient, Connection } from '@temporalio/client';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { FerryClient } from './client';
+import { verify } from './signature';
 import { watch } from './cli/watch';
 import { formatResult } from './cli/output';
 import { temporalConfig } from './config';
@@ -146,8 +147,7 @@ async function callbackReceiver(secret: string) {
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
       const body = Buffer.concat(chunks).toString('utf8');
-      const m = /^t=(\d+),v1=([0-9a-f]{64})$/.exec(String(req.headers['x-ferry-signature'] ?? ''));
-      const verified = Boolean(m) && timingSafeEqual(createHmac('sha256', secret).update(`${m![1]}.${body}`).digest(), Buffer.from(m![2], 'hex'));
+      const verified = verify(secret, String(req.headers['x-ferry-signature'] ?? ''), body);
       received.push({ headers: req.headers, body, verified });
       res.writeHead(verified ? 200 : 401).end();
     });

@@ -77,7 +77,10 @@ export class Receiver {
   }
 }
 
-/** Checks `X-Ferry-Signature: t=<unix>,v1=<hex HMAC-SHA256 of "<t>.<body>">` (docs/architecture.md §9). */
+/**
+ * Checks `X-Ferry-Signature: t=<unix>,v1=<hex HMAC-SHA256 of "<t>.<body>">` (docs/architecture.md
+ * §9) — written out here rather than calling Ferry's own verify, so a wrong change there fails.
+ */
 export function signatureVerifies(delivery: Delivery, secret: string): boolean {
   const header = String(delivery.headers['x-ferry-signature'] ?? '');
   const match = /^t=(\d+),v1=([0-9a-f]{64})$/.exec(header);
