@@ -10,7 +10,7 @@ import { LookupAddress, promises as dns } from 'node:dns';
 import { isIP, LookupFunction } from 'node:net';
 import { ApplicationFailure } from '@temporalio/common';
 import { isPrivateAddress } from '../src/private-address';
-import { FAILURE } from '../src/failure-types';
+import { FAILURE } from '../src/core/failure-types';
 
 export const ALLOW_PRIVATE_ENV = 'FERRY_CALLBACK_ALLOW_PRIVATE';
 

@@ -13,10 +13,10 @@ import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { ApplicationFailure } from '@temporalio/common';
 import { sign } from '../src/signature';
-import { CALLBACK_SECRET_NAME } from '../src/spec';
+import { CALLBACK_SECRET_NAME } from '../src/core/spec';
 import { allowsPrivate, CheckedTarget, checkTarget, pinnedLookup, Resolve, resolveAll } from './callback-target';
 import { ActivityDeps } from './deps';
-import { FAILURE } from '../src/failure-types';
+import { FAILURE } from '../src/core/failure-types';
 
 const TIMEOUT_MS = 15_000;
 

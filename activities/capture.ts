@@ -32,12 +32,12 @@ import {
   triggerNames,
 } from '../src/db/capture-sql';
 import { refusal, sqlState } from '../src/db/errors';
-import { displayQualified, QualifiedName, quoteIdent, quoteQualified } from '../src/identifiers';
-import { KeyColumn } from '../src/plan';
+import { displayQualified, QualifiedName, quoteIdent, quoteQualified } from '../src/core/identifiers';
+import { KeyColumn } from '../src/core/plan';
 import { dropTriggers, relationsWithTriggers, relationTree } from '../src/db/triggers';
 import { ActivityDeps } from './deps';
 import { removeFreeze } from './freeze';
-import { FAILURE } from '../src/failure-types';
+import { FAILURE } from '../src/core/failure-types';
 
 export interface CaptureTable {
   index: number;

@@ -11,10 +11,10 @@ import { Client } from 'pg';
 import { withCatalogKeyTypes } from '../src/db/catalog';
 import { captureNames } from '../src/db/capture-sql';
 import { selectColumns } from '../src/db/copy-stream';
-import type { CopyTable } from '../src/plan';
+import type { CopyTable } from '../src/core/plan';
 import { keyAsText, keyFromRow, keyInList, ParamBinder } from '../src/db/ranges';
-import { QualifiedName, quoteQualified } from '../src/identifiers';
-import { Key } from '../src/plan';
+import { QualifiedName, quoteQualified } from '../src/core/identifiers';
+import { Key } from '../src/core/plan';
 import { ActivityDeps } from './deps';
 
 export interface CheckDirtyInput {

@@ -5,7 +5,7 @@
  * the table it worked on, so activities need no catch block of their own for this.
  */
 import { asActivityFailure } from '../src/db/errors';
-import { displayQualified, QualifiedName } from '../src/identifiers';
+import { displayQualified, QualifiedName } from '../src/core/identifiers';
 
 type Activity = (...args: never[]) => Promise<unknown>;
 

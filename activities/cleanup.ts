@@ -4,7 +4,7 @@
  */
 import { bookkeepingExists } from '../src/db/bookkeeping';
 import { FREEZE_STATE, freezeFunction, freezeStateSequence } from '../src/db/capture-sql';
-import { quoteQualified } from '../src/identifiers';
+import { quoteQualified } from '../src/core/identifiers';
 import { ActivityDeps } from './deps';
 
 export interface OutcomeInput {

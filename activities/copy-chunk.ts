@@ -10,11 +10,11 @@ import { Pool } from 'pg';
 import { advanceCheckpoint, ChunkRef, touchCheckpoint } from '../src/db/bookkeeping';
 import { copyRange, deleteRange } from '../src/db/copy-stream';
 import { withFencedSessions } from '../src/db/fenced';
-import type { CopyTable } from '../src/plan';
+import type { CopyTable } from '../src/core/plan';
 import { asActivityFailure } from '../src/db/errors';
 import { Bound, keyAsText, keyFromRow, keyOrder, keyPredicate, ParamBinder } from '../src/db/ranges';
-import { displayQualified, quoteQualified } from '../src/identifiers';
-import { ChunkCheckpoint, ChunkPlan, Key } from '../src/plan';
+import { displayQualified, quoteQualified } from '../src/core/identifiers';
+import { ChunkCheckpoint, ChunkPlan, Key } from '../src/core/plan';
 import { ActivityDeps } from './deps';
 
 export interface CopyChunkInput {

@@ -7,10 +7,10 @@ import { ClientBase } from 'pg';
 import { readTable, SequenceInfo, TableInfo } from '../src/db/catalog';
 import { addConstraintSql, addForeignKeySql, createIndexSql } from '../src/db/ddl';
 import { refusal } from '../src/db/errors';
-import { displayQualified, QualifiedName, quoteIdent, quoteQualified, sameName } from '../src/identifiers';
-import { TablePlan } from '../src/plan';
+import { displayQualified, QualifiedName, quoteIdent, quoteQualified, sameName } from '../src/core/identifiers';
+import { TablePlan } from '../src/core/plan';
 import { ActivityDeps } from './deps';
-import { FAILURE } from '../src/failure-types';
+import { FAILURE } from '../src/core/failure-types';
 
 export interface FinalizeTargetInput {
   migrationId: string;

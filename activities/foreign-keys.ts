@@ -14,11 +14,11 @@ import { readTable, TableInfo } from '../src/db/catalog';
 import { inTransaction } from '../src/db/connections';
 import { addForeignKeySql } from '../src/db/ddl';
 import { refusal } from '../src/db/errors';
-import { displayQualified, QualifiedName, quoteIdent, quoteQualified, sameName } from '../src/identifiers';
-import { TablePlan } from '../src/plan';
+import { displayQualified, QualifiedName, quoteIdent, quoteQualified, sameName } from '../src/core/identifiers';
+import { TablePlan } from '../src/core/plan';
 import { ActivityDeps } from './deps';
 import { copySequencePositions } from './finalize-target';
-import { FAILURE } from '../src/failure-types';
+import { FAILURE } from '../src/core/failure-types';
 
 type TableRef = Pick<TablePlan, 'source' | 'target' | 'targetExisted' | 'sourceWrites'>;
 

@@ -28,12 +28,12 @@ import {
 } from '../src/db/capture-sql';
 import { inTransaction } from '../src/db/connections';
 import { refusal } from '../src/db/errors';
-import { QualifiedName, quoteQualified } from '../src/identifiers';
-import type { Blocker } from '../src/status';
+import { QualifiedName, quoteQualified } from '../src/core/identifiers';
+import type { Blocker } from '../src/core/status';
 import { dropTriggers, relationsWithTriggers, relationTree } from '../src/db/triggers';
 import type { CaptureInput, SourceRef } from './capture';
 import { ActivityDeps } from './deps';
-import { FAILURE } from '../src/failure-types';
+import { FAILURE } from '../src/core/failure-types';
 
 export interface SetFreezeInput extends SourceRef {
   state: FreezeState;

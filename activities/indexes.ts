@@ -18,10 +18,10 @@ import { addConstraintSql, createIndexSql } from '../src/db/ddl';
 import { refusal, sqlState } from '../src/db/errors';
 import { keyFromRow } from '../src/db/ranges';
 import { duplicateKeysSql, readUniqueKeys } from '../src/db/unique-keys';
-import { displayQualified, QualifiedName, quoteQualified } from '../src/identifiers';
-import type { CopyTable, Key, TablePlan } from '../src/plan';
+import { displayQualified, QualifiedName, quoteQualified } from '../src/core/identifiers';
+import type { CopyTable, Key, TablePlan } from '../src/core/plan';
 import { ActivityDeps } from './deps';
-import { FAILURE } from '../src/failure-types';
+import { FAILURE } from '../src/core/failure-types';
 
 export type IndexKind = 'index' | 'constraint';
 

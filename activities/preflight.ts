@@ -4,17 +4,17 @@
  */
 import { ApplicationFailure } from '@temporalio/common';
 import { PoolClient } from 'pg';
-import { autoChunkCount, EXACT_PLAN_ROWS, pickBoundaries, rangesFromBoundaries, samplePercent, VALIDATION_UNIT_ROWS, validationUnits } from '../src/chunks';
+import { autoChunkCount, EXACT_PLAN_ROWS, pickBoundaries, rangesFromBoundaries, samplePercent, VALIDATION_UNIT_ROWS, validationUnits } from '../src/core/chunks';
 import { estimateRows, readTable, readUserTypes, TableInfo, typeExists } from '../src/db/catalog';
 import { refusal, sqlState } from '../src/db/errors';
 import { readPartitions, targetPartitionName } from '../src/db/partitions';
 import { keyAsText, keyFromRow, keyOrder, KeyShape } from '../src/db/ranges';
-import { displayQualified, quoteQualified, sameName } from '../src/identifiers';
+import { displayQualified, quoteQualified, sameName } from '../src/core/identifiers';
 import { describeAction, onlineRefusal, readTargetActions, TargetRole } from '../src/db/target-actions';
-import { KeyColumn, MigrationPlan, TablePlan } from '../src/plan';
-import { Spec, TableSpec } from '../src/spec';
+import { KeyColumn, MigrationPlan, TablePlan } from '../src/core/plan';
+import { Spec, TableSpec } from '../src/core/spec';
 import { ActivityDeps } from './deps';
-import { FAILURE } from '../src/failure-types';
+import { FAILURE } from '../src/core/failure-types';
 
 export interface PreflightInput {
   migrationId: string;

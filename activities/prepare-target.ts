@@ -11,10 +11,10 @@ import { BOOKKEEPING_DDL, bookkeepingExists, lockBookkeeping, SYNC_CHUNK } from 
 import { createSequenceSql, createTableSql, createTypeSql, SequenceNames, targetSequenceName } from '../src/db/ddl';
 import { createPartitionSql, readPartitions, targetPartitionName } from '../src/db/partitions';
 import { refusal } from '../src/db/errors';
-import { displayQualified, QualifiedName, quoteIdent, quoteQualified, withSuffix } from '../src/identifiers';
-import { checkPlan, MigrationPlan } from '../src/plan';
+import { displayQualified, QualifiedName, quoteIdent, quoteQualified, withSuffix } from '../src/core/identifiers';
+import { checkPlan, MigrationPlan } from '../src/core/plan';
 import { ActivityDeps } from './deps';
-import { FAILURE } from '../src/failure-types';
+import { FAILURE } from '../src/core/failure-types';
 
 export interface PrepareTargetInput {
   migrationId: string;

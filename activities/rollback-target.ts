@@ -9,7 +9,7 @@
 import { ClientBase } from 'pg';
 import { bookkeepingExists, lockBookkeeping } from '../src/db/bookkeeping';
 import { inTransaction } from '../src/db/connections';
-import { parseQualifiedName, quoteQualified } from '../src/identifiers';
+import { parseQualifiedName, quoteQualified } from '../src/core/identifiers';
 import { ActivityDeps } from './deps';
 
 export interface TargetRef {

@@ -18,12 +18,12 @@ import { assertCaptureIntact } from '../src/db/capture-check';
 import { captureNames } from '../src/db/capture-sql';
 import { withCatalogKeyTypes } from '../src/db/catalog';
 import { copyStream, deleteKeys, selectColumns } from '../src/db/copy-stream';
-import type { CopyTable } from '../src/plan';
+import type { CopyTable } from '../src/core/plan';
 import { asActivityFailure } from '../src/db/errors';
 import { distinctKeys, keyAsText, keyFromRow, keyInList, keyOrder, keyPredicate, literalBinder, ParamBinder, rangeBounds } from '../src/db/ranges';
 import { evictConflictsSql, readUniqueKeys } from '../src/db/unique-keys';
-import { displayQualified, QualifiedName, quoteQualified } from '../src/identifiers';
-import { Key, KeyRange } from '../src/plan';
+import { displayQualified, QualifiedName, quoteQualified } from '../src/core/identifiers';
+import { Key, KeyRange } from '../src/core/plan';
 import { ActivityDeps } from './deps';
 
 export interface SyncInput {

@@ -12,12 +12,12 @@ import { inTransaction } from '../src/db/connections';
 import { withCatalogKeyTypes } from '../src/db/catalog';
 import { copyRange, deleteRange, selectColumns } from '../src/db/copy-stream';
 import { withFencedSessions } from '../src/db/fenced';
-import type { CopyTable } from '../src/plan';
+import type { CopyTable } from '../src/core/plan';
 import { distinctKeys, keyAsText, keyFromRow, keyInList, keyOrder, keyPredicate, ParamBinder, rangeBounds } from '../src/db/ranges';
 import { captureNames } from '../src/db/capture-sql';
-import { displayQualified, QualifiedName, quoteQualified } from '../src/identifiers';
-import { Key, KeyRange } from '../src/plan';
-import { sameKey } from '../src/chunks';
+import { displayQualified, QualifiedName, quoteQualified } from '../src/core/identifiers';
+import { Key, KeyRange } from '../src/core/plan';
+import { sameKey } from '../src/core/chunks';
 import { ActivityDeps } from './deps';
 
 export interface ValidateChunkInput {

@@ -17,10 +17,10 @@ import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { findOnPath } from '../src/temporal/binary';
-import { databaseUrl, DEFAULT_TEST_PG, ensurePostgres, runSql } from '../src/postgres';
-import { startDevServer } from '../src/temporal/dev-server';
-import { connectionEnvVar } from '../src/names';
+import { findOnPath } from '../src/dev/temporal-binary';
+import { databaseUrl, DEFAULT_TEST_PG, ensurePostgres, runSql } from '../src/dev/postgres';
+import { startDevServer } from '../src/dev/dev-server';
+import { connectionEnvVar } from '../src/core/names';
 
 const args = process.argv.slice(2);
 const arg = (name: string, fallback: string) => (args.includes(name) ? args[args.indexOf(name) + 1] : fallback);

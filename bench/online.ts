@@ -26,10 +26,10 @@ import { writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { FerryClient } from '../src/client';
-import { connectionEnvVar } from '../src/names';
-import { databaseUrl, DEFAULT_TEST_PG, ensurePostgres, runSql } from '../src/postgres';
-import { findOnPath } from '../src/temporal/binary';
-import { startDevServer } from '../src/temporal/dev-server';
+import { connectionEnvVar } from '../src/core/names';
+import { databaseUrl, DEFAULT_TEST_PG, ensurePostgres, runSql } from '../src/dev/postgres';
+import { findOnPath } from '../src/dev/temporal-binary';
+import { startDevServer } from '../src/dev/dev-server';
 
 const args = process.argv.slice(2);
 const arg = (name: string, fallback: string) => (args.includes(name) ? args[args.indexOf(name) + 1] : fallback);

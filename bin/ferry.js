@@ -14,14 +14,14 @@ if (verb === 'worker') {
   // measurable cost in throughput (bench/copy.ts); it applies to the isolates created from here on.
   require('node:v8').setFlagsFromString('--max-semi-space-size=2');
 }
-const build = require('../scripts/build.js').buildState();
+const build = require('../scripts/build').buildState();
 let cli;
 if (build.current) {
   // Workers' stack traces (their logs, failures recorded in Temporal) point into the TypeScript,
   // as under tsx. Not for the short commands: reading the source maps of every module loaded
   // adds about 70 ms to each call.
   if (verb === 'worker' || verb === 'demo') process.setSourceMapsEnabled(true);
-  cli = require('../dist/src/cli/main.js');
+  cli = require('../dist/src/cli/main');
 } else {
   process.stderr.write(`ferry: ${build.reason}: running the TypeScript through tsx (npm run build compiles it)\n`);
   require('tsx/cjs');

@@ -24,7 +24,7 @@ if (!installed) {
 }
 // npm ci's `prepare` has compiled already when it just ran; otherwise this is a no-op unless the
 // sources changed. A failed build (a type error) stops here, as the type check would later.
-const built = require('./build.js').build();
+const built = require('./build').build();
 if (built !== 0) process.exit(built);
 
 const entry = path.resolve(root, process.argv[2]);

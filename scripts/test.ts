@@ -4,8 +4,8 @@
  */
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
-import { DEFAULT_TEST_PG, ensurePostgres } from '../src/postgres';
-import { ensureTemporalBinary } from '../src/temporal/binary';
+import { DEFAULT_TEST_PG, ensurePostgres } from '../src/dev/postgres';
+import { ensureTemporalBinary } from '../src/dev/temporal-binary';
 
 const root = join(__dirname, '..');
 const bin = (name: string) => join(root, 'node_modules', '.bin', name);

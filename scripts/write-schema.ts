@@ -4,7 +4,7 @@
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { specJsonSchema } from '../src/spec';
+import { specJsonSchema } from '../src/core/spec';
 import { withSpecReference } from '../src/spec-reference';
 
 const root = join(__dirname, '..');

@@ -15,16 +15,17 @@ import {
 import { TypedSearchAttributes, WorkflowIdConflictPolicy } from '@temporalio/common';
 import { decodeOptionalFailureToOptionalError } from '@temporalio/common/lib/internal-non-workflow';
 import { dataConverterFromEnv } from './codec';
-import { innermostApplicationFailure } from './failures';
+import { RefusedError } from './core/errors';
+import { innermostApplicationFailure } from './core/failures';
 import type { CleanupInput, CleanupResult } from '../workflows/cleanup';
 import { approveCutoverSignal, cancelSignal, pauseSignal, resumeSignal, stateQuery, tableStateQuery, throttleSignal, ThrottleRequest } from '../workflows/definitions';
 import { connectionOptions, TemporalConfig, temporalConfig } from './config';
-import { CLEANUP_WORKFLOW, FerryPhaseKey, FerrySourceKey, FerryStateKey, FerryTargetKey, HELPER_WORKFLOW_TYPES, MIGRATION_WORKFLOW, PREFLIGHT_WORKFLOW, UNFREEZE_WORKFLOW, workflowIds } from './names';
-import { MigrationPlan } from './plan';
-import { checkThrottle, parseSpec, Spec } from './spec';
-import { MigrationState, Phase } from './state-machine';
-import { ResultDocument, StatusDocument } from './status';
-import { FAILURE } from './failure-types';
+import { CLEANUP_WORKFLOW, FerryPhaseKey, FerrySourceKey, FerryStateKey, FerryTargetKey, HELPER_WORKFLOW_TYPES, MIGRATION_WORKFLOW, PREFLIGHT_WORKFLOW, UNFREEZE_WORKFLOW, workflowIds } from './core/names';
+import { MigrationPlan } from './core/plan';
+import { checkThrottle, parseSpec, Spec } from './core/spec';
+import { MigrationState, Phase } from './core/state-machine';
+import { ResultDocument, StatusDocument } from './core/status';
+import { FAILURE } from './core/failure-types';
 
 export interface StartOptions {
   /** Overrides spec.id. */
@@ -51,17 +52,7 @@ export interface MigrationSummary {
   endedAt?: string;
 }
 
-/** A refusal from preflight or the spec: nothing was started. */
-export class RefusedError extends Error {
-  constructor(
-    message: string,
-    readonly type: string,
-    options?: { cause?: unknown },
-  ) {
-    super(message, options);
-    this.name = 'RefusedError';
-  }
-}
+export { RefusedError };
 
 export interface CleanupOutcome {
   /** false: a table's lock was busy; the cleanup goes on in the background as `workflowId`. */

@@ -1,7 +1,8 @@
 /** Process configuration from the environment, validated once at the edge (zod). */
+import { ConfigError } from './core/errors';
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
-import { DEFAULT_TASK_QUEUE } from './names';
+import { DEFAULT_TASK_QUEUE } from './core/names';
 
 const envSchema = z.object({
   TEMPORAL_ADDRESS: z.string().min(1).default('127.0.0.1:7233'),
@@ -32,7 +33,7 @@ export interface TemporalConfig {
   apiKey?: string;
 }
 
-export class ConfigError extends Error {}
+export { ConfigError };
 
 function readPem(variable: string, path: string): Buffer {
   try {

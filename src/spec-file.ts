@@ -1,7 +1,7 @@
 /** Reads a spec from a .json, .yaml or .yml file (or "-" for stdin) and validates it. */
 import { readFileSync, statSync } from 'node:fs';
 import YAML from 'yaml';
-import { parseSpec, Spec, SpecError } from './spec';
+import { parseSpec, Spec, SpecError } from './core/spec';
 
 /** A real spec is a few KB (500 tables and 16 KB of metadata stay far below this). */
 export const MAX_SPEC_FILE_BYTES = 1024 * 1024;

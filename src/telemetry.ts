@@ -11,8 +11,8 @@ import type { CopyChunkResult } from '../activities/copy-chunk';
 import type { SyncResult } from '../activities/sync-changes';
 import type { ValidateChunkResult } from '../activities/validate-chunk';
 import { Logger } from './logger';
-import { freePort } from './temporal/dev-server';
-import { FAILURE } from './failure-types';
+import { freePort } from './dev/dev-server';
+import { FAILURE } from './core/failure-types';
 
 export interface FerryMetrics {
   registry: Registry;

@@ -12,7 +12,7 @@
  */
 import { continueAsNew, ParentClosePolicy, proxyActivities, sleep, startChild } from '@temporalio/workflow';
 import type { Activities } from '../activities';
-import { workflowIds } from '../src/names';
+import { workflowIds } from '../src/core/names';
 
 const { setFreeze, releaseSource, migrationOutcome, dropTargetObjects, releaseBookkeeping } = proxyActivities<Activities>({
   startToCloseTimeout: '2 minutes',

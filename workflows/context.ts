@@ -1,8 +1,8 @@
 /** What the parent's chains share: the spec, the plan, the tracker, the saga, the children. */
 import { ChildWorkflowCancellationType, ChildWorkflowHandle, startChild, workflowInfo } from '@temporalio/workflow';
-import { workflowIds } from '../src/names';
-import { MigrationPlan, TablePlan } from '../src/plan';
-import { Spec } from '../src/spec';
+import { workflowIds } from '../src/core/names';
+import { MigrationPlan, TablePlan } from '../src/core/plan';
+import { Spec } from '../src/core/spec';
 import { steps } from './proxies';
 import { Control } from './definitions';
 import { Saga } from './saga';

@@ -5,9 +5,9 @@
  * number of tables copying changes.
  */
 import { ChildWorkflowHandle, patched, setHandler } from '@temporalio/workflow';
-import { PATCHES } from '../src/names';
-import { tablesSharing } from '../src/rate';
-import { checkThrottle, Spec } from '../src/spec';
+import { PATCHES } from '../src/core/names';
+import { tablesSharing } from '../src/core/rate';
+import { checkThrottle, Spec } from '../src/core/spec';
 import { COPIED } from './context';
 import { approveCutoverSignal, Control, controlSignal, pauseSignal, resumeSignal, TableProgress, throttleSignal } from './definitions';
 import { tableMigrationWorkflow } from './table';

@@ -18,17 +18,17 @@
  * The write outage runs from the flip to the point of no return.
  */
 import { ApplicationFailure, CancellationScope, ChildWorkflowHandle, patched } from '@temporalio/workflow';
-import { innermostApplicationFailure } from '../src/failures';
-import { PATCHES } from '../src/names';
-import { copyTableOf, TablePlan } from '../src/plan';
-import { Blocker, CutoverReport } from '../src/status';
+import { innermostApplicationFailure } from '../src/core/failures';
+import { PATCHES } from '../src/core/names';
+import { copyTableOf, TablePlan } from '../src/core/plan';
+import { Blocker, CutoverReport } from '../src/core/status';
 import { cutoverSteps, drain, release, steps } from './proxies';
 import { runBounded } from './bounded';
 import { cleanUpInBackground } from './cleanup';
 import { MigrationContext } from './context';
 import { finishSyncSignal } from './definitions';
 import { SLICE_MS, SYNC_BATCH_KEYS, tableMigrationWorkflow } from './table';
-import { FAILURE } from '../src/failure-types';
+import { FAILURE } from '../src/core/failure-types';
 
 /**
  * How long one wait for writers runs before it reports who still blocks: soon at first, then —

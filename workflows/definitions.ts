@@ -3,8 +3,8 @@
  * `temporal workflow signal --name approveCutover` and FerryClient speak the same language.
  */
 import { defineQuery, defineSignal } from '@temporalio/workflow';
-import { Phase } from '../src/state-machine';
-import { ChunkStatus, EventType, StatusDocument, TableStatus } from '../src/status';
+import { Phase } from '../src/core/state-machine';
+import { ChunkStatus, EventType, StatusDocument, TableStatus } from '../src/core/status';
 
 export interface CancelRequest {
   reason?: string;

@@ -18,11 +18,11 @@ import {
   upsertSearchAttributes,
   workflowInfo,
 } from '@temporalio/workflow';
-import { innermostApplicationFailure, rootMessage } from '../src/failures';
-import { FerrySourceKey, FerryTargetKey, PATCHES } from '../src/names';
-import { Spec, SpecError } from '../src/spec';
-import { checkPlan, MigrationPlan } from '../src/plan';
-import { ErrorInfo, resultDocument, ResultDocument } from '../src/status';
+import { innermostApplicationFailure, rootMessage } from '../src/core/failures';
+import { FerrySourceKey, FerryTargetKey, PATCHES } from '../src/core/names';
+import { Spec, SpecError } from '../src/core/spec';
+import { checkPlan, MigrationPlan } from '../src/core/plan';
+import { ErrorInfo, resultDocument, ResultDocument } from '../src/core/status';
 import { checks, notify, steps } from './proxies';
 import { derivePhase, MigrationContext, MigrationOptions } from './context';
 import { ControlDesk } from './control';
@@ -32,7 +32,7 @@ import { runOnline } from './online';
 import { Saga } from './saga';
 import { parseWorkflowSpec } from './spec-input';
 import { Tracker } from './tracker';
-import { FAILURE } from '../src/failure-types';
+import { FAILURE } from '../src/core/failure-types';
 
 export type { MigrationOptions };
 

@@ -6,9 +6,9 @@
  *   gate → cutover (workflows/cutover.ts).
  */
 import { ApplicationFailure, CancellationScope, ChildWorkflowHandle, condition, sleep } from '@temporalio/workflow';
-import { formatDuration } from '../src/duration';
-import { innermostApplicationFailure } from '../src/failures';
-import { CutoverReport } from '../src/status';
+import { formatDuration } from '../src/core/duration';
+import { innermostApplicationFailure } from '../src/core/failures';
+import { CutoverReport } from '../src/core/status';
 import { steps } from './proxies';
 import { runBounded } from './bounded';
 import { cleanUpInBackground } from './cleanup';
@@ -17,7 +17,7 @@ import { cutOver } from './cutover';
 import { startCopySignal } from './definitions';
 import { legacyOnlineChain } from './legacy/online-v1';
 import { tableMigrationWorkflow } from './table';
-import { FAILURE } from '../src/failure-types';
+import { FAILURE } from '../src/core/failure-types';
 
 /** A foreign key that fails its validation while the sync runs may only be behind: tries. */
 const FK_VALIDATION_TRIES = 3;

@@ -4,10 +4,10 @@
  */
 import { ApplicationFailure, proxyActivities } from '@temporalio/workflow';
 import type { Activities } from '../activities';
-import { MigrationPlan } from '../src/plan';
-import { SpecError } from '../src/spec';
+import { MigrationPlan } from '../src/core/plan';
+import { SpecError } from '../src/core/spec';
 import { parseWorkflowSpec } from './spec-input';
-import { FAILURE } from '../src/failure-types';
+import { FAILURE } from '../src/core/failure-types';
 
 const { preflight } = proxyActivities<Activities>({
   startToCloseTimeout: '5 minutes',

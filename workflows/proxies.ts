@@ -1,7 +1,7 @@
 /** Activity proxies with their timeouts and retry policies, shared by the parent's chains. */
 import { ActivityCancellationType, proxyActivities } from '@temporalio/workflow';
 import type { Activities } from '../activities';
-import { FAILURE } from '../src/failure-types';
+import { FAILURE } from '../src/core/failure-types';
 
 /** Database steps: DDL, capture, freeze, finalize. Retried with backoff; heartbeats for long DDL. */
 export const steps = proxyActivities<Activities>({

@@ -6,8 +6,8 @@
  * is then refused by the workers (sendCallback checks the name again); the migration goes on.
  */
 import { patched } from '@temporalio/workflow';
-import { PATCHES } from '../src/names';
-import { parseSpec, Spec, SpecError } from '../src/spec';
+import { PATCHES } from '../src/core/names';
+import { parseSpec, Spec, SpecError } from '../src/core/spec';
 
 /** The rule for callback.secret before FERRY_SECRET_* names. */
 const EARLIER_SECRET_NAME = /^[A-Z_][A-Z0-9_]{0,127}$/;

@@ -8,8 +8,8 @@
 import { ActivityCancellationType, ApplicationFailure, proxyActivities } from '@temporalio/workflow';
 import type { Activities } from '../activities';
 import type { IndexRef } from '../activities/indexes';
-import { innermostApplicationFailure } from '../src/failures';
-import { CopyTable, TablePlan } from '../src/plan';
+import { innermostApplicationFailure } from '../src/core/failures';
+import { CopyTable, TablePlan } from '../src/core/plan';
 import { runBounded } from './bounded';
 
 const build = proxyActivities<Activities>({

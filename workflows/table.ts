@@ -21,18 +21,18 @@ import {
 } from '@temporalio/workflow';
 import type { Activities } from '../activities';
 import type { SyncInput, SyncResult } from '../activities/sync-changes';
-import { innermostApplicationFailure } from '../src/failures';
-import { displayQualified } from '../src/identifiers';
-import { ChunkCheckpoint, CopyTable, copyTableOf, KeyRange, TablePlan } from '../src/plan';
-import { chunkRateCap } from '../src/rate';
-import { Phase, phaseMachine, StateMachine, Transition } from '../src/state-machine';
-import { ChunkStatus, EventType, TableStatus } from '../src/status';
-import { PATCHES } from '../src/names';
+import { innermostApplicationFailure } from '../src/core/failures';
+import { displayQualified } from '../src/core/identifiers';
+import { ChunkCheckpoint, CopyTable, copyTableOf, KeyRange, TablePlan } from '../src/core/plan';
+import { chunkRateCap } from '../src/core/rate';
+import { Phase, phaseMachine, StateMachine, Transition } from '../src/core/state-machine';
+import { ChunkStatus, EventType, TableStatus } from '../src/core/status';
+import { PATCHES } from '../src/core/names';
 import { runBounded } from './bounded';
 import { Slices } from './slices';
 import { Control, controlSignal, finishSyncSignal, startCopySignal, TableProgress, tableProgressSignal, tableStateQuery } from './definitions';
 import { buildTableIndexes } from './table-indexes';
-import { FAILURE } from '../src/failure-types';
+import { FAILURE } from '../src/core/failure-types';
 
 export const SLICE_MS = 15_000;
 export const MAX_REPAIR_ROUNDS = 3;

@@ -3,11 +3,11 @@
  * event log (capped, so history stays small) and the status document built from them.
  */
 import { upsertSearchAttributes, setCurrentDetails } from '@temporalio/workflow';
-import { FerryPhaseKey, FerryStateKey } from '../src/names';
-import { displayQualified } from '../src/identifiers';
-import { TablePlan } from '../src/plan';
-import { migrationStateMachine, MigrationState, Phase, phaseMachine, StateMachine } from '../src/state-machine';
-import { Blocker, CutoverReport, ErrorInfo, EventType, MigrationEvent, StatusDocument, TableStatus } from '../src/status';
+import { FerryPhaseKey, FerryStateKey } from '../src/core/names';
+import { displayQualified } from '../src/core/identifiers';
+import { TablePlan } from '../src/core/plan';
+import { migrationStateMachine, MigrationState, Phase, phaseMachine, StateMachine } from '../src/core/state-machine';
+import { Blocker, CutoverReport, ErrorInfo, EventType, MigrationEvent, StatusDocument, TableStatus } from '../src/core/status';
 import { TableProgress } from './definitions';
 
 export const MAX_EVENTS_KEPT = 200;

@@ -1,6 +1,6 @@
 /** Argument parsers shared by the CLI's commands. */
 import { InvalidArgumentError } from 'commander';
-import { parseDuration } from '../duration';
+import { parseDuration } from '../core/duration';
 
 export function positiveInt(value: string): number {
   const n = Number(value);

@@ -1,11 +1,12 @@
 /** `ferry start | status | result | list | validate`. */
 import { Command, Option } from 'commander';
 import { FerryClient } from '../client';
-import { displayQualified } from '../identifiers';
+import { displayQualified } from '../core/identifiers';
 import { loadSpecFile } from '../spec-file';
-import { MIGRATION_STATES } from '../state-machine';
-import { CliExit, formatResult, formatStatus, printJson } from './output';
-import { watch } from './watch';
+import { MIGRATION_STATES } from '../core/state-machine';
+import { formatResult, formatStatus } from '../view/format';
+import { CliExit, printJson } from './output';
+import { watch } from '../view/watch';
 
 export function registerMigrationCommands(program: Command): void {
   program

@@ -23,7 +23,7 @@ export function registerProcessCommands(program: Command): void {
     .option('--codec-endpoint <url>', 'payload codec endpoint for the Web UI (see `ferry codec-server`)')
     .action(async (opts: { port: number; uiPort: number; dbFile?: string; headless?: boolean; codecEndpoint?: string }) => {
       // Loaded on demand: the worker SDK and its dependencies make every other verb slower to start.
-      const { startDevServer } = require('../temporal/dev-server') as typeof import('../temporal/dev-server');
+      const { startDevServer } = require('../dev/dev-server') as typeof import('../dev/dev-server');
       const server = await startDevServer({
         port: opts.port,
         uiPort: opts.uiPort,
@@ -48,7 +48,7 @@ export function registerProcessCommands(program: Command): void {
     .option('--pg <url>', 'admin URL of the PostgreSQL server to use (default FERRY_TEST_PG or the local server)')
     .option('--embedded-pg', 'use embedded PostgreSQL even when a server answers')
     .action(async (opts: { keep?: boolean; rows: number; pg?: string; embeddedPg?: boolean }) => {
-      const { runDemo } = require('../demo') as typeof import('../demo');
+      const { runDemo } = require('../dev/demo') as typeof import('../dev/demo');
       const code = await runDemo({ keep: opts.keep, orders: opts.rows, pg: opts.pg, embeddedPg: opts.embeddedPg });
       if (code !== 0) throw new CliExit('the demo did not find both sides identical or the callback verified (see above)', code);
     });

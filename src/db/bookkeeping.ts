@@ -4,7 +4,7 @@
  * chunk — the resume point and the fence that stops a zombie attempt from writing.
  */
 import { ClientBase } from 'pg';
-import { Key } from '../plan';
+import { Key } from '../core/plan';
 
 export const BOOKKEEPING_LOCK = 'ferry:bookkeeping';
 

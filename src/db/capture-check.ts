@@ -8,10 +8,10 @@
  */
 import { ApplicationFailure } from '@temporalio/common';
 import { ClientBase } from 'pg';
-import { displayQualified, quoteQualified } from '../identifiers';
-import type { CopyTable } from '../plan';
+import { displayQualified, quoteQualified } from '../core/identifiers';
+import type { CopyTable } from '../core/plan';
 import { CAPTURE_SCHEMA, FINGERPRINT_SQL, freezeStateSequence, PARTITIONS_SQL, triggerNames } from './capture-sql';
-import { FAILURE } from '../failure-types';
+import { FAILURE } from '../core/failure-types';
 
 /**
  * The triggers capture needs that are missing or not ENABLE ALWAYS, on the table and on each

@@ -6,8 +6,8 @@
  */
 import { createHash } from 'node:crypto';
 import { escapeLiteral } from 'pg';
-import { QualifiedName, quoteIdent, quoteQualified } from '../identifiers';
-import { KeyColumn } from '../plan';
+import { QualifiedName, quoteIdent, quoteQualified } from '../core/identifiers';
+import { KeyColumn } from '../core/plan';
 
 export const CAPTURE_SCHEMA = '_ferry';
 /** Ferry's own DDL on guarded tables (the freeze) sets this locally to pass the DDL guard. */

@@ -5,8 +5,8 @@
  */
 import { ApplicationFailure } from '@temporalio/common';
 import { ClientBase } from 'pg';
-import { displayQualified, QualifiedName, quoteQualified } from '../identifiers';
-import { FAILURE } from '../failure-types';
+import { displayQualified, QualifiedName, quoteQualified } from '../core/identifiers';
+import { FAILURE } from '../core/failure-types';
 
 export interface ColumnInfo {
   name: string;

@@ -4,10 +4,10 @@
  * module: workflow inputs, histories, logs and errors carry only the names.
  */
 import { Client, Pool, PoolClient } from 'pg';
-import { connectionEnvVar } from '../names';
+import { connectionEnvVar } from '../core/names';
 import { refusal } from './errors';
 import { DEFAULT_TIMEOUTS, sessionConfig, SessionTimeouts } from './session';
-import { FAILURE } from '../failure-types';
+import { FAILURE } from '../core/failure-types';
 
 export interface ConnectionRegistryOptions {
   env?: NodeJS.ProcessEnv;

@@ -7,8 +7,8 @@ import { Transform, TransformCallback } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { ClientBase } from 'pg';
 import { from as copyFrom, to as copyTo } from 'pg-copy-streams';
-import { quoteIdent, quoteQualified } from '../identifiers';
-import { CopyTable, Key } from '../plan';
+import { quoteIdent, quoteQualified } from '../core/identifiers';
+import { CopyTable, Key } from '../core/plan';
 import { Bound, keyInList, keyPredicate, literalBinder, ParamBinder } from './ranges';
 
 

@@ -5,7 +5,7 @@
  * the session's search_path is empty); only table and sequence names are rewritten.
  */
 import { escapeLiteral } from 'pg';
-import { QualifiedName, quoteIdent, quoteQualified } from '../identifiers';
+import { QualifiedName, quoteIdent, quoteQualified } from '../core/identifiers';
 import { ConstraintInfo, ForeignKeyInfo, SequenceInfo, TableInfo, UserTypeInfo } from './catalog';
 
 export function createTypeSql(type: UserTypeInfo): string {

@@ -8,8 +8,8 @@
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { Client } from 'pg';
-import { FAILURE } from '../failure-types';
-import { CopyTable } from '../plan';
+import { FAILURE } from '../core/failure-types';
+import { CopyTable } from '../core/plan';
 import { CheckpointRow, ChunkRef, claimChunk, holdsFence } from './bookkeeping';
 import { withCatalogKeyTypes } from './catalog';
 import { ConnectionRegistry, inTransaction } from './connections';

@@ -7,7 +7,7 @@
  * to every partition, so the partitions need nothing else from Ferry.
  */
 import { ClientBase } from 'pg';
-import { QualifiedName, quoteQualified } from '../identifiers';
+import { QualifiedName, quoteQualified } from '../core/identifiers';
 
 export interface PartitionInfo {
   name: QualifiedName;

@@ -4,8 +4,8 @@
  * ordinary queries, or as quoted literals inside COPY (which takes no parameters).
  */
 import { escapeLiteral } from 'pg';
-import { quoteIdent } from '../identifiers';
-import { Key, KeyColumn, KeyRange } from '../plan';
+import { quoteIdent } from '../core/identifiers';
+import { Key, KeyColumn, KeyRange } from '../core/plan';
 
 export type Comparison = '>' | '>=' | '<' | '<=';
 

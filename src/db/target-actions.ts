@@ -7,9 +7,9 @@
  */
 import { ApplicationFailure } from '@temporalio/common';
 import { ClientBase } from 'pg';
-import { displayQualified, QualifiedName, quoteQualified } from '../identifiers';
+import { displayQualified, QualifiedName, quoteQualified } from '../core/identifiers';
 import { refusal } from './errors';
-import { FAILURE } from '../failure-types';
+import { FAILURE } from '../core/failure-types';
 
 /** Ferry's role on the target, and whether it may write as a replica there. */
 export interface TargetRole {

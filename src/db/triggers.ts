@@ -5,7 +5,7 @@
 import { PoolClient } from 'pg';
 import { inTransaction } from './connections';
 import { sqlState } from './errors';
-import { quoteIdent } from '../identifiers';
+import { quoteIdent } from '../core/identifiers';
 
 /** Dropping a trigger needs ACCESS EXCLUSIVE: queue behind a long reader only briefly. */
 const DROP_LOCK_TIMEOUT = "SET LOCAL lock_timeout = '500ms'";

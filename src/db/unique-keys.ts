@@ -10,7 +10,7 @@
  * other column names in between), rather than rewriting SQL text.
  */
 import { ClientBase } from 'pg';
-import { quoteQualified, QualifiedName } from '../identifiers';
+import { quoteQualified, QualifiedName } from '../core/identifiers';
 import { KeyShape, keyAsText } from './ranges';
 
 export interface UniqueKey {

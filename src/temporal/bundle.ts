@@ -9,7 +9,7 @@ import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { cacheDir } from './binary';
+import { cacheDir } from '../dev/temporal-binary';
 
 /** Whether this module runs compiled (dist/src/temporal/bundle.js) or as TypeScript (tsx, jest). */
 const COMPILED = __filename.endsWith('.js');

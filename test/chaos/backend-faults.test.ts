@@ -10,8 +10,8 @@
  * databases). (c) spends about two minutes in the callback's retry backoff, so it starts first
  * and runs alongside the others.
  */
-import { ResultDocument } from '../../src/status';
-import { freePort } from '../../src/temporal/dev-server';
+import { ResultDocument } from '../../src/core/status';
+import { freePort } from '../../src/dev/dev-server';
 import { BackendTerminator, FerryStatements, refuseConnections } from '../helpers/backends';
 import { compareTable, sleep } from '../helpers/chaos';
 import { TestDatabases } from '../helpers/databases';

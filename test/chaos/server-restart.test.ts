@@ -10,7 +10,7 @@ import { randomBytes } from 'node:crypto';
 import { rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { freePort } from '../../src/temporal/dev-server';
+import { freePort } from '../../src/dev/dev-server';
 import { compareTable, ledgerSql, sleep } from '../helpers/chaos';
 import { TestDatabases } from '../helpers/databases';
 import { eventually, resultWithin, RunningProcessWorker, TestStack } from '../helpers/stack';

@@ -5,7 +5,7 @@
  */
 import { temporal } from '@temporalio/proto';
 import type { FerryClient } from '../../src/client';
-import { PREFLIGHT_WORKFLOW } from '../../src/names';
+import { PREFLIGHT_WORKFLOW } from '../../src/core/names';
 import { rowsAsText, TestDatabases } from './databases';
 
 /** mulberry32: small, fast, and the same sequence for the same seed on every machine. */

@@ -4,7 +4,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { Client } from 'pg';
-import { DEFAULT_TEST_PG } from '../../src/postgres';
+import { DEFAULT_TEST_PG } from '../../src/dev/postgres';
 
 export function adminUrl(): string {
   return process.env.FERRY_TEST_PG ?? DEFAULT_TEST_PG;

@@ -3,12 +3,12 @@
  * compiled from the current sources (the `ferry` processes tests spawn run it, see bin/ferry.js)
  * and the workflow bundle is built (cached by content hash, so workers and tests skip webpack).
  */
-import { DEFAULT_TEST_PG, ensurePostgres } from '../../src/postgres';
-import { ensureTemporalBinary } from '../../src/temporal/binary';
+import { DEFAULT_TEST_PG, ensurePostgres } from '../../src/dev/postgres';
+import { ensureTemporalBinary } from '../../src/dev/temporal-binary';
 import { workflowBundlePath } from '../../src/temporal/bundle';
 
 // Plain Node (bin/ferry.js and scripts/run.js use it before anything is compiled).
-const { build } = require('../../scripts/build.js') as { build: () => number };
+const { build } = require('../../scripts/build') as { build: () => number };
 
 export default async function globalSetup(): Promise<void> {
   // Without it spawned CLIs and workers would fall back to tsx: slower, and not what ships.

@@ -10,10 +10,10 @@ import { DefaultLogger, Runtime, WorkerOptions } from '@temporalio/worker';
 import type { DataConverter } from '@temporalio/common';
 import { FerryClient } from '../../src/client';
 import { dataConverterFromEnv } from '../../src/codec';
-import type { ResultDocument } from '../../src/status';
-import { connectionEnvVar } from '../../src/names';
+import type { ResultDocument } from '../../src/core/status';
+import { connectionEnvVar } from '../../src/core/names';
 import { Logger, silentLogger } from '../../src/logger';
-import { DevServer, DevServerOptions, startDevServer } from '../../src/temporal/dev-server';
+import { DevServer, DevServerOptions, startDevServer } from '../../src/dev/dev-server';
 import { createFerryWorker, FerryWorker } from '../../src/worker';
 
 export const ROOT = join(__dirname, '..', '..');

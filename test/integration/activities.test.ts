@@ -13,7 +13,7 @@ import { CopyChunkInput, CopyChunkResult } from '../../activities/copy-chunk';
 import { ConnectionRegistry } from '../../src/db/connections';
 import { PINNED_SETTINGS } from '../../src/db/session';
 import { silentLogger } from '../../src/logger';
-import { parseSpec } from '../../src/spec';
+import { parseSpec } from '../../src/core/spec';
 import { adminUrl, TestDatabases, withClient } from '../helpers/databases';
 
 /** The SDK's mock environment, without its log line for every (expected) activity failure. */

@@ -8,10 +8,10 @@ import { ApplicationFailure } from '@temporalio/common';
 import { MockActivityEnvironment as SdkMockActivityEnvironment } from '@temporalio/testing';
 import { DefaultLogger } from '@temporalio/worker';
 import { createActivities } from '../../activities';
-import { copyTableOf, MigrationPlan } from '../../src/plan';
+import { copyTableOf, MigrationPlan } from '../../src/core/plan';
 import { ConnectionRegistry } from '../../src/db/connections';
 import { silentLogger } from '../../src/logger';
-import { parseSpec } from '../../src/spec';
+import { parseSpec } from '../../src/core/spec';
 import { objectInventory, rowsAsText, TestDatabases } from '../helpers/databases';
 
 class MockActivityEnvironment extends SdkMockActivityEnvironment {

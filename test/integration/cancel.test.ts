@@ -6,7 +6,7 @@
  */
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { locateTemporalBinary } from '../../src/temporal/binary';
+import { locateTemporalBinary } from '../../src/dev/temporal-binary';
 import { objectInventory, rowsAsText, TestDatabases } from '../helpers/databases';
 import { beforeActivity } from '../helpers/interceptors';
 import { Receiver } from '../helpers/receiver';

@@ -5,7 +5,7 @@
  */
 import { ApplicationFailure } from '@temporalio/common';
 import { FerryClient } from '../../src/client';
-import { FerryPhaseKey, FerrySourceKey, FerryStateKey } from '../../src/names';
+import { FerryPhaseKey, FerrySourceKey, FerryStateKey } from '../../src/core/names';
 import { rowsAsText, TestDatabases } from '../helpers/databases';
 import { beforeActivity } from '../helpers/interceptors';
 import { eventually, resultWithin, TestStack } from '../helpers/stack';

@@ -7,7 +7,7 @@ import { spawn } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { freePort } from '../../src/temporal/dev-server';
+import { freePort } from '../../src/dev/dev-server';
 import { ROOT } from '../helpers/stack';
 
 async function demo(args: string[], extraEnv: Record<string, string> = {}): Promise<{ code: number | null; output: string }> {

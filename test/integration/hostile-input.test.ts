@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import YAML from 'yaml';
 import { main } from '../../src/cli/main';
-import { PREFLIGHT_WORKFLOW } from '../../src/names';
+import { PREFLIGHT_WORKFLOW } from '../../src/core/names';
 import { MAX_SPEC_FILE_BYTES } from '../../src/spec-file';
 import { objectInventory, rowsAsText, TestDatabases } from '../helpers/databases';
 import { eventually, TestStack, waitForPhase } from '../helpers/stack';

@@ -9,7 +9,7 @@ import { AddressInfo } from 'node:net';
 import { TestDatabases } from '../helpers/databases';
 import { activityStarts } from '../helpers/history';
 import { eventually, resultWithin, RunningProcessWorker, TestStack } from '../helpers/stack';
-import { freePort } from '../../src/temporal/dev-server';
+import { freePort } from '../../src/dev/dev-server';
 
 async function get(port: number, path: string): Promise<{ status: number; body: string }> {
   const r = await fetch(`http://127.0.0.1:${port}${path}`);

@@ -10,7 +10,7 @@ import { WorkflowFailedError } from '@temporalio/client';
 import { createActivities } from '../../activities';
 import { ConnectionRegistry } from '../../src/db/connections';
 import { silentLogger } from '../../src/logger';
-import { MigrationPlan } from '../../src/plan';
+import { MigrationPlan } from '../../src/core/plan';
 import { rowsAsText, TestDatabases } from '../helpers/databases';
 import { TestStack } from '../helpers/stack';
 

@@ -7,8 +7,8 @@ import { DefaultLogger } from '@temporalio/worker';
 import { createActivities } from '../../activities';
 import { ConnectionRegistry } from '../../src/db/connections';
 import { silentLogger } from '../../src/logger';
-import { copyTableOf } from '../../src/plan';
-import { parseSpec } from '../../src/spec';
+import { copyTableOf } from '../../src/core/plan';
+import { parseSpec } from '../../src/core/spec';
 import { objectInventory, rowsAsText, TestDatabases } from '../helpers/databases';
 
 class MockActivityEnvironment extends SdkMockActivityEnvironment {

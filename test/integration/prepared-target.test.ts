@@ -11,8 +11,8 @@ import { DefaultLogger } from '@temporalio/worker';
 import { createActivities } from '../../activities';
 import { ConnectionRegistry } from '../../src/db/connections';
 import { silentLogger } from '../../src/logger';
-import { MigrationPlan } from '../../src/plan';
-import { parseSpec } from '../../src/spec';
+import { MigrationPlan } from '../../src/core/plan';
+import { parseSpec } from '../../src/core/spec';
 import { adminUrl, TestDatabases, withClient } from '../helpers/databases';
 
 class MockActivityEnvironment extends SdkMockActivityEnvironment {

@@ -13,7 +13,7 @@ import { ApplicationFailure, defaultPayloadConverter } from '@temporalio/common'
 import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import { FerryClient } from '../../src/client';
 import { AesGcmCodec, dataConverterFromEnv, parseCodecKey } from '../../src/codec';
-import { PATCHES } from '../../src/names';
+import { PATCHES } from '../../src/core/names';
 import { stateQuery } from '../../workflows/definitions';
 import { adminUrl, rowsAsText, TestDatabases, withClient } from '../helpers/databases';
 import { hitsIn, JsonPayload, payloadsIn, unb64 } from '../helpers/history';

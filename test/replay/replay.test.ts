@@ -10,7 +10,7 @@ import { historyFromJSON } from '@temporalio/common/lib/proto-utils';
 import type { temporal } from '@temporalio/proto';
 import { DefaultLogger, ReplayWorkerOptions, Runtime, Worker } from '@temporalio/worker';
 import { dataConverterFromEnv } from '../../src/codec';
-import { CLEANUP_WORKFLOW, HELPER_WORKFLOW_TYPES, MIGRATION_WORKFLOW, PREFLIGHT_WORKFLOW, TABLE_WORKFLOW, UNFREEZE_WORKFLOW } from '../../src/names';
+import { CLEANUP_WORKFLOW, HELPER_WORKFLOW_TYPES, MIGRATION_WORKFLOW, PREFLIGHT_WORKFLOW, TABLE_WORKFLOW, UNFREEZE_WORKFLOW } from '../../src/core/names';
 import { workflowBundle } from '../../src/temporal/bundle';
 
 type History = temporal.api.history.v1.IHistory;

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 const ROOT = join(__dirname, '..', '..');
-const { build } = require('../../scripts/build.js') as { build: (options: { root: string; log: (line: string) => void }) => number };
+const { build } = require('../../scripts/build') as { build: (options: { root: string; log: (line: string) => void }) => number };
 
 interface Run {
   code: number | null;

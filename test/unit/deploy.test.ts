@@ -35,7 +35,7 @@ import type { IHorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2/
 import type { IScaledObject } from '@kubernetes-models/keda/keda.sh/v1alpha1/ScaledObject';
 import { workerSettings } from '../../src/cli/processes';
 import { temporalConfig } from '../../src/config';
-import { parseDuration } from '../../src/duration';
+import { parseDuration } from '../../src/core/duration';
 
 const ROOT = join(__dirname, '..', '..');
 const K8S = join(ROOT, 'deploy', 'k8s');

@@ -29,7 +29,18 @@ describe('the lint rule that keeps workflows deterministic', () => {
     );
   });
 
-  it('holds the pure src modules that workflows import to the same rule', async () => {
-    expect((await lint("import { Pool } from 'pg';\nexport const p = Pool;\n", 'src/plan.ts')).join('\n')).toMatch(/belong in activities/);
+  it('holds src/core, the pure modules that workflows import, to the same rule', async () => {
+    expect((await lint("import { Pool } from 'pg';\nexport const p = Pool;\n", 'src/core/plan.ts')).join('\n')).toMatch(/belong in activities/);
+    expect((await lint("import { sqlState } from '../db/errors';\nexport const s = sqlState;\n", 'src/core/new.ts')).join('\n')).toMatch(/src\/core must not import/);
+  });
+
+  it('lets workflows import src/core and nothing else of src', async () => {
+    expect(await lint("import { parseSpec } from '../src/core/spec';\nexport const p = parseSpec;\n", 'workflows/ok.ts')).toEqual([]);
+    expect((await lint("import { inTransaction } from '../src/db/connections';\nexport const t = inTransaction;\n", 'workflows/bad.ts')).join('\n')).toMatch(
+      /may import only src\/core/,
+    );
+    expect((await lint("import { FerryClient } from '../../src/client';\nexport const c = FerryClient;\n", 'workflows/legacy/bad.ts')).join('\n')).toMatch(
+      /may import only src\/core/,
+    );
   });
 });

@@ -2,12 +2,12 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError, connectionOptions, temporalConfig } from '../../src/config';
-import { autoChunkCount, pickBoundaries, rangesFromBoundaries, validationUnits } from '../../src/chunks';
+import { autoChunkCount, pickBoundaries, rangesFromBoundaries, validationUnits } from '../../src/core/chunks';
 import { nextRoundKeys } from '../../activities/sync-changes';
 import { sameCollation } from '../../activities/preflight';
-import { chunkRateCap, tablesSharing } from '../../src/rate';
-import { formatDuration, parseDuration } from '../../src/duration';
-import { displayQualified, parseQualifiedName, quoteIdent, quoteQualified, withSuffix } from '../../src/identifiers';
+import { chunkRateCap, tablesSharing } from '../../src/core/rate';
+import { formatDuration, parseDuration } from '../../src/core/duration';
+import { displayQualified, parseQualifiedName, quoteIdent, quoteQualified, withSuffix } from '../../src/core/identifiers';
 import { arrayLiteral, keyInList, keyPredicate, literalBinder, ParamBinder } from '../../src/db/ranges';
 import { classify } from '../../src/db/errors';
 

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { checkThrottle, parseSpec, SpecError, specJsonSchema } from '../../src/spec';
+import { checkThrottle, parseSpec, SpecError, specJsonSchema } from '../../src/core/spec';
 import { Client } from '@temporalio/client';
 import { FerryClient } from '../../src/client';
 import { decodeSpecText } from '../../src/spec-file';

@@ -6,7 +6,7 @@ import {
   PHASE_TRANSITIONS,
   phaseMachine,
   PHASES,
-} from '../../src/state-machine';
+} from '../../src/core/state-machine';
 
 describe('the migration state machine', () => {
   const pairs = MIGRATION_STATES.flatMap((from) => MIGRATION_STATES.map((to) => [from, to] as const));

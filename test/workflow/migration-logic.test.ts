@@ -10,7 +10,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import type { Activities } from '../../activities';
 import type { CallbackInput } from '../../activities/callback';
-import { ResultDocument } from '../../src/status';
+import { ResultDocument } from '../../src/core/status';
 import { HEARTBEAT_THROTTLE } from '../../src/worker';
 import { eventually, TestStack } from '../helpers/stack';
 

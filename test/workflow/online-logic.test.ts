@@ -7,7 +7,7 @@
 import { readFileSync } from 'node:fs';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import type { Activities } from '../../activities';
-import type { MigrationPlan } from '../../src/plan';
+import type { MigrationPlan } from '../../src/core/plan';
 import { HEARTBEAT_THROTTLE } from '../../src/worker';
 import { eventually, resultWithin, TestStack, waitForPhase } from '../helpers/stack';
 

@@ -5,14 +5,14 @@
  * Kept verbatim so those executions replay and finish as they began; not used by new ones.
  */
 import { ApplicationFailure, CancellationScope, ChildWorkflowHandle, condition } from '@temporalio/workflow';
-import { formatDuration } from '../../src/duration';
-import { copyTableOf } from '../../src/plan';
-import { CutoverReport } from '../../src/status';
+import { formatDuration } from '../../src/core/duration';
+import { copyTableOf } from '../../src/core/plan';
+import { CutoverReport } from '../../src/core/status';
 import { drain, steps } from '../proxies';
 import { COPIED, derivePhase, MigrationContext, startTable } from '../context';
 import { finishSyncSignal, startCopySignal } from '../definitions';
 import { SLICE_MS, SYNC_BATCH_KEYS, tableMigrationWorkflow } from '../table';
-import { FAILURE } from '../../src/failure-types';
+import { FAILURE } from '../../src/core/failure-types';
 
 function captureTables({ plan }: MigrationContext) {
   return plan.tables.map((t) => ({ index: t.index, source: t.source, keyColumns: t.keyColumns }));

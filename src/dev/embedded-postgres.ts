@@ -6,7 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { freePort } from './temporal/dev-server';
+import { freePort } from './dev-server';
 
 // An optional ESM dependency with an exports map: loaded by name at run time, its declarations
 // reached by path for the types.

@@ -19,5 +19,4 @@ export function rootMessage(err: unknown): string {
   return e?.message ?? String(err);
 }
 
-/** No PostgreSQL answers where one was expected; the message says how to point Ferry at one. */
-export class PostgresUnreachableError extends Error {}
+export { PostgresUnreachableError } from './errors';

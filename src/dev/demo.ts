@@ -13,17 +13,17 @@ import { AddressInfo } from 'node:net';
 import { Client } from 'pg';
 import { Client as TemporalClient, Connection } from '@temporalio/client';
 import { DefaultLogger, Runtime } from '@temporalio/worker';
-import { FerryClient } from './client';
-import { verify } from './signature';
-import { watch } from './cli/watch';
-import { formatResult } from './cli/output';
-import { temporalConfig } from './config';
+import { FerryClient } from '../client';
+import { verify } from '../signature';
+import { watch } from '../view/watch';
+import { formatResult } from '../view/format';
+import { temporalConfig } from '../config';
 import { startEmbeddedPostgres } from './embedded-postgres';
-import { silentLogger } from './logger';
-import { connectionEnvVar } from './names';
+import { silentLogger } from '../logger';
+import { connectionEnvVar } from '../core/names';
 import { databaseUrl, DEFAULT_TEST_PG, ensurePostgres, runSql } from './postgres';
-import { DevServer, startDevServer, waitForTemporal } from './temporal/dev-server';
-import { createFerryWorker } from './worker';
+import { DevServer, startDevServer, waitForTemporal } from './dev-server';
+import { createFerryWorker } from '../worker';
 
 export interface DemoOptions {
   /** Leave everything running until Ctrl-C. */

@@ -5,7 +5,7 @@
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { Client } from 'pg';
-import { PostgresUnreachableError } from './failures';
+import { PostgresUnreachableError } from '../core/failures';
 
 export const DEFAULT_TEST_PG = 'postgres://postgres@127.0.0.1:5432/postgres';
 

@@ -3,6 +3,7 @@
  * table's phase. A transition table plus one function that applies a move or
  * throws; nothing else assigns a state. Pure module: imported by workflows.
  */
+import { IllegalTransitionError } from './errors';
 
 export const MIGRATION_STATES = [
   'PENDING',
@@ -64,16 +65,7 @@ export interface Transition<S extends string> {
   reason?: string;
 }
 
-export class IllegalTransitionError extends Error {
-  constructor(
-    readonly machine: string,
-    readonly from: string,
-    readonly to: string,
-  ) {
-    super(`illegal ${machine} transition ${from} → ${to}`);
-    this.name = 'IllegalTransitionError';
-  }
-}
+export { IllegalTransitionError };
 
 /** A state with the record of every move applied to it. */
 export class StateMachine<S extends string> {

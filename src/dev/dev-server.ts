@@ -6,8 +6,8 @@
 import { ChildProcess, spawn } from 'node:child_process';
 import { createServer } from 'node:net';
 import { Connection } from '@temporalio/client';
-import { FerryPhaseKey, FerrySourceKey, FerryStateKey, FerryTargetKey, SEARCH_ATTRIBUTES } from '../names';
-import { ensureTemporalBinary } from './binary';
+import { FerryPhaseKey, FerrySourceKey, FerryStateKey, FerryTargetKey, SEARCH_ATTRIBUTES } from '../core/names';
+import { ensureTemporalBinary } from './temporal-binary';
 
 export interface DevServerOptions {
   port?: number;

@@ -5,6 +5,7 @@
  * because Go and Python callers start `migrationWorkflow` without Ferry's CLI.
  */
 import { z } from 'zod';
+import { SpecError, SpecProblem } from './errors';
 import { parseDuration } from './duration';
 import { displayQualified, parseQualifiedName, QualifiedName, sameName } from './identifiers';
 
@@ -218,17 +219,8 @@ export interface Spec {
   metadata?: Record<string, unknown>;
 }
 
-export interface SpecProblem {
-  path: string;
-  message: string;
-}
-
-export class SpecError extends Error {
-  constructor(readonly problems: SpecProblem[]) {
-    super(problems.map((p) => `${p.path}: ${p.message}`).join('\n'));
-    this.name = 'SpecError';
-  }
-}
+export { SpecError } from './errors';
+export type { SpecProblem } from './errors';
 
 /** The whole text, not just its start: a newline or space could smuggle a second value past a prefix check. */
 function isHttpUrl(text: string): boolean {

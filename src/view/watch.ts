@@ -4,8 +4,8 @@
  */
 import cliProgress from 'cli-progress';
 import { FerryClient } from '../client';
-import { isTerminalState } from '../state-machine';
-import { StatusDocument, TableStatus } from '../status';
+import { isTerminalState } from '../core/state-machine';
+import { StatusDocument, TableStatus } from '../core/status';
 
 function lagText(t: TableStatus): string {
   return t.lag ? `lag ${t.lag.pendingChanges} (${t.lag.seconds.toFixed(1)}s)` : '';
