@@ -14,7 +14,7 @@ import { readTable, TableInfo, withCatalogKeyTypes } from '../src/db/catalog';
 import { captureNames } from '../src/db/capture-sql';
 import { inTransaction } from '../src/db/connections';
 import { deleteKeys } from '../src/db/copy-stream';
-import { addConstraintSql, createIndexSql } from '../src/db/ddl';
+import { addConstraintSql, addPrimaryKeySql, createIndexSql } from '../src/db/ddl';
 import { refusal, sqlState } from '../src/db/errors';
 import { keyFromRow } from '../src/db/ranges';
 import { duplicateKeysSql, readUniqueKeys } from '../src/db/unique-keys';
@@ -112,6 +112,37 @@ export function createIndexActivities({ connections, logger }: ActivityDeps) {
     );
   }
 
+  /**
+   * The primary key of a table loaded without it (prepareTarget's primaryKeyAfterLoad). Rows
+   * copied twice would make it fail (23505) — which a batch committing with its checkpoint, under
+   * the chunk's fence, rules out; a failure here is a loud proof that something broke that.
+   */
+  async function addPrimaryKey(input: { source: string; target: string; table: Pick<TablePlan, 'source' | 'target'> }): Promise<{ built: boolean }> {
+    return connections.withClient(input.source, (source) =>
+      connections.withClient(input.target, async (target) => {
+        const has = await target.query(`SELECT 1 FROM pg_catalog.pg_constraint WHERE conrelid = to_regclass($1) AND contype = 'p'`, [
+          quoteQualified(input.table.target),
+        ]);
+        if (has.rowCount) return { built: false };
+        const info = await sourceTable(source, input.table.source);
+        const { rows } = await source.query(
+          `SELECT pg_catalog.pg_get_indexdef(conindid) AS definition FROM pg_catalog.pg_constraint WHERE conrelid = $1 AND contype = 'p'`,
+          [info.oid],
+        );
+        if (!info.primaryKey || rows.length === 0) throw refusal(FAILURE.NoPrimaryKey, `${displayQualified(info.name)} lost its primary key on the source`);
+        await target.query('SET statement_timeout = 0');
+        try {
+          await inTransaction(target, async () => {
+            for (const sql of addPrimaryKeySql(info, input.table.target, rows[0].definition)) await target.query(sql);
+          });
+        } finally {
+          await target.query('RESET statement_timeout').catch(() => undefined);
+        }
+        return { built: true };
+      }),
+    );
+  }
+
   async function analyzeTable(input: { target: string; table: QualifiedName }): Promise<void> {
     await connections.withClient(input.target, async (db) => {
       await db.query('SET statement_timeout = 0');
@@ -123,7 +154,7 @@ export function createIndexActivities({ connections, logger }: ActivityDeps) {
     });
   }
 
-  return { listIndexes, buildIndex, analyzeTable };
+  return { listIndexes, buildIndex, addPrimaryKey, analyzeTable };
 }
 
 function definition(info: TableInfo, input: BuildIndexInput): string {

@@ -22,6 +22,12 @@ export interface PrepareTargetInput {
   target: string;
   plan: MigrationPlan;
   truncate: boolean;
+  /**
+   * Create the tables without their primary key, built after the load (addPrimaryKey): rows go
+   * into a table with no index to maintain. Not for partitioned tables. Absent in executions of
+   * an older Ferry.
+   */
+  primaryKeyAfterLoad?: boolean;
 }
 
 export function createPrepareTarget({ connections, logger }: ActivityDeps) {
@@ -60,7 +66,8 @@ export function createPrepareTarget({ connections, logger }: ActivityDeps) {
                 await record('sequence', name);
                 sequences.set(seq.regclassText, name);
               }
-              await target.query(createTableSql(info, table.target, sequences));
+              const primaryKey = !(input.primaryKeyAfterLoad && !info.partitionKey);
+              await target.query(createTableSql(info, table.target, sequences, { primaryKey }));
               await record('table', table.target);
               // Recorded after their parent, so rollback drops them first.
               for (const partition of info.partitionKey ? await readPartitions(source, table.source) : []) {

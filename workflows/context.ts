@@ -38,13 +38,22 @@ export interface MigrationContext {
    * executions begun before PATCHES.targetReadyBeforeCutover.
    */
   targetReadyBeforeCutover: boolean;
+  /** Tables created without their primary key, built after each table's load (false before PATCHES.primaryKeyAfterLoad). */
+  primaryKeyAfterLoad: boolean;
 }
 
 /** Pushes the target's undo first (its completion can be lost), then prepares the target. */
 export async function prepareTarget(ctx: MigrationContext): Promise<void> {
   const { id, spec, plan, saga } = ctx;
   if (spec.onFailure === 'rollback') saga.push('dropTargetObjects', () => steps.dropTargetObjects({ migrationId: id, target: spec.target }));
-  await steps.prepareTarget({ migrationId: id, source: spec.source, target: spec.target, plan, truncate: spec.truncate });
+  await steps.prepareTarget({
+    migrationId: id,
+    source: spec.source,
+    target: spec.target,
+    plan,
+    truncate: spec.truncate,
+    ...(ctx.primaryKeyAfterLoad ? { primaryKeyAfterLoad: true } : {}),
+  });
 }
 
 export async function startTable(ctx: MigrationContext, table: TablePlan, waitForCopySlot: boolean) {
@@ -68,6 +77,7 @@ export async function startTable(ctx: MigrationContext, table: TablePlan, waitFo
         waitForCopySlot,
         historyLimit: ctx.options.tableHistoryLimit,
         ...(ctx.targetReadyBeforeCutover ? { indexes: { parallelism: spec.parallelism.indexes } } : {}),
+        ...(ctx.primaryKeyAfterLoad ? { primaryKeyAfterLoad: true } : {}),
       },
     ],
   });

@@ -152,6 +152,7 @@ class MigrationRun {
           control: () => desk.forwarded(),
           approved: () => desk.approved,
           targetReadyBeforeCutover: patched(PATCHES.targetReadyBeforeCutover),
+          primaryKeyAfterLoad: patched(PATCHES.primaryKeyAfterLoad),
         };
         if (spec.mode === 'online') tracker.cutover = await runOnline(ctx);
         else await runFullLoad(ctx);

@@ -68,3 +68,8 @@ function transientExclusionConflict(input: IndexBuildInput, index: IndexRef, err
   const failure = innermostApplicationFailure(err);
   return input.mode === 'online' && index.exclusion && failure instanceof ApplicationFailure && failure.type === 'PostgresError.23P01';
 }
+
+/** The primary key of a table loaded without it, before anything reads the table by key. */
+export async function buildPrimaryKey(input: Pick<IndexBuildInput, 'source' | 'target' | 'table'>): Promise<void> {
+  await build.addPrimaryKey({ source: input.source, target: input.target, table: input.table });
+}

@@ -31,7 +31,7 @@ import { PATCHES } from '../src/core/names';
 import { runBounded } from './bounded';
 import { Slices } from './slices';
 import { Control, controlSignal, finishSyncSignal, startCopySignal, TableProgress, tableProgressSignal, tableStateQuery } from './definitions';
-import { buildTableIndexes } from './table-indexes';
+import { buildPrimaryKey, buildTableIndexes } from './table-indexes';
 import { FAILURE } from '../src/core/failure-types';
 
 export const SLICE_MS = 15_000;
@@ -80,6 +80,8 @@ export interface TableWorkflowInput {
    * begun by an older Ferry, whose parent built every index at the end).
    */
   indexes?: { parallelism: number };
+  /** The table was created without its primary key: build it once loaded, before anything reads by key. */
+  primaryKeyAfterLoad?: boolean;
   /** Carried across continue-as-new. */
   carried?: Carried;
 }
@@ -206,6 +208,9 @@ class TableRun {
       if (this.chunks.some((c) => c.status.state !== 'DONE')) return this.carryOn();
       await this.move('FULL_DONE');
       await this.event('TableCopied', { rows: this.rowsCopied() });
+    }
+    if (this.machine.state === 'FULL_DONE' && this.input.primaryKeyAfterLoad) {
+      await buildPrimaryKey(this.input);
     }
     if (this.input.mode === 'full') return this.finishFull();
     return this.syncUntilCutover();

@@ -42,6 +42,8 @@ export const PATCHES = {
    * upserts its search attributes only when they change. Keeps histories from growing with time.
    */
   progressByQuery: 'progress-by-query',
+  /** Tables created without their primary key, built after the load (index-free load). */
+  primaryKeyAfterLoad: 'primary-key-after-load',
   /** callback.secret must name a FERRY_SECRET_* variable (workflows/spec-input.ts). */
   ferrySecretNames: 'ferry-secret-names',
   /** A sync that finds capture removed or disabled reports a CaptureLost event before failing. */

@@ -47,7 +47,7 @@ function regclassLiteral(name: QualifiedName): string {
  * primary key; a partitioned table with its partition key (its partitions: src/db/partitions.ts).
  * A serial column's default names the sequence `sequences` chose for it.
  */
-export function createTableSql(info: TableInfo, target: QualifiedName, sequences: SequenceNames): string {
+export function createTableSql(info: TableInfo, target: QualifiedName, sequences: SequenceNames, options: { primaryKey?: boolean } = {}): string {
   const lines: string[] = [];
   for (const column of info.columns) {
     let line = `${quoteIdent(column.name)} ${column.type}`;
@@ -70,7 +70,8 @@ export function createTableSql(info: TableInfo, target: QualifiedName, sequences
     lines.push(line);
   }
   for (const check of info.checks) lines.push(`CONSTRAINT ${quoteIdent(check.name)} ${check.definition}`);
-  if (info.primaryKey) lines.push(`CONSTRAINT ${quoteIdent(info.primaryKey.name)} ${info.primaryKey.definition}`);
+  // Without it, a load writes no index at all; addPrimaryKeySql builds it afterwards.
+  if (info.primaryKey && options.primaryKey !== false) lines.push(`CONSTRAINT ${quoteIdent(info.primaryKey.name)} ${info.primaryKey.definition}`);
   const partitioned = info.partitionKey ? ` PARTITION BY ${info.partitionKey}` : '';
   return `CREATE TABLE ${quoteQualified(target)} (\n  ${lines.join(',\n  ')}\n)${partitioned}`;
 }
@@ -115,4 +116,17 @@ export function addForeignKeySql(fk: ForeignKeyInfo, target: QualifiedName, refe
     fk.definition.slice(0, at) + ` REFERENCES ${quoteQualified(referencedTarget)}(` + fk.definition.slice(at + marker.length);
   if (!/ NOT VALID$/.test(definition)) definition += ' NOT VALID';
   return `ALTER TABLE ${quoteQualified(target)} ADD CONSTRAINT ${quoteIdent(fk.name)} ${definition}`;
+}
+
+/**
+ * The primary key built after a load into a table created without it: its unique index from
+ * the source's definition (one sort of the loaded rows), then the constraint on that index —
+ * a catalog change, since the key columns are already NOT NULL.
+ */
+export function addPrimaryKeySql(info: TableInfo, target: QualifiedName, indexDefinition: string): string[] {
+  const pk = info.primaryKey!;
+  return [
+    createIndexSql({ name: pk.name, definition: indexDefinition }, info, target),
+    `ALTER TABLE ${quoteQualified(target)} ADD CONSTRAINT ${quoteIdent(pk.name)} PRIMARY KEY USING INDEX ${quoteIdent(pk.name)}`,
+  ];
 }

@@ -70,6 +70,10 @@ describe('migrationWorkflow orchestration', () => {
       calls.push('validateChunk');
       return { match: true, sourceRows: 10, targetRows: 10, mismatches: [], excluded: 0 };
     },
+    async addPrimaryKey() {
+      calls.push('addPrimaryKey');
+      return { built: true };
+    },
     async listIndexes() {
       calls.push('listIndexes');
       return { indexes: [{ name: 't_v_idx', kind: 'index', unique: false, exclusion: false }] };
@@ -143,7 +147,7 @@ describe('migrationWorkflow orchestration', () => {
     return stack.ferry.start(spec(extra), { id, skipPreflight: true });
   }
 
-  it('chains preflight → prepare → copy → validate → indexes → foreign keys → release, and calls back last', async () => {
+  it('chains preflight → prepare → copy → primary key → validate → indexes → foreign keys → release, and calls back last', async () => {
     const { id } = await start('chain');
     const result = await stack.ferry.result(id);
     expect(result.state).toBe('SUCCEEDED');
@@ -151,6 +155,8 @@ describe('migrationWorkflow orchestration', () => {
     expect(calls[1]).toBe('prepareTarget');
     expect(calls.slice(2, 4).sort()).toEqual(['copyChunk:0', 'copyChunk:1']);
     expect(calls.slice(4)).toEqual([
+      // Loaded without its primary key, which is built before anything reads by key.
+      'addPrimaryKey',
       'validateChunk',
       'validateChunk',
       // The table's own indexes as soon as it is validated, then what spans tables.

@@ -84,6 +84,10 @@ describe('the online chain, with fake activities', () => {
       calls.push('checkDirtyKeys');
       return { checked: 0, mismatched: 0, waiting: 0, remaining: 0 };
     },
+    async addPrimaryKey() {
+      calls.push('addPrimaryKey');
+      return { built: true };
+    },
     async listIndexes() {
       calls.push('listIndexes');
       return { indexes: [] };
