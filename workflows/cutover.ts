@@ -49,6 +49,7 @@ export interface CutoverInput {
 export async function cutOver(input: CutoverInput): Promise<CutoverReport> {
   const { ctx } = input;
   const { id, spec, tracker, saga } = ctx;
+  tracker.step('cutover');
   tracker.setPhase('CUTTING_OVER', spec.cutover!.approval === 'auto' ? 'approved automatically' : 'approved');
   tracker.event('CutoverStarted');
   saga.push('openSource', () => cutoverSteps.setFreeze({ migrationId: id, source: spec.source, state: 'open' }));
@@ -73,6 +74,7 @@ export async function cutOver(input: CutoverInput): Promise<CutoverReport> {
   const afterwards = spec.cutover!.afterwards;
   tracker.completeTables();
   tracker.event('CutoverCompleted', undefined, { writeOutageMs, dirtyRowsChecked, afterwards });
+  tracker.step('afterwards');
   await CancellationScope.nonCancellable(() => afterPointOfNoReturn(ctx, unvalidated));
   return { frozenAt, writeOutageMs, dirtyRowsChecked, afterwards };
 }

@@ -12,6 +12,7 @@ export async function runFullLoad(ctx: MigrationContext): Promise<void> {
   const { spec, plan, tracker } = ctx;
   await prepareTarget(ctx);
   tracker.setPhase('FULL_MIGRATING', 'target prepared');
+  tracker.step('tables');
   await runBounded(plan.tables, spec.parallelism.tables, async (table) => {
     const child = await startTable(ctx, table, false);
     try {
@@ -21,6 +22,7 @@ export async function runFullLoad(ctx: MigrationContext): Promise<void> {
     }
   });
   derivePhase(tracker, spec);
+  tracker.step('foreign keys');
   const { writtenDuringCopy, skippedForeignKeys } = ctx.targetReadyBeforeCutover ? await finishTarget(ctx) : await finalizeAtTheEnd(ctx);
   for (const { table, changes } of writtenDuringCopy) {
     tracker.warnings.push(

@@ -136,11 +136,13 @@ class MigrationRun {
     const id = this.info.workflowId;
     try {
       await this.main.run(async () => {
+        tracker.step('preflight');
         const stored = options.resume ? await steps.storedPlan({ migrationId: id, target: spec.target }) : null;
         const plan = stored ?? givenPlan(options.plan) ?? (await checks.preflight({ migrationId: id, spec }));
         tracker.addTables(plan.tables);
         upsertMemo({ source: spec.source, target: spec.target, tables: tracker.tables.map((t) => `${t.source} → ${t.target}`) });
         tracker.event('MigrationStarted', undefined, { mode: spec.mode, tables: plan.tables.length });
+        tracker.step('prepare');
         const ctx: MigrationContext = {
           id,
           spec,
@@ -159,6 +161,7 @@ class MigrationRun {
       });
       // Past the point of no return: the target is complete, nothing to compensate.
       saga.clear();
+      tracker.step('finish');
       await CancellationScope.nonCancellable(() => steps.releaseBookkeeping({ migrationId: id, target: spec.target }));
       tracker.setPhase('COMPLETED', spec.mode === 'online' ? 'cut over to the target' : 'all tables copied and validated');
       return { outcome: 'SUCCEEDED' };
@@ -196,6 +199,7 @@ class MigrationRun {
   /** The result document, the callback (last, always), and how the execution ends. */
   private async end(spec: Spec, outcome: Outcome, failure: unknown): Promise<ResultDocument> {
     const { tracker } = this;
+    tracker.step(undefined);
     tracker.endedAt = new Date().toISOString();
     tracker.setState(outcome, outcome === 'SUCCEEDED' ? undefined : tracker.error?.message);
     tracker.event('MigrationFinished', undefined, { state: outcome });

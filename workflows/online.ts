@@ -37,6 +37,7 @@ export async function runOnline(ctx: MigrationContext): Promise<CutoverReport> {
   else saga.push('removeCapture', () => steps.removeCapture({ migrationId: id, source: spec.source }));
   await steps.installCapture({ migrationId: id, source: spec.source, tables: captureTables(ctx), ...(armFreeze ? { armFreeze } : {}) });
   tracker.setPhase('FULL_MIGRATING', 'change capture installed; copying');
+  tracker.step('tables');
 
   // The table workflows live until cutover, so they run in a scope of their own: on failure it
   // is cancelled and every table acknowledges before the compensations run.
@@ -79,7 +80,9 @@ async function onlineChain(ctx: MigrationContext, settled: Promise<unknown>[]): 
   failed();
   derivePhase(tracker, spec);
 
+  tracker.step('foreign keys');
   const foreignKeys = await prepareForeignKeys(ctx);
+  tracker.step('approval');
   tracker.setPhase('AWAITING_APPROVAL', cutover.approval === 'auto' ? 'every table caught up and validated' : 'waiting for approveCutover');
   if (cutover.approval === 'manual') {
     const approved = await condition(() => ctx.approved() || childFailure !== undefined, cutover.approvalTimeoutMs);

@@ -7,7 +7,7 @@ import { FerryPhaseKey, FerryStateKey } from '../src/core/names';
 import { displayQualified } from '../src/core/identifiers';
 import { TablePlan } from '../src/core/plan';
 import { migrationStateMachine, MigrationState, Phase, phaseMachine, StateMachine } from '../src/core/state-machine';
-import { Blocker, CutoverReport, ErrorInfo, EventType, MigrationEvent, StatusDocument, TableStatus } from '../src/core/status';
+import { Blocker, CutoverReport, ErrorInfo, TimelineStep, EventType, MigrationEvent, StatusDocument, TableStatus } from '../src/core/status';
 import { TableProgress } from './definitions';
 
 export const MAX_EVENTS_KEPT = 200;
@@ -24,6 +24,7 @@ export class Tracker {
   error?: ErrorInfo;
   endedAt?: string;
   cutover?: CutoverReport;
+  private readonly timeline: TimelineStep[] = [];
   /** While the cutover waits for write transactions begun before the freeze. */
   private blockers?: Blocker[];
   /** Called for every appended event (event webhooks). */
@@ -98,6 +99,17 @@ export class Tracker {
     this.publish();
   }
 
+  /** The next step of the timeline begins (and the one before it ends); undefined ends the last. */
+  step(name: TimelineStep['step'] | undefined): void {
+    const now = this.now();
+    const open = this.timeline[this.timeline.length - 1];
+    if (open && !open.endedAt) {
+      open.endedAt = now;
+      open.ms = Math.max(0, Date.parse(now) - Date.parse(open.startedAt));
+    }
+    if (name) this.timeline.push({ step: name, startedAt: now });
+  }
+
   /** Who the cutover waits for (undefined once it waits no more); shown in status and the Web UI. */
   setBlockers(blockers: Blocker[] | undefined): void {
     this.blockers = blockers?.length ? blockers : undefined;
@@ -153,6 +165,7 @@ export class Tracker {
     if (this.warnings.length) doc.warnings = this.warnings;
     if (this.cutover) doc.cutover = this.cutover;
     if (this.blockers) doc.cutoverBlockers = this.blockers;
+    if (this.timeline.length) doc.timeline = this.timeline;
     return doc;
   }
 }

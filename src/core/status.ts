@@ -54,6 +54,18 @@ export interface ErrorInfo {
   cause?: string;
 }
 
+/**
+ * Where a migration's time went, step by step (the result shows the fixed costs — preflight,
+ * DDL, the foreign keys — next to the copy). Steps follow each other; a table's copy,
+ * validation and indexes overlap with other tables' and are one step, `tables`.
+ */
+export interface TimelineStep {
+  step: 'preflight' | 'prepare' | 'tables' | 'foreign keys' | 'approval' | 'cutover' | 'afterwards' | 'finish';
+  startedAt: string;
+  endedAt?: string;
+  ms?: number;
+}
+
 /** A session whose open write transaction the cutover waits for. */
 export interface Blocker {
   /** 0 for a prepared transaction (it has no session). */
@@ -94,6 +106,7 @@ export interface StatusDocument {
   cutover?: CutoverReport;
   /** While the cutover waits for write transactions begun before the freeze: who they are. */
   cutoverBlockers?: Blocker[];
+  timeline?: TimelineStep[];
   /** With state RETRYING: the activity being retried and its last error. */
   retrying?: { workflowId: string; activity: string; attempt: number; lastError?: string };
 }
@@ -116,6 +129,7 @@ export interface ResultDocument {
   /** Online mode: the freeze and its write outage. */
   cutover?: CutoverReport;
   callback?: { delivered: boolean; error?: string };
+  timeline?: TimelineStep[];
 }
 
 export function resultDocument(status: StatusDocument, metadata: Record<string, unknown> | undefined): ResultDocument {
@@ -137,5 +151,6 @@ export function resultDocument(status: StatusDocument, metadata: Record<string, 
     warnings: status.warnings ?? [],
   };
   if (status.cutover) doc.cutover = status.cutover;
+  if (status.timeline) doc.timeline = status.timeline;
   return doc;
 }

@@ -38,6 +38,7 @@ export function formatResult(r: ResultDocument): string {
       `cutover: write outage ${(r.cutover.writeOutageMs / 1000).toFixed(2)}s, ${r.cutover.dirtyRowsChecked} changed rows re-checked, source ${r.cutover.afterwards === 'unfreeze' ? 'unfrozen' : 'kept frozen'}`,
     );
   }
+  if (r.timeline?.length) lines.push(`time: ${r.timeline.map((t) => `${t.step} ${((t.ms ?? 0) / 1000).toFixed(1)}s`).join(', ')}`);
   for (const w of r.warnings) lines.push(`warning: ${w}`);
   if (r.callback) lines.push(`callback: ${r.callback.delivered ? 'delivered' : `not delivered (${r.callback.error})`}`);
   return lines.join('\n');

@@ -121,6 +121,13 @@ describe('a full-load migration', () => {
     const result = await stack.ferry.result(started.id);
     expect(result.error).toBeNull();
     expect(result.state).toBe('SUCCEEDED');
+    // Where the time went: the steps in order, back to back, adding up to the whole run.
+    const timeline = result.timeline ?? [];
+    expect(timeline.map((t) => t.step)).toEqual(['preflight', 'prepare', 'tables', 'foreign keys', 'finish']);
+    for (let i = 1; i < timeline.length; i += 1) expect(timeline[i].startedAt).toBe(timeline[i - 1].endedAt);
+    const stepsMs = timeline.reduce((n, t) => n + (t.ms ?? 0), 0);
+    expect(stepsMs).toBeLessThanOrEqual(result.duration_ms);
+    expect(stepsMs).toBeGreaterThan(result.duration_ms * 0.5);
 
     for (const [table, key] of TABLES) {
       const [source, target] = await Promise.all([rowsAsText(dbs, 'source', table, key), rowsAsText(dbs, 'target', table, key)]);
