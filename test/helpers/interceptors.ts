@@ -19,6 +19,32 @@ export function beforeActivity(activityType: string, hook: (input: unknown, atte
   };
 }
 
+export interface ActivityHooks {
+  /** With the activity's input, just before it executes. */
+  before?: (input: unknown) => Promise<void>;
+  /** With its input and result, right after it returned on the worker — before the workflow hears of it. */
+  after?: (input: unknown, result: unknown) => Promise<void>;
+}
+
+/** Hooks around the activities of the given types (by type name). */
+export function aroundActivities(hooks: Record<string, ActivityHooks>): WorkerOptions['interceptors'] {
+  return {
+    activity: [
+      (ctx) => ({
+        inbound: {
+          async execute(input, next) {
+            const hook = hooks[ctx.info.activityType];
+            await hook?.before?.(input.args[0]);
+            const result = await next(input);
+            await hook?.after?.(input.args[0], result);
+            return result;
+          },
+        },
+      }),
+    ],
+  };
+}
+
 export interface HeldActivity {
   workflowId: string;
   activityType: string;
