@@ -72,7 +72,7 @@ export interface ReleaseResult {
 }
 
 const LOCK_TIMEOUT = "SET LOCAL lock_timeout = '2s'";
-const CAPTURE_LOCK = 'ferry:capture';
+export const CAPTURE_LOCK = 'ferry:capture';
 
 async function lockCapture(db: PoolClient): Promise<void> {
   await db.query('SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext($1))', [CAPTURE_LOCK]);

@@ -49,11 +49,14 @@ const REPORTS_PROGRESS = new Set(['copyChunk', 'syncChanges']);
  * Every other activity heartbeats every 2 s while it runs, so a worker that dies in the middle
  * of a DDL step, a freeze or a long checksum is noticed within the 20 s heartbeat timeout (not
  * a minute or the start-to-close timeout), and cancellation reaches it. A hung statement is
- * bounded by the sessions' statement_timeout instead.
+ * bounded by the sessions' statement_timeout instead. Every activity also heartbeats once as it
+ * starts, so one stuck from its first statement (waiting for a lock, say) shows a heartbeat of
+ * its own attempt in its pending state, not only the previous attempt's.
  */
 const livenessHeartbeats: NonNullable<NonNullable<WorkerOptions['interceptors']>['activity']>[number] = (ctx) => ({
   inbound: {
     async execute(input, next) {
+      ctx.heartbeat();
       if (REPORTS_PROGRESS.has(ctx.info.activityType)) return next(input);
       const timer = setInterval(() => ctx.heartbeat(), 2_000);
       try {

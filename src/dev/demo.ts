@@ -321,8 +321,9 @@ export async function runDemo(options: DemoOptions = {}): Promise<number> {
     }
     if (temporal.uiUrl) say(`\nWeb UI: ${temporal.uiUrl}/namespaces/${temporal.namespace}/workflows/${started.id}`);
     if (options.keep) {
-      const name = (url: string) => new URL(url).pathname.slice(1);
-      say(`\n--keep: leaving everything running. Databases ${name(dbs.source)} and ${name(dbs.target)} on ${dbs.kind}; Temporal ${temporal.address}.`);
+      say(`\n--keep: leaving everything running. Temporal ${temporal.address}; databases on ${dbs.kind}:`);
+      // Full URLs: embedded PostgreSQL has a random password, and psql needs it to look around.
+      say(`  source ${dbs.source}\n  target ${dbs.target}`);
       say('Press Ctrl-C to stop and clean up.');
       await new Promise((resolve) => process.once('SIGINT', resolve));
     }

@@ -1,9 +1,17 @@
 /**
- * SIGKILL a `ferry worker` process while an online migration syncs under live writers. The
- * other worker picks up the table workflows and their activities; after approval the target
- * equals the source row for row (SQL on both databases).
+ * SIGKILL the `ferry worker` that runs a table's sync while an online migration waits for
+ * approval under live writers. A lock the test holds on the target table keeps the sync slice
+ * in its apply (for less than its 5 s lock_timeout) so it is caught running; the test kills the
+ * worker that runs it, notes the change-log entries waiting at that moment, and lets go. The
+ * killed attempt must end in a heartbeat timeout and the next attempt of the same slice run on
+ * the other worker, which resumes from the log — every entry waiting at the kill is consumed —
+ * and after approval the target equals the source row for row (SQL on both databases).
  */
+import { captureNames } from '../../src/db/capture-sql';
+import { quoteQualified } from '../../src/core/identifiers';
+import { runningActivities } from '../helpers/chaos';
 import { rowsAsText, TestDatabases } from '../helpers/databases';
+import { awaitRetry, HeldLock, Killed, lastAttempt } from '../helpers/kills';
 import { eventually, resultWithin, TestStack, waitForPhase } from '../helpers/stack';
 import { startWriters } from '../helpers/writers';
 
@@ -29,29 +37,57 @@ describe('a worker killed with SIGKILL during incremental sync', () => {
     await dbs?.drop();
   });
 
-  it('loses no change: the surviving worker carries the sync to a consistent cutover', async () => {
+  it('loses no change: the sync slice is retried on the surviving worker, which resumes from the change log', async () => {
     const workers = [await stack.startWorkerProcessReady('w1'), await stack.startWorkerProcessReady('w2')];
     const { id } = await stack.ferry.start(
       { source: 'live', target: 'next', mode: 'online', cutover: { approval: 'manual', approvalTimeout: '10m' }, tables: ['public.accounts', 'public.items'] },
       { id: 'kill-during-sync' },
     );
+    const log = quoteQualified(captureNames(id, 0).log);
     const writers = await startWriters(dbs.url('source'), 3);
     let result;
+    let killed: Killed;
+    let waiting: string[];
     try {
       await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL', 120_000);
-      // Kill the worker that runs a table's sync right now (or the first one, if none is caught mid-slice).
-      const running = await eventually(async () => {
-        for (const table of [0, 1]) {
-          const pending = (await stack.ferry.handle(`${id}/table-${table}`).describe()).raw.pendingActivities ?? [];
-          const sync = pending.find((a) => a.activityType?.name === 'syncChanges' && a.lastWorkerIdentity);
-          if (sync) return sync.lastWorkerIdentity!;
-        }
-        return undefined;
-      }, 20_000).catch(() => 'w1');
-      const victim = workers.find((w) => w.identity === running)!;
-      victim.process.kill('SIGKILL');
-      expect(await victim.exited).toBeNull();
-      await new Promise((r) => setTimeout(r, 3000)); // writes go on while the other worker takes over
+      // The writers keep accounts' log filling; its next sync slice waits for this lock.
+      const hold = await HeldLock.take(dbs.url('target'), 'accounts', ['LOCK TABLE public.accounts IN SHARE MODE']);
+      try {
+        // A slice that has read keys from the log and waits for the lock to apply them.
+        const blocked = async () =>
+          (
+            await dbs.query<{ n: number }>(
+              'target',
+              `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'ferry-worker'
+                 AND wait_event_type = 'Lock' AND query LIKE 'LOCK TABLE "public"."accounts"%'`,
+            )
+          )[0].n > 0;
+        const sync = await eventually(
+          async () => (await blocked()) && (await runningActivities(stack.ferry, [`${id}/table-0`])).find((a) => a.activity === 'syncChanges' && a.heartbeating),
+          30_000,
+          50,
+        );
+        waiting = (await dbs.query<{ id: string }>('source', `SELECT id::text FROM ${log}`)).map((r) => r.id);
+        const victim = workers.find((w) => w.identity === sync.worker)!;
+        victim.process.kill('SIGKILL');
+        expect(await victim.exited).toBeNull();
+        killed = { ...sync, at: Date.now() };
+      } finally {
+        await hold.release();
+      }
+      expect(waiting.length).toBeGreaterThan(0);
+      const survivor = workers.find((w) => w.identity !== killed.worker)!;
+
+      // Temporal notices the lost worker by the heartbeat timeout and retries the same slice.
+      expect(await awaitRetry(stack.ferry, killed)).toEqual({ attempt: killed.attempt + 1, endedBy: 'heartbeat timeout' });
+      // The survivor carries on from the log: every entry that waited at the kill is applied and gone.
+      await eventually(async () => {
+        const left = await dbs.query<{ n: number }>('source', `SELECT count(*)::int AS n FROM ${log} WHERE id = ANY ($1::int8[])`, [waiting]);
+        return left[0].n === 0;
+      }, 60_000);
+      await eventually(async () => (await lastAttempt(stack.ferry, killed)).completed, 60_000);
+      expect(await lastAttempt(stack.ferry, killed)).toEqual({ attempt: killed.attempt + 1, worker: survivor.identity, completed: true });
+
       await stack.ferry.approve(id);
       result = await resultWithin(stack.ferry, id, 120_000);
     } finally {
@@ -66,5 +102,5 @@ describe('a worker killed with SIGKILL during incremental sync', () => {
     ]) {
       expect(await rowsAsText(dbs, 'target', table, key)).toEqual(await rowsAsText(dbs, 'source', table, key));
     }
-  });
+  }, 300_000);
 });

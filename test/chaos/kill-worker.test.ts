@@ -3,9 +3,9 @@
  * over after the heartbeat timeout, resumes from the committed checkpoint, and every row ends
  * up in the target exactly once — checked with SQL on both databases.
  */
-import { ledgerSql } from '../helpers/chaos';
+import { ledgerSql, runningActivities } from '../helpers/chaos';
 import { TestDatabases } from '../helpers/databases';
-import { activityStarts } from '../helpers/history';
+import { awaitRetry, Killed, lastAttempt } from '../helpers/kills';
 import { eventually, TestStack } from '../helpers/stack';
 
 const ROWS = 300_000;
@@ -46,21 +46,17 @@ describe('a worker killed with SIGKILL mid-chunk', () => {
 
     // Wait until a chunk has committed batches in the target and is still copying, then kill
     // the worker that runs it (its checkpoint row names the activity that owns the chunk).
-    const child = stack.client.workflow.getHandle(`${id}/table-0`);
-    const victimIdentity = await eventually(async () => {
+    const owner = await eventually(async () => {
       const owners = await dbs
         .query<{ owner: string }>('target', `SELECT owner FROM _ferry.checkpoints WHERE rows_copied > 0 AND NOT done`)
         .catch(() => []);
-      const pending = (await child.describe()).raw.pendingActivities ?? [];
-      for (const { owner } of owners) {
-        const activity = pending.find((a) => owner === `${a.activityId}#${a.attempt}`);
-        if (activity?.lastWorkerIdentity) return activity.lastWorkerIdentity;
-      }
-      return undefined;
+      const running = await runningActivities(stack.ferry, [`${id}/table-0`]);
+      return running.find((a) => a.activity === 'copyChunk' && a.heartbeating && owners.some((o) => o.owner === `${a.activityId}#${a.attempt}`));
     }, 60_000);
-    const victim = workers.find((w) => w.identity === victimIdentity)!;
+    const victim = workers.find((w) => w.identity === owner.worker)!;
     victim.process.kill('SIGKILL');
     expect(await victim.exited).toBeNull();
+    const killed: Killed = { ...owner, at: Date.now() };
 
     // The throttle stays as it was: changing it now would end the interrupted slice and dispatch
     // a fresh one, and this test is about Temporal retrying the lost attempt elsewhere.
@@ -72,8 +68,8 @@ describe('a worker killed with SIGKILL mid-chunk', () => {
     expect((await fingerprint(dbs, 'target')).n).toBe(ROWS);
     // Checkpoints counted each committed row once, across the kill.
     expect(result.tables[0].rowsCopied).toBe(ROWS);
-    // The interrupted slice was retried by the surviving worker (history keeps the last attempt).
-    const starts = (await activityStarts(stack.client, `${id}/table-0`)).filter((s) => s.activityType === 'copyChunk');
-    expect(starts.some((s) => s.attempt >= 2 && s.identity === survivor.identity)).toBe(true);
+    // The interrupted slice ended in a heartbeat timeout and its next attempt ran on the survivor.
+    expect(await awaitRetry(stack.ferry, killed)).toEqual({ attempt: killed.attempt + 1, endedBy: 'heartbeat timeout' });
+    expect(await lastAttempt(stack.ferry, killed)).toEqual({ attempt: killed.attempt + 1, worker: survivor.identity, completed: true });
   });
 });

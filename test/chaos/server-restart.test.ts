@@ -4,7 +4,8 @@
  * copy spans the outage), stays down for a few seconds, and starts again on the same port and
  * file. The same worker processes and the test's client carry on against it — no restarts, no
  * new connections — and the migration completes with the target equal to the source row for
- * row (SQL on both databases).
+ * row (SQL on both databases). The checkpoints, read in the target, show the copy going on while
+ * the server is down and again after it is back; and every row was counted once.
  */
 import { randomBytes } from 'node:crypto';
 import { rmSync } from 'node:fs';
@@ -64,6 +65,8 @@ describe('a Temporal server restart during the copy', () => {
     // Down: the workers keep running (their activities talk to PostgreSQL, not to Temporal).
     for (const w of workers) expect({ worker: w.identity, exitCode: w.process.exitCode, signal: w.process.signalCode }).toEqual({ worker: w.identity, exitCode: null, signal: null });
     const atRestart = await copied();
+    // The copy went on while Temporal was away: slices talk to PostgreSQL, not to the server.
+    expect(atRestart).toBeGreaterThan(atStop);
     await stack.startServer();
     expect(stack.server.process?.pid).not.toBe(firstServer);
 
@@ -74,6 +77,8 @@ describe('a Temporal server restart during the copy', () => {
       await stack.ferry.throttle(id, { rowsPerSecond: 0 });
       return true;
     }, 60_000, 500);
+    // And it goes on after the restart, from the checkpoints it had reached, not from the start.
+    await eventually(async () => (await copied()) > atRestart, 60_000, 100);
     const result = await resultWithin(stack.ferry, id, 240_000);
     const warnings = workers.flatMap((w, i) => w.output().slice(outputBefore[i]).split('\n').filter((l) => /"level":(40|50)/.test(l)));
     const whileDown = `${warnings.length} (${[...new Set(warnings.map((l) => String((JSON.parse(l) as { msg?: string }).msg).slice(0, 80)))].join(' | ')})`;

@@ -36,9 +36,12 @@ export function trialSeed(seed: number, lane: string, trial: number): number {
 
 export interface RunningActivity {
   workflowId: string;
+  activityId: string;
   activity: string;
   worker: string;
   attempt: number;
+  /** Started, not asked to cancel, and heartbeated since this attempt started: it is running there now. */
+  heartbeating: boolean;
 }
 
 export interface WorkSnapshot {
@@ -52,6 +55,10 @@ const { PendingActivityState } = temporal.api.enums.v1;
 /** Started, or started and asked to cancel: either way a worker is running it. */
 const ON_A_WORKER = new Set([PendingActivityState.PENDING_ACTIVITY_STATE_STARTED, PendingActivityState.PENDING_ACTIVITY_STATE_CANCEL_REQUESTED]);
 
+type Timestamp = { seconds?: { toString(): string } | number | null; nanos?: number | null } | null | undefined;
+/** A proto timestamp in milliseconds (0 when absent). */
+export const millis = (t: Timestamp): number => (t ? Number(String(t.seconds ?? 0)) * 1000 + Math.floor((t.nanos ?? 0) / 1e6) : 0);
+
 /** Activities of these workflows that a worker is running now, and on which worker. */
 async function runningIn(ferry: FerryClient, workflowIds: string[]): Promise<RunningActivity[]> {
   const running: RunningActivity[] = [];
@@ -59,10 +66,26 @@ async function runningIn(ferry: FerryClient, workflowIds: string[]): Promise<Run
     const d = await ferry.handle(workflowId).describe().catch(() => undefined);
     for (const a of d?.raw.pendingActivities ?? []) {
       if (!a.state || !ON_A_WORKER.has(a.state) || !a.lastWorkerIdentity) continue;
-      running.push({ workflowId, activity: a.activityType?.name ?? '?', worker: a.lastWorkerIdentity, attempt: a.attempt ?? 1 });
+      const started = millis(a.lastStartedTime);
+      running.push({
+        workflowId,
+        activityId: a.activityId ?? '',
+        activity: a.activityType?.name ?? '?',
+        worker: a.lastWorkerIdentity,
+        attempt: a.attempt ?? 1,
+        heartbeating: a.state === PendingActivityState.PENDING_ACTIVITY_STATE_STARTED && started > 0 && millis(a.lastHeartbeatTime) >= started,
+      });
     }
   }
   return running;
+}
+
+/** The preflight helper workflows `ferry start` runs for this migration, while they run. */
+export async function preflightHelpers(ferry: FerryClient, migrationId: string): Promise<string[]> {
+  const helpers: string[] = [];
+  const query = `WorkflowType = '${PREFLIGHT_WORKFLOW}' AND ExecutionStatus = 'Running' AND TaskQueue = '${ferry.config.taskQueue}'`;
+  for await (const w of ferry.client.workflow.list({ query })) if (w.workflowId.startsWith(`${migrationId}.preflight.`)) helpers.push(w.workflowId);
+  return helpers;
 }
 
 /**
@@ -70,12 +93,7 @@ async function runningIn(ferry: FerryClient, workflowIds: string[]): Promise<Run
  * few RPCs). Before `ferry start` has returned, that is the preflight helper workflow.
  */
 export async function snapshotWork(ferry: FerryClient, migrationId: string, started: boolean): Promise<WorkSnapshot> {
-  if (!started) {
-    const helpers: string[] = [];
-    const query = `WorkflowType = '${PREFLIGHT_WORKFLOW}' AND ExecutionStatus = 'Running' AND TaskQueue = '${ferry.config.taskQueue}'`;
-    for await (const w of ferry.client.workflow.list({ query })) if (w.workflowId.startsWith(`${migrationId}.preflight.`)) helpers.push(w.workflowId);
-    return { phase: 'PREFLIGHT', tablePhases: [], running: await runningIn(ferry, helpers) };
-  }
+  if (!started) return { phase: 'PREFLIGHT', tablePhases: [], running: await runningIn(ferry, await preflightHelpers(ferry, migrationId)) };
   const status = await ferry.status(migrationId);
   const children = status.tables.map((_, i) => `${migrationId}/table-${i}`);
   return {
@@ -83,6 +101,11 @@ export async function snapshotWork(ferry: FerryClient, migrationId: string, star
     tablePhases: status.tables.map((t) => t.phase),
     running: await runningIn(ferry, [migrationId, ...children]),
   };
+}
+
+/** Activities running now in these workflows (the migration, its tables, a preflight helper). */
+export function runningActivities(ferry: FerryClient, workflowIds: string[]): Promise<RunningActivity[]> {
+  return runningIn(ferry, workflowIds);
 }
 
 export interface TableComparison {

@@ -14,6 +14,7 @@ import type { ResultDocument } from '../../src/core/status';
 import { connectionEnvVar } from '../../src/core/names';
 import { Logger, silentLogger } from '../../src/logger';
 import { DevServer, DevServerOptions, startDevServer } from '../../src/dev/dev-server';
+import type { FerryMetrics } from '../../src/telemetry';
 import { createFerryWorker, FerryWorker } from '../../src/worker';
 
 export const ROOT = join(__dirname, '..', '..');
@@ -97,6 +98,8 @@ export class TestStack {
       env?: Record<string, string | undefined>;
       /** Where the worker logs (the audit lines of every activity); silent by default. */
       logger?: Logger;
+      /** Ferry's Prometheus metrics, fed as `ferry worker --metrics-port` feeds them (src/telemetry.ts createMetrics). */
+      metrics?: FerryMetrics;
     } = {},
   ): Promise<FerryWorker> {
     const worker = await createFerryWorker({
@@ -107,6 +110,7 @@ export class TestStack {
       shutdownGraceTime: '2 seconds',
       interceptors: options.interceptors,
       maxConcurrentActivityTaskExecutions: options.activitySlots,
+      metrics: options.metrics,
     });
     this.inProcess.push({ worker, running: worker.run() });
     return worker;

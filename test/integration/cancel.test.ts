@@ -8,7 +8,7 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { locateTemporalBinary } from '../../src/dev/temporal-binary';
 import { objectInventory, rowsAsText, TestDatabases } from '../helpers/databases';
-import { beforeActivity } from '../helpers/interceptors';
+import { ActivityHold } from '../helpers/interceptors';
 import { Receiver } from '../helpers/receiver';
 import { eventually, resultWithin, TestStack, waitForPhase } from '../helpers/stack';
 
@@ -32,7 +32,8 @@ describe('cancellation', () => {
   let stack: TestStack;
   let receiver: Receiver;
   let before: Snapshot;
-  const slow = { preflight: false, validate: false };
+  // Keeps the migration in the activity of the phase under test until the cancel reaches it.
+  const hold = new ActivityHold();
 
   const snapshot = async (): Promise<Snapshot> => ({
     source: await objectInventory(dbs, 'source'),
@@ -81,18 +82,7 @@ describe('cancellation', () => {
       workers: 0,
       extraEnv: { FERRY_CALLBACK_ALLOW_PRIVATE: 'true' },
     });
-    await stack.startWorker({
-      interceptors: {
-        activity: [
-          ...(beforeActivity('preflight', async () => {
-            if (slow.preflight) await new Promise((r) => setTimeout(r, 4000));
-          })!.activity ?? []),
-          ...(beforeActivity('validateChunk', async () => {
-            if (slow.validate) await new Promise((r) => setTimeout(r, 4000));
-          })!.activity ?? []),
-        ],
-      },
-    });
+    await stack.startWorker({ interceptors: hold.interceptors() });
     before = await snapshot();
   });
 
@@ -103,15 +93,16 @@ describe('cancellation', () => {
   });
 
   it('during preflight (the cancel signal sent with the temporal CLI)', async () => {
-    slow.preflight = true;
+    const held = hold.arm('preflight');
     try {
       const { id } = await stack.ferry.start(spec('preflight'), { id: 'cancel-preflight', skipPreflight: true });
-      await eventually(async () => (await stack.ferry.status(id)).state === 'RUNNING');
+      expect(await held).toMatchObject({ workflowId: id, activityType: 'preflight' });
+      expect(await stack.ferry.status(id)).toMatchObject({ state: 'RUNNING', phase: 'PENDING' });
       await temporal('workflow', 'signal', '--workflow-id', id, '--name', 'cancel', '--input', '{"reason":"wrong tables"}');
       await expectCancelledAndClean(id, 'preflight');
       expect((await stack.ferry.result(id)).error?.message).toMatch(/wrong tables/);
     } finally {
-      slow.preflight = false;
+      hold.disarm('preflight');
     }
   });
 
@@ -134,24 +125,31 @@ describe('cancellation', () => {
   });
 
   it('during validation (`ferry cancel`)', async () => {
-    slow.validate = true;
+    const held = hold.arm('validateChunk');
     try {
       const { id } = await stack.ferry.start(spec('validate'), { id: 'cancel-validate' });
-      await waitForPhase(stack.ferry, id, 'VALIDATING');
+      expect((await held).workflowId).toMatch(new RegExp(`^${id}/table-`));
+      expect((await stack.ferry.status(id)).tables.map((t) => t.phase)).toContain('VALIDATING');
       const cancel = await stack.runCli(['cancel', id, '--reason', 'maintenance window over']);
       expect(cancel.code).toBe(0);
       await expectCancelledAndClean(id, 'validate');
     } finally {
-      slow.validate = false;
+      hold.disarm('validateChunk');
     }
   });
 
   it('during incremental sync of an online migration', async () => {
-    const { id } = await stack.ferry.start(spec('sync', { mode: 'online', cutover: { approval: 'manual', approvalTimeout: '10m' } }), { id: 'cancel-sync' });
-    await eventually(async () => (await stack.ferry.status(id)).tables.some((t) => t.phase === 'INCR_SYNCING'), 90_000);
-    await dbs.exec('source', 'UPDATE public.notes SET body = body WHERE id <= 50'); // changes are being captured
-    await stack.ferry.cancel(id, 'sync test');
-    await expectCancelledAndClean(id, 'sync');
+    const held = hold.arm('syncChanges');
+    try {
+      const { id } = await stack.ferry.start(spec('sync', { mode: 'online', cutover: { approval: 'manual', approvalTimeout: '10m' } }), { id: 'cancel-sync' });
+      const table = Number((await held).workflowId.split('/table-')[1]);
+      expect((await stack.ferry.status(id)).tables[table].phase).toBe('INCR_SYNCING');
+      await dbs.exec('source', 'UPDATE public.notes SET body = body WHERE id <= 50'); // changes are being captured
+      await stack.ferry.cancel(id, 'sync test');
+      await expectCancelledAndClean(id, 'sync');
+    } finally {
+      hold.disarm('syncChanges');
+    }
   });
 
   it('while waiting for approval (the approveCutover gate), with the Temporal client\'s cancel', async () => {

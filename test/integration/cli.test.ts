@@ -2,12 +2,16 @@
  * The `ferry` command line as an operator uses it: real processes, real exit codes, against a
  * dev server, a worker and two PostgreSQL databases.
  */
+import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Connection } from '@temporalio/client';
+import { temporal } from '@temporalio/proto';
+import { freePort } from '../../src/dev/dev-server';
 import { adminUrl, objectInventory, rowsAsText, TestDatabases, withClient } from '../helpers/databases';
-import { TestStack } from '../helpers/stack';
+import { eventually, FERRY_BIN, TestStack } from '../helpers/stack';
 
 describe('the ferry CLI', () => {
   let dbs: TestDatabases;
@@ -134,4 +138,46 @@ describe('the ferry CLI', () => {
     expect((await stack.runCli(['status', 'cli-limited'])).code).toBe(1);
     expect([await objectInventory(dbs, 'source'), await objectInventory(dbs, 'target')]).toEqual(before);
   });
+
+  it('ferry server runs a dev server with Ferry\'s search attributes and the Web UI, on which ferry worker and ferry start --wait migrate a table, and stops on SIGTERM', async () => {
+    const [port, uiPort] = [await freePort(), await freePort()];
+    const server = spawn(process.execPath, [FERRY_BIN, 'server', '--port', String(port), '--ui-port', String(uiPort)], { env: stack.env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let output = '';
+    server.stdout.on('data', (d) => (output += d));
+    server.stderr.on('data', (d) => (output += d));
+    const exited = new Promise<number | null>((resolve) => server.on('exit', (code) => resolve(code)));
+    try {
+      await eventually(async () => {
+        if (server.exitCode !== null) throw new Error(`ferry server exited ${server.exitCode}: ${output}`);
+        return output.includes(`workers and clients: TEMPORAL_ADDRESS=127.0.0.1:${port}`);
+      }, 60_000);
+      expect(output).toContain(`Temporal dev server on 127.0.0.1:${port}, Web UI http://127.0.0.1:${uiPort}`);
+      const address = `127.0.0.1:${port}`;
+      const connection = await Connection.connect({ address });
+      try {
+        const { customAttributes } = await connection.operatorService.listSearchAttributes({ namespace: 'default' });
+        const keyword = temporal.api.enums.v1.IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD;
+        for (const name of ['FerryState', 'FerryPhase', 'FerrySource', 'FerryTarget']) expect({ name, type: customAttributes?.[name] }).toEqual({ name, type: keyword });
+      } finally {
+        await connection.close();
+      }
+      expect((await fetch(`http://127.0.0.1:${uiPort}/`)).status).toBe(200);
+
+      // The README's tour: a worker and the CLI pointed at it with TEMPORAL_ADDRESS.
+      const on = { TEMPORAL_ADDRESS: address, TEMPORAL_NAMESPACE: 'default' };
+      const worker = await stack.startWorkerProcessReady('tour-worker', [], on);
+      const spec = file('tour.yaml', 'id: tour\nsource: legacy\ntarget: v2\ntables:\n  - name: public.customers\n    target: tour.customers\n');
+      const run = await stack.runCli(['start', spec, '--wait'], on);
+      expect({ code: run.code, stdout: run.stdout }).toEqual({ code: 0, stdout: expect.stringMatching(/migration tour SUCCEEDED/) });
+      expect(await rowsAsText(dbs, 'target', 'tour.customers', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.customers', 'id'));
+      worker.process.kill('SIGTERM');
+      expect(await worker.exited).toBe(0);
+
+      server.kill('SIGTERM');
+      expect(await exited).toBe(0);
+      await expect(fetch(`http://127.0.0.1:${uiPort}/`)).rejects.toThrow();
+    } finally {
+      if (server.exitCode === null) server.kill('SIGKILL');
+    }
+  }, 120_000);
 });

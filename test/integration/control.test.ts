@@ -1,9 +1,12 @@
 /**
- * Controlling a running migration: pause and resume, throttle, idempotent start, QUEUED and
- * RETRYING derived from Temporal, list by state, and `ferry retry` resuming from checkpoints.
- * Copy rates are read from the target database, not from Ferry's report.
+ * Controlling a running migration: pause and resume, throttle (rate and batch size, and a bad
+ * throttle ignored), idempotent start, QUEUED and RETRYING derived from Temporal, list by state,
+ * and `ferry retry` resuming from checkpoints. Copy rates and batch sizes are read from the
+ * target database, not from Ferry's report; a control change is waited for in the histories (the
+ * table's copy slices dispatched after it), never for a fixed time.
  */
 import { ApplicationFailure } from '@temporalio/common';
+import { temporal } from '@temporalio/proto';
 import { FerryClient } from '../../src/client';
 import { FerryPhaseKey, FerrySourceKey, FerryStateKey } from '../../src/core/names';
 import { rowsAsText, TestDatabases } from '../helpers/databases';
@@ -17,17 +20,51 @@ async function cliJson<T>(stack: TestStack, args: string[]): Promise<T> {
   return JSON.parse(r.stdout) as T;
 }
 
+/** Rows in the target table; 0 while it does not exist yet. Any other error fails the test. */
 async function targetRows(dbs: TestDatabases, table: string): Promise<number> {
-  const rows = await dbs.query<{ n: number }>('target', `SELECT count(*)::int AS n FROM ${table}`).catch(() => [{ n: 0 }]);
+  const [{ exists }] = await dbs.query<{ exists: boolean }>('target', 'SELECT to_regclass($1) IS NOT NULL AS exists', [table]);
+  if (!exists) return 0;
+  const rows = await dbs.query<{ n: number }>('target', `SELECT count(*)::int AS n FROM ${table}`);
   return rows[0].n;
 }
 
-/** Rows per second arriving in the target table over `ms`. */
+/** Rows per second arriving in the target table over a measuring window of `ms`. */
 async function rate(dbs: TestDatabases, table: string, ms: number): Promise<number> {
   const before = await targetRows(dbs, table);
   const started = Date.now();
   await new Promise((r) => setTimeout(r, ms));
   return ((await targetRows(dbs, table)) - before) / ((Date.now() - started) / 1000);
+}
+
+const { PendingActivityState } = temporal.api.enums.v1;
+
+/**
+ * Whether a table workflow copies under the control it last received: it has running copy
+ * slices, and every one of them was dispatched after its last `control` signal (the slices
+ * running when a control change arrives stop after their batch; new ones carry the change).
+ */
+async function copyingUnderLatestControl(stack: TestStack, workflowId: string): Promise<boolean> {
+  const handle = stack.client.workflow.getHandle(workflowId);
+  let since = new Set<string>();
+  for (const e of (await handle.fetchHistory()).events ?? []) {
+    if (e.workflowExecutionSignaledEventAttributes?.signalName === 'control') since = new Set();
+    const scheduled = e.activityTaskScheduledEventAttributes;
+    if (scheduled?.activityType?.name === 'copyChunk' && scheduled.activityId) since.add(scheduled.activityId);
+  }
+  const slices = ((await handle.describe()).raw.pendingActivities ?? []).filter((a) => a.activityType?.name === 'copyChunk');
+  return slices.length > 0 && slices.every((a) => since.has(a.activityId ?? '') && a.state === PendingActivityState.PENDING_ACTIVITY_STATE_STARTED);
+}
+
+/** Whether a table workflow has no copy slice left pending or running. */
+async function noCopySlice(stack: TestStack, workflowId: string): Promise<boolean> {
+  const pending = (await stack.client.workflow.getHandle(workflowId).describe()).raw.pendingActivities ?? [];
+  return !pending.some((a) => a.activityType?.name === 'copyChunk');
+}
+
+/** The target table's rows grouped by the transaction that wrote them (each is one copy batch), in commit order. */
+async function batchSizes(dbs: TestDatabases, table: string): Promise<number[]> {
+  const rows = await dbs.query<{ n: number }>('target', `SELECT count(*)::int AS n FROM ${table} GROUP BY xmin::text::bigint ORDER BY xmin::text::bigint`);
+  return rows.map((r) => r.n);
 }
 
 describe('controlling migrations', () => {
@@ -43,6 +80,8 @@ describe('controlling migrations', () => {
        INSERT INTO public.big SELECT g, md5(g::text) FROM generate_series(1, 200000) g;
        CREATE TABLE public.twin (id bigint PRIMARY KEY, payload text);
        INSERT INTO public.twin SELECT id, payload FROM public.big;
+       CREATE TABLE public.batched (id bigint PRIMARY KEY, payload text);
+       INSERT INTO public.batched SELECT g, md5(g::text) FROM generate_series(1, 30000) g;
        CREATE TABLE public.small (id int PRIMARY KEY, v int);
        INSERT INTO public.small SELECT g, g FROM generate_series(1, 1000) g;
        CREATE TABLE public.halves (id int PRIMARY KEY, v int);
@@ -108,21 +147,22 @@ describe('controlling migrations', () => {
   it('pauses between batches, resumes from the checkpoints, and obeys throttle changes within seconds', async () => {
     const { id } = await stack.ferry.start({ source: 'src', target: 'dst', batchRows: 2000, tables: [{ name: 'public.big', chunks: 2 }] }, { id: 'paced' });
     await stack.ferry.throttle(id, { rowsPerSecond: 5000 });
-    await new Promise((r) => setTimeout(r, 6000)); // the running slices end and are dispatched again under the cap
+    await eventually(() => copyingUnderLatestControl(stack, `${id}/table-0`), 30_000);
     const throttled = await rate(dbs, 'public.big', 4000);
     expect(throttled).toBeGreaterThan(1000);
     expect(throttled).toBeLessThan(8000);
 
     expect((await stack.runCli(['pause', id])).code).toBe(0);
     await eventually(async () => (await stack.ferry.status(id)).paused);
-    await new Promise((r) => setTimeout(r, 4000));
+    // Paused once the running slices have ended (each after its batch) and none was dispatched again.
+    await eventually(() => noCopySlice(stack, `${id}/table-0`), 30_000);
     expect(await rate(dbs, 'public.big', 3000)).toBe(0);
     const pausedStatus = await stack.ferry.status(id);
     expect(pausedStatus.paused).toBe(true);
 
     await stack.runCli(['resume', id]);
     expect((await stack.runCli(['throttle', id, '--rows-per-second', '20000'])).code).toBe(0);
-    await new Promise((r) => setTimeout(r, 2000));
+    await eventually(() => copyingUnderLatestControl(stack, `${id}/table-0`), 30_000);
     const faster = await rate(dbs, 'public.big', 3000);
     expect(faster).toBeGreaterThan(throttled * 1.5);
     await stack.ferry.throttle(id, { rowsPerSecond: 0 });
@@ -130,6 +170,38 @@ describe('controlling migrations', () => {
     expect(result.state).toBe('SUCCEEDED');
     expect(await rowsAsText(dbs, 'target', 'public.big', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.big', 'id'));
     await dbs.exec('target', 'DROP TABLE public.big');
+  });
+
+  it('changes the batch size of a running copy (`ferry throttle --batch-rows`), and ignores a bad throttle signal with a warning', async () => {
+    const { id } = await stack.ferry.start({ source: 'src', target: 'dst', batchRows: 1000, tables: [{ name: 'public.batched', chunks: 2 }] }, { id: 'rebatched' });
+    await stack.ferry.throttle(id, { rowsPerSecond: 4000 });
+    await eventually(async () => (await batchSizes(dbs, 'public.batched')).length >= 2, 30_000);
+
+    // From another client, as the temporal CLI could send it: out of range, so nothing changes.
+    const signalsBefore = async () =>
+      ((await stack.client.workflow.getHandle(`${id}/table-0`).fetchHistory()).events ?? []).filter((e) => e.workflowExecutionSignaledEventAttributes?.signalName === 'control').length;
+    const controls = await signalsBefore();
+    await stack.client.workflow.getHandle(id).signal('throttle', { rowsPerSecond: -5, batchRows: 5 });
+    const warned = await eventually(async () => (await stack.ferry.status(id)).warnings?.find((w) => /ignored a throttle signal/.test(w)), 20_000);
+    expect(warned).toBe('ignored a throttle signal: throttle.rowsPerSecond must be a whole number from 0 (no cap) to 100000000');
+    expect(await signalsBefore()).toBe(controls); // never forwarded to the table
+
+    expect((await stack.runCli(['throttle', id, '--batch-rows', '300'])).code).toBe(0);
+    await eventually(() => copyingUnderLatestControl(stack, `${id}/table-0`), 30_000);
+    await eventually(async () => (await batchSizes(dbs, 'public.batched')).filter((n) => n === 300).length >= 3, 30_000);
+    await stack.ferry.throttle(id, { rowsPerSecond: 0 });
+    expect((await resultWithin(stack.ferry, id)).state).toBe('SUCCEEDED');
+    expect(await rowsAsText(dbs, 'target', 'public.batched', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.batched', 'id'));
+
+    // One transaction per batch: 1000 rows before the change, 300 after; smaller only as the
+    // last batch of a chunk (two chunks); never 5, nor anything between.
+    const sizes = await batchSizes(dbs, 'public.batched');
+    expect(sizes.filter((n) => n === 1000).length).toBeGreaterThanOrEqual(2);
+    expect(sizes.filter((n) => n === 300).length).toBeGreaterThanOrEqual(3);
+    expect(sizes.filter((n) => n !== 1000 && n !== 300).length).toBeLessThanOrEqual(2);
+    expect(sizes.filter((n) => n !== 1000 && n !== 300).every((n) => n < 300)).toBe(true);
+    expect(sizes.reduce((a, b) => a + b, 0)).toBe(30000);
+    await dbs.exec('target', 'DROP TABLE public.batched');
   });
 
   it('shares one rate cap among the tables copying at once, and among their chunks', async () => {
@@ -146,7 +218,7 @@ describe('controlling migrations', () => {
     const { id } = await stack.ferry.start(spec, { id: 'shared-cap' });
     await stack.ferry.throttle(id, { rowsPerSecond: 4000 });
     await eventually(async () => (await stack.ferry.status(id)).tables.every((t) => t.phase === 'FULL_MIGRATING'));
-    await new Promise((r) => setTimeout(r, 6000)); // the running slices end and are dispatched again under the cap
+    await eventually(async () => (await copyingUnderLatestControl(stack, `${id}/table-0`)) && copyingUnderLatestControl(stack, `${id}/table-1`), 30_000);
     const [big, twin] = await Promise.all([rate(dbs, 'public.big', 5000), rate(dbs, 'public.twin', 5000)]);
     // Four chunks copy at once; each alone would be allowed the whole cap without the sharing.
     expect(big + twin).toBeGreaterThan(2000);

@@ -5,7 +5,7 @@
  * holds no running workflow, and neither database changed. And names that are SQL are only ever
  * quoted: tables called `weird"; DROP TABLE t; --` and friends migrate online like any other.
  */
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import YAML from 'yaml';
@@ -147,8 +147,12 @@ describe('hostile input', () => {
     return found.length ? [`${verb} ${entry.file}: ${found.join('; ')} in stderr ${JSON.stringify(run.stderr.slice(0, 600))}`] : [];
   }
 
-  it('holds at least 30 hostile specs, each file listed once, of both kinds', () => {
-    expect(corpus.length).toBeGreaterThanOrEqual(30);
+  it('holds the 92 hostile specs the README counts: every file of the directory listed once, and 2 generated, of both kinds', () => {
+    const files = readdirSync(FIXTURES).filter((f) => f !== 'manifest.yaml').sort();
+    const listed = corpus.filter((e) => e.path.startsWith(FIXTURES)).map((e) => e.file).sort();
+    expect(listed).toEqual(files);
+    expect(files).toHaveLength(90);
+    expect(corpus).toHaveLength(92);
     expect(new Set(corpus.map((e) => e.file)).size).toBe(corpus.length);
     expect(corpus.filter((e) => e.refusedBy === 'preflight').length).toBeGreaterThanOrEqual(5);
     for (const e of corpus) expect(e.stderr.length).toBeGreaterThan(0);

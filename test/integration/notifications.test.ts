@@ -95,7 +95,9 @@ describe('callbacks', () => {
       expect(signatureVerifies(a, SECRET)).toBe(true);
       expect(signatureVerifies(a, `${SECRET}x`)).toBe(false);
     }
-    // Exponential backoff between attempts, not a tight loop.
+    // The README's backoff: the first retry after 1 s, the next after twice that.
+    expect(attempts[1].at - attempts[0].at).toBeGreaterThanOrEqual(1000);
+    expect(attempts[2].at - attempts[1].at).toBeGreaterThanOrEqual(2000);
     expect(attempts[2].at - attempts[1].at).toBeGreaterThan(attempts[1].at - attempts[0].at);
 
     const body = attempts[2].json;
@@ -113,7 +115,9 @@ describe('callbacks', () => {
     expect(result.state).toBe('SUCCEEDED');
     expect(result.callback?.delivered).toBe(false);
     expect(result.callback?.error).toMatch(/HTTP 400/);
-    await new Promise((r) => setTimeout(r, 2500)); // a retry would have come after 1 s
+    // The migration has ended, so no retry can come any more: one attempt, in the history too.
+    const starts = (await activityStarts(stack.client, id)).filter((s) => s.activityType === 'sendCallback');
+    expect(starts.map((s) => s.attempt)).toEqual([1]);
     expect(receiver.to('/reject').map((a) => a.answered)).toEqual([400]);
     expect(receiver.to('/reject')[0].headers['x-ferry-signature']).toBeUndefined();
     expect((await stack.runCli(['result', id])).code).toBe(0);

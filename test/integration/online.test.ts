@@ -52,7 +52,9 @@ describe('an online migration', () => {
     let result;
     try {
       await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL');
-      await new Promise((r) => setTimeout(r, 1500)); // sync keeps running through the approval wait
+      // The sync keeps running through the approval wait: a row written now reaches the target.
+      await dbs.exec('source', `INSERT INTO public.docs VALUES ('00000000-0000-0000-0000-00000000beef', 'written while awaiting approval')`);
+      await eventually(async () => (await dbs.query('target', `SELECT 1 FROM public.docs WHERE id = '00000000-0000-0000-0000-00000000beef'`)).length === 1, 30_000);
       const approve = await stack.runCli(['approve', id]);
       expect(approve.code).toBe(0);
       result = await resultWithin(stack.ferry, id, 60_000);
@@ -137,7 +139,8 @@ describe('an online migration', () => {
     expect((await stack.ferry.result(id)).state).toBe('CANCELLED');
   });
 
-  it('fails clearly when a table is altered behind a missing DDL guard', async () => {
+  it('fails clearly when a table is altered behind a missing DDL guard, and rolls back: both sides as before, the source writable', async () => {
+    const before = { source: await objectInventory(dbs, 'source'), target: await objectInventory(dbs, 'target') };
     const { id } = await stack.ferry.start(spec({ cutover: { approval: 'manual', approvalTimeout: '5m' } }), { id: 'online-alter' });
     await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL');
     // Without superuser there is no event trigger; drop it to take that path, then alter.
@@ -147,6 +150,17 @@ describe('an online migration', () => {
     expect(result.state).toBe('FAILED');
     expect(result.error?.type).toBe('SchemaChanged');
     expect(result.error?.message).toMatch(/public\.docs was altered on the source during the online migration/);
+    expect(result.events.map((e) => e.type)).toEqual(expect.arrayContaining(['RollbackStarted', 'RolledBack']));
+    // What the rollback leaves: the source as before (the ALTER is the application's own, its
+    // column stays), no capture, freeze or guard; the target without anything Ferry created.
+    expect(await objectInventory(dbs, 'source')).toEqual(before.source);
+    expect(await objectInventory(dbs, 'target')).toEqual(before.target);
+    expect(await dbs.query('source', `SELECT column_name FROM information_schema.columns WHERE table_name = 'docs' ORDER BY ordinal_position`)).toEqual([
+      { column_name: 'id' },
+      { column_name: 'body' },
+      { column_name: 'extra' },
+    ]);
+    await dbs.exec('source', `INSERT INTO public.docs VALUES (gen_random_uuid(), 'writable', 1); TRUNCATE public.items;`);
   });
 
   it('rolls back when approval does not come in time, leaving the source clean and writable', async () => {

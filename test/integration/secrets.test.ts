@@ -188,7 +188,8 @@ describe('payload encryption (FERRY_CODEC_KEY)', () => {
     // Search attributes are indexed by the server and never encrypted (FerrySource/FerryTarget are
     // names); nor are patch markers, which the SDK's core writes and which name only the patch.
     const markers = found.filter((p) => p.path.includes('markerRecordedEventAttributes.details.patch-data'));
-    expect(markers.map((p) => JSON.parse(unb64(p.payload.data)).id)).toEqual(markers.map(() => PATCHES.targetReadyBeforeCutover));
+    const patchIds = markers.map((p) => JSON.parse(unb64(p.payload.data)).id as string);
+    expect([...new Set(patchIds)].sort()).toEqual([PATCHES.progressByQuery, PATCHES.targetReadyBeforeCutover].sort());
     const payloads = found.filter((p) => !p.path.includes('searchAttributes') && !markers.includes(p));
     const kinds = new Set(payloads.map((p) => p.path.replace(/^events\[\d+\]\./, '').replace(/\[\d+\]|\.payloads|\.fields\.\w+/g, '')));
     for (const kind of [
@@ -369,6 +370,56 @@ describe('payload encryption (FERRY_CODEC_KEY)', () => {
       expect({ host, status: await withHost(proxied.url, host) }).toEqual({ host, status: 421 });
     }
     for (const s of [plain, proxied]) s.process.kill('SIGTERM');
+  });
+
+  it('rotates the key under a running migration: workers restarted with a new FERRY_CODEC_KEY and the old one in FERRY_CODEC_PREVIOUS_KEYS carry it to the end', async () => {
+    await dbs.exec('source', `CREATE TABLE public.zebra_rotated (id int PRIMARY KEY, v text);
+      INSERT INTO public.zebra_rotated SELECT g, md5(g::text) FROM generate_series(1, 20000) g; ANALYZE public.zebra_rotated;`);
+    const [oldKey, newKey] = [randomBytes(32).toString('base64'), randomBytes(32).toString('hex')];
+    const [oldId, newId] = [parseCodecKey(oldKey).id, parseCodecKey(newKey).id];
+    const taskQueue = `${stack.taskQueue}-rotate`;
+    const clientWith = (env: Record<string, string>) =>
+      FerryClient.fromClient(new Client({ connection: stack.connection, namespace: stack.server.namespace, dataConverter: dataConverterFromEnv(env) }), { taskQueue });
+
+    // Started, and half copied, under the old key.
+    const before = clientWith({ FERRY_CODEC_KEY: oldKey });
+    const oldWorker = await stack.startWorker({ taskQueue, env: { FERRY_CODEC_KEY: oldKey } });
+    const id = `secrets-rotate-${randomBytes(3).toString('hex')}`;
+    await before.start({ source: 'vault_src', target: 'vault_dst', batchRows: 1000, tables: ['public.zebra_rotated'] }, { id });
+    await before.throttle(id, { rowsPerSecond: 4000 });
+    const copied = async () => (await dbs.query<{ n: number }>('target', 'SELECT count(*)::int AS n FROM public.zebra_rotated').catch(() => [{ n: 0 }]))[0].n;
+    await eventually(async () => (await copied()) >= 2000, 30_000);
+    oldWorker.shutdown();
+    await Promise.all(stack.inProcess.filter((w) => w.worker === oldWorker).map((w) => w.running));
+
+    // Every worker and client of the namespace rotates: the new key seals, the old one still opens.
+    const rotated = { FERRY_CODEC_KEY: newKey, FERRY_CODEC_PREVIOUS_KEYS: oldKey };
+    await stack.startWorker({ taskQueue, env: rotated });
+    const after = clientWith(rotated);
+    // (RETRYING while the slice the old worker dropped at shutdown waits for its next attempt.)
+    expect(['RUNNING', 'RETRYING']).toContain((await after.status(id)).state);
+    await after.throttle(id, { rowsPerSecond: 0 });
+    const result = await after.result(id);
+    expect(result.state).toBe('SUCCEEDED');
+    expect(await rowsAsText(dbs, 'target', 'public.zebra_rotated', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.zebra_rotated', 'id'));
+
+    // The histories hold payloads sealed with each key, and nothing in the clear.
+    const plain = new Client({ connection: stack.connection, namespace: stack.server.namespace });
+    const found = (
+      await Promise.all(
+        [id, `${id}/table-0`].map(async (w) => payloadsIn(JSON.parse(historyToJSON(await plain.workflow.getHandle(w).fetchHistory())), w)),
+      )
+    ).flat();
+    const sealed = found.filter((p) => !p.path.includes('searchAttributes') && !p.path.includes('markerRecordedEventAttributes'));
+    expect(new Set(sealed.map((p) => unb64(p.payload.metadata?.['encryption-key-id'])))).toEqual(new Set([oldId, newId]));
+    expect(sealed.filter((p) => unb64(p.payload.metadata?.encoding) !== 'binary/encrypted')).toEqual([]);
+    // Without the previous key, what the old key sealed (the start input) is unreadable.
+    const input = sealed.find((p) => p.workflowId === id && p.path.includes('workflowExecutionStartedEventAttributes.input'))!;
+    const payload = { metadata: Object.fromEntries(Object.entries(input.payload.metadata ?? {}).map(([k, v]) => [k, Buffer.from(v, 'base64')])), data: Buffer.from(input.payload.data ?? '', 'base64') };
+    expect(unb64(input.payload.metadata?.['encryption-key-id'])).toBe(oldId);
+    await expect(new AesGcmCodec(parseCodecKey(newKey)).decode([payload])).rejects.toThrow(/FERRY_CODEC_PREVIOUS_KEYS/);
+    const [opened] = await new AesGcmCodec(parseCodecKey(newKey), [parseCodecKey(oldKey)]).decode([payload]);
+    expect(Buffer.from(opened.data ?? []).toString()).toContain('zebra_rotated');
   });
 
   it('rotates keys: a previous key still opens what it sealed, a hex key equals its base64 form', async () => {
