@@ -189,7 +189,8 @@ describe('payload encryption (FERRY_CODEC_KEY)', () => {
     // names); nor are patch markers, which the SDK's core writes and which name only the patch.
     const markers = found.filter((p) => p.path.includes('markerRecordedEventAttributes.details.patch-data'));
     const patchIds = markers.map((p) => JSON.parse(unb64(p.payload.data)).id as string);
-    expect([...new Set(patchIds)].sort()).toEqual([PATCHES.progressByQuery, PATCHES.targetReadyBeforeCutover].sort());
+    expect(patchIds.length).toBeGreaterThan(0);
+    for (const id of patchIds) expect(Object.values(PATCHES)).toContain(id);
     const payloads = found.filter((p) => !p.path.includes('searchAttributes') && !markers.includes(p));
     const kinds = new Set(payloads.map((p) => p.path.replace(/^events\[\d+\]\./, '').replace(/\[\d+\]|\.payloads|\.fields\.\w+/g, '')));
     for (const kind of [
