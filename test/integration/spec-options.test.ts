@@ -55,7 +55,7 @@ describe('spec options on real databases', () => {
     expect(result.state).toBe('SUCCEEDED');
     expect(await rowsAsText(dbs, 'target', 'public.plain', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.plain', 'id'));
     const activities = new Set((await activityStarts(stack.client, `${id}/table-0`)).map((s) => s.activityType));
-    expect([...activities].sort()).toEqual(['analyzeTable', 'copyChunk', 'listIndexes']);
+    expect([...activities].sort()).toEqual(['addPrimaryKey', 'analyzeTable', 'copyChunk', 'listIndexes']);
     expect(result.events.map((e) => e.type)).not.toContain('ValidationPassed');
     const status = await stack.ferry.status(id);
     expect(status.transitions.filter((t) => t.machine === 'phase').map((t) => t.to)).not.toContain('VALIDATING');
