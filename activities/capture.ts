@@ -9,7 +9,7 @@
 import { PoolClient } from 'pg';
 import { inTransaction } from '../src/db/connections';
 import {
-  CAPTURE_BOOKKEEPING_DDL,
+  CAPTURE_BOOKKEEPING,
   CAPTURE_SCHEMA,
   captureNames,
   createArmedFreezeFunctionSql,
@@ -35,6 +35,7 @@ import { refusal, sqlState } from '../src/db/errors';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified } from '../src/core/identifiers';
 import { KeyColumn } from '../src/core/plan';
 import { dropTriggers, relationsWithTriggers, relationTree } from '../src/db/triggers';
+import { dropSchemaIfEmpty, migrateSchema } from '../src/db/schema-versions';
 import { ActivityDeps } from './deps';
 import { removeFreeze } from './freeze';
 import { FAILURE } from '../src/core/failure-types';
@@ -89,7 +90,7 @@ export function createCaptureActivities({ connections, logger }: ActivityDeps) {
       inTransaction(db, async () => {
         await db.query(LOCK_TIMEOUT);
         await lockCapture(db);
-        await db.query(CAPTURE_BOOKKEEPING_DDL);
+        await migrateSchema(db, CAPTURE_BOOKKEEPING);
         const installed = await db.query(`SELECT ddl_guard FROM ${CAPTURE_SCHEMA}.captures WHERE migration_id = $1 LIMIT 1`, [input.migrationId]);
         if (installed.rowCount) return { ddlGuard: installed.rows[0].ddl_guard as boolean };
 
@@ -201,7 +202,7 @@ export function createCaptureActivities({ connections, logger }: ActivityDeps) {
           await db.query(`DROP FUNCTION IF EXISTS ${quoteQualified(refuseTruncateFunction(migrationId))}()`);
           await db.query(`DELETE FROM ${CAPTURE_SCHEMA}.captures WHERE migration_id = $1`, [migrationId]);
           const others = await db.query(`SELECT 1 FROM ${CAPTURE_SCHEMA}.captures LIMIT 1`);
-          if (others.rowCount === 0) await db.query(`DROP SCHEMA ${CAPTURE_SCHEMA} CASCADE`);
+          if (others.rowCount === 0) await dropSchemaIfEmpty(db, CAPTURE_SCHEMA, ['captures']);
         });
       }
       if (input.freeze === 'remove') pending.push(...(await removeFreeze(db, migrationId)).pending);

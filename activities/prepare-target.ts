@@ -7,7 +7,7 @@
 import { Client } from 'pg';
 import { readTable, readUserTypes, typeExists } from '../src/db/catalog';
 import { inTransaction } from '../src/db/connections';
-import { BOOKKEEPING_DDL, bookkeepingExists, lockBookkeeping, SYNC_CHUNK } from '../src/db/bookkeeping';
+import { bookkeepingExists, ensureBookkeeping, lockBookkeeping, SYNC_CHUNK } from '../src/db/bookkeeping';
 import { createSequenceSql, createTableSql, createTypeSql, SequenceNames, targetSequenceName } from '../src/db/ddl';
 import { createPartitionSql, readPartitions, targetPartitionName } from '../src/db/partitions';
 import { refusal } from '../src/db/errors';
@@ -36,7 +36,7 @@ export function createPrepareTarget({ connections, logger }: ActivityDeps) {
     try {
       return await inTransaction(target, async () => {
         await lockBookkeeping(target);
-        await target.query(BOOKKEEPING_DDL);
+        await ensureBookkeeping(target);
         const done = await target.query('SELECT 1 FROM _ferry.migrations WHERE id = $1', [input.migrationId]);
         if (done.rowCount) return { created: 0 }; // an earlier attempt committed; its result was lost
         await target.query('INSERT INTO _ferry.migrations (id, plan) VALUES ($1, $2)', [input.migrationId, JSON.stringify(input.plan)]);

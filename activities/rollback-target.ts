@@ -4,10 +4,12 @@
  * wrote into, and remove its bookkeeping. Idempotent: a second run finds nothing to do.
  *
  * releaseBookkeeping: after success, remove the migration's checkpoints and, when no other
- * migration uses it, the `_ferry` schema.
+ * migration uses it, the `_ferry` schema (without CASCADE: an object someone else put there
+ * keeps it).
  */
 import { ClientBase } from 'pg';
-import { bookkeepingExists, lockBookkeeping } from '../src/db/bookkeeping';
+import { BOOKKEEPING, BOOKKEEPING_TABLES, bookkeepingExists, lockBookkeeping } from '../src/db/bookkeeping';
+import { dropSchemaIfEmpty } from '../src/db/schema-versions';
 import { inTransaction } from '../src/db/connections';
 import { parseQualifiedName, quoteQualified } from '../src/core/identifiers';
 import { ActivityDeps } from './deps';
@@ -43,7 +45,7 @@ async function forgetMigration(db: ClientBase, migrationId: string): Promise<voi
   await db.query('DELETE FROM _ferry.created_objects WHERE migration_id = $1', [migrationId]);
   await db.query('DELETE FROM _ferry.migrations WHERE id = $1', [migrationId]);
   const others = await db.query('SELECT 1 FROM _ferry.migrations LIMIT 1');
-  if (others.rowCount === 0) await db.query('DROP SCHEMA _ferry CASCADE');
+  if (others.rowCount === 0) await dropSchemaIfEmpty(db, BOOKKEEPING.schema, BOOKKEEPING_TABLES);
 }
 
 export function createRollbackTarget({ connections, logger }: ActivityDeps) {

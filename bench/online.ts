@@ -67,7 +67,7 @@ async function pgbench(db: string, seconds: number): Promise<number> {
 
 /** Age in seconds of the oldest change waiting in any of the migration's logs on the source. */
 async function lagSeconds(db: string): Promise<number> {
-  const logs = await sql(url(db), `SELECT format('%I.%I', schemaname, tablename) AS t FROM pg_tables WHERE schemaname = '_ferry' AND tablename LIKE 'log\\_%'`);
+  const logs = await sql(url(db), `SELECT format('%I.%I', schemaname, tablename) AS t FROM pg_tables WHERE schemaname = '_ferry_capture' AND tablename LIKE 'log\\_%'`);
   let worst = 0;
   for (const { t } of logs) {
     const [row] = await sql(url(db), `SELECT coalesce(extract(epoch FROM clock_timestamp() - min(logged_at)), 0)::float8 AS lag FROM ${t}`);

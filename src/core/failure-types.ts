@@ -24,6 +24,8 @@ export const FAILURE = {
   MissingIndex: 'MissingIndex',
   FreezeMissing: 'FreezeMissing',
   Refused: 'Refused',
+  /** Ferry's own schema on a database was upgraded by a newer Ferry. */
+  SchemaTooNew: 'SchemaTooNew',
   // What a running migration can meet.
   Superseded: 'Superseded',
   SchemaChanged: 'SchemaChanged',

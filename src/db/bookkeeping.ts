@@ -5,22 +5,25 @@
  */
 import { ClientBase } from 'pg';
 import { Key } from '../core/plan';
+import { migrateSchema, VersionedSchema } from './schema-versions';
 
 export const BOOKKEEPING_LOCK = 'ferry:bookkeeping';
 
-export const BOOKKEEPING_DDL = `
-CREATE SCHEMA IF NOT EXISTS _ferry;
+/**
+ * The bookkeeping's numbered versions. Steps are only ever appended: a released step never
+ * changes, so any older bookkeeping is brought up to date by the steps after its version.
+ */
+export const BOOKKEEPING: VersionedSchema = {
+  schema: '_ferry',
+  steps: [
+    {
+      version: 1,
+      name: 'migrations, created objects, checkpoints, dirty keys',
+      sql: `
 CREATE TABLE IF NOT EXISTS _ferry.migrations (
   id          text PRIMARY KEY,
-  prepared_at timestamptz NOT NULL DEFAULT now(),
-  -- the chunk plan the checkpoints refer to: ferry retry resumes with exactly this plan
-  plan        jsonb NOT NULL
+  prepared_at timestamptz NOT NULL DEFAULT now()
 );
--- Bookkeeping created by a Ferry without stored plans: their rows have none (retry refuses them).
-ALTER TABLE _ferry.migrations ADD COLUMN IF NOT EXISTS plan jsonb;
--- Set once the target holds everything (the drain and sequences done): from then on the target's
--- tables are the migration's result, which a cleanup must never drop.
-ALTER TABLE _ferry.migrations ADD COLUMN IF NOT EXISTS completed_at timestamptz;
 CREATE TABLE IF NOT EXISTS _ferry.created_objects (
   migration_id text NOT NULL,
   seq          int  NOT NULL,
@@ -46,7 +49,42 @@ CREATE TABLE IF NOT EXISTS _ferry.dirty (
   table_index  int    NOT NULL,
   pk           text[] NOT NULL,
   PRIMARY KEY (migration_id, table_index, pk)
-)`;
+)`,
+    },
+    {
+      version: 2,
+      // The chunk plan the checkpoints refer to: ferry retry resumes with exactly this plan.
+      // Rows of migrations prepared before it have none (retry refuses them).
+      name: 'migrations.plan',
+      sql: 'ALTER TABLE _ferry.migrations ADD COLUMN plan jsonb',
+    },
+    {
+      version: 3,
+      // Set once the target holds everything (the drain and sequences done): from then on the
+      // target's tables are the migration's result, which a cleanup must never drop.
+      name: 'migrations.completed_at',
+      sql: 'ALTER TABLE _ferry.migrations ADD COLUMN completed_at timestamptz',
+    },
+  ],
+  // Bookkeeping of a Ferry from before the versions: its columns say how far it had come.
+  baseline: async (db) => {
+    const { rows } = await db.query(
+      `SELECT to_regclass('_ferry.migrations') IS NOT NULL AS present,
+              array(SELECT attname::text FROM pg_attribute WHERE attrelid = to_regclass('_ferry.migrations') AND attnum > 0 AND NOT attisdropped) AS columns`,
+    );
+    if (!rows[0].present) return 0;
+    const columns: string[] = rows[0].columns;
+    return columns.includes('completed_at') ? 3 : columns.includes('plan') ? 2 : 1;
+  },
+};
+
+/** The tables of the bookkeeping schema, dropped with it once no migration uses them. */
+export const BOOKKEEPING_TABLES = ['checkpoints', 'dirty', 'created_objects', 'migrations'] as const;
+
+/** Creates or upgrades the bookkeeping; the caller holds lockBookkeeping in a transaction. */
+export async function ensureBookkeeping(db: ClientBase): Promise<void> {
+  await migrateSchema(db, BOOKKEEPING);
+}
 
 /** The checkpoint row that fences a table's incremental sync (chunks count from 0). */
 export const SYNC_CHUNK = -1;
@@ -118,6 +156,6 @@ export async function touchCheckpoint(db: ClientBase, ref: ChunkRef): Promise<vo
 /** Marks the migration's target as complete (see _ferry.migrations.completed_at). */
 export async function markCompleted(db: ClientBase, migrationId: string): Promise<void> {
   await lockBookkeeping(db);
-  await db.query(BOOKKEEPING_DDL);
+  await ensureBookkeeping(db);
   await db.query('UPDATE _ferry.migrations SET completed_at = coalesce(completed_at, now()) WHERE id = $1', [migrationId]);
 }

@@ -8,8 +8,14 @@ import { createHash } from 'node:crypto';
 import { escapeLiteral } from 'pg';
 import { QualifiedName, quoteIdent, quoteQualified } from '../core/identifiers';
 import { KeyColumn } from '../core/plan';
+import { VersionedSchema } from './schema-versions';
 
-export const CAPTURE_SCHEMA = '_ferry';
+/**
+ * Capture on a source lives in a schema of its own, apart from the bookkeeping a target keeps in
+ * `_ferry`: a database that is one migration's source and another's target (or both at once)
+ * never loses one role's objects when the other's are removed.
+ */
+export const CAPTURE_SCHEMA = '_ferry_capture';
 /** Ferry's own DDL on guarded tables (the freeze) sets this locally to pass the DDL guard. */
 export const GUARD_BYPASS = "SET LOCAL ferry.ddl_guard = 'off'";
 /** The freeze lives outside `_ferry`, so removing capture can never unfreeze the source. */
@@ -87,18 +93,27 @@ export const FREEZE_STATE = {
 } as const;
 export type FreezeState = keyof typeof FREEZE_STATE;
 
-export const CAPTURE_BOOKKEEPING_DDL = `
-CREATE SCHEMA IF NOT EXISTS ${CAPTURE_SCHEMA};
-CREATE TABLE IF NOT EXISTS ${CAPTURE_SCHEMA}.captures (
+/** The capture bookkeeping's numbered versions (see schema-versions.ts); steps are only appended. */
+export const CAPTURE_BOOKKEEPING: VersionedSchema = {
+  schema: CAPTURE_SCHEMA,
+  steps: [
+    {
+      version: 1,
+      name: 'captures',
+      sql: `
+CREATE TABLE ${CAPTURE_SCHEMA}.captures (
   migration_id text NOT NULL,
   table_index  int  NOT NULL,
   relid        oid  NOT NULL,
   fingerprint  text NOT NULL,
   ddl_guard    boolean NOT NULL,
+  -- the table's partitions (PARTITIONS_SQL) when the capture was installed
+  partitions   text,
   PRIMARY KEY (migration_id, table_index)
-);
--- The table's partitions (PARTITIONS_SQL); null in captures installed before it was recorded.
-ALTER TABLE ${CAPTURE_SCHEMA}.captures ADD COLUMN IF NOT EXISTS partitions text`;
+)`,
+    },
+  ],
+};
 
 /** The queue of changed keys: consumed by id (read, apply, delete exactly those ids). */
 export function createLogSql(names: CaptureNames): string {

@@ -181,7 +181,15 @@ describe('workers SIGKILLed while they run a chosen activity', () => {
    * random moment more, and SIGKILLs that worker if the same attempt still runs there (else looks
    * again). Starts the replacement.
    */
-  async function placeKill(lane: Lane, kind: Kind, rand: () => number, migrationId: string, eligible: (a: RunningActivity) => Promise<boolean>) {
+  async function placeKill(
+    lane: Lane,
+    kind: Kind,
+    rand: () => number,
+    migrationId: string,
+    eligible: (a: RunningActivity) => Promise<boolean>,
+    /** Right after the kill, before the replacement starts: the next attempt must not meet the hold. */
+    killed: () => Promise<void>,
+  ) {
     const ferry = ferries[lane.name];
     const pool = pools[lane.name];
     const workflows = async () => (kind === 'preflight' ? preflightHelpers(ferry, migrationId) : [migrationId, `${migrationId}/table-0`, `${migrationId}/table-1`]);
@@ -208,9 +216,10 @@ describe('workers SIGKILLed while they run a chosen activity', () => {
       const victim = pool.find((w) => w.identity === candidate.worker)!;
       victim.process.kill('SIGKILL');
       await victim.exited;
-      const killed: Killed = { ...candidate, at: Date.now() };
+      const at = Date.now();
+      await killed();
       pool.splice(pool.indexOf(victim), 1, await startWorker(lane.name));
-      return { killed, delayMs };
+      return { killed: { ...candidate, at } as Killed, delayMs };
     }
   }
 
@@ -240,7 +249,10 @@ describe('workers SIGKILLed while they run a chosen activity', () => {
           }
         }),
       );
-    const copied = `SELECT count(*) > 0 AND bool_and(done) AS ok FROM _ferry.checkpoints WHERE migration_id = $1 AND table_index = $2 AND chunk_index >= 0`;
+    // Copied, and its primary key built (the index-free load adds it after the copy, under a lock
+    // of its own that a hold taken earlier would block).
+    const copied = `SELECT count(*) > 0 AND bool_and(done) AND EXISTS (SELECT 1 FROM pg_index WHERE indrelid = to_regclass($3) AND indisprimary) AS ok
+                      FROM _ferry.checkpoints WHERE migration_id = $1 AND table_index = $2 AND chunk_index >= 0`;
     return {
       /** Before `ferry start`. */
       async before() {
@@ -253,15 +265,17 @@ describe('workers SIGKILLed while they run a chosen activity', () => {
         if (kind === 'validateChunk' || kind === 'syncChanges') {
           // A copied table, locked before its validation or sync begins: either waits for the lock.
           const mode = kind === 'validateChunk' ? 'ACCESS EXCLUSIVE' : 'SHARE';
-          tables.forEach((t, i) => when(dbs.url(target), copied, [migrationId, i], `${t} copied`, [`LOCK TABLE ${t} IN ${mode} MODE`]));
+          tables.forEach((t, i) => when(dbs.url(target), copied, [migrationId, i, t], `${t} copied`, [`LOCK TABLE ${t} IN ${mode} MODE`]));
         }
         if (kind === 'buildIndex') {
-          // Writers' lock from the moment the table exists: copy, sync and validation go on, CREATE INDEX waits.
-          when(dbs.url(target), 'SELECT to_regclass($1) IS NOT NULL AS ok', [INDEXED[mode]], 'indexed table', [`LOCK TABLE ${INDEXED[mode]} IN ROW EXCLUSIVE MODE`]);
+          // Writers' lock from the moment the table has its primary key: sync and validation go on, CREATE INDEX waits.
+          when(dbs.url(target), 'SELECT EXISTS (SELECT 1 FROM pg_index WHERE indrelid = to_regclass($1) AND indisprimary) AS ok', [INDEXED[mode]], 'indexed table', [
+            `LOCK TABLE ${INDEXED[mode]} IN ROW EXCLUSIVE MODE`,
+          ]);
         }
         if (kind === 'awaitWriters') {
           // A write transaction open across the freeze: the cutover waits for it to end.
-          when(dbs.url(source), `SELECT to_regclass('_ferry.captures') IS NOT NULL AS ok`, [], 'open write', [
+          when(dbs.url(source), `SELECT to_regclass('_ferry_capture.captures') IS NOT NULL AS ok`, [], 'open write', [
             `UPDATE public.accounts SET note = 'held open by the test' WHERE id = ${HELD_ROW}`,
           ]);
         }
@@ -318,7 +332,7 @@ describe('workers SIGKILLed while they run a chosen activity', () => {
       }
       hold.watch();
       const eligible = async (a: RunningActivity) => kind !== 'copyChunk' || ownsCheckpoint(target, id, a);
-      const placed = await placeKill(lane, kind, rand, id, eligible).finally(() => hold.release());
+      const placed = await placeKill(lane, kind, rand, id, eligible, () => hold.release()).finally(() => hold.release());
       const retrying = awaitRetry(ferry, placed.killed);
       retrying.catch(() => undefined);
       await starting.catch((err: Error) => {

@@ -8,7 +8,7 @@ import { MockActivityEnvironment as SdkMockActivityEnvironment } from '@temporal
 import { DefaultLogger } from '@temporalio/worker';
 import { ApplicationFailure } from '@temporalio/common';
 import { createActivities } from '../../activities';
-import { BOOKKEEPING_DDL } from '../../src/db/bookkeeping';
+import { ensureBookkeeping } from '../../src/db/bookkeeping';
 import { CopyChunkInput, CopyChunkResult } from '../../activities/copy-chunk';
 import { ConnectionRegistry } from '../../src/db/connections';
 import { silentLogger } from '../../src/logger';
@@ -134,10 +134,10 @@ describe('activities on real PostgreSQL', () => {
   });
 
   it('rolls back only objects of the recorded kind, whatever text the bookkeeping holds', async () => {
+    await withClient(dbs.url('rollback'), (c) => ensureBookkeeping(c));
     await dbs.exec(
       'rollback',
-      `${BOOKKEEPING_DDL};
-       CREATE TABLE public.keep (id int); CREATE TABLE public."made by ferry" (id int); CREATE TYPE public.mood AS ENUM ('ok');
+      `CREATE TABLE public.keep (id int); CREATE TABLE public."made by ferry" (id int); CREATE TYPE public.mood AS ENUM ('ok');
        INSERT INTO _ferry.migrations (id, plan) VALUES ('m9', '{}');
        CREATE SCHEMA "made ""schema""";
        INSERT INTO _ferry.created_objects VALUES
@@ -160,7 +160,7 @@ describe('activities on real PostgreSQL', () => {
     await withClient(adminUrl(), (c) => c.query(`CREATE DATABASE ${dbs.names.rollback}`));
     await dbs.exec('rollback', `CREATE SCHEMA _ferry; CREATE TABLE _ferry.migrations (id text PRIMARY KEY, prepared_at timestamptz NOT NULL DEFAULT now());
       INSERT INTO _ferry.migrations (id) VALUES ('old');`);
-    await dbs.exec('rollback', BOOKKEEPING_DDL);
+    await withClient(dbs.url('rollback'), (c) => ensureBookkeeping(c));
     const plan = {
       sourceServer: '15',
       targetServer: '15',

@@ -182,4 +182,54 @@ describe('the online apply', () => {
     expect(pending).toEqual([]);
     expect(await objectInventory(dbs, 'source')).toEqual(before);
   });
+
+  it('keeps one migration\'s capture on a database while another migration that targets the same database rolls back', async () => {
+    await dbs.exec('source', `CREATE TABLE public.users (id int PRIMARY KEY, note text);
+      INSERT INTO public.users SELECT g, 'n' FROM generate_series(1, 50) g;`);
+    await dbs.exec('target', `CREATE TABLE public.back (id int PRIMARY KEY, note text);
+      INSERT INTO public.back SELECT g, 'b' FROM generate_series(1, 20) g;`);
+    // Migration a: source → target, online (capture on the source database).
+    const plan = await migrate('a', ['public.users']);
+    await dbs.exec('target', `INSERT INTO public.users SELECT g, 'n' FROM generate_series(1, 50) g`);
+    // Migration b: target → source (its bookkeeping on the source database), then rolled back.
+    const spec = parseSpec({ id: 'b', source: 'dst', target: 'src', tables: ['public.back'] });
+    const planB = await run(() => activities.preflight({ migrationId: 'b', spec }));
+    await run(() => activities.prepareTarget({ migrationId: 'b', source: 'dst', target: 'src', plan: planB, truncate: false }));
+    await run(() => activities.dropTargetObjects({ migrationId: 'b', target: 'src' }));
+    expect(await dbs.query('source', `SELECT to_regclass('public.back') AS t`)).toEqual([{ t: null }]);
+    // a's capture survived b's rollback: a write made now reaches the target through the sync.
+    await dbs.exec('source', `UPDATE public.users SET note = 'after' WHERE id <= 5; DELETE FROM public.users WHERE id = 50`);
+    await sync('a', plan, 0, 100);
+    expect(await rowsAsText(dbs, 'target', 'public.users', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.users', 'id'));
+  });
+
+  it('versions its own schemas: bookkeeping of an unversioned Ferry is upgraded step by step, a newer version refused', async () => {
+    // As a Ferry from before the versions left it: its four tables, the plan but no completed_at.
+    await dbs.exec('target', `CREATE SCHEMA _ferry; CREATE TABLE _ferry.migrations (id text PRIMARY KEY, prepared_at timestamptz NOT NULL DEFAULT now(), plan jsonb);
+      CREATE TABLE _ferry.created_objects (migration_id text NOT NULL, seq int NOT NULL, kind text NOT NULL, name text NOT NULL, PRIMARY KEY (migration_id, seq));
+      CREATE TABLE _ferry.checkpoints (migration_id text NOT NULL, table_index int NOT NULL, chunk_index int NOT NULL, last_key text[], rows_copied bigint NOT NULL DEFAULT 0,
+        done boolean NOT NULL DEFAULT false, owner_token bigint NOT NULL DEFAULT 0, owner text, updated_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (migration_id, table_index, chunk_index));
+      CREATE TABLE _ferry.dirty (migration_id text NOT NULL, table_index int NOT NULL, pk text[] NOT NULL, PRIMARY KEY (migration_id, table_index, pk));
+      INSERT INTO _ferry.migrations (id) VALUES ('older');`);
+    await dbs.exec('source', `CREATE TABLE public.users (id int PRIMARY KEY, note text)`);
+    const plan = await migrate('upgrade', ['public.users']);
+    expect(await dbs.query('target', `SELECT version, name FROM _ferry.schema_versions ORDER BY version`)).toEqual([
+      { version: 1, name: 'migrations, created objects, checkpoints, dirty keys (found in place)' },
+      { version: 2, name: 'migrations.plan (found in place)' },
+      { version: 3, name: 'migrations.completed_at' },
+    ]);
+    expect(await dbs.query('target', `SELECT id, completed_at FROM _ferry.migrations ORDER BY id`)).toEqual([
+      { id: 'older', completed_at: null },
+      { id: 'upgrade', completed_at: null },
+    ]);
+    expect(await dbs.query('source', `SELECT max(version) AS v FROM _ferry_capture.schema_versions`)).toEqual([{ v: 1 }]);
+    // Capture and bookkeeping never share a schema.
+    expect(await dbs.query('source', `SELECT nspname FROM pg_namespace WHERE nspname = '_ferry'`)).toEqual([]);
+
+    await dbs.exec('target', `INSERT INTO _ferry.schema_versions (version, name) VALUES (99, 'from a newer Ferry')`);
+    const refused = await run(() => activities.prepareTarget({ migrationId: 'too-new', source: 'src', target: 'dst', plan, truncate: false })).catch((e: Error) => e);
+    expect(refused).toBeInstanceOf(Error);
+    expect((refused as Error).message).toMatch(/_ferry is at version 99, newer than this Ferry knows \(3\)/);
+    expect(await dbs.query('target', `SELECT id FROM _ferry.migrations WHERE id = 'too-new'`)).toEqual([]);
+  });
 });

@@ -45,9 +45,9 @@ describe('online validation and the sync metrics', () => {
   beforeAll(async () => {
     dbs = await TestDatabases.create('onlrepair', ['source', 'target']);
     await dbs.exec('source', `${table('repaired', 3000)} ${table('breached', 3000)} ${table('lagged', 2000)} ANALYZE;`);
-    // public.lagged exists on the target already (an empty, compatible table), with a trigger
-    // that fires even for Ferry's replica-role writes and sleeps once when the test asks it to:
-    // one sync round that outlasts the 15 s slice.
+    // public.lagged exists on the target already (an empty, compatible table); the test later
+    // gives it a trigger that fires even for Ferry's replica-role writes and sleeps once: one
+    // sync round that outlasts the 15 s slice.
     await dbs.exec(
       'target',
       `CREATE TABLE public.lagged (id bigint PRIMARY KEY, v int NOT NULL, note text);
@@ -58,9 +58,7 @@ describe('online validation and the sync metrics', () => {
          DELETE FROM public.slow_once RETURNING ms INTO wait;
          IF wait IS NOT NULL THEN PERFORM pg_catalog.pg_sleep(wait / 1000.0); END IF;
          RETURN NULL;
-       END $$;
-       CREATE TRIGGER sleep_once AFTER INSERT ON public.lagged FOR EACH STATEMENT EXECUTE FUNCTION public.sleep_once();
-       ALTER TABLE public.lagged ENABLE ALWAYS TRIGGER sleep_once;`,
+       END $$;`,
     );
     stack = await TestStack.start({ connections: { src: dbs.url('source'), dst: dbs.url('target') }, workers: 0 });
     await stack.startWorker({
@@ -174,7 +172,14 @@ describe('online validation and the sync metrics', () => {
     // slice's 15 s, inside the 20 s heartbeat timeout — and 500 more are made meanwhile: the slice
     // ends with them still in the log.
     await dbs.exec('source', 'UPDATE public.lagged SET v = v + 1 WHERE id <= 500');
-    await dbs.exec('target', 'INSERT INTO public.slow_once VALUES (15300)');
+    // The slowing trigger fires on Ferry's own writes (ENABLE ALWAYS), which preflight refuses on
+    // an online target: it is added once the migration runs.
+    await dbs.exec(
+      'target',
+      `CREATE TRIGGER sleep_once AFTER INSERT ON public.lagged FOR EACH STATEMENT EXECUTE FUNCTION public.sleep_once();
+       ALTER TABLE public.lagged ENABLE ALWAYS TRIGGER sleep_once;
+       INSERT INTO public.slow_once VALUES (15300);`,
+    );
     await stack.ferry.resume(id);
     await eventually(
       async () => (await dbs.query('target', `SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'PgSleep'`)).length > 0,

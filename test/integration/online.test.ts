@@ -80,7 +80,7 @@ describe('an online migration', () => {
     // Capture is gone; only the freeze guard remains on the source (keep-frozen).
     const triggers = await dbs.query<{ tgname: string }>('source', 'SELECT tgname FROM pg_trigger WHERE NOT tgisinternal ORDER BY 1');
     expect(triggers.map((t) => t.tgname.replace(/_[0-9a-f]{12}$/, ''))).toEqual(['ferry_freeze', 'ferry_freeze', 'ferry_freeze']);
-    expect(await dbs.query('source', `SELECT nspname FROM pg_namespace WHERE nspname = '_ferry'`)).toEqual([]);
+    expect(await dbs.query('source', `SELECT nspname FROM pg_namespace WHERE nspname IN ('_ferry', '_ferry_capture')`)).toEqual([]);
     await expect(dbs.exec('source', 'DELETE FROM public.docs')).rejects.toThrow(/frozen: Ferry migration online-live/);
 
     const unfreeze = await stack.runCli(['unfreeze', id]);
