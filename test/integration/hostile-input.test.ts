@@ -165,7 +165,8 @@ describe('hostile input', () => {
     for (const entry of schemaLevel) problems.push(...complaints(entry, 'validate', await validateInProcess(entry.path), expected(entry)));
     const starts = await inPool(schemaLevel, 3, async (entry) => complaints(entry, 'start', await stack.runCli(['start', entry.path]), expected(entry)));
     expect([...problems, ...starts.flat()]).toEqual([]);
-  });
+    // One CLI process per corpus entry: about a minute alone, longer on a busy machine.
+  }, 300_000);
 
   it('refuses every preflight-level spec at `ferry start` with exit 2, the refusal type and the field, though `ferry validate` accepts it', async () => {
     const preflightLevel = corpus.filter((e) => e.refusedBy === 'preflight');
