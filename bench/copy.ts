@@ -8,10 +8,17 @@
  *   (b) pgcopydb clone --table-jobs 2, when pgcopydb is installed;
  *   (c) ferry start --wait with validation none, and again with checksum, through a dev server
  *       and one `ferry worker` process, whose peak RSS (VmHWM) it reports.
+ *   (a') the same pipe into the table without its key, then ALTER TABLE … ADD PRIMARY KEY: the
+ *       index-free load Ferry does, at PostgreSQL's own speed;
+ *   (s) a plain checksum scan of both sides at once (count and sum of row hashes): what
+ *       validation must at least cost;
+ *   (m) orchestration: ferry (validation none) over 50 tables of 40,000 rows and over 500
+ *       tables of 100 rows, against pgcopydb on the same tables (skip with --no-many).
  * Each is run --repeat times (default 3) into a fresh target; the median is reported with the
- * range. Prints rows/s and the ratios ferry/raw and ferry/pgcopydb. Figures, never assertions.
+ * range. Prints rows/s and the ratios ferry/raw, ferry/index-free raw and ferry/pgcopydb.
+ * Figures, never assertions.
  *
- * Options: --rows N (default 2000000), --repeat N (3), --pg URL (admin URL), --keep.
+ * Options: --rows N (default 2000000), --repeat N (3), --pg URL (admin URL), --keep, --no-many.
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -28,6 +35,12 @@ const ROWS = Number(arg('--rows', '2000000'));
 const ADMIN = arg('--pg', process.env.FERRY_TEST_PG ?? DEFAULT_TEST_PG);
 const KEEP = args.includes('--keep');
 const REPEAT = Number(arg('--repeat', '3'));
+const MANY = !args.includes('--no-many');
+/** The orchestration runs: tables × rows each. */
+const MANY_SHAPES = [
+  { tables: 50, rows: 40_000 },
+  { tables: 500, rows: 100 },
+] as const;
 const ROOT = join(__dirname, '..');
 const PSQL = findOnPath('psql') ?? '/usr/bin/psql';
 
@@ -61,9 +74,9 @@ async function repeated(fresh: () => Promise<void>, fn: () => Promise<void>, che
   return { median: times[Math.floor(times.length / 2)], min: times[0], max: times[times.length - 1] };
 }
 
-function line(label: string, s: Sample): string {
+function line(label: string, s: Sample, rows = ROWS): string {
   const range = REPEAT > 1 ? `  (${seconds(s.min)}–${seconds(s.max)})` : '';
-  return `${label.padEnd(42)} ${seconds(s.median).padStart(8)}  ${rate(s.median).padStart(16)}${range}\n`;
+  return `${label.padEnd(42)} ${seconds(s.median).padStart(8)}  ${rate(s.median, rows).padStart(16)}${range}\n`;
 }
 
 async function recreate(db: string): Promise<void> {
@@ -71,8 +84,8 @@ async function recreate(db: string): Promise<void> {
   await sql(ADMIN, `CREATE DATABASE ${db}`);
 }
 
-function rate(ms: number): string {
-  return `${Math.round(ROWS / (ms / 1000)).toLocaleString('en-US')} rows/s`;
+function rate(ms: number, rows = ROWS): string {
+  return `${Math.round(rows / (ms / 1000)).toLocaleString('en-US')} rows/s`;
 }
 
 async function timed(fn: () => Promise<void>): Promise<number> {
@@ -107,10 +120,19 @@ function peakRssMb(pid: number): number {
 async function main(): Promise<void> {
   await ensurePostgres(ADMIN);
   const tag = Date.now().toString(36);
-  const dbs = { source: `ferry_bench_src_${tag}`, raw: `ferry_bench_raw_${tag}`, pgcopydb: `ferry_bench_pgcopydb_${tag}`, none: `ferry_bench_none_${tag}`, checksum: `ferry_bench_sum_${tag}` };
+  const dbs = {
+    source: `ferry_bench_src_${tag}`,
+    raw: `ferry_bench_raw_${tag}`,
+    pgcopydb: `ferry_bench_pgcopydb_${tag}`,
+    none: `ferry_bench_none_${tag}`,
+    checksum: `ferry_bench_sum_${tag}`,
+    many: `ferry_bench_many_${tag}`,
+    manyTarget: `ferry_bench_manyt_${tag}`,
+  };
   for (const db of Object.values(dbs)) await sql(ADMIN, `CREATE DATABASE ${db}`);
   const results: Record<string, Sample> = {};
   const copyPhase: Record<string, number> = {};
+  const many: ManyResult[] = [];
   let rss = 0;
   try {
     process.stdout.write(`seeding ${ROWS.toLocaleString('en-US')} rows… `);
@@ -134,6 +156,32 @@ async function main(): Promise<void> {
       },
     );
     process.stdout.write(line('(a) raw COPY (binary, psql | psql)', raw));
+
+    // (a') the same pipe into a table without its key, then the key: the index-free load.
+    const rawIndexFree = await repeated(
+      async () => {
+        await recreate(dbs.raw);
+        await sql(url(dbs.raw), TABLE_DDL.replace(' PRIMARY KEY', ''));
+      },
+      async () => {
+        const r = spawnSync('bash', ['-o', 'pipefail', '-c',
+          `${PSQL} -X -q "${url(dbs.source)}" -c "COPY public.bench_rows TO STDOUT (FORMAT binary)" | ${PSQL} -X -q "${url(dbs.raw)}" -c "COPY public.bench_rows FROM STDIN (FORMAT binary)"`]);
+        if (r.status !== 0) throw new Error(`raw COPY failed: ${r.stderr}`);
+        await sql(url(dbs.raw), 'ALTER TABLE public.bench_rows ADD PRIMARY KEY (id)');
+      },
+    );
+    process.stdout.write(line("(a') raw COPY without key, then ADD PRIMARY KEY", rawIndexFree));
+
+    // (s) a plain checksum scan of both sides at once (the raw target holds the same rows now).
+    const CHECKSUM = 'SELECT count(*) AS n, sum(hashtext(t::text)::bigint) AS h FROM public.bench_rows t';
+    const scan = await repeated(
+      async () => undefined,
+      async () => {
+        const [a, b] = await Promise.all([sql(url(dbs.source), CHECKSUM), sql(url(dbs.raw), CHECKSUM)]);
+        if (a[0].n !== b[0].n || a[0].h !== b[0].h) throw new Error('the plain checksum scan found the sides different');
+      },
+    );
+    process.stdout.write(line('(s) plain checksum scan, both sides at once', scan));
 
     // (b) pgcopydb, when installed.
     const pgcopydb = findOnPath('pgcopydb');
@@ -161,6 +209,8 @@ async function main(): Promise<void> {
       [connectionEnvVar('bench_src')]: url(dbs.source),
       [connectionEnvVar('bench_none')]: url(dbs.none),
       [connectionEnvVar('bench_sum')]: url(dbs.checksum),
+      [connectionEnvVar('bench_many')]: url(dbs.many),
+      [connectionEnvVar('bench_many_t')]: url(dbs.manyTarget),
     };
     const worker = spawn(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'worker'], { env, stdio: ['ignore', 'ignore', 'pipe'] });
     let workerLog = '';
@@ -204,6 +254,7 @@ async function main(): Promise<void> {
         phases.sort((a, b) => a - b);
         copyPhase[name] = phases[Math.floor(phases.length / 2)];
       }
+      if (MANY) many.push(...(await manyTables(dbs.many, dbs.manyTarget, env, pgcopydb ?? undefined)));
       rss = peakRssMb(worker.pid!);
     } finally {
       worker.kill('SIGTERM');
@@ -214,17 +265,87 @@ async function main(): Promise<void> {
     const ratio = (base: Sample, mine: Sample) => (base.median / mine.median).toFixed(2);
     process.stdout.write('\n');
     process.stdout.write(`ferry (validation none) / raw COPY:      ${ratio(raw, results.none)} × raw throughput\n`);
+    process.stdout.write(`ferry (validation none) time / (a'):     ${(results.none.median / rawIndexFree.median).toFixed(2)} × the index-free load's time\n`);
+    process.stdout.write(
+      `checksum validation's cost:              ${seconds(results.checksum.median - results.none.median)} over none, ` +
+        `${((results.checksum.median - results.none.median) / scan.median).toFixed(2)} × one plain two-sided scan\n`,
+    );
     process.stdout.write(`ferry (validation checksum) / raw COPY:  ${ratio(raw, results.checksum)} × raw throughput\n`);
     if (copydb) process.stdout.write(`ferry (validation none) / pgcopydb:      ${ratio(copydb, results.none)} × pgcopydb throughput\n`);
     process.stdout.write(
       `ferry copy phase alone (none):           ${seconds(copyPhase.none)}, ${(raw.median / copyPhase.none).toFixed(2)} × raw throughput ` +
         '(MigrationStarted → TableCopied in the result\'s events: the chunk copies without CLI, preflight, DDL, ANALYZE)\n',
     );
-    process.stdout.write(`ferry worker peak RSS (VmHWM):           ${rss} MB\n`);
+    process.stdout.write(`ferry worker peak RSS (VmHWM):           ${rss} MB (over every run above and below)\n`);
+    if (copydb) process.stdout.write(`ferry (validation none) vs pgcopydb:     ${((1 - results.none.median / copydb.median) * 100).toFixed(0)}% less time\n`);
+    for (const m of many) {
+      process.stdout.write(
+        `${`${m.tables} tables × ${m.rows.toLocaleString('en-US')} rows`.padEnd(24)} ferry ${seconds(m.ferry.median)}` +
+          (m.pgcopydb ? `, pgcopydb ${seconds(m.pgcopydb.median)} (ferry ${(m.pgcopydb.median / m.ferry.median).toFixed(2)} × its speed)` : '') +
+          '\n',
+      );
+    }
     process.stdout.write(`(medians of ${REPEAT}; ferry times are end to end: CLI start, preflight, target DDL, copy, validation, ANALYZE, cleanup)\n`);
   } finally {
     if (!KEEP) for (const db of Object.values(dbs)) await sql(ADMIN, `DROP DATABASE IF EXISTS ${db} WITH (FORCE)`).catch(() => undefined);
   }
+}
+
+interface ManyResult {
+  tables: number;
+  rows: number;
+  ferry: Sample;
+  pgcopydb?: Sample;
+}
+
+/**
+ * Orchestration overhead: many small tables, each shape in a schema of its own on `source`,
+ * moved by ferry (validation none) and by pgcopydb into a fresh `target`.
+ */
+async function manyTables(source: string, target: string, env: NodeJS.ProcessEnv, pgcopydb: string | undefined): Promise<ManyResult[]> {
+  const out: ManyResult[] = [];
+  for (const shape of MANY_SHAPES) {
+    const schema = `m${shape.tables}`;
+    await sql(
+      url(source),
+      `CREATE SCHEMA ${schema};
+       DO $$ BEGIN FOR i IN 1..${shape.tables} LOOP
+         EXECUTE format('CREATE TABLE ${schema}.t%s (id bigint PRIMARY KEY, account int NOT NULL, label text, h1 text)', i);
+         EXECUTE format('INSERT INTO ${schema}.t%s SELECT g, g %% 1000, ''label '' || g, md5(g::text) FROM generate_series(1, ${shape.rows}) g', i);
+       END LOOP; END $$;`,
+    );
+    await sql(url(source), 'VACUUM ANALYZE');
+    const tables = Array.from({ length: shape.tables }, (_, i) => `${schema}.t${i + 1}`);
+    const specFile = join(tmpdir(), `ferry-bench-${schema}-${Date.now()}.json`);
+    writeFileSync(specFile, JSON.stringify({ source: 'bench_many', target: 'bench_many_t', validation: 'none', tables }));
+    const ferry = await repeated(
+      () => recreate(target),
+      async () => {
+        const r = await run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'start', specFile, '--wait'], env);
+        if (r.code !== 0) throw new Error(`ferry (${schema}) failed: ${r.out.slice(-2000)}`);
+      },
+      async () => {
+        const [n] = await sql(url(target), `SELECT count(*)::int AS n FROM pg_tables WHERE schemaname = '${schema}'`);
+        if (n.n !== shape.tables) throw new Error(`ferry (${schema}) created ${n.n} tables, expected ${shape.tables}`);
+      },
+    );
+    let copydb: Sample | undefined;
+    if (pgcopydb) {
+      const work = join(tmpdir(), `ferry-bench-pgcopydb-${schema}-${Date.now()}`);
+      const filter = join(tmpdir(), `ferry-bench-pgcopydb-${schema}.ini`);
+      writeFileSync(filter, `[include-only-schema]\n${schema}\n`);
+      copydb = await repeated(
+        () => recreate(target),
+        async () => {
+          const r = await run(pgcopydb, ['clone', '--source', url(source), '--target', url(target), '--table-jobs', '2', '--index-jobs', '2', '--dir', work, '--no-owner', '--no-acl', '--skip-extensions', '--restart', '--filters', filter]);
+          if (r.code !== 0) throw new Error(`pgcopydb (${schema}) failed: ${r.out.slice(-2000)}`);
+        },
+      );
+    }
+    out.push({ ...shape, ferry, pgcopydb: copydb });
+    await sql(url(source), `DROP SCHEMA ${schema} CASCADE`);
+  }
+  return out;
 }
 
 main().catch((err) => {
