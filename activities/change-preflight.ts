@@ -25,6 +25,8 @@ export interface StepDecision {
   setNotNull?: { table: QualifiedName; column: string };
   /** The same for the step's down:, when it has one. */
   downAction?: 'run' | 'setNotNull';
+  /** index steps: the index was there, valid, before the plan ran (a rollback leaves it). */
+  indexExisted?: boolean;
   /** A line for the status (what runs instead, what the step will find). */
   note?: string;
 }
@@ -216,7 +218,10 @@ async function checkIndex(db: ClientBase, step: Extract<ChangeStep, { kind: 'ind
   if (existing) {
     const { rows } = await db.query(`SELECT indrelid::int8 AS rel, indisvalid AS valid FROM pg_catalog.pg_index WHERE indexrelid = $1`, [existing.oid]);
     if (rows.length === 0 || Number(rows[0].rel) !== table.oid) problems.push(`.index.name: ${step.table.schema}.${step.name} exists and is not an index of ${name}`);
-    else decision.note = rows[0].valid ? 'the index exists: the step will check it and do nothing' : 'an INVALID index of this name exists: the step drops it and builds again';
+    else {
+      decision.indexExisted = rows[0].valid;
+      decision.note = rows[0].valid ? 'the index exists: the step will check it and do nothing' : 'an INVALID index of this name exists: the step drops it and builds again';
+    }
   }
   return problems;
 }

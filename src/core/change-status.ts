@@ -85,6 +85,8 @@ export interface StepStatus {
   endedAt?: string;
   progress?: StepProgress;
   error?: ErrorInfo;
+  /** A backfill's rows updated, all passes. */
+  rowsUpdated?: number;
   /** How many attempts a lock-bound statement took; the passes a backfill made. */
   attempts?: number;
   passes?: number;
@@ -155,7 +157,7 @@ export function changeResultDocument(status: ChangeStatusDocument, metadata: Rec
     metadata: metadata ?? null,
     steps: status.steps,
     events: status.events,
-    rows_backfilled: status.steps.filter((s) => s.kind === 'backfill').reduce((n, s) => n + (s.progress?.done ?? 0), 0),
+    rows_backfilled: status.steps.reduce((n, s) => n + (s.rowsUpdated ?? 0), 0),
     warnings: status.warnings ?? [],
   };
 }
