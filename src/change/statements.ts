@@ -32,14 +32,15 @@ export async function parseStatements(sql: string): Promise<Node[] | string> {
   }
 }
 
-/** Every RangeVar in a tree (tables named anywhere in the statement). */
+/**
+ * Every relation named anywhere in a tree: RangeVar nodes, whether wrapped (`{RangeVar: …}` in a
+ * FROM list) or bare (an ALTER TABLE's `relation`).
+ */
 function rangeVars(node: Node, out: Node[] = []): Node[] {
   if (Array.isArray(node)) node.forEach((n) => rangeVars(n, out));
   else if (node && typeof node === 'object') {
-    for (const [key, value] of Object.entries(node)) {
-      if (key === 'RangeVar') out.push(value);
-      rangeVars(value, out);
-    }
+    if (typeof node.relname === 'string') out.push(node);
+    for (const value of Object.values(node)) rangeVars(value, out);
   }
   return out;
 }
@@ -68,6 +69,9 @@ function typeNameText(typeName: Node): { name: string; typmods: number[] } {
   const typmods: number[] = (typeName.typmods ?? []).map((m: Node) => m.A_Const?.ival?.ival ?? 0);
   return { name: names.filter((n) => n !== 'pg_catalog').join('.'), typmods };
 }
+
+/** The parser's internal names of built-in types, as people write them. */
+const SQL_TYPE_NAMES: Record<string, string> = { int8: 'bigint', int4: 'integer', int2: 'smallint', float8: 'double precision', float4: 'real', bool: 'boolean', bpchar: 'char' };
 
 const SERIAL_TYPES = new Set(['serial', 'serial4', 'bigserial', 'serial8', 'smallserial', 'serial2']);
 
@@ -211,7 +215,7 @@ async function volatileFunctions(db: ClientBase, names: string[]): Promise<strin
  */
 async function typeChangeRewrites(db: ClientBase, table: QualifiedName, column: string, typeName: Node): Promise<string | undefined> {
   const wanted = typeNameText(typeName);
-  const display = `${wanted.name}${wanted.typmods.length ? `(${wanted.typmods.join(',')})` : ''}`;
+  const display = `${SQL_TYPE_NAMES[wanted.name] ?? wanted.name}${wanted.typmods.length ? `(${wanted.typmods.join(',')})` : ''}`;
   const { rows } = await db.query<{ type: string; typmod: number }>(
     `SELECT t.typname::text AS type, a.atttypmod AS typmod
        FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
