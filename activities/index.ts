@@ -2,9 +2,13 @@
  * Every side effect Ferry performs, built from injected dependencies. Workflows import only the
  * type `Activities` and call these through proxyActivities.
  */
+import { createBackfillActivities } from './backfill';
 import { createSendCallback } from './callback';
 import { createCaptureActivities } from './capture';
 import { createCheckDirty } from './check-dirty';
+import { createChangeIndexActivities } from './change-index';
+import { createChangePreflight } from './change-preflight';
+import { createChangeSqlActivities } from './change-sql';
 import { classified } from './classified';
 import { createCleanupActivities } from './cleanup';
 import { createCopyChunk } from './copy-chunk';
@@ -39,6 +43,11 @@ export function createActivities(deps: ActivityDeps) {
     ...createSyncActivities(deps),
     checkDirtyKeys: createCheckDirty(deps),
     sendCallback: createSendCallback(deps),
+    // Change plans (docs/architecture.md §10).
+    changePreflight: createChangePreflight(deps),
+    ...createChangeSqlActivities(deps),
+    ...createBackfillActivities(deps),
+    ...createChangeIndexActivities(deps),
   });
 }
 

@@ -43,9 +43,9 @@ interface Scenario {
   name: string;
   description: string;
   schema: string;
-  /** The migration's final state; anything else and nothing is written. */
+  /** The migration's (or change plan's) final state; anything else and nothing is written. */
   expected: ResultDocument['state'];
-  run(ctx: Context): Promise<ResultDocument>;
+  run(ctx: Context): Promise<Pick<ResultDocument, 'state' | 'error'>>;
 }
 
 const FULL_SCHEMA = `
@@ -314,6 +314,67 @@ ANALYZE;`,
     },
   },
 ];
+
+/** A change plan's table on the source database (the `src` connection). */
+const CHANGE_SCHEMA = `
+CREATE SCHEMA shop;
+CREATE TABLE shop.orders (id bigint PRIMARY KEY, total int NOT NULL);
+INSERT INTO shop.orders SELECT g, g % 100 FROM generate_series(1, 3000) g;
+ANALYZE shop.orders;`;
+
+SCENARIOS.push(
+  {
+    name: 'change',
+    description:
+      'a change plan (changeWorkflow): add a column with down:, a throttled backfill with until: all paused and resumed, a concurrent index, SET NOT NULL the safe way, validate, result callback with event webhooks',
+    schema: CHANGE_SCHEMA,
+    expected: 'SUCCEEDED',
+    async run({ id, stack, receiver }) {
+      await stack.ferry.startChange({
+        kind: 'change',
+        id,
+        database: 'src',
+        throttle: { rowsPerSecond: 1000 },
+        steps: [
+          { sql: 'ALTER TABLE shop.orders ADD COLUMN note text', down: 'ALTER TABLE shop.orders DROP COLUMN note' },
+          { backfill: { table: 'shop.orders', set: { note: "'n/a'" }, where: 'note IS NULL', batchRows: 500, until: 'all' } },
+          { index: { table: 'shop.orders', name: 'orders_note_idx', columns: ['note'] } },
+          { sql: 'ALTER TABLE shop.orders ALTER COLUMN note SET NOT NULL' },
+          { sql: 'ALTER TABLE shop.orders ADD CONSTRAINT total_small CHECK (total < 1000) NOT VALID' },
+          { validate: { table: 'shop.orders', constraint: 'total_small' } },
+        ],
+        callback: { url: `${receiver.url}/change`, events: true },
+      });
+      await eventually(async () => ((await stack.ferry.changeStatus(id)).steps[1].progress?.done ?? 0) > 0, 60_000);
+      await stack.ferry.pause(id);
+      await eventually(async () => (await stack.ferry.changeStatus(id)).waiting?.startsWith('paused'), 60_000);
+      await stack.ferry.throttle(id, { rowsPerSecond: 0 });
+      await stack.ferry.resume(id);
+      return stack.ferry.changeResult(id);
+    },
+  },
+  {
+    name: 'change-rolled-back',
+    description: 'a change plan whose VALIDATE fails: onFailure: rollback drops the index, the constraint and the column, newest first',
+    schema: CHANGE_SCHEMA,
+    expected: 'FAILED',
+    async run({ id, stack }) {
+      await stack.ferry.startChange({
+        kind: 'change',
+        id,
+        database: 'src',
+        onFailure: 'rollback',
+        steps: [
+          { sql: 'ALTER TABLE shop.orders ADD COLUMN note text', down: 'ALTER TABLE shop.orders DROP COLUMN note' },
+          { index: { table: 'shop.orders', name: 'orders_note_idx', columns: ['note'] } },
+          { sql: 'ALTER TABLE shop.orders ADD CONSTRAINT total_big CHECK (total > 50) NOT VALID', down: 'ALTER TABLE shop.orders DROP CONSTRAINT total_big' },
+          { validate: { table: 'shop.orders', constraint: 'total_big' } },
+        ],
+      });
+      return stack.ferry.changeResult(id);
+    },
+  },
+);
 
 interface ManifestEntry {
   file: string;

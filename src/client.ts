@@ -13,14 +13,17 @@ import {
   WorkflowNotFoundError,
 } from '@temporalio/client';
 import { TypedSearchAttributes, WorkflowIdConflictPolicy } from '@temporalio/common';
-import { decodeOptionalFailureToOptionalError } from '@temporalio/common/lib/internal-non-workflow';
+import { decodeFromPayloadsAtIndex, decodeOptionalFailureToOptionalError } from '@temporalio/common/lib/internal-non-workflow';
 import { dataConverterFromEnv } from './codec';
 import { RefusedError } from './core/errors';
 import { innermostApplicationFailure } from './core/failures';
 import type { CleanupInput, CleanupResult } from '../workflows/cleanup';
-import { approveCutoverSignal, cancelSignal, pauseSignal, resumeSignal, stateQuery, tableStateQuery, throttleSignal, ThrottleRequest } from '../workflows/definitions';
+import type { ChangePreflightResult } from '../activities/change-preflight';
+import { approveCutoverSignal, cancelSignal, changeStateQuery, pauseSignal, resumeSignal, stateQuery, tableStateQuery, throttleSignal, ThrottleRequest } from '../workflows/definitions';
+import { ChangePlan, isChangePlanInput, parseChangePlan } from './core/change-plan';
+import { ChangeResultDocument, ChangeStatusDocument, StepProgress } from './core/change-status';
 import { connectionOptions, TemporalConfig, temporalConfig } from './config';
-import { CLEANUP_WORKFLOW, FerryPhaseKey, FerrySourceKey, FerryStateKey, FerryTargetKey, HELPER_WORKFLOW_TYPES, MIGRATION_WORKFLOW, PREFLIGHT_WORKFLOW, UNFREEZE_WORKFLOW, workflowIds } from './core/names';
+import { CHANGE_PREFLIGHT_WORKFLOW, CHANGE_WORKFLOW, CLEANUP_WORKFLOW, FerryPhaseKey, FerrySourceKey, FerryStateKey, FerryTargetKey, HELPER_WORKFLOW_TYPES, MIGRATION_WORKFLOW, PREFLIGHT_WORKFLOW, UNFREEZE_WORKFLOW, workflowIds } from './core/names';
 import { MigrationPlan } from './core/plan';
 import { checkThrottle, parseSpec, Spec } from './core/spec';
 import { MigrationState, Phase } from './core/state-machine';
@@ -41,6 +44,13 @@ export interface StartedMigration {
   runId: string;
   plan?: MigrationPlan;
   /** false when a migration with this id was already running and is returned instead. */
+  started: boolean;
+}
+
+export interface StartedChange {
+  id: string;
+  runId: string;
+  preflight?: ChangePreflightResult;
   started: boolean;
 }
 
@@ -130,6 +140,10 @@ export class FerryClient {
    * returns as soon as it is running. Starting an id that is already running returns that one.
    */
   async start(specInput: unknown, options: StartOptions = {}): Promise<StartedMigration> {
+    if (isChangePlanInput(specInput)) {
+      const started = await this.startChange(specInput, options);
+      return { id: started.id, runId: started.runId, started: started.started };
+    }
     // --id overrides spec.id and is checked like it, before anything runs.
     const spec: Spec = parseSpec(options.id ? { ...(specInput as Record<string, unknown>), id: options.id } : specInput);
     const id = spec.id ?? generateMigrationId();
@@ -339,7 +353,7 @@ export class FerryClient {
 
   /** Migrations (not helper workflows), newest first, optionally by FerryState. */
   async list(filter: { state?: string; limit?: number } = {}): Promise<MigrationSummary[]> {
-    let query = `WorkflowType = '${MIGRATION_WORKFLOW}'`;
+    let query = `WorkflowType IN ('${MIGRATION_WORKFLOW}', '${CHANGE_WORKFLOW}')`;
     if (filter.state) query += ` AND FerryState = '${filter.state.replace(/'/g, '')}'`;
     const out: MigrationSummary[] = [];
     for await (const w of this.client.workflow.list({ query })) {
@@ -355,6 +369,148 @@ export class FerryClient {
       if (out.length >= (filter.limit ?? 1000)) break;
     }
     return out;
+  }
+
+  /** Runs a change plan's preflight on the workers; throws RefusedError when it is refused. */
+  async preflightChange(planInput: unknown, changeId: string): Promise<ChangePreflightResult> {
+    try {
+      return await this.client.workflow.execute(CHANGE_PREFLIGHT_WORKFLOW, {
+        taskQueue: this.config.taskQueue,
+        workflowId: `${changeId}.preflight.${randomBytes(4).toString('hex')}`,
+        args: [planInput, changeId],
+        workflowExecutionTimeout: '10 minutes',
+      });
+    } catch (err) {
+      const failure = innermostApplicationFailure(err);
+      if (failure) throw new RefusedError(failure.message, failure.type ?? FAILURE.Refused, { cause: err });
+      throw err;
+    }
+  }
+
+  /**
+   * Validates a change plan (`kind: change`), runs its preflight through the workers, then starts
+   * changeWorkflow and returns once it runs. A refusal (bad plan, unsafe statement, missing
+   * table) throws before anything changed.
+   */
+  async startChange(planInput: unknown, options: { id?: string; skipPreflight?: boolean } = {}): Promise<StartedChange> {
+    const input = options.id ? { ...(planInput as Record<string, unknown>), id: options.id } : planInput;
+    const plan: ChangePlan = parseChangePlan(input);
+    const id = plan.id ?? generateMigrationId().replace(/^ferry-/, 'change-');
+    const running = await this.runningExecution(id);
+    if (running) return { id, runId: running, started: false };
+    const withId = { ...(input as Record<string, unknown>), id };
+    const preflight = options.skipPreflight ? undefined : await this.preflightChange(withId, id);
+    try {
+      const handle = await this.client.workflow.start(CHANGE_WORKFLOW, {
+        taskQueue: this.config.taskQueue,
+        workflowId: id,
+        args: [withId, { preflight }],
+        workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
+        typedSearchAttributes: new TypedSearchAttributes([
+          { key: FerryStateKey, value: 'QUEUED' },
+          { key: FerryPhaseKey, value: 'PENDING' },
+          { key: FerrySourceKey, value: plan.database },
+          { key: FerryTargetKey, value: plan.database },
+        ]),
+        memo: { kind: 'change', database: plan.database, spec: withId },
+        staticSummary: `Ferry change plan on ${plan.database}: ${plan.steps.length} step(s)`,
+      });
+      return { id, runId: handle.firstExecutionRunId, preflight, started: true };
+    } catch (err) {
+      if (err instanceof WorkflowExecutionAlreadyStartedError) {
+        throw new RefusedError(`change ${id} already exists and has ended; choose another id`, 'IdInUse', { cause: err });
+      }
+      throw err;
+    }
+  }
+
+  /** 'change' for a changeWorkflow, 'migration' otherwise. */
+  async kindOf(id: string): Promise<'change' | 'migration'> {
+    const d = await this.handle(id).describe();
+    return d.type === CHANGE_WORKFLOW ? 'change' : 'migration';
+  }
+
+  /**
+   * A change plan's status document: the workflow's `state` query, with the running step's live
+   * progress read from its activity's heartbeat (rows of a backfill's pass, an index build's
+   * blocks or tuples), and RETRYING when an activity is past its first attempt.
+   */
+  async changeStatus(id: string): Promise<ChangeStatusDocument> {
+    const handle = this.handle(id);
+    const d = await handle.describe();
+    let doc: ChangeStatusDocument;
+    try {
+      doc = await this.client.connection.withDeadline(Date.now() + 5_000, () => handle.query(changeStateQuery));
+    } catch {
+      const result = d.memo?.result as ChangeResultDocument | undefined;
+      doc = {
+        kind: 'change',
+        id,
+        runId: d.runId,
+        database: String(d.memo?.database ?? ''),
+        state: (result?.state ?? d.typedSearchAttributes.get(FerryStateKey) ?? 'QUEUED') as MigrationState,
+        phase: (result?.phase ?? d.typedSearchAttributes.get(FerryPhaseKey) ?? 'PENDING') as ChangeStatusDocument['phase'],
+        paused: false,
+        throttle: {},
+        steps: result?.steps ?? [],
+        events: result?.events ?? [],
+        transitions: [],
+        startedAt: d.startTime.toISOString(),
+      };
+      if (result?.error) doc.error = result.error;
+      if (d.closeTime) doc.endedAt = d.closeTime.toISOString();
+    }
+    if (d.status.name !== 'RUNNING') return doc;
+    const running = doc.steps.find((s) => s.state === 'RUNNING');
+    for (const a of d.raw.pendingActivities ?? []) {
+      const name = a.activityType?.name;
+      const payloads = a.heartbeatDetails?.payloads;
+      if (running && payloads?.length && (name === 'backfillSlice' || name === 'buildChangeIndex')) {
+        const details = await decodeHeartbeat(this, payloads);
+        if (name === 'buildChangeIndex' && details?.progress) running.progress = details.progress as StepProgress;
+        if (name === 'backfillSlice' && typeof details?.rowsScanned === 'number' && running.progress) {
+          running.progress = { ...running.progress, done: Math.max(running.progress.done, details.rowsScanned as number) };
+        }
+      }
+      if ((a.attempt ?? 1) > 1 && doc.state === 'RUNNING') {
+        const lastFailure = await decodeOptionalFailureToOptionalError(this.client.workflow.options.loadedDataConverter, a.lastFailure);
+        doc.state = 'RETRYING';
+        doc.retrying = { workflowId: id, activity: name ?? 'activity', attempt: a.attempt ?? 2, lastError: lastFailure?.message };
+      }
+    }
+    return doc;
+  }
+
+  /** Waits for a change plan to end and returns its result document, for every outcome. */
+  async changeResult(id: string): Promise<ChangeResultDocument> {
+    const handle = this.handle(id);
+    try {
+      return await handle.result();
+    } catch (err) {
+      if (!(err instanceof WorkflowFailedError)) throw err;
+      const d = await handle.describe();
+      const fromMemo = d.memo?.result as ChangeResultDocument | undefined;
+      if (fromMemo) return fromMemo;
+      const failure = innermostApplicationFailure(err);
+      const end = (d.closeTime ?? new Date()).toISOString();
+      return {
+        kind: 'change',
+        task_id: id,
+        state: d.status.name === 'CANCELLED' ? 'CANCELLED' : 'FAILED',
+        phase: 'FAILED',
+        database: String(d.memo?.database ?? ''),
+        start_time: d.startTime.toISOString(),
+        end_time: end,
+        duration: '',
+        duration_ms: Date.parse(end) - d.startTime.getTime(),
+        error: { message: failure?.message ?? err.message, type: failure?.type ?? undefined },
+        metadata: null,
+        steps: [],
+        events: [],
+        rows_backfilled: 0,
+        warnings: [],
+      };
+    }
   }
 
   async cancel(id: string, reason?: string): Promise<void> {
@@ -442,6 +598,16 @@ export class FerryClient {
 function afterwardsOf(specInput: unknown): string | undefined {
   try {
     return parseSpec(specInput).cutover?.afterwards;
+  } catch {
+    return undefined;
+  }
+}
+
+/** A pending activity's last heartbeat details, decoded as the workers' data converter wrote them. */
+async function decodeHeartbeat(client: FerryClient, payloads: unknown[]): Promise<Record<string, unknown> | undefined> {
+  try {
+    const value = await decodeFromPayloadsAtIndex<unknown>(client.client.workflow.options.loadedDataConverter, 0, payloads as never);
+    return value && typeof value === 'object' ? (value as Record<string, unknown>) : undefined;
   } catch {
     return undefined;
   }

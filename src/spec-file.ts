@@ -1,6 +1,7 @@
 /** Reads a spec from a .json, .yaml or .yml file (or "-" for stdin) and validates it. */
 import { readFileSync, statSync } from 'node:fs';
 import YAML from 'yaml';
+import { ChangePlan, isChangePlanInput, parseChangePlan } from './core/change-plan';
 import { parseSpec, Spec, SpecError } from './core/spec';
 
 /** A real spec is a few KB (500 tables and 16 KB of metadata stay far below this). */
@@ -37,18 +38,34 @@ export function decodeSpecText(text: string, name: string): unknown {
   }
 }
 
-export function loadSpecFile(path: string): LoadedSpec {
-  let text: string;
+function readSpecText(path: string): string {
   try {
     if (path !== '-') {
       const size = statSync(path).size;
       if (size > MAX_SPEC_FILE_BYTES) throw tooLarge(path, size);
     }
-    text = readFileSync(path === '-' ? 0 : path, 'utf8');
+    return readFileSync(path === '-' ? 0 : path, 'utf8');
   } catch (err) {
     if (err instanceof SpecError) throw err;
     throw new SpecError([{ path: 'spec', message: `cannot read ${path}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}` }]);
   }
-  const raw = decodeSpecText(text, path);
+}
+
+export function loadSpecFile(path: string): LoadedSpec {
+  const raw = decodeSpecText(readSpecText(path), path);
   return { raw, spec: parseSpec(raw) };
+}
+
+export interface LoadedSpecOrPlan {
+  raw: unknown;
+  /** A migration spec … */
+  spec?: Spec;
+  /** … or a change plan (`kind: change`). */
+  plan?: ChangePlan;
+}
+
+/** A spec file that may hold either a migration spec or a change plan (`kind: change`). */
+export function loadSpecOrPlanFile(path: string): LoadedSpecOrPlan {
+  const raw = decodeSpecText(readSpecText(path), path);
+  return isChangePlanInput(raw) ? { raw, plan: parseChangePlan(raw) } : { raw, spec: parseSpec(raw) };
 }

@@ -4,6 +4,7 @@
  */
 import { defineQuery, defineSignal } from '@temporalio/workflow';
 import { Phase } from '../src/core/state-machine';
+import { ChangeStatusDocument } from '../src/core/change-status';
 import { ChunkStatus, EventType, StatusDocument, TableStatus } from '../src/core/status';
 
 export interface CancelRequest {
@@ -22,6 +23,8 @@ export const pauseSignal = defineSignal('pause');
 export const resumeSignal = defineSignal('resume');
 export const throttleSignal = defineSignal<[ThrottleRequest]>('throttle');
 export const stateQuery = defineQuery<StatusDocument>('state');
+/** The same wire name on a changeWorkflow: its status document. */
+export const changeStateQuery = defineQuery<ChangeStatusDocument>('state');
 
 /** What the parent forwards to its table workflows. */
 export interface Control {

@@ -4,3 +4,5 @@ export { tableMigrationWorkflow } from './table';
 export { preflightWorkflow } from './preflight';
 export { unfreezeWorkflow } from './unfreeze';
 export { cleanupWorkflow } from './cleanup';
+export { changeWorkflow } from './change';
+export { changePreflightWorkflow } from './change-preflight';

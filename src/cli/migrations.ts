@@ -2,7 +2,8 @@
 import { Command, Option } from 'commander';
 import { FerryClient } from '../client';
 import { displayQualified } from '../core/identifiers';
-import { loadSpecFile } from '../spec-file';
+import { loadSpecFile, loadSpecOrPlanFile } from '../spec-file';
+import { formatChangeResult, formatChangeStatus, watchChange } from '../view/change-format';
 import { MIGRATION_STATES } from '../core/state-machine';
 import { formatResult, formatStatus } from '../view/format';
 import { CliExit, printJson } from './output';
@@ -11,13 +12,14 @@ import { watch } from '../view/watch';
 export function registerMigrationCommands(program: Command): void {
   program
     .command('start')
-    .description('validate SPEC, run preflight on the workers, start the migration and print its id')
+    .description('validate SPEC (a migration, or a change plan with kind: change), run preflight on the workers, start it and print its id')
     .argument('<spec>', 'spec file (.yaml, .yml or .json; - for stdin)')
     .option('--id <id>', 'migration id (overrides spec.id)')
     .option('--wait', 'wait for the migration to end; exit 0 only if it succeeded')
     .addOption(new Option('--json', 'print JSON'))
     .action(async (specPath: string, opts: { id?: string; wait?: boolean; json?: boolean }) => {
-      const { raw } = loadSpecFile(specPath);
+      const { raw, plan } = loadSpecOrPlanFile(specPath);
+      if (plan) return startChange(raw, opts);
       await FerryClient.using(async (client) => {
         const started = await client.start(raw, { id: opts.id });
         // What the prepared target tables' own triggers and foreign keys do on Ferry's writes.
@@ -43,6 +45,13 @@ export function registerMigrationCommands(program: Command): void {
     .addOption(new Option('--json', 'print each changed status document as one JSON line, then the result'))
     .action(async (id: string, opts: { json?: boolean }) => {
       await FerryClient.using(async (client) => {
+        if ((await client.kindOf(id)) === 'change') {
+          await watchChange(client, id, { json: opts.json });
+          const result = await client.changeResult(id);
+          process.stdout.write(opts.json ? `${JSON.stringify(result)}\n` : `${formatChangeResult(result)}\n`);
+          if (result.state !== 'SUCCEEDED') throw new CliExit('', 1);
+          return;
+        }
         await watch(client, id, { json: opts.json });
         const result = await client.result(id);
         if (opts.json) process.stdout.write(`${JSON.stringify(result)}\n`);
@@ -58,6 +67,12 @@ export function registerMigrationCommands(program: Command): void {
     .addOption(new Option('--json', 'print the status document as JSON'))
     .action(async (id: string, opts: { json?: boolean }) => {
       await FerryClient.using(async (client) => {
+        if ((await client.kindOf(id)) === 'change') {
+          const status = await client.changeStatus(id);
+          if (opts.json) printJson(status);
+          else process.stdout.write(`${formatChangeStatus(status)}\n`);
+          return;
+        }
         const status = await client.status(id);
         if (opts.json) printJson(status);
         else process.stdout.write(`${formatStatus(status)}\n`);
@@ -71,6 +86,13 @@ export function registerMigrationCommands(program: Command): void {
     .addOption(new Option('--json', 'print the result document as JSON'))
     .action(async (id: string, opts: { json?: boolean }) => {
       await FerryClient.using(async (client) => {
+        if ((await client.kindOf(id)) === 'change') {
+          const result = await client.changeResult(id);
+          if (opts.json) printJson(result);
+          else process.stdout.write(`${formatChangeResult(result)}\n`);
+          if (result.state !== 'SUCCEEDED') throw new CliExit('', 1);
+          return;
+        }
         const result = await client.result(id);
         if (opts.json) printJson(result);
         else process.stdout.write(`${formatResult(result)}\n`);
@@ -98,6 +120,22 @@ export function registerMigrationCommands(program: Command): void {
     .option('--connect', 'run preflight through the workers against both databases')
     .addOption(new Option('--json', 'print JSON'))
     .action(async (specPath: string, opts: { connect?: boolean; json?: boolean }) => {
+      const loaded = loadSpecOrPlanFile(specPath);
+      if (loaded.plan) {
+        const plan = loaded.plan;
+        if (!opts.connect) {
+          if (opts.json) return printJson(plan);
+          process.stdout.write(`plan ok: change on ${plan.database}, ${plan.steps.length} step(s)\n`);
+          return;
+        }
+        await FerryClient.using(async (client) => {
+          const checked = await client.preflightChange(loaded.raw, plan.id ?? 'validate');
+          if (opts.json) return printJson(checked);
+          process.stdout.write(`preflight ok: ${plan.database} (PostgreSQL ${checked.serverVersion}), ${plan.steps.length} step(s)\n`);
+          for (const d of checked.steps) if (d.note) process.stdout.write(`  step ${d.index + 1}: ${d.note}\n`);
+        });
+        return;
+      }
       const { raw, spec } = loadSpecFile(specPath);
       if (!opts.connect) {
         if (opts.json) return printJson(spec);
@@ -116,4 +154,25 @@ export function registerMigrationCommands(program: Command): void {
         }
       });
     });
+}
+
+/** `ferry start PLAN` for a change plan: preflight first (a refusal exits 2, nothing changed). */
+async function startChange(raw: unknown, opts: { id?: string; wait?: boolean; json?: boolean }): Promise<void> {
+  await FerryClient.using(async (client) => {
+    const started = await client.startChange(raw, { id: opts.id });
+    if (!opts.json) for (const d of started.preflight?.steps ?? []) if (d.note) process.stderr.write(`note: step ${d.index + 1}: ${d.note}\n`);
+    if (!opts.wait) {
+      if (opts.json) printJson(started);
+      else process.stdout.write(`${started.id}\n`);
+      return;
+    }
+    if (!opts.json) {
+      process.stderr.write(`change ${started.id} started\n`);
+      await watchChange(client, started.id);
+    }
+    const result = await client.changeResult(started.id);
+    if (opts.json) printJson(result);
+    else process.stdout.write(`${formatChangeResult(result)}\n`);
+    if (result.state !== 'SUCCEEDED') throw new CliExit('', 1);
+  });
 }

@@ -39,6 +39,13 @@ export const FAILURE = {
   MigrationFailed: 'MigrationFailed',
   MigrationCancelled: 'MigrationCancelled',
   MigrationTimedOut: 'MigrationTimedOut',
+  // Change plans (docs/architecture.md §10).
+  ChangeRefused: 'ChangeRefused',
+  LockBusy: 'LockBusy',
+  LockWaitExceeded: 'LockWaitExceeded',
+  StepTimedOut: 'StepTimedOut',
+  ChangeFailed: 'ChangeFailed',
+  ChangeCancelled: 'ChangeCancelled',
   // Callbacks.
   CallbackRejected: 'CallbackRejected',
   CallbackRetryable: 'CallbackRetryable',

@@ -98,3 +98,26 @@ export function withSuffix(identifier: string, suffix: string): string {
 export function sameName(a: QualifiedName, b: QualifiedName): boolean {
   return a.schema === b.schema && a.name === b.name;
 }
+
+/**
+ * One identifier as a plan writes it: plain (folded to lower case, as PostgreSQL does) or
+ * double-quoted. Anything else — spaces, semicolons, a second part — is refused, so SQL cannot
+ * ride in on a name.
+ */
+export function parseIdentifier(text: string): { ok: true; name: string } | { ok: false; message: string } {
+  let name: string;
+  if (text.startsWith('"')) {
+    if (text.length < 3 || !text.endsWith('"')) return { ok: false, message: 'has an unterminated or empty quoted identifier' };
+    const inner = text.slice(1, -1);
+    if (inner.replace(/""/g, '').includes('"')) return { ok: false, message: 'must be one identifier (a quote inside a quoted name is written "")' };
+    name = inner.replace(/""/g, '"');
+  } else {
+    if (!/^[A-Za-z_][A-Za-z0-9_$]*$/.test(text)) {
+      return { ok: false, message: 'must be one identifier (letters, digits, _ or $); quote other names, e.g. "Order Total"' };
+    }
+    name = text.toLowerCase();
+  }
+  if (name.includes('\u0000') || /[\p{Cc}]/u.test(name)) return { ok: false, message: 'contains a control character' };
+  if (new TextEncoder().encode(name).length > MAX_IDENTIFIER_BYTES) return { ok: false, message: `is longer than ${MAX_IDENTIFIER_BYTES} bytes` };
+  return { ok: true, name };
+}

@@ -9,12 +9,16 @@ export const DEFAULT_TASK_QUEUE = 'ferry';
 
 export const MIGRATION_WORKFLOW = 'migrationWorkflow';
 export const TABLE_WORKFLOW = 'tableMigrationWorkflow';
+/** A change plan: in-place schema changes on one database (docs/architecture.md §10). */
+export const CHANGE_WORKFLOW = 'changeWorkflow';
 /** Internal helper workflows (not migrations; `ferry list` hides them). */
 export const PREFLIGHT_WORKFLOW = 'preflightWorkflow';
 export const UNFREEZE_WORKFLOW = 'unfreezeWorkflow';
 /** Removes what a migration left on the source (and, for `ferry cleanup`, on the target). */
 export const CLEANUP_WORKFLOW = 'cleanupWorkflow';
-export const HELPER_WORKFLOW_TYPES = [PREFLIGHT_WORKFLOW, UNFREEZE_WORKFLOW, CLEANUP_WORKFLOW];
+/** Runs a change plan's preflight for `ferry start`. */
+export const CHANGE_PREFLIGHT_WORKFLOW = 'changePreflightWorkflow';
+export const HELPER_WORKFLOW_TYPES = [PREFLIGHT_WORKFLOW, UNFREEZE_WORKFLOW, CLEANUP_WORKFLOW, CHANGE_PREFLIGHT_WORKFLOW];
 
 /** Workflow ids derived from a migration's id. */
 export const workflowIds = {

@@ -47,6 +47,32 @@ const duration = (min: number, max: number) =>
 
 const int = (min: number, max: number) => z.number().int().min(min).max(max);
 
+/** The result callback, shared by migration specs and change plans. */
+export const callbackSchema = z
+  .strictObject({
+    url: z
+      .string()
+      .max(2048)
+      .refine((u) => isHttpUrl(u), { error: 'must be an http:// or https:// URL (no spaces or control characters)' })
+      .refine((u) => !hasCredentials(u), {
+        error: 'must not carry a user or password (they would be stored in workflow history); sign requests with callback.secret instead',
+      })
+      .describe('http(s) URL that receives the result document (POST JSON)'),
+    secret: z
+      .string()
+      .regex(CALLBACK_SECRET_NAME, {
+        error:
+          "must be the name of a workers' environment variable that starts with FERRY_SECRET_ (A-Z, 0-9, _; for example " +
+          'FERRY_SECRET_HOOK), never the secret itself: workers sign only with FERRY_SECRET_* variables; rename the ' +
+          'variable on the workers and here',
+      })
+      .optional()
+      .describe('NAME of the workers\' variable FERRY_SECRET_<NAME> that holds the HMAC-SHA256 key (X-Ferry-Signature)'),
+    events: z.boolean().default(false).describe('also POST every event, keyed <id>:<seq>'),
+  })
+  .optional()
+  .describe('result callback, sent for every outcome');
+
 const tableEntry = z.union([
   qualifiedName,
   z.strictObject({
@@ -101,30 +127,7 @@ export const specSchema = z
       .describe('online mode only'),
     onFailure: z.enum(['rollback', 'keep']).default('rollback').describe('keep leaves target tables, checkpoints and (online, when FAILED) change capture for inspection and `ferry retry`; `ferry cleanup` removes them'),
     deadline: duration(1000, 365 * 86_400_000).optional().describe('e.g. 12h; then TIMED_OUT and rollback'),
-    callback: z
-      .strictObject({
-        url: z
-          .string()
-          .max(2048)
-          .refine((u) => isHttpUrl(u), { error: 'must be an http:// or https:// URL (no spaces or control characters)' })
-          .refine((u) => !hasCredentials(u), {
-            error: 'must not carry a user or password (they would be stored in workflow history); sign requests with callback.secret instead',
-          })
-          .describe('http(s) URL that receives the result document (POST JSON)'),
-        secret: z
-          .string()
-          .regex(CALLBACK_SECRET_NAME, {
-            error:
-              "must be the name of a workers' environment variable that starts with FERRY_SECRET_ (A-Z, 0-9, _; for example " +
-              'FERRY_SECRET_HOOK), never the secret itself: workers sign only with FERRY_SECRET_* variables; rename the ' +
-              'variable on the workers and here',
-          })
-          .optional()
-          .describe('NAME of the workers\' variable FERRY_SECRET_<NAME> that holds the HMAC-SHA256 key (X-Ferry-Signature)'),
-        events: z.boolean().default(false).describe('also POST every event, keyed <id>:<seq>'),
-      })
-      .optional()
-      .describe('result callback, sent for every outcome'),
+    callback: callbackSchema,
     metadata: z.record(z.string(), z.unknown()).optional().describe('free JSON (at most 16 KB), echoed in the result and callback'),
   })
   .superRefine((spec, ctx) => {

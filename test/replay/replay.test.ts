@@ -10,15 +10,18 @@ import { historyFromJSON } from '@temporalio/common/lib/proto-utils';
 import type { temporal } from '@temporalio/proto';
 import { DefaultLogger, ReplayWorkerOptions, Runtime, Worker } from '@temporalio/worker';
 import { dataConverterFromEnv } from '../../src/codec';
-import { CLEANUP_WORKFLOW, HELPER_WORKFLOW_TYPES, MIGRATION_WORKFLOW, PREFLIGHT_WORKFLOW, TABLE_WORKFLOW, UNFREEZE_WORKFLOW } from '../../src/core/names';
+import { CHANGE_PREFLIGHT_WORKFLOW, CHANGE_WORKFLOW, CLEANUP_WORKFLOW, HELPER_WORKFLOW_TYPES, MIGRATION_WORKFLOW, PREFLIGHT_WORKFLOW, TABLE_WORKFLOW, UNFREEZE_WORKFLOW } from '../../src/core/names';
 import { workflowBundle } from '../../src/temporal/bundle';
 
 type History = temporal.api.history.v1.IHistory;
 
 const DIR = join(__dirname, '..', 'fixtures', 'histories');
 
-/** How each scenario's migrationWorkflow must have ended: completed, or failed with this type. */
-const SCENARIOS: Record<string, { failureType?: string }> = {
+/**
+ * How each scenario's migrationWorkflow (or, for `change: true`, its changeWorkflow) must have
+ * ended: completed, or failed with this type.
+ */
+const SCENARIOS: Record<string, { failureType?: string; change?: boolean }> = {
   full: {},
   online: {},
   cancelled: { failureType: 'MigrationCancelled' },
@@ -43,6 +46,10 @@ const SCENARIOS: Record<string, { failureType?: string }> = {
   // HOOK_SECRET), which the spec now refuses: it replays only because executions without the
   // ferry-secret-names patch marker keep the old rule (workflows/spec-input.ts).
   'before-ferry-secret-names': {},
+  // Change plans: a plan with a paused and re-throttled backfill, an index, a safe SET NOT NULL
+  // and a validation; and one whose VALIDATE fails and rolls back.
+  change: { change: true },
+  'change-rolled-back': { change: true, failureType: 'ChangeFailed' },
 };
 
 /** One line of a scenario's manifest.json (written by scripts/record-histories.ts). */
@@ -99,14 +106,15 @@ describe('recorded workflow histories', () => {
       const files = readdirSync(join(DIR, scenario)).filter((f) => f.endsWith('.json') && f !== 'manifest.json');
       expect({ scenario, files: list.map((f) => f.file).sort() }).toEqual({ scenario, files: files.sort() });
       const types = list.map((f) => f.workflowType);
-      expect({ scenario, migrations: types.filter((t) => t === MIGRATION_WORKFLOW).length }).toEqual({ scenario, migrations: 1 });
+      const main = SCENARIOS[scenario].change ? CHANGE_WORKFLOW : MIGRATION_WORKFLOW;
+      expect({ scenario, main: types.filter((t) => t === main).length }).toEqual({ scenario, main: 1 });
       expect({ scenario, types: [...new Set(types)].sort() }).toEqual({
         scenario,
-        types: expect.arrayContaining([MIGRATION_WORKFLOW, TABLE_WORKFLOW, PREFLIGHT_WORKFLOW]),
+        types: expect.arrayContaining(SCENARIOS[scenario].change ? [CHANGE_WORKFLOW, CHANGE_PREFLIGHT_WORKFLOW] : [MIGRATION_WORKFLOW, TABLE_WORKFLOW, PREFLIGHT_WORKFLOW]),
       });
 
       // The migration ended the way the scenario says, so the fixture is the story it claims.
-      const events = history(list.find((f) => f.workflowType === MIGRATION_WORKFLOW)!).events ?? [];
+      const events = history(list.find((f) => f.workflowType === main)!).events ?? [];
       const last = events[events.length - 1];
       const ended = last.workflowExecutionCompletedEventAttributes
         ? 'completed'
@@ -117,8 +125,8 @@ describe('recorded workflow histories', () => {
 
     const all = [...fixtures.values()].flat();
     // The README's determinism row counts them.
-    expect(all).toHaveLength(50);
-    expect([...new Set(all.map((f) => f.workflowType))].sort()).toEqual([MIGRATION_WORKFLOW, TABLE_WORKFLOW, ...HELPER_WORKFLOW_TYPES].sort());
+    expect(all).toHaveLength(54);
+    expect([...new Set(all.map((f) => f.workflowType))].sort()).toEqual([MIGRATION_WORKFLOW, TABLE_WORKFLOW, CHANGE_WORKFLOW, ...HELPER_WORKFLOW_TYPES].sort());
     expect(fixtures.get('online')!.map((f) => f.workflowType)).toContain(UNFREEZE_WORKFLOW);
     expect(fixtures.get('online-armed-freeze')!.map((f) => f.workflowType)).toContain(CLEANUP_WORKFLOW);
     // Continued-as-new: a table run that handed over, and a run that picked up from it.

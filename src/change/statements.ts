@@ -1,0 +1,278 @@
+/**
+ * What a plan's SQL would do to a large table, judged with PostgreSQL's own parser (libpg-query)
+ * and the database's catalog: statements that take ACCESS EXCLUSIVE and then scan or rewrite
+ * the table are refused with their safe form named — or, for SET NOT NULL, replaced by it. The
+ * README's table of unsafe statements lists the same cases as `judgeStatement` below.
+ */
+import { loadModule, parse } from 'libpg-query';
+import { ClientBase } from 'pg';
+import { QualifiedName } from '../core/identifiers';
+
+// The parser's tree, as JSON: loosely typed on purpose (its node types are many and we read few).
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+type Node = any;
+
+export type Verdict =
+  | { action: 'run' }
+  /** SET NOT NULL in four short steps: CHECK … NOT VALID, VALIDATE, SET NOT NULL, DROP the CHECK. */
+  | { action: 'setNotNull'; table: QualifiedName; column: string }
+  | { action: 'refuse'; message: string };
+
+let loaded: Promise<void> | undefined;
+
+/** The statements of `sql` as parse trees; an error message when it does not parse. */
+export async function parseStatements(sql: string): Promise<Node[] | string> {
+  loaded ??= loadModule();
+  await loaded;
+  try {
+    const tree = await parse(sql);
+    return (tree.stmts ?? []).map((s: Node) => s.stmt);
+  } catch (err) {
+    return `does not parse as PostgreSQL: ${(err as Error).message}`;
+  }
+}
+
+/**
+ * Every relation named anywhere in a tree: RangeVar nodes, whether wrapped (`{RangeVar: …}` in a
+ * FROM list) or bare (an ALTER TABLE's `relation`).
+ */
+function rangeVars(node: Node, out: Node[] = []): Node[] {
+  if (Array.isArray(node)) node.forEach((n) => rangeVars(n, out));
+  else if (node && typeof node === 'object') {
+    if (typeof node.relname === 'string') out.push(node);
+    for (const value of Object.values(node)) rangeVars(value, out);
+  }
+  return out;
+}
+
+/** Every function a tree calls, by its last name part. */
+function functionNames(node: Node, out: Set<string> = new Set()): Set<string> {
+  if (Array.isArray(node)) node.forEach((n) => functionNames(n, out));
+  else if (node && typeof node === 'object') {
+    for (const [key, value] of Object.entries(node)) {
+      if (key === 'FuncCall') {
+        const names = ((value as Node).funcname ?? []).map((n: Node) => n.String?.sval);
+        if (names.length) out.add(names[names.length - 1]);
+      }
+      functionNames(value, out);
+    }
+  }
+  return out;
+}
+
+function tableOf(rv: Node): QualifiedName {
+  return { schema: rv.schemaname ?? 'public', name: rv.relname };
+}
+
+function typeNameText(typeName: Node): { name: string; typmods: number[] } {
+  const names: string[] = (typeName.names ?? []).map((n: Node) => n.String?.sval);
+  const typmods: number[] = (typeName.typmods ?? []).map((m: Node) => m.A_Const?.ival?.ival ?? 0);
+  return { name: names.filter((n) => n !== 'pg_catalog').join('.'), typmods };
+}
+
+/** The parser's internal names of built-in types, as people write them. */
+const SQL_TYPE_NAMES: Record<string, string> = { int8: 'bigint', int4: 'integer', int2: 'smallint', float8: 'double precision', float4: 'real', bool: 'boolean', bpchar: 'char' };
+
+const SERIAL_TYPES = new Set(['serial', 'serial4', 'bigserial', 'serial8', 'smallserial', 'serial2']);
+
+/** Refusals for the one-statement rule and what no step may hold, independent of the catalog. */
+export function shapeRefusal(stmts: Node[], database: string): string | undefined {
+  if (stmts.length === 0) return 'holds no statement';
+  if (stmts.length > 1) return `holds ${stmts.length} statements; give each its own step (each step is one statement, with its own lock timeout and rollback)`;
+  const stmt = stmts[0];
+  const other = rangeVars(stmt).find((rv) => rv.catalogname !== undefined);
+  if (other) {
+    return `names database "${other.catalogname}" (${other.catalogname}.${other.schemaname}.${other.relname}); a change plan works on its one database (${database}): make a separate plan for the other`;
+  }
+  if (stmt.TransactionStmt) return 'controls the transaction; Ferry runs each step in its own transaction, leave BEGIN/COMMIT out';
+  return undefined;
+}
+
+/**
+ * Judges one parsed statement: run it as written, run its safe form (SET NOT NULL), or refuse
+ * it with the safe form named. Reads the catalog for the facts a statement's text does not show
+ * (whether a default's functions are volatile, a column's current type).
+ */
+export async function judgeStatement(db: ClientBase, stmt: Node): Promise<Verdict> {
+  const refuse = (message: string): Verdict => ({ action: 'refuse', message });
+  if (stmt.IndexStmt) {
+    const s = stmt.IndexStmt;
+    return refuse(
+      `${s.concurrent ? 'CREATE INDEX CONCURRENTLY' : 'CREATE INDEX without CONCURRENTLY (it blocks every write to the table while it builds)'}: use an index step ` +
+        `(index: { table, name, columns, unique }), which builds CONCURRENTLY and drops an INVALID index a failed attempt left before retrying`,
+    );
+  }
+  if (stmt.ReindexStmt) {
+    return refuse('REINDEX: use an index step with rebuild: true (REINDEX INDEX CONCURRENTLY)');
+  }
+  if (stmt.VacuumStmt && (stmt.VacuumStmt.options ?? []).some((o: Node) => o.DefElem?.defname === 'full')) {
+    return refuse('VACUUM FULL rewrites the table under ACCESS EXCLUSIVE; no step runs it');
+  }
+  if (stmt.ClusterStmt) return refuse('CLUSTER rewrites the table under ACCESS EXCLUSIVE; no step runs it');
+  if (!stmt.AlterTableStmt) return { action: 'run' };
+
+  const alter = stmt.AlterTableStmt;
+  const table = tableOf(alter.relation);
+  const cmds: Node[] = (alter.cmds ?? []).map((c: Node) => c.AlterTableCmd);
+  const setNotNull = cmds.filter((c) => c.subtype === 'AT_SetNotNull');
+  if (setNotNull.length > 0) {
+    if (cmds.length > 1) return refuse('SET NOT NULL together with other changes: give SET NOT NULL its own step, which Ferry runs in its safe form');
+    return { action: 'setNotNull', table, column: setNotNull[0].name };
+  }
+  for (const cmd of cmds) {
+    const verdict = await judgeAlterCommand(db, table, cmd);
+    if (verdict) return verdict;
+  }
+  return { action: 'run' };
+}
+
+async function judgeAlterCommand(db: ClientBase, table: QualifiedName, cmd: Node): Promise<Verdict | undefined> {
+  const refuse = (message: string): Verdict => ({ action: 'refuse', message });
+  switch (cmd.subtype) {
+    case 'AT_AddColumn': {
+      const def = cmd.def.ColumnDef;
+      const type = typeNameText(def.typeName).name;
+      if (SERIAL_TYPES.has(type)) {
+        return refuse(`ADD COLUMN ${def.colname} ${type} fills every row from a sequence, rewriting the table under ACCESS EXCLUSIVE: add a plain column, backfill it from the sequence, then SET DEFAULT`);
+      }
+      for (const c of (def.constraints ?? []).map((x: Node) => x.Constraint)) {
+        if (c.contype === 'CONSTR_IDENTITY' || c.contype === 'CONSTR_GENERATED') {
+          return refuse(`ADD COLUMN ${def.colname} ${c.contype === 'CONSTR_IDENTITY' ? 'GENERATED AS IDENTITY' : 'GENERATED … STORED'} rewrites the table under ACCESS EXCLUSIVE: add a plain column and a backfill step instead`);
+        }
+        if (c.contype === 'CONSTR_PRIMARY' || c.contype === 'CONSTR_UNIQUE') {
+          return refuse(`ADD COLUMN ${def.colname} with ${c.contype === 'CONSTR_PRIMARY' ? 'PRIMARY KEY' : 'UNIQUE'} builds an index under ACCESS EXCLUSIVE: add the column, build a unique index step, then ADD CONSTRAINT … USING INDEX`);
+        }
+        if (c.contype === 'CONSTR_CHECK' || c.contype === 'CONSTR_FOREIGN') {
+          return refuse(`ADD COLUMN ${def.colname} with an inline ${c.contype === 'CONSTR_CHECK' ? 'CHECK' : 'REFERENCES'} scans the table under ACCESS EXCLUSIVE: add the column, then ADD CONSTRAINT … NOT VALID in a sql step and a validate step`);
+        }
+        if (c.contype === 'CONSTR_DEFAULT') {
+          const volatile = await volatileFunctions(db, [...functionNames(c.raw_expr)]);
+          if (volatile.length) {
+            return refuse(
+              `ADD COLUMN ${def.colname} with a volatile default (${volatile.join(', ')}) rewrites the table under ACCESS EXCLUSIVE: ` +
+                'add the column without a default (or with a constant one), backfill it in a backfill step, then SET DEFAULT in a sql step',
+            );
+          }
+        }
+      }
+      return undefined;
+    }
+    case 'AT_AddConstraint': {
+      const c = cmd.def.Constraint;
+      if ((c.contype === 'CONSTR_FOREIGN' || c.contype === 'CONSTR_CHECK') && !c.skip_validation) {
+        const what = c.contype === 'CONSTR_FOREIGN' ? 'FOREIGN KEY' : 'CHECK';
+        return refuse(
+          `ADD CONSTRAINT ${c.conname ?? ''} ${what} without NOT VALID scans the table while holding its lock: ` +
+            `add it NOT VALID in this step, then VALIDATE it in a validate step (validate: { table, constraint })`,
+        );
+      }
+      if ((c.contype === 'CONSTR_PRIMARY' || c.contype === 'CONSTR_UNIQUE') && !c.indexname) {
+        return refuse(
+          `ADD ${c.contype === 'CONSTR_PRIMARY' ? 'PRIMARY KEY' : 'UNIQUE'} builds its index under ACCESS EXCLUSIVE: build it with an index step (unique: true), ` +
+            'then ADD CONSTRAINT … USING INDEX in a sql step',
+        );
+      }
+      if (c.contype === 'CONSTR_EXCLUSION') return refuse('ADD EXCLUDE builds its index under ACCESS EXCLUSIVE; no step runs it');
+      return undefined;
+    }
+    case 'AT_AlterColumnType': {
+      const def = cmd.def.ColumnDef;
+      if (def.raw_default) {
+        return refuse(`ALTER COLUMN ${cmd.name} TYPE … USING rewrites the table under ACCESS EXCLUSIVE: add a new column, backfill it, and switch to it (a rewrite step, copy and swap, is not available yet)`);
+      }
+      const rewrite = await typeChangeRewrites(db, table, cmd.name, def.typeName);
+      if (rewrite) {
+        return refuse(
+          `ALTER COLUMN ${cmd.name} TYPE ${rewrite} rewrites the table under ACCESS EXCLUSIVE: add a new column of the new type, backfill it, ` +
+            'and switch to it (a rewrite step, copy and swap, is not available yet)',
+        );
+      }
+      return undefined;
+    }
+    case 'AT_SetTableSpace':
+    case 'AT_SetLogged':
+    case 'AT_SetUnLogged':
+      return refuse(`${cmd.subtype.replace('AT_', '')} rewrites the table under ACCESS EXCLUSIVE; no step runs it`);
+    default:
+      return undefined;
+  }
+}
+
+async function volatileFunctions(db: ClientBase, names: string[]): Promise<string[]> {
+  if (names.length === 0) return [];
+  const { rows } = await db.query<{ name: string }>(
+    `SELECT DISTINCT proname::text AS name FROM pg_catalog.pg_proc WHERE proname = ANY ($1::text[]) AND provolatile = 'v' ORDER BY 1`,
+    [names],
+  );
+  return rows.map((r) => r.name);
+}
+
+/**
+ * The new type's name when changing the column to it rewrites the table; undefined when it does
+ * not: varchar(n) to a longer varchar, varchar or text; text to unbounded varchar; numeric(p,s)
+ * to numeric with the same scale and no smaller precision, or unconstrained. Everything else is
+ * taken to rewrite (PostgreSQL may skip it in a few more cases; Ferry errs on the safe side).
+ */
+async function typeChangeRewrites(db: ClientBase, table: QualifiedName, column: string, typeName: Node): Promise<string | undefined> {
+  const wanted = typeNameText(typeName);
+  const display = `${SQL_TYPE_NAMES[wanted.name] ?? wanted.name}${wanted.typmods.length ? `(${wanted.typmods.join(',')})` : ''}`;
+  const { rows } = await db.query<{ type: string; typmod: number }>(
+    `SELECT t.typname::text AS type, a.atttypmod AS typmod
+       FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+      WHERE a.attrelid = to_regclass($1) AND a.attname = $2 AND NOT a.attisdropped`,
+    [`"${table.schema.replace(/"/g, '""')}"."${table.name.replace(/"/g, '""')}"`, column],
+  );
+  if (rows.length === 0) return display; // an unknown column: not ours to wave through
+  const from = rows[0];
+  const to = wanted.name.replace(/^character varying$/, 'varchar');
+  const toLen = wanted.typmods[0];
+  const fromLen = from.typmod > 4 ? from.typmod - 4 : undefined; // varchar's typmod is length + 4
+  if (from.type === 'varchar') {
+    if (to === 'text') return undefined;
+    if (to === 'varchar' && (toLen === undefined || (fromLen !== undefined && toLen >= fromLen))) return undefined;
+  }
+  if (from.type === 'text' && to === 'varchar' && toLen === undefined) return undefined;
+  if (from.type === 'numeric' && to === 'numeric') {
+    if (wanted.typmods.length === 0) return undefined;
+    if (from.typmod > 0) {
+      const precision = ((from.typmod - 4) >> 16) & 0xffff;
+      const scale = (from.typmod - 4) & 0xffff;
+      if (wanted.typmods[0] >= precision && (wanted.typmods[1] ?? 0) === scale) return undefined;
+    }
+  }
+  return display;
+}
+
+/**
+ * A plan's SQL expression (a backfill's `set` value or `where`, a partial index's condition):
+ * it must parse as exactly one expression, so no second statement can ride along.
+ */
+export async function expressionRefusal(text: string, kind: 'value' | 'condition'): Promise<string | undefined> {
+  const wrapped = kind === 'value' ? `SELECT (${text})` : `SELECT 1 WHERE (${text})`;
+  const stmts = await parseStatements(wrapped);
+  if (typeof stmts === 'string') return `is not one SQL ${kind === 'value' ? 'expression' : 'condition'}: ${stmts.replace(/^does not parse as PostgreSQL: /, '')}`;
+  const select = stmts.length === 1 ? stmts[0].SelectStmt : undefined;
+  const shape = select && (kind === 'value' ? select.targetList?.length === 1 && !select.fromClause && !select.whereClause : select.targetList?.length === 1 && !select.fromClause);
+  if (!shape || select.op !== 'SETOP_NONE' || select.limitCount || select.sortClause || select.groupClause || select.havingClause) {
+    return `must be one SQL ${kind === 'value' ? 'expression' : 'condition'} (no second statement, no clauses around it)`;
+  }
+  return undefined;
+}
+
+/** Tables a statement creates and columns and constraints it adds: what later steps may name before it exists. */
+export function declaredBy(stmt: Node): { tables: QualifiedName[]; columns: { table: QualifiedName; column: string }[]; constraints: { table: QualifiedName; name: string }[]; indexes: string[] } {
+  const out = { tables: [] as QualifiedName[], columns: [] as { table: QualifiedName; column: string }[], constraints: [] as { table: QualifiedName; name: string }[], indexes: [] as string[] };
+  if (stmt.CreateStmt) {
+    const table = tableOf(stmt.CreateStmt.relation);
+    out.tables.push(table);
+    for (const elt of stmt.CreateStmt.tableElts ?? []) if (elt.ColumnDef) out.columns.push({ table, column: elt.ColumnDef.colname });
+  }
+  if (stmt.AlterTableStmt) {
+    const table = tableOf(stmt.AlterTableStmt.relation);
+    for (const c of (stmt.AlterTableStmt.cmds ?? []).map((x: Node) => x.AlterTableCmd)) {
+      if (c.subtype === 'AT_AddColumn') out.columns.push({ table, column: c.def.ColumnDef.colname });
+      if (c.subtype === 'AT_AddConstraint' && c.def.Constraint.conname) out.constraints.push({ table, name: c.def.Constraint.conname });
+    }
+  }
+  return out;
+}

@@ -1,0 +1,116 @@
+/**
+ * Change plans that must change nothing: hostile or unsafe plans refused by `ferry start` with
+ * exit 2 (the schema as before, no change workflow started), and a failing step with
+ * onFailure: rollback that leaves the schema as it was.
+ */
+import { writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { CHANGE_WORKFLOW } from '../../src/core/names';
+import { objectInventory, TestDatabases } from '../helpers/databases';
+import { TestStack } from '../helpers/stack';
+
+/** Columns, constraints and indexes of shop.orders: what a schema change would alter. */
+async function schemaOf(dbs: TestDatabases): Promise<string[]> {
+  const rows = await dbs.query<{ d: string }>(
+    'app',
+    `SELECT 'column ' || attname || ' ' || format_type(atttypid, atttypmod) || CASE WHEN attnotnull THEN ' not null' ELSE '' END AS d
+       FROM pg_attribute WHERE attrelid = 'shop.orders'::regclass AND attnum > 0 AND NOT attisdropped
+     UNION ALL SELECT 'constraint ' || conname || ' ' || pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'shop.orders'::regclass
+     UNION ALL SELECT 'index ' || pg_get_indexdef(indexrelid) FROM pg_index WHERE indrelid = 'shop.orders'::regclass
+     ORDER BY 1`,
+  );
+  return [...rows.map((r) => r.d), ...(await objectInventory(dbs, 'app'))];
+}
+
+const HOSTILE: Record<string, { plan: unknown; says: RegExp }> = {
+  'an unknown step kind': { plan: { steps: [{ truncate: 'shop.orders' }] }, says: /unknown step kind \("truncate"\)/ },
+  'a rewrite step (not in this version)': { plan: { steps: [{ rewrite: { table: 'shop.orders' } }] }, says: /rewrite steps .* not available/ },
+  'SQL in an identifier': {
+    plan: { steps: [{ index: { table: 'shop.orders', name: 'x; DROP TABLE shop.orders', columns: ['total'] } }] },
+    says: /index\.name: must be one identifier/,
+  },
+  'SQL in a table name': { plan: { steps: [{ validate: { table: 'shop.orders; DROP TABLE shop.orders', constraint: 'c' } }] }, says: /validate\.table/ },
+  'a second statement in a backfill expression': {
+    plan: { steps: [{ backfill: { table: 'shop.orders', set: { note: "'x'); DROP TABLE shop.orders; SELECT ('" } } }] },
+    says: /set\.note: .*one SQL expression/,
+  },
+  'a step naming another database': { plan: { steps: [{ sql: 'ALTER TABLE shop.orders ADD COLUMN x int', database: 'billing' }] }, says: /cannot name another/ },
+  'SQL naming another database': { plan: { steps: [{ sql: 'ALTER TABLE billing.shop.orders ADD COLUMN x int' }] }, says: /names database "billing"/ },
+  'two statements in one sql step': { plan: { steps: [{ sql: 'ALTER TABLE shop.orders ADD COLUMN x int; DROP TABLE shop.orders' }] }, says: /holds 2 statements/ },
+  'an absurd batch size': { plan: { steps: [{ backfill: { table: 'shop.orders', set: { note: "'x'" }, batchRows: 1e9 } }] }, says: /batchRows/ },
+  'too many steps': { plan: { steps: Array.from({ length: 201 }, () => ({ sql: 'SELECT 1' })) }, says: /steps: Too big/ },
+  'a volatile default': { plan: { steps: [{ sql: 'ALTER TABLE shop.orders ADD COLUMN token uuid DEFAULT gen_random_uuid()' }] }, says: /volatile default \(gen_random_uuid\).*backfill/ },
+  'a foreign key without NOT VALID': {
+    plan: { steps: [{ sql: 'ALTER TABLE shop.orders ADD CONSTRAINT orders_customer_fk FOREIGN KEY (customer_id) REFERENCES shop.customers (id)' }] },
+    says: /NOT VALID.*validate step/,
+  },
+  'a CHECK without NOT VALID': { plan: { steps: [{ sql: 'ALTER TABLE shop.orders ADD CONSTRAINT positive CHECK (total >= 0)' }] }, says: /NOT VALID/ },
+  'CREATE INDEX without CONCURRENTLY': { plan: { steps: [{ sql: 'CREATE INDEX orders_total_idx ON shop.orders (total)' }] }, says: /without CONCURRENTLY.*index step/ },
+  'a type change that rewrites': { plan: { steps: [{ sql: 'ALTER TABLE shop.orders ALTER COLUMN total TYPE bigint' }] }, says: /TYPE bigint rewrites the table/ },
+  'a missing table': { plan: { steps: [{ backfill: { table: 'shop.nothing', set: { note: "'x'" } } }] }, says: /shop\.nothing does not exist/ },
+};
+
+describe('change plans that must change nothing', () => {
+  let dbs: TestDatabases;
+  let stack: TestStack;
+
+  beforeAll(async () => {
+    dbs = await TestDatabases.create('change_refusals', ['app']);
+    await dbs.exec(
+      'app',
+      `CREATE SCHEMA shop;
+       CREATE TABLE shop.customers (id int PRIMARY KEY);
+       CREATE TABLE shop.orders (id bigint PRIMARY KEY, customer_id int, total int NOT NULL);
+       INSERT INTO shop.customers SELECT g FROM generate_series(1, 10) g;
+       INSERT INTO shop.orders SELECT g, 1 + g % 10, g % 100 FROM generate_series(1, 5000) g;`,
+    );
+    stack = await TestStack.start({ connections: { app: dbs.url('app') }, workers: 1 });
+  });
+
+  afterAll(async () => {
+    await stack?.teardown();
+    await dbs?.drop();
+  });
+
+  it('refuses hostile and unsafe plans with exit 2, naming the problem, and changes nothing', async () => {
+    const before = await schemaOf(dbs);
+    for (const [name, { plan, says }] of Object.entries(HOSTILE)) {
+      const file = join(tmpdir(), `ferry-change-${process.pid}-${name.replace(/\W+/g, '-')}.json`);
+      writeFileSync(file, JSON.stringify({ kind: 'change', database: 'app', ...(plan as object) }));
+      const out = await stack.runCli(['start', file]);
+      expect({ name, code: out.code }).toEqual({ name, code: 2 });
+      expect({ name, stderr: out.stderr }).toEqual({ name, stderr: expect.stringMatching(says) });
+    }
+    expect(await schemaOf(dbs)).toEqual(before);
+    const started: string[] = [];
+    for await (const w of stack.client.workflow.list({ query: `WorkflowType = '${CHANGE_WORKFLOW}' AND TaskQueue = '${stack.taskQueue}'` })) started.push(w.workflowId);
+    expect(started).toEqual([]);
+  });
+
+  it('a failing step with onFailure: rollback undoes the completed steps in reverse and leaves the schema as it was', async () => {
+    const before = await schemaOf(dbs);
+    const { id } = await stack.ferry.startChange({
+      kind: 'change',
+      id: 'rolled-back',
+      database: 'app',
+      onFailure: 'rollback',
+      steps: [
+        { sql: 'ALTER TABLE shop.orders ADD COLUMN note text', down: 'ALTER TABLE shop.orders DROP COLUMN note' },
+        { backfill: { table: 'shop.orders', set: { note: "'n/a'" } } },
+        { index: { table: 'shop.orders', name: 'orders_note_idx', columns: ['note'] } },
+        { sql: 'ALTER TABLE shop.orders ADD CONSTRAINT big_total CHECK (total > 50) NOT VALID', down: 'ALTER TABLE shop.orders DROP CONSTRAINT big_total' },
+        // Half the rows violate it: VALIDATE fails.
+        { validate: { table: 'shop.orders', constraint: 'big_total' } },
+        { sql: 'ALTER TABLE shop.orders ALTER COLUMN note SET NOT NULL' },
+      ],
+    });
+    const result = await stack.ferry.changeResult(id);
+    expect(result.state).toBe('FAILED');
+    expect(result.error?.type).toBe('PostgresError.23514');
+    expect(result.steps.map((s) => s.state)).toEqual(['ROLLED_BACK', 'SUCCEEDED', 'ROLLED_BACK', 'ROLLED_BACK', 'FAILED', 'SKIPPED']);
+    expect(result.warnings).toEqual(['step 2 (backfill): updated rows keep their new values']);
+    expect(result.events.map((e) => e.type)).toEqual(expect.arrayContaining(['StepFailed', 'RollbackStarted', 'StepRolledBack', 'RolledBack']));
+    expect(await schemaOf(dbs)).toEqual(before);
+  });
+});

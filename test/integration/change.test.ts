@@ -1,0 +1,235 @@
+/**
+ * Change plans on a real PostgreSQL under pgbench's writes, with `ferry worker` processes that
+ * get SIGKILLed: a column added, 200,000 rows backfilled across a kill (each row exactly once,
+ * counted by a trigger of the test's own), an index built concurrently, SET NOT NULL the safe
+ * way; an index build killed mid-way leaves no INVALID index once retried.
+ */
+import { Client } from 'pg';
+import { runningActivities } from '../helpers/chaos';
+import { TestDatabases } from '../helpers/databases';
+import { awaitRetry, HeldLock, Killed } from '../helpers/kills';
+import { initPgbench, PGBENCH } from '../helpers/pgbench';
+import { eventually, RunningProcessWorker, TestStack } from '../helpers/stack';
+import { spawn } from 'node:child_process';
+
+const ROWS = 200_000;
+
+/** pgbench's TPC-B (updates of pgbench_accounts, no inserts) until stopped. */
+function startTpcb(url: string, clients = 2): { stop: () => Promise<void> } {
+  const child = spawn(PGBENCH, ['-n', '-c', String(clients), '-j', '1', '-T', '600', '-b', 'tpcb-like', url], { stdio: 'ignore' });
+  const done = new Promise<void>((r) => child.on('exit', () => r()));
+  return {
+    async stop() {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGINT');
+      await done;
+    },
+  };
+}
+
+/** A writer of its own that times each single-row update: what an application would wait. */
+function startProbe(url: string): { stop: () => Promise<{ count: number; maxMs: number }> } {
+  let running = true;
+  const stats = { count: 0, maxMs: 0 };
+  const loop = (async () => {
+    const c = new Client({ connectionString: url, application_name: 'latency-probe' });
+    await c.connect();
+    while (running) {
+      const t = Date.now();
+      await c.query('UPDATE public.pgbench_accounts SET abalance = abalance + 1 WHERE aid = $1', [1 + Math.floor(Math.random() * ROWS)]);
+      stats.maxMs = Math.max(stats.maxMs, Date.now() - t);
+      stats.count += 1;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    await c.end();
+  })();
+  return {
+    async stop() {
+      running = false;
+      await loop;
+      return stats;
+    },
+  };
+}
+
+describe('change plans under load, with workers killed', () => {
+  let dbs: TestDatabases;
+  let stack: TestStack;
+  let workers: RunningProcessWorker[];
+
+  beforeAll(async () => {
+    dbs = await TestDatabases.create('change', ['app']);
+    await initPgbench(dbs.url('app'), 2);
+    // Counts, per row, the updates that changed `note` (the column the plan adds): the proof
+    // that the backfill touched every row exactly once. to_jsonb: it runs before the column exists.
+    await dbs.exec(
+      'app',
+      `CREATE TABLE public.note_writes (aid int PRIMARY KEY, n int NOT NULL);
+       CREATE FUNCTION public.count_note_writes() RETURNS trigger LANGUAGE plpgsql AS $$
+       BEGIN
+         IF to_jsonb(NEW) -> 'note' IS DISTINCT FROM to_jsonb(OLD) -> 'note' THEN
+           INSERT INTO public.note_writes VALUES (NEW.aid, 1) ON CONFLICT (aid) DO UPDATE SET n = note_writes.n + 1;
+         END IF;
+         RETURN NEW;
+       END $$;
+       CREATE TRIGGER count_note_writes AFTER UPDATE ON public.pgbench_accounts FOR EACH ROW EXECUTE FUNCTION public.count_note_writes();
+       ANALYZE public.pgbench_accounts;`,
+    );
+    stack = await TestStack.start({ connections: { app: dbs.url('app') }, workers: 0 });
+    workers = [await stack.startWorkerProcessReady('w1'), await stack.startWorkerProcessReady('w2')];
+  });
+
+  afterAll(async () => {
+    await stack?.teardown();
+    await dbs?.drop();
+  });
+
+  /** Kills the worker that runs `activity` of `id` right now, heartbeating; returns what was killed. */
+  async function killRunning(id: string, activity: string, ready: () => Promise<boolean> = async () => true): Promise<Killed> {
+    const target = await eventually(async () => {
+      const running = await runningActivities(stack.ferry, [id]);
+      const a = running.find((r) => r.activity === activity && r.heartbeating);
+      return a && (await ready()) ? a : undefined;
+    }, 90_000, 100);
+    const victim = workers.find((w) => w.identity === target.worker)!;
+    victim.process.kill('SIGKILL');
+    await victim.exited;
+    // A fresh worker takes the dead one's place, so two remain for the next kill.
+    workers = [...workers.filter((w) => w !== victim), await stack.startWorkerProcessReady(`${victim.identity}-again`)];
+    return { ...target, at: Date.now() };
+  }
+
+  it('adds a column, backfills every row exactly once across a SIGKILL, builds the index concurrently and sets NOT NULL, writers never stalled', async () => {
+    const url = dbs.url('app');
+    const load = startTpcb(url);
+    const probe = startProbe(url);
+    let latency = { count: 0, maxMs: 0 };
+    try {
+      const { id } = await stack.ferry.startChange({
+        kind: 'change',
+        id: 'add-note',
+        database: 'app',
+        throttle: { rowsPerSecond: 25_000 },
+        steps: [
+          { sql: 'ALTER TABLE public.pgbench_accounts ADD COLUMN note text', down: 'ALTER TABLE public.pgbench_accounts DROP COLUMN note' },
+          { backfill: { table: 'public.pgbench_accounts', set: { note: "'n/a'" }, where: 'note IS NULL', batchRows: 2000, until: 'all' } },
+          { index: { table: 'public.pgbench_accounts', name: 'accounts_note_idx', columns: ['note'] } },
+          { sql: 'ALTER TABLE public.pgbench_accounts ALTER COLUMN note SET NOT NULL' },
+        ],
+      });
+      // Killed once a third of the rows are committed, while the slice is running.
+      const killed = await killRunning(id, 'backfillSlice', async () => {
+        const rows = await dbs.query<{ n: string }>('app', 'SELECT coalesce(sum(rows_updated), 0) AS n FROM _ferry_change.backfills').catch(() => [{ n: '0' }]);
+        return Number(rows[0].n) > ROWS / 3;
+      });
+      expect(await awaitRetry(stack.ferry, killed)).toMatchObject({ attempt: killed.attempt + 1, endedBy: 'heartbeat timeout' });
+      const result = await stack.ferry.changeResult(id);
+      expect(result.error).toBeNull();
+      expect(result.state).toBe('SUCCEEDED');
+      expect(result.steps.map((s) => s.state)).toEqual(['SUCCEEDED', 'SUCCEEDED', 'SUCCEEDED', 'SUCCEEDED']);
+      // The second pass of until: all found nothing left.
+      expect(result.steps[1].passes).toBe(2);
+      expect(result.rows_backfilled).toBe(ROWS);
+      expect(result.events.map((e) => e.type)).toEqual(expect.arrayContaining(['StepStarted', 'StepCompleted', 'BackfillProgress', 'ChangeFinished']));
+    } finally {
+      await load.stop();
+      latency = await probe.stop();
+    }
+
+    // Every row backfilled, each exactly once.
+    const [counts] = await dbs.query<{ rows: string; min: number; max: number }>('app', 'SELECT count(*) AS rows, min(n) AS min, max(n) AS max FROM public.note_writes');
+    expect({ rows: Number(counts.rows), min: counts.min, max: counts.max }).toEqual({ rows: ROWS, min: 1, max: 1 });
+    const [notes] = await dbs.query<{ missing: string; total: string }>('app', `SELECT count(*) FILTER (WHERE note IS DISTINCT FROM 'n/a') AS missing, count(*) AS total FROM public.pgbench_accounts`);
+    expect({ missing: Number(notes.missing), total: Number(notes.total) }).toEqual({ missing: 0, total: ROWS });
+    // The index is valid, the column NOT NULL, the helper CHECK gone, the bookkeeping removed.
+    const [catalog] = await dbs.query<{ valid: boolean; not_null: boolean; checks: string; bookkeeping: boolean }>(
+      'app',
+      `SELECT (SELECT indisvalid FROM pg_index WHERE indexrelid = 'public.accounts_note_idx'::regclass) AS valid,
+              (SELECT attnotnull FROM pg_attribute WHERE attrelid = 'public.pgbench_accounts'::regclass AND attname = 'note') AS not_null,
+              (SELECT count(*) FROM pg_constraint WHERE conrelid = 'public.pgbench_accounts'::regclass AND contype = 'c') AS checks,
+              to_regnamespace('_ferry_change') IS NOT NULL AS bookkeeping`,
+    );
+    expect({ ...catalog, checks: Number(catalog.checks) }).toEqual({ valid: true, not_null: true, checks: 0, bookkeeping: false });
+    // No writer waited on a lock much longer than the 2 s lock_timeout of the ALTERs.
+    expect(latency.count).toBeGreaterThan(100);
+    expect(latency.maxMs).toBeLessThan(3_000);
+  });
+
+  it('an index build killed mid-way leaves an INVALID index, which the retry drops before building it valid', async () => {
+    // An open write transaction keeps CREATE INDEX CONCURRENTLY waiting after its catalog entry
+    // exists (as INVALID): the build is killed there.
+    const hold = await HeldLock.take(dbs.url('app'), 'open writer', ['UPDATE public.pgbench_accounts SET abalance = abalance WHERE aid = 1']);
+    let released = false;
+    try {
+      const { id } = await stack.ferry.startChange({
+        kind: 'change',
+        id: 'index-killed',
+        database: 'app',
+        steps: [{ index: { table: 'public.pgbench_accounts', name: 'accounts_bid_abalance_idx', columns: ['bid', 'abalance'] } }],
+      });
+      const invalid = () =>
+        dbs.query<{ valid: boolean }>('app', `SELECT i.indisvalid AS valid FROM pg_index i WHERE i.indexrelid = to_regclass('public.accounts_bid_abalance_idx')`);
+      const killed = await killRunning(id, 'buildChangeIndex', async () => (await invalid()).some((r) => r.valid === false));
+      expect(await invalid()).toEqual([{ valid: false }]);
+      await hold.release();
+      released = true;
+      expect(await awaitRetry(stack.ferry, killed)).toMatchObject({ endedBy: 'heartbeat timeout' });
+      const result = await stack.ferry.changeResult(id);
+      expect(result.state).toBe('SUCCEEDED');
+      expect(result.steps[0].note).toMatch(/dropped INVALID accounts_bid_abalance_idx/);
+    } finally {
+      if (!released) await hold.release();
+    }
+    const indexes = await dbs.query<{ name: string; valid: boolean }>(
+      'app',
+      `SELECT c.relname AS name, i.indisvalid AS valid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'public.pgbench_accounts'::regclass ORDER BY 1`,
+    );
+    expect(indexes).toEqual([
+      { name: 'accounts_bid_abalance_idx', valid: true },
+      { name: 'accounts_note_idx', valid: true },
+      { name: 'pgbench_accounts_pkey', valid: true },
+    ]);
+  });
+
+  it('shows each step with its progress in ferry status while a backfill runs, and pause holds it', async () => {
+    const { id } = await stack.ferry.startChange({
+      kind: 'change',
+      id: 'status-lines',
+      database: 'app',
+      throttle: { rowsPerSecond: 5_000 },
+      steps: [{ backfill: { table: 'public.pgbench_accounts', set: { abalance: 'abalance' }, batchRows: 1000 } }],
+    });
+    const running = await eventually(async () => {
+      const s = await stack.ferry.changeStatus(id);
+      return s.steps[0].state === 'RUNNING' && (s.steps[0].progress?.done ?? 0) > 0 ? s : undefined;
+    });
+    expect(running.steps[0].progress).toMatchObject({ unit: 'rows', total: expect.any(Number) });
+    const cli = await stack.runCli(['status', id]);
+    expect(cli.code).toBe(0);
+    expect(cli.stdout).toMatch(/1\. RUNNING\s+backfill public\.pgbench_accounts \(abalance\)\s+\d+\/\d+ rows/);
+    await stack.ferry.pause(id);
+    const paused = await eventually(async () => {
+      const s = await stack.ferry.changeStatus(id);
+      return s.waiting?.startsWith('paused') ? s : undefined;
+    });
+    expect(paused.paused).toBe(true);
+    // Paused: the slice running at the pause ended, and no batch commits until resume (the
+    // checkpoint table says so, before and after a throttle change has gone through).
+    await eventually(async () => !(await runningActivities(stack.ferry, [id])).some((a) => a.activity === 'backfillSlice'));
+    const held = await checkpointRows();
+    await stack.ferry.throttle(id, { rowsPerSecond: 50_000 });
+    await eventually(async () => (await stack.ferry.changeStatus(id)).throttle.rowsPerSecond === 50_000);
+    expect(await checkpointRows()).toBe(held);
+    await stack.ferry.resume(id);
+    await eventually(async () => (await checkpointRows()) > held);
+    await stack.ferry.cancel(id, 'test over');
+    const result = await stack.ferry.changeResult(id);
+    expect(result.state).toBe('CANCELLED');
+    expect(result.error?.message).toBe('test over');
+    expect(result.steps[0].state).toBe('FAILED');
+
+    async function checkpointRows(): Promise<number> {
+      const rows = await dbs.query<{ n: string }>('app', `SELECT coalesce(sum(rows_scanned), 0) AS n FROM _ferry_change.backfills WHERE change_id = $1`, [id]);
+      return Number(rows[0].n);
+    }
+  });
+});

@@ -1,0 +1,78 @@
+/** Change plans: the spec's normal form and refusals, the step and phase machines, the lock backoff. */
+import { parseChangePlan } from '../../src/core/change-plan';
+import { CHANGE_PHASE_TRANSITIONS, CHANGE_PHASES, changePhaseMachine, STEP_STATES, STEP_TRANSITIONS, stepMachine } from '../../src/core/change-status';
+import { SpecError } from '../../src/core/errors';
+import { lockBackoffMs } from '../../workflows/change-proxies';
+
+const problems = (input: unknown): string[] => {
+  try {
+    parseChangePlan(input);
+    return [];
+  } catch (err) {
+    return (err as SpecError).problems.map((p) => `${p.path}: ${p.message}`);
+  }
+};
+
+describe('change plans', () => {
+  it('normalises a plan: per-step defaults, durations in milliseconds, identifiers folded', () => {
+    const plan = parseChangePlan({
+      kind: 'change',
+      database: 'app',
+      timeout: '1h',
+      steps: [
+        { sql: 'ALTER TABLE s.t ADD COLUMN n text', onFailure: 'pause' },
+        { backfill: { table: 'S.T', set: { N: "'x'" } } },
+        { index: { table: 's.t', name: '"Idx"', columns: ['n'], unique: true } },
+      ],
+    });
+    expect(plan.steps[0]).toMatchObject({ kind: 'sql', lockTimeoutMs: 2000, maxWaitMs: 600_000, timeoutMs: 3_600_000, onFailure: 'pause' });
+    expect(plan.steps[1]).toMatchObject({ kind: 'backfill', table: { schema: 's', name: 't' }, set: [{ column: 'n', expression: "'x'" }], batchRows: 5000, until: 'once', onFailure: 'rollback' });
+    expect(plan.steps[2]).toMatchObject({ kind: 'index', name: 'Idx', unique: true, using: 'btree', rebuild: false });
+  });
+
+  it.each([
+    [{ steps: [{ shell: 'rm -rf /' }] }, /steps\[0\]: unknown step kind \("shell"\)/],
+    [{ steps: [{ sql: 'x', backfill: {} }] }, /names several step kinds/],
+    [{ steps: [{ sql: 'x', database: 'other' }] }, /steps\[0\]\.database: .*cannot name another/],
+    [{ steps: [{ backfill: { table: 's.t', set: { n: '1' }, until: 'all' } }] }, /until: all needs a where/],
+    [{ steps: [{ index: { table: 's.t', name: 'a b', columns: ['n'] } }] }, /index\.name: must be one identifier/],
+    [{ steps: [{ index: { table: 's.t', name: 'i' } }] }, /columns: is required unless rebuild/],
+    [{ steps: [{ sql: 'x', lockTimeout: '1h' }] }, /lockTimeout: must be between 100ms and 1m0s/],
+    [{ steps: [] }, /steps: /],
+  ])('refuses %j', (plan, says) => {
+    expect(problems({ kind: 'change', database: 'app', ...plan }).join('\n')).toMatch(says);
+  });
+
+  it('steps and phases move only as their tables allow (every pair tried)', () => {
+    for (const from of STEP_STATES) {
+      for (const to of STEP_STATES) {
+        const m = stepMachine();
+        // Walk to `from` along legal moves first.
+        const path: Record<string, string[]> = { PENDING: [], RUNNING: ['RUNNING'], SUCCEEDED: ['RUNNING', 'SUCCEEDED'], FAILED: ['RUNNING', 'FAILED'], SKIPPED: ['SKIPPED'], ROLLED_BACK: ['RUNNING', 'SUCCEEDED', 'ROLLED_BACK'] };
+        for (const s of path[from]) m.to(s as never, 't');
+        expect(m.can(to)).toBe(STEP_TRANSITIONS[from].includes(to));
+      }
+    }
+    for (const from of CHANGE_PHASES) for (const to of CHANGE_PHASES) expect(CHANGE_PHASE_TRANSITIONS[from].includes(to)).toBe(changePhaseMachineAt(from).can(to));
+  });
+
+  it('waits between lock attempts 0.5 s doubling to 30 s, jittered by 0.5–1.5', () => {
+    expect([1, 2, 3, 7, 20].map((n) => lockBackoffMs(n, 0.5))).toEqual([500, 1000, 2000, 30_000, 30_000]);
+    expect(lockBackoffMs(1, 0)).toBe(250);
+    expect(lockBackoffMs(1, 0.999)).toBeLessThanOrEqual(750);
+  });
+});
+
+function changePhaseMachineAt(state: (typeof CHANGE_PHASES)[number]) {
+  const m = changePhaseMachine();
+  const path: Record<string, string[]> = {
+    PENDING: [],
+    APPLYING: ['APPLYING'],
+    AWAITING_RESUME: ['APPLYING', 'AWAITING_RESUME'],
+    ROLLING_BACK: ['APPLYING', 'ROLLING_BACK'],
+    COMPLETED: ['APPLYING', 'COMPLETED'],
+    FAILED: ['FAILED'],
+  };
+  for (const s of path[state]) m.to(s as never, 't');
+  return m;
+}

@@ -1,0 +1,151 @@
+/**
+ * changeWorkflow's view of a change plan: the plan's state and phase machines, one guarded state
+ * machine per step with every move recorded, the event log (capped), and the status document
+ * built from them. Search attributes follow state and phase, upserted only when they change.
+ */
+import { setCurrentDetails, upsertSearchAttributes } from '@temporalio/workflow';
+import { ChangeStep, stepLabel } from '../src/core/change-plan';
+import {
+  ChangeEvent,
+  ChangeEventType,
+  ChangePhase,
+  changePhaseMachine,
+  ChangeStatusDocument,
+  ChangeTransition,
+  StepProgress,
+  StepState,
+  StepStatus,
+  stepMachine,
+} from '../src/core/change-status';
+import { FerryPhaseKey, FerryStateKey } from '../src/core/names';
+import { migrationStateMachine, MigrationState, StateMachine } from '../src/core/state-machine';
+import { ErrorInfo } from '../src/core/status';
+
+export const MAX_CHANGE_EVENTS_KEPT = 200;
+
+export class ChangeTracker {
+  readonly state: StateMachine<MigrationState> = migrationStateMachine();
+  readonly phase = changePhaseMachine();
+  readonly steps: StepStatus[];
+  private readonly machines: StateMachine<StepState>[];
+  readonly warnings: string[] = [];
+  private readonly events: ChangeEvent[] = [];
+  private nextSeq = 1;
+  private dropped = 0;
+  paused = false;
+  waiting?: string;
+  throttle: { rowsPerSecond?: number; batchRows?: number } = {};
+  error?: ErrorInfo;
+  endedAt?: string;
+  onEvent?: (event: ChangeEvent) => void;
+  private published?: { state: string; phase: string };
+
+  constructor(
+    readonly id: string,
+    readonly runId: string,
+    readonly database: string,
+    readonly startedAt: string,
+    plan: ChangeStep[],
+  ) {
+    this.steps = plan.map((step) => ({ index: step.index, kind: step.kind, label: stepLabel(step), state: 'PENDING' }));
+    this.machines = plan.map(() => stepMachine());
+  }
+
+  now(): string {
+    return new Date().toISOString();
+  }
+
+  setState(to: MigrationState, reason?: string, at = this.now()): void {
+    this.state.to(to, at, reason);
+    this.publish();
+  }
+
+  setPhase(to: ChangePhase, reason?: string): void {
+    if (this.phase.state === to) return;
+    this.phase.to(to, this.now(), reason);
+    this.publish();
+  }
+
+  /** Moves step `index` (guarded by the step machine) and keeps its times. */
+  setStep(index: number, to: StepState, reason?: string): void {
+    const at = this.now();
+    this.machines[index].to(to, at, reason);
+    const step = this.steps[index];
+    step.state = to;
+    if (to === 'RUNNING') {
+      step.startedAt = at;
+      delete step.endedAt;
+      delete step.error;
+    } else if (to !== 'SKIPPED') step.endedAt = at;
+    this.publish();
+  }
+
+  stepState(index: number): StepState {
+    return this.machines[index].state;
+  }
+
+  progress(index: number, progress: StepProgress): void {
+    this.steps[index].progress = progress;
+  }
+
+  event(type: ChangeEventType, step?: number, detail?: Record<string, unknown>): void {
+    const e: ChangeEvent = { seq: this.nextSeq++, type, at: this.now() };
+    if (step !== undefined) e.step = step;
+    if (detail !== undefined) e.detail = detail;
+    this.events.push(e);
+    if (this.events.length > MAX_CHANGE_EVENTS_KEPT) {
+      this.events.shift();
+      this.dropped += 1;
+    }
+    this.onEvent?.(e);
+  }
+
+  setWaiting(reason: string | undefined): void {
+    if (this.waiting === reason) return;
+    this.waiting = reason;
+    this.publish();
+  }
+
+  publish(): void {
+    const values = { state: this.state.state, phase: this.phase.state };
+    if (this.published?.state !== values.state || this.published?.phase !== values.phase) {
+      upsertSearchAttributes([
+        { key: FerryStateKey, value: values.state },
+        { key: FerryPhaseKey, value: values.phase },
+      ]);
+      this.published = values;
+    }
+    const lines = this.steps.map((s) => `- ${s.index + 1}. ${s.label}: ${s.state}${s.progress ? ` ${s.progress.done}/${s.progress.total} ${s.progress.unit}` : ''}`);
+    setCurrentDetails(
+      [`**${this.state.state}** · ${this.phase.state}${this.paused ? ' · paused' : ''}${this.waiting ? ` · waiting: ${this.waiting}` : ''}`, `database ${this.database}`, ...lines].join('\n'),
+    );
+  }
+
+  document(): ChangeStatusDocument {
+    const transitions: ChangeTransition[] = [
+      ...this.state.transitions.map((t) => ({ machine: 'state' as const, ...t })),
+      ...this.phase.transitions.map((t) => ({ machine: 'phase' as const, ...t })),
+      ...this.machines.flatMap((m, step) => m.transitions.map((t) => ({ machine: 'step' as const, step, ...t }))),
+    ].sort((a, b) => a.at.localeCompare(b.at));
+    const doc: ChangeStatusDocument = {
+      kind: 'change',
+      id: this.id,
+      runId: this.runId,
+      database: this.database,
+      state: this.state.state,
+      phase: this.phase.state,
+      paused: this.paused,
+      throttle: this.throttle,
+      steps: this.steps,
+      events: this.events,
+      transitions,
+      startedAt: this.startedAt,
+    };
+    if (this.waiting) doc.waiting = this.waiting;
+    if (this.error) doc.error = this.error;
+    if (this.warnings.length) doc.warnings = this.warnings;
+    if (this.endedAt) doc.endedAt = this.endedAt;
+    if (this.dropped) doc.eventsDropped = this.dropped;
+    return doc;
+  }
+}

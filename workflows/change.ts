@@ -1,0 +1,396 @@
+/**
+ * changeWorkflow: one change plan, workflow id = change id (docs/architecture.md §10). Preflight
+ * → the steps in order, each under its own timeout → on a failure the step's onFailure: roll
+ * back (the completed steps' undo, newest first), pause (wait for `ferry resume`, then retry the
+ * step) or fail; the result callback last, always. Same task queue, signals (pause, resume,
+ * throttle, cancel) and `state` query as a migration. Its argument is the plan itself.
+ */
+import {
+  allHandlersFinished,
+  ApplicationFailure,
+  CancellationScope,
+  condition,
+  isCancellation,
+  setHandler,
+  sleep,
+  upsertMemo,
+  upsertSearchAttributes,
+  workflowInfo,
+} from '@temporalio/workflow';
+import type { ChangePreflightResult, StepDecision } from '../activities/change-preflight';
+import { ChangePlan, ChangeStep, parseChangePlan } from '../src/core/change-plan';
+import { changeResultDocument, ChangeResultDocument } from '../src/core/change-status';
+import { FAILURE } from '../src/core/failure-types';
+import { innermostApplicationFailure, rootMessage } from '../src/core/failures';
+import { quoteIdent, quoteQualified } from '../src/core/identifiers';
+import { FerrySourceKey, FerryTargetKey } from '../src/core/names';
+import { checkThrottle, SpecError } from '../src/core/spec';
+import { ErrorInfo } from '../src/core/status';
+import { ChangeTracker } from './change-tracker';
+import { changeActivities, lockBackoffMs } from './change-proxies';
+import { runBackfill } from './change-backfill';
+import { cancelSignal, changeStateQuery, pauseSignal, resumeSignal, throttleSignal } from './definitions';
+import { checks, notify } from './proxies';
+
+export interface ChangeOptions {
+  /** What `ferry start`'s preflight decided; absent, the workflow runs preflight itself. */
+  preflight?: ChangePreflightResult;
+}
+
+type Outcome = 'SUCCEEDED' | 'FAILED' | 'CANCELLED';
+
+export async function changeWorkflow(planInput: unknown, options: ChangeOptions = {}): Promise<ChangeResultDocument> {
+  return new ChangeRun().run(planInput, options);
+}
+
+/** Undo of a completed step, run newest first when the plan rolls back. */
+interface Undo {
+  step: number;
+  run: () => Promise<unknown>;
+}
+
+/** What the steps share with the helpers that run them (backfill). */
+export interface ChangeContext {
+  id: string;
+  runId: string;
+  plan: ChangePlan;
+  tracker: ChangeTracker;
+  /** Grows with every dispatch of a backfill slice: the fence of docs/architecture.md §5. */
+  nextFence(): number;
+}
+
+class ChangeRun {
+  private readonly info = workflowInfo();
+  private tracker!: ChangeTracker;
+  private readonly main = new CancellationScope();
+  private cancelReason?: string;
+  private readonly undo: Undo[] = [];
+  private fence = 0;
+  private readonly deliveries: Promise<unknown>[] = [];
+
+  async run(planInput: unknown, options: ChangeOptions): Promise<ChangeResultDocument> {
+    const plan = this.parse(planInput);
+    const { info } = this;
+    const tracker = (this.tracker = new ChangeTracker(info.workflowId, info.runId, plan.database, new Date(info.startTime).toISOString(), plan.steps));
+    tracker.throttle = { rowsPerSecond: plan.throttle.rowsPerSecond };
+    setHandler(changeStateQuery, () => tracker.document());
+    tracker.setState('QUEUED', undefined, tracker.startedAt);
+    tracker.setState('RUNNING', 'picked up by a worker');
+    upsertSearchAttributes([
+      { key: FerrySourceKey, value: plan.database },
+      { key: FerryTargetKey, value: plan.database },
+    ]);
+    this.listen();
+    this.sendEvents(plan);
+    const { outcome, failure } = await this.execute(plan, options);
+    return this.end(plan, outcome, failure);
+  }
+
+  /** The plan, validated here too: any Temporal client can start this workflow. */
+  private parse(planInput: unknown): ChangePlan {
+    try {
+      return parseChangePlan(planInput);
+    } catch (err) {
+      const message = err instanceof SpecError ? err.message : String(err);
+      throw ApplicationFailure.nonRetryable(`invalid change plan:\n${message}`, FAILURE.InvalidSpec);
+    }
+  }
+
+  private listen(): void {
+    const { tracker } = this;
+    setHandler(pauseSignal, () => {
+      tracker.paused = true;
+      tracker.publish();
+    });
+    setHandler(resumeSignal, () => {
+      tracker.paused = false;
+      tracker.publish();
+    });
+    setHandler(throttleSignal, (request) => {
+      const checked = checkThrottle(request);
+      if (!checked.ok) {
+        tracker.warnings.push(`ignored a throttle signal: ${checked.reason}`);
+        return;
+      }
+      const t = checked.value;
+      tracker.throttle = {
+        rowsPerSecond: t.rowsPerSecond === undefined ? tracker.throttle.rowsPerSecond : t.rowsPerSecond || undefined,
+        batchRows: t.batchRows === undefined ? tracker.throttle.batchRows : Math.min(t.batchRows, 100_000),
+      };
+      tracker.publish();
+    });
+    setHandler(cancelSignal, (request) => {
+      this.cancelReason = request?.reason ?? 'cancel requested';
+      this.main.cancel();
+    });
+  }
+
+  private sendEvents(plan: ChangePlan): void {
+    if (!plan.callback?.events) return;
+    const { url, secret } = plan.callback;
+    const id = this.info.workflowId;
+    this.tracker.onEvent = (event) => {
+      this.deliveries.push(
+        CancellationScope.nonCancellable(() => notify.sendCallback({ url, secret, idempotencyKey: `${id}:${event.seq}`, body: { task_id: id, event } })).catch(
+          () => undefined,
+        ),
+      );
+    };
+  }
+
+  private context(plan: ChangePlan): ChangeContext {
+    return { id: this.info.workflowId, runId: this.info.runId, plan, tracker: this.tracker, nextFence: () => ++this.fence };
+  }
+
+  private async execute(plan: ChangePlan, options: ChangeOptions): Promise<{ outcome: Outcome; failure?: unknown }> {
+    const { tracker } = this;
+    const ref = { changeId: this.info.workflowId, runId: this.info.runId, database: plan.database };
+    let decisions: StepDecision[];
+    try {
+      const checked = options.preflight ?? (await this.main.run(() => checks.changePreflight({ changeId: ref.changeId, plan })));
+      decisions = checked.steps;
+    } catch (failure) {
+      const outcome: Outcome = isCancellation(failure) ? 'CANCELLED' : 'FAILED';
+      tracker.error = this.errorInfo(failure, outcome);
+      if (outcome === 'CANCELLED') tracker.setState('CANCELLING', this.cancelReason);
+      tracker.setPhase('FAILED', 'preflight refused the plan');
+      this.skipRest(0);
+      return { outcome, failure };
+    }
+    decisions.forEach((d) => d.note && (tracker.steps[d.index].note = d.note));
+    tracker.setPhase('APPLYING');
+    tracker.event('ChangeStarted', undefined, { database: plan.database, steps: plan.steps.length });
+    await CancellationScope.nonCancellable(() => changeActivities.quick.openChange(ref));
+    for (const step of plan.steps) {
+      const failure = await this.runStep(plan, step, decisions[step.index]);
+      if (failure === undefined) continue;
+      const cancelled = this.main.consideredCancelled;
+      const outcome: Outcome = cancelled ? 'CANCELLED' : 'FAILED';
+      tracker.error = this.errorInfo(failure.error, outcome, step);
+      if (cancelled) tracker.setState('CANCELLING', this.cancelReason);
+      if (failure.rollback) await this.rollBack();
+      this.skipRest(step.index + 1);
+      tracker.setPhase('FAILED', outcome);
+      await CancellationScope.nonCancellable(() => changeActivities.quick.closeChange(ref));
+      return { outcome, failure: failure.error };
+    }
+    await CancellationScope.nonCancellable(() => changeActivities.quick.closeChange(ref));
+    tracker.setPhase('COMPLETED', 'every step succeeded');
+    return { outcome: 'SUCCEEDED' };
+  }
+
+  /**
+   * Runs one step to success, or returns how it failed: with onFailure pause, a failure waits
+   * for `ferry resume` and the step runs again (a cancel meanwhile ends the wait).
+   */
+  private async runStep(plan: ChangePlan, step: ChangeStep, decision: StepDecision): Promise<{ error: unknown; rollback: boolean } | undefined> {
+    const { tracker } = this;
+    for (;;) {
+      if (this.main.consideredCancelled) return { error: new Error(this.cancelReason ?? 'cancelled'), rollback: step.onFailure === 'rollback' };
+      tracker.setStep(step.index, 'RUNNING');
+      tracker.event('StepStarted', step.index, { kind: step.kind });
+      const started = Date.now();
+      try {
+        await this.withTimeout(step, () => this.apply(plan, step, decision));
+        tracker.setStep(step.index, 'SUCCEEDED');
+        tracker.event('StepCompleted', step.index, { ms: Date.now() - started });
+        return undefined;
+      } catch (error) {
+        const info = this.errorInfo(error, 'FAILED', step);
+        tracker.steps[step.index].error = info;
+        tracker.setStep(step.index, 'FAILED', info.message);
+        tracker.event('StepFailed', step.index, { error: info.message, type: info.type });
+        await CancellationScope.nonCancellable(() => this.cleanUpFailed(plan, step, decision));
+        const cancelled = this.main.consideredCancelled;
+        if (step.onFailure !== 'pause' || cancelled) return { error, rollback: step.onFailure === 'rollback' || (cancelled && plan.onFailure === 'rollback') };
+        tracker.paused = true;
+        tracker.setPhase('AWAITING_RESUME', `step ${step.index + 1} failed; ferry resume retries it`);
+        await condition(() => !tracker.paused || this.main.consideredCancelled);
+        if (this.main.consideredCancelled) return { error, rollback: plan.onFailure === 'rollback' };
+        tracker.setPhase('APPLYING', 'resumed');
+      }
+    }
+  }
+
+  /** The step inside its own scope, under the plan's: cancelled by its timeout (StepTimedOut) or with the plan. */
+  private async withTimeout(step: ChangeStep, fn: () => Promise<void>): Promise<void> {
+    try {
+      await this.main.run(() => CancellationScope.withTimeout(step.timeoutMs, fn));
+    } catch (err) {
+      if (isCancellation(err) && !this.main.consideredCancelled) {
+        throw ApplicationFailure.create({ message: `did not finish within its ${step.timeoutMs / 1000}s timeout`, type: FAILURE.StepTimedOut, nonRetryable: true });
+      }
+      throw err;
+    }
+  }
+
+  private async apply(plan: ChangePlan, step: ChangeStep, decision: StepDecision): Promise<void> {
+    const { tracker } = this;
+    const ref = { changeId: this.info.workflowId, runId: this.info.runId, step: step.index, database: plan.database };
+    const acts = changeActivities.forStep(step.timeoutMs);
+    switch (step.kind) {
+      case 'sql': {
+        if (decision.action === 'setNotNull' && decision.setNotNull) {
+          const { table, column } = decision.setNotNull;
+          await this.whileLockBusy(step, step.maxWaitMs, () =>
+            acts.setNotNullSafely({ ...ref, table, column, lockTimeoutMs: step.lockTimeoutMs, statementTimeoutMs: step.timeoutMs }),
+          );
+        } else {
+          await this.whileLockBusy(step, step.maxWaitMs, () =>
+            acts.runChangeSql({ ...ref, sql: step.sql, direction: 'up', lockTimeoutMs: step.lockTimeoutMs, statementTimeoutMs: step.timeoutMs }),
+          );
+        }
+        const down = step.down;
+        if (down !== undefined) {
+          this.undo.push({
+            step: step.index,
+            run: () =>
+              this.whileLockBusy(step, step.maxWaitMs, () =>
+                changeActivities.forStep(step.timeoutMs).runChangeSql({ ...ref, sql: down, direction: 'down', lockTimeoutMs: step.lockTimeoutMs, statementTimeoutMs: step.timeoutMs }),
+              ),
+          });
+        } else {
+          this.undo.push({ step: step.index, run: async () => tracker.warnings.push(`step ${step.index + 1} has no down: it was not undone`) });
+        }
+        return;
+      }
+      case 'validate': {
+        // Built from names only (quoted by PostgreSQL's rules): no plan text in this statement.
+        const sql = `ALTER TABLE ${quoteQualified(step.table)} VALIDATE CONSTRAINT ${quoteIdent(step.constraint)}`;
+        await this.whileLockBusy(step, 10 * 60_000, () => acts.runChangeSql({ ...ref, sql, direction: 'up', lockTimeoutMs: 2_000, statementTimeoutMs: step.timeoutMs }));
+        return;
+      }
+      case 'index': {
+        const existed = decision.indexExisted === true;
+        if (!step.rebuild && !existed) {
+          // Pushed before the build: a build whose completion is lost is still undone.
+          this.undo.push({
+            step: step.index,
+            run: () => changeActivities.forStep(step.timeoutMs).dropChangeIndex({ database: plan.database, table: step.table, name: step.name, onlyInvalid: false }),
+          });
+        }
+        const built = await acts.buildChangeIndex({ changeId: ref.changeId, database: plan.database, index: step, statementTimeoutMs: step.timeoutMs });
+        if (built.droppedInvalid.length) tracker.steps[step.index].note = `dropped INVALID ${built.droppedInvalid.join(', ')} left by an earlier attempt, then built it`;
+        return;
+      }
+      case 'backfill': {
+        this.undo.push({ step: step.index, run: async () => tracker.warnings.push(`step ${step.index + 1} (backfill): updated rows keep their new values`) });
+        await runBackfill(this.context(plan), step);
+        return;
+      }
+    }
+  }
+
+  /**
+   * A lock-bound statement: each attempt waits at most its lock_timeout; while the lock is busy
+   * it is tried again after a backoff with jitter (a workflow timer, 0.5–1.5 × 0.5 s doubling up
+   * to 30 s), until `maxWaitMs` has passed since the first attempt.
+   */
+  private async whileLockBusy<T>(step: ChangeStep, maxWaitMs: number, attempt: () => Promise<T>): Promise<T> {
+    const started = Date.now();
+    for (let n = 1; ; n += 1) {
+      this.tracker.steps[step.index].attempts = n;
+      try {
+        return await attempt();
+      } catch (err) {
+        if (innermostApplicationFailure(err)?.type !== FAILURE.LockBusy) throw err;
+        const waited = Date.now() - started;
+        if (waited >= maxWaitMs) {
+          throw ApplicationFailure.create({
+            message: `step ${step.index + 1}: the lock stayed busy for ${Math.round(waited / 1000)}s over ${n} attempts (maxWait ${maxWaitMs / 1000}s)`,
+            type: FAILURE.LockWaitExceeded,
+            nonRetryable: true,
+            cause: err instanceof Error ? err : undefined,
+          });
+        }
+        this.tracker.setWaiting(`step ${step.index + 1}: lock busy, attempt ${n}`);
+        await sleep(Math.min(lockBackoffMs(n, Math.random()), maxWaitMs - waited));
+        this.tracker.setWaiting(undefined);
+      }
+    }
+  }
+
+  /** What a failed step may have left: an INVALID index, the safe SET NOT NULL's helper CHECK. */
+  private async cleanUpFailed(plan: ChangePlan, step: ChangeStep, decision: StepDecision): Promise<void> {
+    try {
+      if (step.kind === 'index' && !step.rebuild) {
+        await changeActivities.quick.dropChangeIndex({ database: plan.database, table: step.table, name: step.name, onlyInvalid: true });
+      }
+      if (step.kind === 'sql' && decision.action === 'setNotNull' && decision.setNotNull) {
+        await changeActivities.quick.dropNotNullCheck({ database: plan.database, ...decision.setNotNull, lockTimeoutMs: step.lockTimeoutMs });
+      }
+    } catch (err) {
+      this.tracker.warnings.push(`step ${step.index + 1}: cleaning up after its failure failed: ${rootMessage(err)}`);
+    }
+  }
+
+  /** The completed steps' undo, newest first, whatever happens to one of them. */
+  private async rollBack(): Promise<void> {
+    const { tracker } = this;
+    tracker.setPhase('ROLLING_BACK', tracker.error?.message);
+    tracker.event('RollbackStarted', undefined, { steps: this.undo.length });
+    const failed: number[] = [];
+    await CancellationScope.nonCancellable(async () => {
+      for (const undo of [...this.undo].reverse()) {
+        try {
+          const warningsBefore = tracker.warnings.length;
+          await undo.run();
+          if (tracker.warnings.length === warningsBefore && tracker.stepState(undo.step) === 'SUCCEEDED') {
+            tracker.setStep(undo.step, 'ROLLED_BACK');
+            tracker.event('StepRolledBack', undo.step);
+          }
+        } catch (err) {
+          failed.push(undo.step);
+          tracker.warnings.push(`step ${undo.step + 1} could not be undone: ${rootMessage(err)}`);
+        }
+      }
+    });
+    this.undo.length = 0;
+    tracker.event('RolledBack', undefined, failed.length ? { failedSteps: failed } : undefined);
+  }
+
+  private skipRest(from: number): void {
+    for (let i = from; i < this.tracker.steps.length; i += 1) if (this.tracker.stepState(i) === 'PENDING') this.tracker.setStep(i, 'SKIPPED');
+  }
+
+  private errorInfo(err: unknown, outcome: Outcome, step?: ChangeStep): ErrorInfo {
+    if (outcome === 'CANCELLED') return { message: this.cancelReason ?? 'change cancelled', type: FAILURE.Cancelled };
+    const failure = innermostApplicationFailure(err);
+    const root = rootMessage(err);
+    const prefix = step ? `step ${step.index + 1} (${step.kind}): ` : '';
+    const info: ErrorInfo = { message: `${prefix}${failure?.message ?? root}` };
+    if (failure?.type) info.type = failure.type;
+    if (root !== (failure?.message ?? root)) info.cause = root;
+    return info;
+  }
+
+  private async end(plan: ChangePlan, outcome: Outcome, failure: unknown): Promise<ChangeResultDocument> {
+    const { tracker } = this;
+    tracker.setWaiting(undefined);
+    tracker.endedAt = new Date().toISOString();
+    tracker.setState(outcome, outcome === 'SUCCEEDED' ? undefined : tracker.error?.message);
+    tracker.event('ChangeFinished', undefined, { state: outcome });
+    const result = changeResultDocument(tracker.document(), plan.metadata);
+    if (plan.callback) {
+      const { url, secret } = plan.callback;
+      result.callback = await CancellationScope.nonCancellable(() =>
+        notify
+          .sendCallback({ url, secret, idempotencyKey: this.info.workflowId, body: result })
+          .then(() => ({ delivered: true }))
+          .catch((err: unknown) => ({ delivered: false, error: rootMessage(err) })),
+      );
+    }
+    await CancellationScope.nonCancellable(() => Promise.all(this.deliveries));
+    upsertMemo({ result });
+    await condition(allHandlersFinished);
+    if (outcome === 'SUCCEEDED') return result;
+    throw ApplicationFailure.create({
+      message: tracker.error?.message ?? outcome,
+      type: outcome === 'CANCELLED' ? FAILURE.ChangeCancelled : FAILURE.ChangeFailed,
+      nonRetryable: true,
+      details: [result],
+      cause: failure instanceof Error ? failure : undefined,
+    });
+  }
+}
+
