@@ -27,7 +27,7 @@ import { CHANGE_PREFLIGHT_WORKFLOW, CHANGE_WORKFLOW, CLEANUP_WORKFLOW, FerryPhas
 import { MigrationPlan } from './core/plan';
 import { checkThrottle, parseSpec, Spec } from './core/spec';
 import { MigrationState, Phase } from './core/state-machine';
-import { ResultDocument, StatusDocument } from './core/status';
+import { Audit, checkedAudit, ResultDocument, StatusDocument } from './core/status';
 import { FAILURE } from './core/failure-types';
 
 export interface StartOptions {
@@ -513,26 +513,28 @@ export class FerryClient {
     }
   }
 
-  async cancel(id: string, reason?: string): Promise<void> {
-    await this.handle(id).signal(cancelSignal, reason ? { reason } : {});
+  // Control signals take an optional audit — who sends it and why — recorded in the status
+  // document's transitions and as a ControlReceived event.
+  async cancel(id: string, reason?: string, actor?: string): Promise<void> {
+    await this.handle(id).signal(cancelSignal, checkedAudit({ reason, actor }));
   }
 
-  async approve(id: string): Promise<void> {
-    await this.handle(id).signal(approveCutoverSignal);
+  async approve(id: string, audit: Audit = {}): Promise<void> {
+    await this.handle(id).signal(approveCutoverSignal, checkedAudit(audit));
   }
 
-  async pause(id: string): Promise<void> {
-    await this.handle(id).signal(pauseSignal);
+  async pause(id: string, audit: Audit = {}): Promise<void> {
+    await this.handle(id).signal(pauseSignal, checkedAudit(audit));
   }
 
-  async resume(id: string): Promise<void> {
-    await this.handle(id).signal(resumeSignal);
+  async resume(id: string, audit: Audit = {}): Promise<void> {
+    await this.handle(id).signal(resumeSignal, checkedAudit(audit));
   }
 
-  async throttle(id: string, request: ThrottleRequest): Promise<void> {
+  async throttle(id: string, request: ThrottleRequest, audit: Audit = {}): Promise<void> {
     const checked = checkThrottle(request);
     if (!checked.ok) throw new RefusedError(checked.reason, 'InvalidThrottle');
-    await this.handle(id).signal(throttleSignal, checked.value);
+    await this.handle(id).signal(throttleSignal, checked.value, checkedAudit(audit));
   }
 
   /**

@@ -7,6 +7,7 @@
 import { ChildWorkflowHandle, patched, setHandler } from '@temporalio/workflow';
 import { PATCHES } from '../src/core/names';
 import { tablesSharing } from '../src/core/rate';
+import { checkedAudit, ControlSignal } from '../src/core/status';
 import { checkThrottle, Spec } from '../src/core/spec';
 import { COPIED } from './context';
 import { approveCutoverSignal, Control, controlSignal, pauseSignal, resumeSignal, TableProgress, throttleSignal } from './definitions';
@@ -26,9 +27,15 @@ export class ControlDesk {
 
   /** Registers the control signals' handlers. */
   listen(): void {
-    setHandler(pauseSignal, () => this.set({ ...this.control, paused: true }));
-    setHandler(resumeSignal, () => this.set({ ...this.control, paused: false }));
-    setHandler(throttleSignal, (request) => {
+    setHandler(pauseSignal, (audit) => {
+      this.record('pause', this.control.paused ? 'paused' : 'running', 'paused', audit);
+      this.set({ ...this.control, paused: true });
+    });
+    setHandler(resumeSignal, (audit) => {
+      this.record('resume', this.control.paused ? 'paused' : 'running', 'running', audit);
+      this.set({ ...this.control, paused: false });
+    });
+    setHandler(throttleSignal, (request, audit) => {
       // Signals come from any client (the temporal CLI too): a bad value is refused, not applied.
       const checked = checkThrottle(request);
       // (Executions begun before this check applied any value: their replays must do the same.)
@@ -37,11 +44,21 @@ export class ControlDesk {
         return;
       }
       const t = checked.ok ? checked.value : request;
-      this.set({ ...this.control, rowsPerSecond: t.rowsPerSecond || undefined, batchRows: t.batchRows ?? this.control.batchRows });
+      const next = { ...this.control, rowsPerSecond: t.rowsPerSecond || undefined, batchRows: t.batchRows ?? this.control.batchRows };
+      this.record('throttle', describeRate(this.control), describeRate(next), audit);
+      this.set(next);
     });
-    setHandler(approveCutoverSignal, () => {
+    setHandler(approveCutoverSignal, (audit) => {
+      this.record('approve', this.approved ? 'approved' : 'waiting', 'approved', audit);
       this.approved = true;
     });
+  }
+
+  /** A control signal in the status document, with who sent it and why (when they said). */
+  record(signal: ControlSignal, from: string, to: string, audit: unknown): void {
+    // (Executions begun before the audit recorded nothing: their replays must not add events.)
+    if (!patched(PATCHES.auditedControls)) return;
+    this.tracker.control(signal, from, to, checkedAudit(audit), true);
   }
 
   /** The control a table workflow gets: the cap with its current share. */
@@ -70,4 +87,9 @@ export class ControlDesk {
     this.sharingSent = c.tablesSharing;
     for (const child of this.children.values()) void child.signal(controlSignal, c).catch(() => undefined);
   }
+}
+
+function describeRate(c: Control): string {
+  const rate = c.rowsPerSecond ? `${c.rowsPerSecond} rows/s` : 'no cap';
+  return c.batchRows ? `${rate}, ${c.batchRows} rows a batch` : rate;
 }

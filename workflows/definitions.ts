@@ -5,10 +5,14 @@
 import { defineQuery, defineSignal } from '@temporalio/workflow';
 import { Phase } from '../src/core/state-machine';
 import { ChangeStatusDocument } from '../src/core/change-status';
-import { ChunkStatus, EventType, StatusDocument, TableStatus } from '../src/core/status';
+import { Audit, ChunkStatus, EventType, StatusDocument, TableStatus } from '../src/core/status';
+
+export type { Audit };
 
 export interface CancelRequest {
   reason?: string;
+  /** Who asked (the CLI sends the OS user). */
+  actor?: string;
 }
 
 export interface ThrottleRequest {
@@ -18,10 +22,11 @@ export interface ThrottleRequest {
 }
 
 export const cancelSignal = defineSignal<[CancelRequest?]>('cancel');
-export const approveCutoverSignal = defineSignal('approveCutover');
-export const pauseSignal = defineSignal('pause');
-export const resumeSignal = defineSignal('resume');
-export const throttleSignal = defineSignal<[ThrottleRequest]>('throttle');
+// The optional Audit argument says who sent the signal and why; workers that predate it ignore it.
+export const approveCutoverSignal = defineSignal<[Audit?]>('approveCutover');
+export const pauseSignal = defineSignal<[Audit?]>('pause');
+export const resumeSignal = defineSignal<[Audit?]>('resume');
+export const throttleSignal = defineSignal<[ThrottleRequest, Audit?]>('throttle');
 export const stateQuery = defineQuery<StatusDocument>('state');
 /** The same wire name on a changeWorkflow: its status document. */
 export const changeStateQuery = defineQuery<ChangeStatusDocument>('state');

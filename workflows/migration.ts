@@ -22,7 +22,7 @@ import { innermostApplicationFailure, rootMessage } from '../src/core/failures';
 import { FerrySourceKey, FerryTargetKey, PATCHES } from '../src/core/names';
 import { Spec, SpecError } from '../src/core/spec';
 import { checkPlan, MigrationPlan } from '../src/core/plan';
-import { ErrorInfo, resultDocument, ResultDocument } from '../src/core/status';
+import { checkedAudit, ErrorInfo, resultDocument, ResultDocument } from '../src/core/status';
 import { checks, notify, steps } from './proxies';
 import { derivePhase, MigrationContext, MigrationOptions } from './context';
 import { ControlDesk } from './control';
@@ -78,7 +78,10 @@ class MigrationRun {
     const desk = new ControlDesk(spec, this.tracker);
     desk.listen();
     setHandler(cancelSignal, (request) => {
-      this.cancelReason = request?.reason ?? 'cancel requested';
+      const audit = checkedAudit(request);
+      this.cancelReason = audit.reason ?? 'cancel requested';
+      if (audit.actor && patched(PATCHES.auditedControls)) this.cancelReason += ` (by ${audit.actor})`;
+      desk.record('cancel', 'running', 'cancel requested', request);
       this.main.cancel();
     });
     setHandler(tableProgressSignal, (p) => {

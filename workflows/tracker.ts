@@ -7,7 +7,7 @@ import { FerryPhaseKey, FerryStateKey } from '../src/core/names';
 import { displayQualified } from '../src/core/identifiers';
 import { TablePlan } from '../src/core/plan';
 import { migrationStateMachine, MigrationState, Phase, phaseMachine, StateMachine } from '../src/core/state-machine';
-import { Blocker, CutoverReport, ErrorInfo, TimelineStep, EventType, MigrationEvent, StatusDocument, TableStatus } from '../src/core/status';
+import { Audit, Blocker, ControlSignal, ControlTransition, CutoverReport, ErrorInfo, TimelineStep, EventType, MigrationEvent, StatusDocument, TableStatus } from '../src/core/status';
 import { TableProgress } from './definitions';
 
 export const MAX_EVENTS_KEPT = 200;
@@ -25,6 +25,8 @@ export class Tracker {
   endedAt?: string;
   cutover?: CutoverReport;
   private readonly timeline: TimelineStep[] = [];
+  /** Control signals taken, with who sent them and why. */
+  private readonly controls: ControlTransition[] = [];
   /** While the cutover waits for write transactions begun before the freeze. */
   private blockers?: Blocker[];
   /** Called for every appended event (event webhooks). */
@@ -70,6 +72,17 @@ export class Tracker {
     }
     this.onEvent?.(e);
     return e;
+  }
+
+  /**
+   * Records a control signal beside the transitions; `announce` also reports it as a
+   * ControlReceived event (executions begun before PATCHES.auditedControls do not: an event can
+   * mean a callback delivery, which their histories lack).
+   */
+  control(signal: ControlSignal, from: string, to: string, audit: Audit, announce: boolean): void {
+    const record: ControlTransition = { machine: 'control', signal, from, to, at: this.now(), ...audit };
+    this.controls.push(record);
+    if (announce) this.event('ControlReceived', undefined, { signal, from, to, ...audit });
   }
 
   addTables(plans: TablePlan[]): void {
@@ -156,6 +169,7 @@ export class Tracker {
       transitions: [
         ...this.migration.transitions.map((t) => ({ machine: 'state' as const, ...t })),
         ...this.phase.transitions.map((t) => ({ machine: 'phase' as const, ...t })),
+        ...this.controls,
       ].sort((a, b) => a.at.localeCompare(b.at)),
       startedAt: this.startedAt,
     };

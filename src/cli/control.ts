@@ -1,8 +1,27 @@
 /** `ferry cancel | approve | pause | resume | throttle`: signals to a running migration; `retry`, `unfreeze`, `cleanup` after it ended. */
+import { userInfo } from 'node:os';
 import { Command } from 'commander';
 import { FerryClient } from '../client';
+import { Audit } from '../core/status';
 import { nonNegativeInt, positiveInt } from './args';
 import { CliExit } from './output';
+
+/** `--reason` and `--actor` (default: the OS user), recorded with the signal in the status and the result. */
+function audited(command: Command): Command {
+  return command.option('--reason <text>', 'why: recorded with the signal in the status and the result').option('--actor <name>', 'who sends it (default: the OS user)');
+}
+
+function auditOf(opts: { reason?: string; actor?: string }): Audit {
+  let actor = opts.actor;
+  if (!actor) {
+    try {
+      actor = userInfo().username;
+    } catch {
+      actor = process.env.USER;
+    }
+  }
+  return { actor, reason: opts.reason };
+}
 
 async function signal(id: string, fn: (client: FerryClient) => Promise<void>, done: string): Promise<void> {
   await FerryClient.using(fn);
@@ -10,30 +29,24 @@ async function signal(id: string, fn: (client: FerryClient) => Promise<void>, do
 }
 
 export function registerControlCommands(program: Command): void {
-  program
-    .command('cancel')
-    .description('cancel a migration: running work stops, compensations run, the callback reports CANCELLED')
-    .argument('<id>')
-    .option('--reason <text>', 'recorded in the status and the result')
-    .action((id: string, opts: { reason?: string }) => signal(id, (c) => c.cancel(id, opts.reason), `cancel requested for ${id}`));
+  audited(program.command('cancel').description('cancel a migration: running work stops, compensations run, the callback reports CANCELLED').argument('<id>')).action(
+    (id: string, opts: Audit) => {
+      const audit = auditOf(opts);
+      return signal(id, (c) => c.cancel(id, audit.reason, audit.actor), `cancel requested for ${id}`);
+    },
+  );
 
-  program
-    .command('approve')
-    .description('approve the cutover of an online migration waiting for approval')
-    .argument('<id>')
-    .action((id: string) => signal(id, (c) => c.approve(id), `cutover approved for ${id}`));
+  audited(program.command('approve').description('approve the cutover of an online migration waiting for approval').argument('<id>')).action((id: string, opts: Audit) =>
+    signal(id, (c) => c.approve(id, auditOf(opts)), `cutover approved for ${id}`),
+  );
 
-  program
-    .command('pause')
-    .description('pause: chunks and sync finish their current batch, checkpoint and wait')
-    .argument('<id>')
-    .action((id: string) => signal(id, (c) => c.pause(id), `pause requested for ${id}`));
+  audited(program.command('pause').description('pause: chunks and sync finish their current batch, checkpoint and wait').argument('<id>')).action((id: string, opts: Audit) =>
+    signal(id, (c) => c.pause(id, auditOf(opts)), `pause requested for ${id}`),
+  );
 
-  program
-    .command('resume')
-    .description('resume a paused migration from its checkpoints')
-    .argument('<id>')
-    .action((id: string) => signal(id, (c) => c.resume(id), `resume requested for ${id}`));
+  audited(program.command('resume').description('resume a paused migration from its checkpoints').argument('<id>')).action((id: string, opts: Audit) =>
+    signal(id, (c) => c.resume(id, auditOf(opts)), `resume requested for ${id}`),
+  );
 
   program
     .command('retry')
@@ -70,16 +83,18 @@ export function registerControlCommands(program: Command): void {
       process.stdout.write(`${id}: ${source}; ${target}\n`);
     });
 
-  program
-    .command('throttle')
-    .description('change the copy rate or batch size of a running migration')
-    .argument('<id>')
-    .option('--rows-per-second <n>', 'cap for the whole migration; 0 removes the cap', nonNegativeInt)
-    .option('--batch-rows <n>', 'rows per batch', positiveInt)
-    .action((id: string, opts: { rowsPerSecond?: number; batchRows?: number }) => {
-      if (opts.rowsPerSecond === undefined && opts.batchRows === undefined) {
-        throw new CliExit('throttle needs --rows-per-second or --batch-rows', 2);
-      }
-      return signal(id, (c) => c.throttle(id, opts), `throttle sent to ${id}`);
-    });
+  audited(
+    program
+      .command('throttle')
+      .description('change the copy rate or batch size of a running migration')
+      .argument('<id>')
+      .option('--rows-per-second <n>', 'cap for the whole migration; 0 removes the cap', nonNegativeInt)
+      .option('--batch-rows <n>', 'rows per batch', positiveInt),
+  ).action((id: string, opts: { rowsPerSecond?: number; batchRows?: number } & Audit) => {
+    if (opts.rowsPerSecond === undefined && opts.batchRows === undefined) {
+      throw new CliExit('throttle needs --rows-per-second or --batch-rows', 2);
+    }
+    const { rowsPerSecond, batchRows } = opts;
+    return signal(id, (c) => c.throttle(id, { rowsPerSecond, batchRows }, auditOf(opts)), `throttle sent to ${id}`);
+  });
 }

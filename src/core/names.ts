@@ -54,6 +54,8 @@ export const PATCHES = {
   captureLostEvent: 'capture-lost-event',
   /** Online, onFailure: keep: a FAILED migration keeps its change capture for `ferry retry`. */
   keepCaptureForRetry: 'keep-capture-for-retry',
+  /** Control signals are recorded with their actor and reason, and reported as ControlReceived events. */
+  auditedControls: 'audited-controls',
 } as const;
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);

@@ -20,8 +20,45 @@ export const EVENT_TYPES = [
   'RollbackStarted',
   'RolledBack',
   'MigrationFinished',
+  /** A control signal (pause, resume, throttle, approve, cancel) taken, with who sent it and why. */
+  'ControlReceived',
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
+
+/** Who sent a control signal and why: optional on every control signal (the CLI fills in the OS user). */
+export interface Audit {
+  actor?: string;
+  reason?: string;
+}
+
+export type ControlSignal = 'pause' | 'resume' | 'throttle' | 'approve' | 'cancel';
+
+/** A control signal as the status document records it, beside the state machines' transitions. */
+export interface ControlTransition extends Audit {
+  machine: 'control';
+  signal: ControlSignal;
+  /** The control's setting before and after: running/paused, a rate cap, waiting/approved. */
+  from: string;
+  to: string;
+  at: string;
+}
+
+/** The audit fields of a signal from any client: strings only, bounded; anything else dropped. */
+/** "pause by alice (nightly batch) at …: running → paused", for people. */
+export function describeControl(c: ControlTransition): string {
+  return `${c.signal}${c.actor ? ` by ${c.actor}` : ''}${c.reason ? ` (${c.reason})` : ''} at ${c.at}: ${c.from} → ${c.to}`;
+}
+
+export function checkedAudit(input: unknown): Audit {
+  const out: Audit = {};
+  if (input && typeof input === 'object') {
+    for (const key of ['actor', 'reason'] as const) {
+      const value = (input as Record<string, unknown>)[key];
+      if (typeof value === 'string' && value.trim()) out[key] = value.trim().slice(0, 500);
+    }
+  }
+  return out;
+}
 
 export interface MigrationEvent {
   seq: number;
@@ -96,7 +133,7 @@ export interface StatusDocument {
   paused: boolean;
   tables: TableStatus[];
   events: MigrationEvent[];
-  transitions: ((Transition<MigrationState> & { machine: 'state' }) | (Transition<Phase> & { machine: 'phase' }))[];
+  transitions: ((Transition<MigrationState> & { machine: 'state' }) | (Transition<Phase> & { machine: 'phase' }) | ControlTransition)[];
   error?: ErrorInfo;
   startedAt: string;
   endedAt?: string;
@@ -130,6 +167,8 @@ export interface ResultDocument {
   cutover?: CutoverReport;
   callback?: { delivered: boolean; error?: string };
   timeline?: TimelineStep[];
+  /** The control signals taken, with who sent them and why. */
+  controls?: ControlTransition[];
 }
 
 export function resultDocument(status: StatusDocument, metadata: Record<string, unknown> | undefined): ResultDocument {
@@ -152,5 +191,7 @@ export function resultDocument(status: StatusDocument, metadata: Record<string, 
   };
   if (status.cutover) doc.cutover = status.cutover;
   if (status.timeline) doc.timeline = status.timeline;
+  const controls = status.transitions.filter((t): t is ControlTransition => t.machine === 'control');
+  if (controls.length) doc.controls = controls;
   return doc;
 }

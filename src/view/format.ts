@@ -1,5 +1,5 @@
 /** Status and result documents as people read them (the CLI, `ferry watch`, the demo). */
-import { ResultDocument, StatusDocument } from '../core/status';
+import { ControlTransition, describeControl, ResultDocument, StatusDocument } from '../core/status';
 
 function pct(copied: number, estimated: number): string {
   return estimated > 0 ? ` (${Math.min(100, Math.round((100 * copied) / estimated))}%)` : '';
@@ -24,6 +24,8 @@ export function formatStatus(s: StatusDocument): string {
   }
   if (s.error) lines.push(`error: ${s.error.message}${s.error.cause ? ` (cause: ${s.error.cause})` : ''}`);
   for (const w of s.warnings ?? []) lines.push(`warning: ${w}`);
+  const controls = s.transitions.filter((t): t is ControlTransition => t.machine === 'control').slice(-3);
+  if (controls.length) lines.push('recent controls:', ...controls.map((c) => `  ${describeControl(c)}`));
   const recent = s.events.slice(-5).map((e) => `  #${e.seq} ${e.at} ${e.type}${e.table ? ` ${e.table}` : ''}`);
   if (recent.length) lines.push('recent events:', ...recent);
   return lines.join('\n');
@@ -40,6 +42,7 @@ export function formatResult(r: ResultDocument): string {
   }
   if (r.timeline?.length) lines.push(`time: ${r.timeline.map((t) => `${t.step} ${((t.ms ?? 0) / 1000).toFixed(1)}s`).join(', ')}`);
   for (const w of r.warnings) lines.push(`warning: ${w}`);
+  for (const c of r.controls ?? []) lines.push(`control: ${describeControl(c)}`);
   if (r.callback) lines.push(`callback: ${r.callback.delivered ? 'delivered' : `not delivered (${r.callback.error})`}`);
   return lines.join('\n');
 }

@@ -5,6 +5,7 @@
  * target database, not from Ferry's report; a control change is waited for in the histories (the
  * table's copy slices dispatched after it), never for a fixed time.
  */
+import { userInfo } from 'node:os';
 import { ApplicationFailure } from '@temporalio/common';
 import { temporal } from '@temporalio/proto';
 import { FerryClient } from '../../src/client';
@@ -152,7 +153,7 @@ describe('controlling migrations', () => {
     expect(throttled).toBeGreaterThan(1000);
     expect(throttled).toBeLessThan(8000);
 
-    expect((await stack.runCli(['pause', id])).code).toBe(0);
+    expect((await stack.runCli(['pause', id, '--reason', 'nightly batch window'])).code).toBe(0);
     await eventually(async () => (await stack.ferry.status(id)).paused);
     // Paused once the running slices have ended (each after its batch) and none was dispatched again.
     await eventually(() => noCopySlice(stack, `${id}/table-0`), 30_000);
@@ -160,8 +161,8 @@ describe('controlling migrations', () => {
     const pausedStatus = await stack.ferry.status(id);
     expect(pausedStatus.paused).toBe(true);
 
-    await stack.runCli(['resume', id]);
-    expect((await stack.runCli(['throttle', id, '--rows-per-second', '20000'])).code).toBe(0);
+    await stack.runCli(['resume', id, '--actor', 'oncall-bob']);
+    expect((await stack.runCli(['throttle', id, '--rows-per-second', '20000', '--reason', 'window over'])).code).toBe(0);
     await eventually(() => copyingUnderLatestControl(stack, `${id}/table-0`), 30_000);
     const faster = await rate(dbs, 'public.big', 3000);
     expect(faster).toBeGreaterThan(throttled * 1.5);
@@ -170,6 +171,26 @@ describe('controlling migrations', () => {
     expect(result.state).toBe('SUCCEEDED');
     expect(await rowsAsText(dbs, 'target', 'public.big', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.big', 'id'));
     await dbs.exec('target', 'DROP TABLE public.big');
+
+    // Every control signal is on record with who sent it (the CLI's OS user unless --actor) and why.
+    const me = userInfo().username;
+    const controls = (await stack.ferry.status(id)).transitions.filter((t) => t.machine === 'control').map(({ at: _at, ...c }) => c);
+    expect(controls).toEqual([
+      { machine: 'control', signal: 'throttle', from: 'no cap', to: '5000 rows/s' },
+      { machine: 'control', signal: 'pause', from: 'running', to: 'paused', actor: me, reason: 'nightly batch window' },
+      { machine: 'control', signal: 'resume', from: 'paused', to: 'running', actor: 'oncall-bob' },
+      { machine: 'control', signal: 'throttle', from: '5000 rows/s', to: '20000 rows/s', actor: me, reason: 'window over' },
+      { machine: 'control', signal: 'throttle', from: '20000 rows/s', to: 'no cap' },
+    ]);
+    expect(result.controls?.map((c) => c.signal)).toEqual(['throttle', 'pause', 'resume', 'throttle', 'throttle']);
+    expect(result.events.filter((e) => e.type === 'ControlReceived').map((e) => e.detail)).toContainEqual({
+      signal: 'pause',
+      from: 'running',
+      to: 'paused',
+      actor: me,
+      reason: 'nightly batch window',
+    });
+    expect((await stack.runCli(['result', id])).stdout).toContain(`control: pause by ${me} (nightly batch window) at`);
   });
 
   it('changes the batch size of a running copy (`ferry throttle --batch-rows`), and ignores a bad throttle signal with a warning', async () => {
