@@ -105,7 +105,7 @@ export const FerryStatements = {
   /** copyChunk (or repairRange): a key range streamed with COPY — not a list of keys as sync reads. */
   rangeCopy: (b: Backend) => /^COPY \(SELECT /.test(b.query) && !/= ANY \(|unnest\(/.test(b.query),
   /** syncChanges: reading, deleting and measuring the change log. */
-  syncLog: (b: Backend) => /^(SELECT id, pk FROM|DELETE FROM|SELECT \(SELECT count\(\*\) FROM \(SELECT 1 FROM) "_ferry"\."log_/.test(b.query),
+  syncLog: (b: Backend) => /^(SELECT id, pk FROM|DELETE FROM|SELECT \(SELECT count\(\*\) FROM \(SELECT 1 FROM) "_ferry_capture"\."log_/.test(b.query),
   /** validateChunk: the count-and-checksum query, either side. */
   checksum: (b: Backend) => /md5\(ROW\(/.test(b.query),
 };
