@@ -40,8 +40,13 @@ export const MAX_REPAIR_ROUNDS = 3;
 export const RECHECK_MS = 15_000;
 /** Online: pause between sync slices when the log was empty. */
 export const IDLE_POLL_MS = 500;
-/** Online, the longest wait of an idle table between looks at its change log. */
-export const MAX_IDLE_MS = 8_000;
+/**
+ * Online, the longest wait of an idle table between looks at its change log (executions begun
+ * before PATCHES.quietIdleTables: LEGACY_MAX_IDLE_MS). Any write found brings it back to
+ * IDLE_POLL_MS; the cutover's finish request ends the wait at once.
+ */
+export const MAX_IDLE_MS = 30_000;
+const LEGACY_MAX_IDLE_MS = 8_000;
 /** Online: report lag to the parent at least this often (each report is a history event there). */
 export const LAG_REPORT_MS = 10_000;
 export const SYNC_BATCH_KEYS = 5_000;
@@ -116,6 +121,11 @@ interface SyncState {
   lag?: TableStatus['lag'];
   /** The current wait between looks at an idle log. */
   idleMs?: number;
+  /**
+   * Keys were recorded dirty since the last re-check (or it is not known: absent counts as
+   * yes). The dirty set only grows through applies, so a table with none skips the re-check.
+   */
+  dirtySinceRecheck?: boolean;
 }
 
 export interface TableWorkflowResult {
@@ -306,17 +316,22 @@ class TableRun {
       const result = await this.slices.run('sync', () => this.syncChanges(this.syncSlice()));
       if (!result) continue;
       const now = Date.now();
+      const quiet = patched(PATCHES.quietIdleTables);
+      if (quiet && result.applied > 0 && this.sync.validationBegun) this.sync.dirtySinceRecheck = true;
       await this.recordLag(result, now);
       if (!result.caughtUp) continue;
       if (await this.stepTowardsReady()) continue;
-      if (this.input.validation !== 'none' && now - this.sync.lastRecheckAt >= RECHECK_MS) {
+      const recheck = !quiet || this.sync.dirtySinceRecheck !== false;
+      if (this.input.validation !== 'none' && recheck && now - this.sync.lastRecheckAt >= RECHECK_MS) {
         this.sync.lastRecheckAt = now;
         await check.checkDirtyKeys({ ...this.ref(), table: this.copyTable });
+        if (quiet) this.sync.dirtySinceRecheck = false;
         continue;
       }
       // An idle table waits longer and longer between looks at its log (up to MAX_IDLE_MS).
       const { sync } = this;
-      sync.idleMs = !this.progressByQuery ? IDLE_POLL_MS : result.applied > 0 ? IDLE_POLL_MS : Math.min(MAX_IDLE_MS, (sync.idleMs ?? IDLE_POLL_MS) * 2);
+      const longest = quiet ? MAX_IDLE_MS : LEGACY_MAX_IDLE_MS;
+      sync.idleMs = !this.progressByQuery ? IDLE_POLL_MS : result.applied > 0 ? IDLE_POLL_MS : Math.min(longest, (sync.idleMs ?? IDLE_POLL_MS) * 2);
       await condition(() => this.finishRequested, sync.idleMs);
     }
     if (this.machine.can('CUTTING_OVER')) await this.move('CUTTING_OVER', 'cutover: the parent drains the last changes');

@@ -56,6 +56,12 @@ export const PATCHES = {
   keepCaptureForRetry: 'keep-capture-for-retry',
   /** Control signals are recorded with their actor and reason, and reported as ControlReceived events. */
   auditedControls: 'audited-controls',
+  /**
+   * Idle tables stay quiet: a caught-up table looks at its change log at most every 30 s (it was
+   * 8 s) and re-checks its dirty keys only when the sync recorded some since the last check, so
+   * hundreds of tables waiting for the cutover no longer crowd the workers the copying tables need.
+   */
+  quietIdleTables: 'quiet-idle-tables',
 } as const;
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);

@@ -322,6 +322,7 @@ describe('workers SIGKILLed while they run a chosen activity', () => {
     const id = `rkill-${mode}-${trial}-${SEED}`;
     const hold = holdFor(kind, mode, id, source, target);
     await hold.before();
+    const beforeCopy = kind === 'copyChunk' ? await HeldLock.take(dbs.url(target), 'bookkeeping lock', [`SELECT pg_advisory_xact_lock(hashtext('${BOOKKEEPING_LOCK}'))`]) : undefined;
     const writers = mode === 'online' ? await startWriters(dbs.url(source), WRITERS) : undefined;
     const t0 = Date.now();
     const starting = ferry.start(spec, { id });
@@ -329,8 +330,10 @@ describe('workers SIGKILLed while they run a chosen activity', () => {
     try {
       if (kind === 'copyChunk') {
         // Slow enough to be caught mid-chunk; never changed again (a change would end the slice).
+        // The target's bookkeeping is held until the cap is in place, so no copy starts before it.
         await starting;
         await ferry.throttle(id, { rowsPerSecond: mode === 'full' ? 12_000 : 6_000 });
+        await beforeCopy!.release(false);
       }
       hold.watch();
       const eligible = async (a: RunningActivity) => kind !== 'copyChunk' || ownsCheckpoint(target, id, a);
@@ -397,6 +400,7 @@ describe('workers SIGKILLed while they run a chosen activity', () => {
       }
       passed[mode] += 1;
     } finally {
+      await beforeCopy?.release(false);
       await hold.release();
       await writers?.stop();
     }
