@@ -7,7 +7,11 @@ import { Client } from 'pg';
 import { TestDatabases } from '../helpers/databases';
 import { resultWithin, TestStack } from '../helpers/stack';
 
-const TABLES = 300;
+/**
+ * 100 in `npm test`; FERRY_MANY_TABLES=300 for the full size (about 15 minutes on two cores:
+ * each table's handful of activities waits for a slot behind the idle tables' syncs).
+ */
+const TABLES = Number(process.env.FERRY_MANY_TABLES || 100);
 
 /** md5 over every row of every table, per table, in key order: what "equal" means here. */
 async function digests(dbs: TestDatabases, role: string): Promise<Record<string, string>> {
@@ -65,7 +69,7 @@ describe(`an online migration of ${TABLES} tables`, () => {
     })();
     let result;
     try {
-      result = await resultWithin(stack.ferry, id, 900_000);
+      result = await resultWithin(stack.ferry, id, 1_140_000);
     } finally {
       writing = false;
       await writes$;
@@ -78,5 +82,5 @@ describe(`an online migration of ${TABLES} tables`, () => {
     expect(target).toEqual(source);
     const events = (await stack.client.workflow.getHandle(id).fetchHistory()).events?.length ?? 0;
     expect(events).toBeLessThan(51_200 / 2);
-  }, 960_000);
+  }, 1_200_000);
 });
