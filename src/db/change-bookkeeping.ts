@@ -7,10 +7,16 @@
  */
 import { ClientBase } from 'pg';
 import { Key } from '../core/plan';
+import { dropSchemaIfEmpty, migrateSchema, VersionedSchema } from './schema-versions';
 
-/** Version 1 of the schema; later versions add numbered statements after these. */
-export const CHANGE_BOOKKEEPING_DDL = `
-CREATE SCHEMA IF NOT EXISTS _ferry_change;
+/** The schema's numbered versions (see schema-versions.ts): steps are only ever appended. */
+export const CHANGE_BOOKKEEPING: VersionedSchema = {
+  schema: '_ferry_change',
+  steps: [
+    {
+      version: 1,
+      name: 'changes, steps, backfills',
+      sql: `
 CREATE TABLE IF NOT EXISTS _ferry_change.changes (
   change_id  text PRIMARY KEY,
   run_id     text NOT NULL,
@@ -37,7 +43,10 @@ CREATE TABLE IF NOT EXISTS _ferry_change.backfills (
   owner        text,
   updated_at   timestamptz NOT NULL DEFAULT now(),
   PRIMARY KEY (change_id, run_id, step, pass)
-)`;
+)`,
+    },
+  ],
+};
 
 const LOCK = 'ferry:change-bookkeeping';
 
@@ -59,7 +68,7 @@ export async function lockChangeBookkeeping(db: ClientBase): Promise<void> {
 /** Inside a transaction: the schema exists and this change is registered (so no other change drops it). */
 export async function registerChange(db: ClientBase, changeId: string, runId: string): Promise<void> {
   await lockChangeBookkeeping(db);
-  await db.query(CHANGE_BOOKKEEPING_DDL);
+  await migrateSchema(db, CHANGE_BOOKKEEPING);
   await db.query(
     `INSERT INTO _ferry_change.changes (change_id, run_id) VALUES ($1, $2)
      ON CONFLICT (change_id) DO UPDATE SET run_id = EXCLUDED.run_id`,
@@ -73,7 +82,7 @@ export async function forgetChange(db: ClientBase, changeId: string): Promise<vo
   if (!(await db.query(`SELECT to_regclass('_ferry_change.changes') IS NOT NULL AS present`)).rows[0].present) return;
   for (const table of ['backfills', 'steps', 'changes']) await db.query(`DELETE FROM _ferry_change.${table} WHERE change_id = $1`, [changeId]);
   const others = await db.query('SELECT 1 FROM _ferry_change.changes LIMIT 1');
-  if (others.rowCount === 0) await db.query('DROP SCHEMA _ferry_change CASCADE');
+  if (others.rowCount === 0) await dropSchemaIfEmpty(db, CHANGE_BOOKKEEPING.schema, ['backfills', 'steps', 'changes']);
 }
 
 export async function stepDone(db: ClientBase, ref: StepRef, direction: 'up' | 'down'): Promise<boolean> {
