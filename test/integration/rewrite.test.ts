@@ -183,7 +183,8 @@ describe('rewrite steps: a table rebuilt by shadow copy and swapped under load',
       stall = await probe.stop();
     }
     const progress = report.out.split('\n').filter((l) => l.startsWith('progress:'));
-    console.log(`pgbench during the rewrite (per second):\n${progress.join('\n')}\nlongest probe update: ${stall.maxMs} ms over ${stall.count}`);
+    const tps = progress.map((l) => Number(/([\d.]+) tps/.exec(l)?.[1] ?? 0));
+    console.log(`pgbench during the rewrite: ${progress.length} s, ${Math.min(...tps)}–${Math.max(...tps)} tps; longest probe update: ${stall.maxMs} ms over ${stall.count}`);
 
     // Writers: no pgbench client aborted and no transaction failed, no probe update failed, none waited long.
     expect(report.out).not.toMatch(/aborted|ERROR/);
