@@ -68,7 +68,7 @@ export async function rewriteProblems(db: ClientBase, changeId: string, step: Re
     await db.query("SET LOCAL lock_timeout = '2s'");
     await db.query(`DROP TABLE IF EXISTS ${quoteQualified(names.shadow)}`);
     const built = await buildShadow(db, step.table, names, original, step.alter, step.columns);
-    problems.push(...built.problems.map((p) => `: ${p}`));
+    problems.push(...built.problems);
     if (!problems.length) {
       // The expressions over the original's columns, into the new columns: checked on no rows.
       await db.query('SAVEPOINT ferry_expressions');

@@ -197,7 +197,7 @@ export async function buildShadow(
       return true;
     } catch (err) {
       await db.query('ROLLBACK TO SAVEPOINT ferry_shadow_step');
-      problems.push(`${label}: ${(err as Error).message}`);
+      problems.push(`${label.startsWith('.') ? '' : ': '}${label}: ${(err as Error).message}`);
       return false;
     }
   };
@@ -209,11 +209,11 @@ export async function buildShadow(
       await run(`constraint ${index.constraint}`, `ALTER TABLE ${shadow} ADD CONSTRAINT ${newName} ${index.definition}`);
     } else {
       const rest = stripIndexHead(index.definition, index.name, quoteQualified(table));
-      if (rest === undefined) problems.push(`index ${index.name}: its definition could not be carried (${index.definition})`);
+      if (rest === undefined) problems.push(`: index ${index.name}: its definition could not be carried (${index.definition})`);
       else await run(`index ${index.name}`, `CREATE ${index.unique ? 'UNIQUE ' : ''}INDEX ${newName} ON ${shadow} ${rest}`);
     }
   }
-  for (const [i, clause] of alter.entries()) await run(`alter[${i}]`, `ALTER TABLE ${shadow} ${clause}`);
+  for (const [i, clause] of alter.entries()) await run(`.alter[${i}]`, `ALTER TABLE ${shadow} ${clause}`);
   for (const fk of original.outgoingForeignKeys) await run(`foreign key ${fk.name}`, `ALTER TABLE ${shadow} ADD CONSTRAINT ${quoteIdent(fk.name)} ${fk.definition} NOT VALID`);
   await db.query(`ALTER TABLE ${shadow} OWNER TO ${quoteIdent(original.owner)}`);
   for (const g of original.grants) await db.query(`GRANT ${g.privilege} ON ${shadow} TO ${g.grantee}${g.grantable ? ' WITH GRANT OPTION' : ''}`);
@@ -228,10 +228,10 @@ export async function buildShadow(
   const mapping: ColumnMapping[] = [];
   for (const c of rows) {
     const expression = given.get(c.attname) ?? (original.columns.has(c.attname) ? quoteIdent(c.attname) : undefined);
-    if (given.has(c.attname) && c.generated) problems.push(`columns.${c.attname}: is a generated column of the new table; it cannot be given an expression`);
+    if (given.has(c.attname) && c.generated) problems.push(`.columns.${c.attname}: is a generated column of the new table; it cannot be given an expression`);
     if (expression !== undefined && !c.generated) mapping.push({ column: c.attname, type: c.type, expression });
   }
-  for (const e of expressions) if (!rows.some((c) => c.attname === e.column)) problems.push(`columns.${e.column}: the new table has no such column`);
+  for (const e of expressions) if (!rows.some((c) => c.attname === e.column)) problems.push(`.columns.${e.column}: the new table has no such column`);
 
   const shadowKey = await db.query(
     `SELECT a.attname AS name, pg_catalog.format_type(a.atttypid, a.atttypmod) AS type
@@ -241,9 +241,9 @@ export async function buildShadow(
     [shadow],
   );
   const sameKey = shadowKey.rows.length === original.key.length && shadowKey.rows.every((k, i) => k.name === original.key[i].name);
-  if (!sameKey) problems.push(`the alters change or drop the primary key (${original.key.map((k) => k.name).join(', ')}): a new primary key is not carried in this version`);
+  if (!sameKey) problems.push(`: the alters change or drop the primary key (${original.key.map((k) => k.name).join(', ')}): a new primary key is not carried in this version`);
   // The sync finds a key's rows in both tables by its value: key columns are copied as they are
   // (their type may change), never through an expression.
-  for (const k of original.key) if (given.has(k.name)) problems.push(`columns.${k.name}: a primary key column is copied as it is (the alters may change its type), not through an expression`);
+  for (const k of original.key) if (given.has(k.name)) problems.push(`.columns.${k.name}: a primary key column is copied as it is (the alters may change its type), not through an expression`);
   return { problems, mapping, key: { columns: original.key, shadowTypes: shadowKey.rows.map((k) => k.type) } };
 }

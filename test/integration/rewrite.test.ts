@@ -6,6 +6,9 @@
  * its data and the database's objects as they were.
  */
 import { spawn } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Client } from 'pg';
 import { runningActivities } from '../helpers/chaos';
 import { TestDatabases } from '../helpers/databases';
@@ -117,6 +120,58 @@ describe('rewrite steps: a table rebuilt by shadow copy and swapped under load',
     const [r] = await dbs.query<{ md5: string }>('app', `SELECT md5(string_agg(a::text, ',' ORDER BY aid)) AS md5 FROM public.pgbench_accounts a`);
     return r.md5;
   }
+
+  it('refuses with exit 2, naming each object, the rewrites it cannot carry, and changes nothing', async () => {
+    await dbs.exec(
+      'app',
+      `CREATE SCHEMA odd;
+       CREATE TABLE odd.no_key (a int, b text);
+       CREATE TABLE odd.with_trigger (id int PRIMARY KEY, v int);
+       CREATE FUNCTION odd.touch() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$;
+       CREATE TRIGGER touch BEFORE UPDATE ON odd.with_trigger FOR EACH ROW EXECUTE FUNCTION odd.touch();
+       CREATE TABLE odd.parted (id int PRIMARY KEY) PARTITION BY RANGE (id);
+       CREATE TABLE odd.summarised (id int PRIMARY KEY, v int);
+       CREATE MATERIALIZED VIEW odd.summary AS SELECT sum(v) AS v FROM odd.summarised;
+       CREATE TABLE odd.tree (id int PRIMARY KEY, parent int REFERENCES odd.tree (id));
+       CREATE VIEW odd.tree_view AS SELECT id, parent FROM odd.tree;
+       CREATE TABLE odd.plain (id int PRIMARY KEY, v int);`,
+    );
+    const before = await inventory();
+    const file = join(tmpdir(), `ferry-rewrite-refused-${process.pid}.json`);
+    const rewrite = (table: string, extra: Record<string, unknown> = {}) => ({ rewrite: { table, alter: ['ALTER COLUMN id TYPE bigint'], ...extra } });
+    writeFileSync(
+      file,
+      JSON.stringify({
+        kind: 'change',
+        database: 'app',
+        steps: [
+          { rewrite: { table: 'odd.no_key', alter: ['ALTER COLUMN a TYPE bigint'] } },
+          rewrite('odd.with_trigger'),
+          rewrite('odd.parted'),
+          rewrite('odd.summarised'),
+          rewrite('odd.tree', { alter: ['DROP COLUMN parent'] }),
+          rewrite('odd.plain', { alter: ['ALTER COLUMN nope TYPE bigint'], columns: { gone: '1' } }),
+        ],
+      }),
+    );
+    const out = await stack.runCli(['start', file]);
+    expect(out.code).toBe(2);
+    for (const says of [
+      /steps\[0\]\.rewrite\.table: odd\.no_key has no primary key/,
+      /steps\[1\]\.rewrite\.table: trigger touch on odd\.with_trigger/,
+      /steps\[2\]\.rewrite\.table: odd\.parted is partitioned/,
+      /steps\[3\]\.rewrite\.table: materialized view odd\.summary depends on odd\.summarised/,
+      /steps\[4\]\.rewrite\.table: foreign key tree_parent_fkey of odd\.tree references the table itself/,
+      /steps\[5\]\.rewrite\.alter\[0\]: column "nope" of relation "plain_ferry_new_\w+" does not exist/,
+      /steps\[5\]\.rewrite\.columns\.gone: the new table has no such column/,
+    ]) {
+      expect(out.stderr).toMatch(says);
+    }
+    expect(await inventory()).toEqual(before);
+    const revert = await stack.runCli(['revert', 'whatever']);
+    expect({ code: revert.code, stderr: revert.stderr }).toEqual({ code: 2, stderr: expect.stringMatching(/ferry revert is not available in this version/) });
+    await dbs.exec('app', 'DROP SCHEMA odd CASCADE');
+  });
 
   it('a rewrite cancelled while it awaits approval leaves the table, its data and the database as they were', async () => {
     const before = await inventory();
