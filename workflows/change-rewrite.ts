@@ -55,12 +55,14 @@ export async function runRewrite(ctx: ChangeContext, step: RewriteStep): Promise
 
     if (step.approval === 'manual') {
       tracker.setWaiting(`step ${step.index + 1}: rewrite of ${step.table.schema}.${step.table.name} awaiting approval (ferry approve ${ctx.id})`);
-      // The sync keeps the log short meanwhile, so the swap drains little.
+      // The sync keeps the log short meanwhile; once a minute, so that a wait of days stays far
+      // below Temporal's history limit (about ten events a round).
       while (!ctx.approved()) {
-        await quick.syncRewrite({ ...data, maxRows: 100_000 });
-        await condition(ctx.approved, '5 seconds');
+        await quick.syncRewrite({ ...data, maxRows: 1_000_000 });
+        await condition(ctx.approved, '1 minute');
       }
       tracker.setWaiting(undefined);
+      await catchUp(data);
     }
     note('swapping');
     swap = await swapWithRetries(data);
