@@ -16,7 +16,7 @@ export interface OriginalTable {
   key: KeyColumn[];
   columns: Set<string>;
   /** CREATE/ALTER statements after the LIKE, in order, with a label for error messages. */
-  indexes: { oid: number; name: string; constraint?: string; definition: string; unique: boolean }[];
+  indexes: { oid: number; name: string; constraint?: string; definition: string; unique: boolean; head: string[] }[];
   outgoingForeignKeys: { name: string; definition: string }[];
   owner: string;
   grants: { grantee: string; privilege: string; grantable: boolean }[];
@@ -89,12 +89,22 @@ export async function inspectOriginal(db: ClientBase, table: QualifiedName, ownT
   const indexes = (
     await list(
       `SELECT i.indexrelid::int8 AS oid, ic.relname AS name, i.indisunique AS unique, con.conname AS constraint,
+              -- How pg_get_indexdef begins, in its own quoting (quote_ident, regclass text).
+              ARRAY['CREATE UNIQUE INDEX ' || pg_catalog.quote_ident(ic.relname) || ' ON ' || i.indrelid::regclass::text || ' ',
+                    'CREATE INDEX ' || pg_catalog.quote_ident(ic.relname) || ' ON ' || i.indrelid::regclass::text || ' '] AS head,
               CASE WHEN con.oid IS NULL THEN pg_catalog.pg_get_indexdef(i.indexrelid) ELSE pg_catalog.pg_get_constraintdef(con.oid) END AS definition
          FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
          LEFT JOIN pg_catalog.pg_constraint con ON con.conindid = i.indexrelid AND con.conrelid = i.indrelid AND con.contype IN ('p', 'u', 'x')
         WHERE i.indrelid = $1 ORDER BY i.indisprimary DESC, ic.relname`,
     )
-  ).map((i) => ({ oid: Number(i.oid), name: i.name as string, unique: i.unique as boolean, constraint: (i.constraint as string | null) ?? undefined, definition: i.definition as string }));
+  ).map((i) => ({
+    oid: Number(i.oid),
+    name: i.name as string,
+    unique: i.unique as boolean,
+    constraint: (i.constraint as string | null) ?? undefined,
+    definition: i.definition as string,
+    head: i.head as string[],
+  }));
   const outgoingForeignKeys = (
     await list(`SELECT conname AS name, pg_catalog.pg_get_constraintdef(oid) AS definition FROM pg_catalog.pg_constraint WHERE contype = 'f' AND conrelid = $1 AND confrelid <> $1 ORDER BY conname`)
   ).map((f) => ({ name: f.name as string, definition: (f.definition as string).replace(/ NOT VALID$/, '') }));
@@ -165,10 +175,9 @@ export async function alterClauseRefusal(clause: string): Promise<string | undef
   return undefined;
 }
 
-const stripIndexHead = (definition: string, name: string, table: string): string | undefined => {
-  for (const head of [`CREATE UNIQUE INDEX ${quoteIdent(name)} ON ${table} `, `CREATE INDEX ${quoteIdent(name)} ON ${table} `]) {
-    if (definition.startsWith(head)) return definition.slice(head.length);
-  }
+/** An index definition without its `CREATE [UNIQUE] INDEX name ON table ` (from `USING` on). */
+const stripIndexHead = (definition: string, heads: string[]): string | undefined => {
+  for (const head of heads) if (definition.startsWith(head)) return definition.slice(head.length);
   return undefined;
 };
 
@@ -208,7 +217,7 @@ export async function buildShadow(
     if (index.constraint) {
       await run(`constraint ${index.constraint}`, `ALTER TABLE ${shadow} ADD CONSTRAINT ${newName} ${index.definition}`);
     } else {
-      const rest = stripIndexHead(index.definition, index.name, quoteQualified(table));
+      const rest = stripIndexHead(index.definition, index.head);
       if (rest === undefined) problems.push(`: index ${index.name}: its definition could not be carried (${index.definition})`);
       else await run(`index ${index.name}`, `CREATE ${index.unique ? 'UNIQUE ' : ''}INDEX ${newName} ON ${shadow} ${rest}`);
     }
