@@ -110,6 +110,10 @@ export function createRewriteSwapActivities({ connections, logger }: ActivityDep
         for (const seq of identity.rows.filter((r) => r.new && r.old)) {
           const { rows } = await db.query(`SELECT last_value, is_called FROM ${seq.old}`);
           await db.query('SELECT pg_catalog.setval($1::regclass, $2, $3)', [seq.new, rows[0].last_value, rows[0].is_called]);
+          // And its name: the old table's sequence steps aside, as its indexes do.
+          const oldName = (await db.query('SELECT relname FROM pg_catalog.pg_class WHERE oid = $1::regclass', [seq.old])).rows[0].relname as string;
+          await db.query(`ALTER SEQUENCE ${seq.old} RENAME TO ${quoteIdent(withSuffix(oldName, `_ferry_old_${tag}`))}`);
+          await db.query(`ALTER SEQUENCE ${seq.new} RENAME TO ${quoteIdent(oldName)}`);
         }
         for (const v of views) await db.query(`DROP VIEW ${quoteQualified(v.name)}`);
         for (const fk of fks) await db.query(`ALTER TABLE ${fk.table} DROP CONSTRAINT ${quoteIdent(fk.name)}`);

@@ -154,6 +154,8 @@ export function createRewriteActivities({ connections, logger }: ActivityDeps) {
           if (due > 0) await ctx.sleep(due);
         }
       }
+      // Statistics before the swap: the new table must not meet the application's queries unplanned.
+      await db.query(`ANALYZE ${quoteQualified(names.shadow)}`);
       logger.info({ changeId: input.changeId, step: input.step, rows }, 'rewrite copy done');
       return { rows };
     });

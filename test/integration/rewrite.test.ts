@@ -215,7 +215,9 @@ describe('rewrite steps: a table rebuilt by shadow copy and swapped under load',
               (SELECT d.refobjid = 'shop.orders'::regclass FROM pg_depend d WHERE d.objid = 'shop.ref_seq'::regclass AND d.deptype = 'a') AS seq_owned_by_new,
               col_description('shop.orders'::regclass, 3) AS total_comment,
               has_table_privilege('public', 'shop.orders', 'INSERT') AS grant_insert,
-              (SELECT pg_get_expr(adbin, adrelid) FROM pg_attrdef WHERE adrelid = 'shop.orders'::regclass AND adnum = 2) AS ref_default`,
+              (SELECT pg_get_expr(adbin, adrelid) FROM pg_attrdef WHERE adrelid = 'shop.orders'::regclass AND adnum = 2) AS ref_default,
+              pg_get_serial_sequence('shop.orders', 'id') AS identity_sequence,
+              (SELECT reltuples FROM pg_class WHERE oid = 'shop.orders'::regclass) AS analysed_rows`,
     );
     expect(carried).toEqual({
       indexes: ['orders_code_key', 'orders_pkey', 'orders_total_idx'],
@@ -225,6 +227,8 @@ describe('rewrite steps: a table rebuilt by shadow copy and swapped under load',
       total_comment: 'cents',
       grant_insert: true,
       ref_default: "nextval('shop.ref_seq'::regclass)",
+      identity_sequence: 'shop.orders_id_seq',
+      analysed_rows: 5000,
     });
     // The identity goes on after the copied ids, the CHECK still holds.
     const [next] = await dbs.query<{ id: number }>('app', 'INSERT INTO shop.orders (total, code) VALUES (1, $1) RETURNING id', ['new']);
