@@ -141,6 +141,9 @@ export function createRewriteActivities({ connections, logger }: ActivityDeps) {
     const started = Date.now();
     const copiedBefore = rows;
     return connections.withClient(input.database, async (db) => {
+      // The planner's estimate, for `ferry status` (read from the heartbeat, as a backfill's rows).
+      const estimate = await db.query('SELECT greatest(reltuples, 0)::int8 AS n FROM pg_catalog.pg_class WHERE oid = $1::regclass', [quoteQualified(input.table)]);
+      const total = Number(estimate.rows[0]?.n ?? 0);
       for (;;) {
         if (ctx.cancellationSignal.aborted) throw ctx.cancellationSignal.reason;
         const sql = copyBatchSql(input.table, names.shadow, input.mapping, input.key, lastKey === null);
@@ -148,10 +151,15 @@ export function createRewriteActivities({ connections, logger }: ActivityDeps) {
         if (out[0].read === 0) break;
         lastKey = out[0].last_key;
         rows += out[0].read;
-        ctx.heartbeat({ lastKey, rows });
+        ctx.heartbeat({ lastKey, rows, total: Math.max(total, rows) });
         if (input.rowsPerSecond) {
-          const due = ((rows - copiedBefore) / input.rowsPerSecond) * 1000 - (Date.now() - started);
-          if (due > 0) await ctx.sleep(due);
+          // Heartbeats go on while the rate cap holds the copy back (its own carry the resume point).
+          for (;;) {
+            const due = ((rows - copiedBefore) / input.rowsPerSecond) * 1000 - (Date.now() - started);
+            if (due <= 0) break;
+            await ctx.sleep(Math.min(due, 2_000));
+            ctx.heartbeat({ lastKey, rows, total: Math.max(total, rows) });
+          }
         }
       }
       // Statistics before the swap: the new table must not meet the application's queries unplanned.
