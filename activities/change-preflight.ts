@@ -11,6 +11,7 @@ import { displayQualified, QualifiedName, quoteIdent, quoteQualified } from '../
 import { declaredBy, expressionRefusal, judgeStatement, parseStatements, shapeRefusal } from '../src/change/statements';
 import { refusal } from '../src/db/errors';
 import { ActivityDeps } from './deps';
+import { rewriteProblems } from './rewrite';
 
 export interface ChangePreflightInput {
   changeId: string;
@@ -45,7 +46,7 @@ interface Declared {
 const key = (t: QualifiedName, part?: string) => JSON.stringify([t.schema, t.name, part ?? '']);
 
 export function createChangePreflight({ connections }: ActivityDeps) {
-  return async function changePreflight({ plan }: ChangePreflightInput): Promise<ChangePreflightResult> {
+  return async function changePreflight({ changeId, plan }: ChangePreflightInput): Promise<ChangePreflightResult> {
     return connections.withClient(plan.database, async (db) => {
       const serverVersion = (await db.query('SHOW server_version')).rows[0].server_version as string;
       const problems: string[] = [];
@@ -54,7 +55,7 @@ export function createChangePreflight({ connections }: ActivityDeps) {
       for (const step of plan.steps) {
         const path = `steps[${step.index}]`;
         const decision: StepDecision = { index: step.index };
-        const found = await checkStep(db, plan, step, decision, declared);
+        const found = await checkStep(db, plan, step, decision, declared, changeId);
         problems.push(...found.map((p) => `${path}${p}`));
         decisions.push(decision);
       }
@@ -66,8 +67,15 @@ export function createChangePreflight({ connections }: ActivityDeps) {
   };
 }
 
-async function checkStep(db: ClientBase, plan: ChangePlan, step: ChangeStep, decision: StepDecision, declared: Declared): Promise<string[]> {
+async function checkStep(db: ClientBase, plan: ChangePlan, step: ChangeStep, decision: StepDecision, declared: Declared, changeId: string): Promise<string[]> {
   switch (step.kind) {
+    case 'rewrite': {
+      // The shadow is built in a transaction that is rolled back: every alter, expression and
+      // carried object is tried on the real catalog, and nothing stays.
+      const { problems } = await rewriteProblems(db, changeId, step, false);
+      decision.note = 'shadow copy, capture, sync, validation, swap';
+      return problems.map((p) => (p.startsWith('.') ? `.rewrite${p}` : `.rewrite.table${p}`));
+    }
     case 'sql':
       return checkSql(db, plan, step.sql, step.down, decision, declared);
     case 'backfill':

@@ -21,6 +21,8 @@ import { createPreflight } from './preflight';
 import { createPrepareTarget, createStoredPlan } from './prepare-target';
 import { createRollbackTarget } from './rollback-target';
 import { createSyncActivities } from './sync-changes';
+import { createRewriteActivities } from './rewrite';
+import { createRewriteSwapActivities } from './rewrite-swap';
 import { createRepairRange, createValidateChunk } from './validate-chunk';
 
 export type { ActivityDeps };
@@ -48,6 +50,8 @@ export function createActivities(deps: ActivityDeps) {
     ...createChangeSqlActivities(deps),
     ...createBackfillActivities(deps),
     ...createChangeIndexActivities(deps),
+    ...createRewriteActivities(deps),
+    ...createRewriteSwapActivities(deps),
   });
 }
 

@@ -376,6 +376,48 @@ SCENARIOS.push(
   },
 );
 
+/** A table a rewrite step rebuilds, with a view and a foreign key that follow it. */
+const REWRITE_SCHEMA = `
+CREATE SCHEMA shop;
+CREATE TABLE shop.orders (id int PRIMARY KEY, total int NOT NULL, note text);
+INSERT INTO shop.orders SELECT g, g % 100, 'seed' FROM generate_series(1, 3000) g;
+CREATE VIEW shop.order_totals AS SELECT id, total FROM shop.orders;
+CREATE TABLE shop.order_lines (id int PRIMARY KEY, order_id int NOT NULL REFERENCES shop.orders (id));
+INSERT INTO shop.order_lines SELECT g, g FROM generate_series(1, 100) g;
+ANALYZE shop.orders;`;
+
+SCENARIOS.push({
+  name: 'rewrite',
+  description:
+    'a change plan with a rewrite step: total int → bigint and note dropped through a shadow copy, writes during the copy, approval: manual approved, the swap moving a view and a foreign key, the old table dropped by rewriteRetireWorkflow after keepOld',
+  schema: REWRITE_SCHEMA,
+  expected: 'SUCCEEDED',
+  async run({ id, stack, dbs }) {
+    await stack.ferry.startChange({
+      kind: 'change',
+      id,
+      database: 'src',
+      throttle: { rowsPerSecond: 3000 },
+      steps: [
+        {
+          rewrite: {
+            table: 'shop.orders',
+            alter: ['ALTER COLUMN total TYPE bigint', 'DROP COLUMN note'],
+            columns: { total: 'total::bigint * 10' },
+            approval: 'manual',
+            keepOld: '2s',
+          },
+        },
+      ],
+    });
+    await eventually(async () => (await stack.ferry.changeStatus(id)).steps[0].note === 'copying', 60_000);
+    await dbs.exec('source', `UPDATE shop.orders SET total = total + 1 WHERE id <= 50; INSERT INTO shop.orders VALUES (5001, 7, 'new'); DELETE FROM shop.orders WHERE id = 3000;`);
+    await eventually(async () => (await stack.ferry.changeStatus(id)).waiting?.includes('awaiting approval'), 60_000);
+    await stack.ferry.approve(id);
+    return stack.ferry.changeResult(id);
+  },
+});
+
 interface ManifestEntry {
   file: string;
   workflowType: string;

@@ -465,8 +465,11 @@ export class FerryClient {
     for (const a of d.raw.pendingActivities ?? []) {
       const name = a.activityType?.name;
       const payloads = a.heartbeatDetails?.payloads;
-      if (running && payloads?.length && (name === 'backfillSlice' || name === 'buildChangeIndex')) {
+      if (running && payloads?.length && (name === 'backfillSlice' || name === 'buildChangeIndex' || name === 'copyRewrite')) {
         const details = await decodeHeartbeat(this, payloads);
+        if (name === 'copyRewrite' && typeof details?.rows === 'number') {
+          running.progress = { done: details.rows as number, total: Number(details.total ?? details.rows), unit: 'rows' };
+        }
         if (name === 'buildChangeIndex' && details?.progress) running.progress = details.progress as StepProgress;
         if (name === 'backfillSlice' && typeof details?.rowsScanned === 'number' && running.progress) {
           running.progress = { ...running.progress, done: Math.max(running.progress.done, details.rowsScanned as number) };

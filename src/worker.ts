@@ -43,7 +43,7 @@ export interface FerryWorker {
 
 
 /** Activities that heartbeat their own progress details; the rest get liveness heartbeats. */
-const REPORTS_PROGRESS = new Set(['copyChunk', 'syncChanges', 'backfillSlice', 'buildChangeIndex']);
+const REPORTS_PROGRESS = new Set(['copyChunk', 'syncChanges', 'backfillSlice', 'buildChangeIndex', 'copyRewrite']);
 
 /**
  * Every other activity heartbeats every 2 s while it runs, so a worker that dies in the middle

@@ -29,7 +29,8 @@ import { ErrorInfo } from '../src/core/status';
 import { ChangeTracker } from './change-tracker';
 import { changeActivities, lockBackoffMs } from './change-proxies';
 import { runBackfill } from './change-backfill';
-import { cancelSignal, changeStateQuery, pauseSignal, resumeSignal, throttleSignal } from './definitions';
+import { runRewrite } from './change-rewrite';
+import { approveCutoverSignal, cancelSignal, changeStateQuery, pauseSignal, resumeSignal, throttleSignal } from './definitions';
 import { checks, notify } from './proxies';
 
 export interface ChangeOptions {
@@ -57,6 +58,8 @@ export interface ChangeContext {
   tracker: ChangeTracker;
   /** Grows with every dispatch of a backfill slice: the fence of docs/architecture.md §5. */
   nextFence(): number;
+  /** approveCutover has been signalled (a rewrite step with approval: manual waits for it). */
+  approved(): boolean;
 }
 
 class ChangeRun {
@@ -64,6 +67,7 @@ class ChangeRun {
   private tracker!: ChangeTracker;
   private readonly main = new CancellationScope();
   private cancelReason?: string;
+  private approved = false;
   private readonly undo: Undo[] = [];
   private fence = 0;
   private readonly deliveries: Promise<unknown>[] = [];
@@ -119,6 +123,9 @@ class ChangeRun {
       };
       tracker.publish();
     });
+    setHandler(approveCutoverSignal, () => {
+      this.approved = true;
+    });
     setHandler(cancelSignal, (request) => {
       this.cancelReason = request?.reason ?? 'cancel requested';
       this.main.cancel();
@@ -139,7 +146,7 @@ class ChangeRun {
   }
 
   private context(plan: ChangePlan): ChangeContext {
-    return { id: this.info.workflowId, runId: this.info.runId, plan, tracker: this.tracker, nextFence: () => ++this.fence };
+    return { id: this.info.workflowId, runId: this.info.runId, plan, tracker: this.tracker, nextFence: () => ++this.fence, approved: () => this.approved };
   }
 
   private async execute(plan: ChangePlan, options: ChangeOptions): Promise<{ outcome: Outcome; failure?: unknown }> {
@@ -271,6 +278,12 @@ class ChangeRun {
         }
         const built = await acts.buildChangeIndex({ changeId: ref.changeId, database: plan.database, index: step, statementTimeoutMs: step.timeoutMs });
         if (built.droppedInvalid.length) tracker.steps[step.index].note = `dropped INVALID ${built.droppedInvalid.join(', ')} left by an earlier attempt, then built it`;
+        return;
+      }
+      case 'rewrite': {
+        // Before its swap a rewrite undoes itself; after it, a plan rollback does not swap back.
+        await runRewrite(this.context(plan), step);
+        this.undo.push({ step: step.index, run: async () => tracker.warnings.push(`step ${step.index + 1} (rewrite): the new table stays; the old one is kept for keepOld`) });
         return;
       }
       case 'backfill': {

@@ -1,4 +1,4 @@
-/** `ferry cancel | approve | pause | resume | throttle`: signals to a running migration; `retry`, `unfreeze`, `cleanup` after it ended. */
+/** `ferry cancel | approve | pause | resume | throttle`: signals to a running migration; `retry`, `unfreeze`, `cleanup` after it ended; `revert` (refused in this version). */
 import { userInfo } from 'node:os';
 import { Command } from 'commander';
 import { FerryClient } from '../client';
@@ -81,6 +81,20 @@ export function registerControlCommands(program: Command): void {
       const source = r.freezeRemoved ? 'capture, guard and freeze removed from the source' : `capture removed from the source; the freeze stays (ferry unfreeze ${id} lifts it)`;
       const target = r.completed ? "the target's tables stay (it had completed its cutover)" : r.dropped?.length ? `dropped on the target: ${r.dropped.join(', ')}` : 'nothing of it was on the target';
       process.stdout.write(`${id}: ${source}; ${target}\n`);
+    });
+
+  program
+    .command('revert')
+    .description('swap a rewrite step back to the old table within keepOld (not in this version: refused)')
+    .argument('<id>')
+    .action((id: string) => {
+      // Swapping back needs capture in the other direction (writes to the new table carried to
+      // the old one, through inverse expressions): not built yet. Refused before any change.
+      throw new CliExit(
+        `ferry revert is not available in this version: ${id}'s old table is kept (unchanged since the swap) until keepOld has passed; ` +
+          'to go back, copy the rows written since the swap yourself, or stop the writers and swap the names by hand',
+        2,
+      );
     });
 
   audited(

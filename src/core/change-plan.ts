@@ -16,10 +16,11 @@ export const CHANGE_LIMITS = {
   sqlChars: 65_536,
   expressionChars: 4_096,
   setColumns: 64,
+  alterClauses: 64,
   indexColumns: 32,
   backfillBatchRows: { min: 100, max: 100_000, default: 5_000 },
 };
-export const STEP_KINDS = ['sql', 'backfill', 'index', 'validate'] as const;
+export const STEP_KINDS = ['sql', 'backfill', 'index', 'validate', 'rewrite'] as const;
 export type StepKind = (typeof STEP_KINDS)[number];
 export const ON_FAILURE = ['rollback', 'pause', 'fail'] as const;
 export type OnFailure = (typeof ON_FAILURE)[number];
@@ -112,7 +113,27 @@ const validateStep = z.strictObject({
   ...common,
 });
 
-const stepSchema = z.union([sqlStep, backfillStep, indexStep, validateStep]);
+const rewriteStep = z.strictObject({
+  rewrite: z.strictObject({
+    table: qualifiedName.describe('schema.table to rebuild; it needs a primary key'),
+    alter: z
+      .array(sqlText(CHANGE_LIMITS.expressionChars))
+      .min(1)
+      .max(CHANGE_LIMITS.alterClauses)
+      .describe('ALTER TABLE clauses (without "ALTER TABLE name"), applied to the shadow copy, e.g. "ALTER COLUMN abalance TYPE bigint"'),
+    columns: z
+      .record(identifier, sqlText(CHANGE_LIMITS.expressionChars))
+      .optional()
+      .describe("new column → SQL expression over the old row (default: the old column of the same name)"),
+    approval: z.enum(['auto', 'manual']).default('auto').describe('manual: the swap waits for approveCutover (ferry approve ID)'),
+    keepOld: duration(0, 30 * 86_400_000).default('24h').describe('how long the old table is kept after the swap before it is dropped'),
+    lockTimeout: duration(100, 60_000).default('2s').describe("the swap's lock_timeout per attempt"),
+    maxWait: duration(1000, 7 * 86_400_000).default('10m').describe('how long swap attempts are retried while the lock is busy'),
+  }),
+  ...common,
+});
+
+const stepSchema = z.union([sqlStep, backfillStep, indexStep, validateStep, rewriteStep]);
 
 export const changePlanSchema = z
   .strictObject({
@@ -123,7 +144,7 @@ export const changePlanSchema = z
       .optional()
       .describe('change id = workflow id; generated when absent'),
     database: connectionName.describe('the one database the plan changes (FERRY_CONN_<NAME> on the workers)'),
-    steps: z.array(stepSchema).min(1).max(CHANGE_LIMITS.steps).describe('run in order; each is sql, backfill, index or validate'),
+    steps: z.array(stepSchema).min(1).max(CHANGE_LIMITS.steps).describe('run in order; each is sql, backfill, index, validate or rewrite'),
     throttle: z
       .strictObject({
         rowsPerSecond: z.number().int().min(0).max(100_000_000).optional().describe('backfill rate cap; 0 or absent: none (ferry throttle changes it)'),
@@ -203,7 +224,19 @@ export interface ValidateStep extends StepCommon {
   constraint: string;
 }
 
-export type ChangeStep = SqlStep | BackfillStep | IndexStep | ValidateStep;
+export interface RewriteStep extends StepCommon {
+  kind: 'rewrite';
+  table: QualifiedName;
+  alter: string[];
+  /** New column (unquoted) → SQL expression over the old row. */
+  columns: { column: string; expression: string }[];
+  approval: 'auto' | 'manual';
+  keepOldMs: number;
+  lockTimeoutMs: number;
+  maxWaitMs: number;
+}
+
+export type ChangeStep = SqlStep | BackfillStep | IndexStep | ValidateStep | RewriteStep;
 
 export interface ThrottleSettings {
   rowsPerSecond?: number;
@@ -249,13 +282,6 @@ function stepShapeProblems(input: unknown): SpecProblem[] {
       problems.push({
         path: `${path}.${'database' in step ? 'database' : 'connection'}`,
         message: `a change plan works on its one database (database: ${String(database)}); a step cannot name another (${JSON.stringify(named)}): make a separate plan for it`,
-      });
-      return;
-    }
-    if ('rewrite' in step) {
-      problems.push({
-        path: `${path}.rewrite`,
-        message: 'rewrite steps (a table rebuilt by copy with a cutover) are not available in this version of Ferry; use sql, backfill, index and validate steps',
       });
       return;
     }
@@ -348,6 +374,20 @@ export function parseChangePlan(input: unknown): ChangePlan {
         rebuild: i.rebuild,
       };
     }
+    if ('rewrite' in step) {
+      const r = step.rewrite;
+      return {
+        ...base,
+        kind: 'rewrite',
+        table: parseQualifiedName(r.table) as QualifiedName,
+        alter: r.alter,
+        columns: Object.entries(r.columns ?? {}).map(([column, expression]) => ({ column: identifierName(column), expression })),
+        approval: r.approval,
+        keepOldMs: parseDuration(r.keepOld)!,
+        lockTimeoutMs: parseDuration(r.lockTimeout)!,
+        maxWaitMs: parseDuration(r.maxWait)!,
+      };
+    }
     return {
       ...base,
       kind: 'validate',
@@ -398,5 +438,12 @@ export function stepLabel(step: ChangeStep): string {
       return `index ${step.name} on ${table(step.table)}${step.rebuild ? ' (rebuild)' : ''}`;
     case 'validate':
       return `validate ${step.constraint} on ${table(step.table)}`;
+    case 'rewrite':
+      return `rewrite ${table(step.table)} (${step.alter.join(', ').replace(/\s+/g, ' ').slice(0, 80)})`;
   }
+}
+
+/** The capture of a rewrite step is keyed like a migration's (activities/capture.ts): one id per step. */
+export function rewriteCaptureId(changeId: string, step: number): string {
+  return `${changeId}#rewrite${step}`;
 }

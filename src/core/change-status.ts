@@ -51,6 +51,7 @@ export const CHANGE_EVENT_TYPES = [
   'StepCompleted',
   'StepFailed',
   'BackfillProgress',
+  'RewriteSwapped',
   'StepRolledBack',
   'RollbackStarted',
   'RolledBack',

@@ -18,7 +18,9 @@ export const UNFREEZE_WORKFLOW = 'unfreezeWorkflow';
 export const CLEANUP_WORKFLOW = 'cleanupWorkflow';
 /** Runs a change plan's preflight for `ferry start`. */
 export const CHANGE_PREFLIGHT_WORKFLOW = 'changePreflightWorkflow';
-export const HELPER_WORKFLOW_TYPES = [PREFLIGHT_WORKFLOW, UNFREEZE_WORKFLOW, CLEANUP_WORKFLOW, CHANGE_PREFLIGHT_WORKFLOW];
+/** Keeps a rewrite step's old table for keepOld, then drops it. */
+export const REWRITE_RETIRE_WORKFLOW = 'rewriteRetireWorkflow';
+export const HELPER_WORKFLOW_TYPES = [PREFLIGHT_WORKFLOW, UNFREEZE_WORKFLOW, CLEANUP_WORKFLOW, CHANGE_PREFLIGHT_WORKFLOW, REWRITE_RETIRE_WORKFLOW];
 
 /** Workflow ids derived from a migration's id. */
 export const workflowIds = {

@@ -25,7 +25,14 @@ async function schemaOf(dbs: TestDatabases): Promise<string[]> {
 
 const HOSTILE: Record<string, { plan: unknown; says: RegExp }> = {
   'an unknown step kind': { plan: { steps: [{ truncate: 'shop.orders' }] }, says: /unknown step kind \("truncate"\)/ },
-  'a rewrite step (not in this version)': { plan: { steps: [{ rewrite: { table: 'shop.orders' } }] }, says: /rewrite steps .* not available/ },
+  'a rewrite whose alter smuggles a second statement': {
+    plan: { steps: [{ rewrite: { table: 'shop.orders', alter: ['DROP COLUMN total; DROP TABLE shop.customers'] } }] },
+    says: /steps\[0\]\.rewrite\.alter\[0\]: must be the clauses of one ALTER TABLE statement/,
+  },
+  'a rewrite whose expression names a column the new table has not got': {
+    plan: { steps: [{ rewrite: { table: 'shop.orders', alter: ['ALTER COLUMN total TYPE bigint'], columns: { nope: '1' } } }] },
+    says: /steps\[0\]\.rewrite\.columns\.nope: the new table has no such column/,
+  },
   'SQL in an identifier': {
     plan: { steps: [{ index: { table: 'shop.orders', name: 'x; DROP TABLE shop.orders', columns: ['total'] } }] },
     says: /index\.name: must be one identifier/,

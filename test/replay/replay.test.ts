@@ -50,6 +50,8 @@ const SCENARIOS: Record<string, { failureType?: string; change?: boolean }> = {
   // and a validation; and one whose VALIDATE fails and rolls back.
   change: { change: true },
   'change-rolled-back': { change: true, failureType: 'ChangeFailed' },
+  // A rewrite step: shadow copy, approval, swap, and the helper that drops the old table after keepOld.
+  rewrite: { change: true },
 };
 
 /** One line of a scenario's manifest.json (written by scripts/record-histories.ts). */
@@ -125,7 +127,7 @@ describe('recorded workflow histories', () => {
 
     const all = [...fixtures.values()].flat();
     // The README's determinism row counts them.
-    expect(all).toHaveLength(54);
+    expect(all).toHaveLength(57);
     expect([...new Set(all.map((f) => f.workflowType))].sort()).toEqual([MIGRATION_WORKFLOW, TABLE_WORKFLOW, CHANGE_WORKFLOW, ...HELPER_WORKFLOW_TYPES].sort());
     expect(fixtures.get('online')!.map((f) => f.workflowType)).toContain(UNFREEZE_WORKFLOW);
     expect(fixtures.get('online-armed-freeze')!.map((f) => f.workflowType)).toContain(CLEANUP_WORKFLOW);

@@ -3,6 +3,7 @@ import { parseChangePlan } from '../../src/core/change-plan';
 import { CHANGE_PHASE_TRANSITIONS, CHANGE_PHASES, changePhaseMachine, STEP_STATES, STEP_TRANSITIONS, stepMachine } from '../../src/core/change-status';
 import { SpecError } from '../../src/core/errors';
 import { lockBackoffMs } from '../../workflows/change-proxies';
+import { rewriteNames, rewriteTag } from '../../src/change/rewrite-sql';
 
 const problems = (input: unknown): string[] => {
   try {
@@ -30,6 +31,37 @@ describe('change plans', () => {
     expect(plan.steps[2]).toMatchObject({ kind: 'index', name: 'Idx', unique: true, using: 'btree', rebuild: false });
   });
 
+  it('normalises a rewrite step: expressions per new column, approval auto and keepOld 24h by default', () => {
+    const plan = parseChangePlan({
+      kind: 'change',
+      database: 'app',
+      steps: [{ rewrite: { table: 'public.Accounts', alter: ['ALTER COLUMN abalance TYPE bigint'], columns: { ABalance: 'abalance::bigint' } } }],
+    });
+    expect(plan.steps[0]).toEqual({
+      index: 0,
+      kind: 'rewrite',
+      table: { schema: 'public', name: 'accounts' },
+      alter: ['ALTER COLUMN abalance TYPE bigint'],
+      columns: [{ column: 'abalance', expression: 'abalance::bigint' }],
+      approval: 'auto',
+      keepOldMs: 86_400_000,
+      lockTimeoutMs: 2000,
+      maxWaitMs: 600_000,
+      timeoutMs: 86_400_000,
+      onFailure: 'rollback',
+    });
+  });
+
+  it.each([
+    [{ steps: [{ rewrite: { table: 's.t' } }] }, /steps\[0\]\.rewrite\.alter: is required/],
+    [{ steps: [{ rewrite: { table: 's.t', alter: [] } }] }, /steps\[0\]\.rewrite\.alter: /],
+    [{ steps: [{ rewrite: { table: 's.t', alter: ['x'], approval: 'maybe' } }] }, /steps\[0\]\.rewrite\.approval: /],
+    [{ steps: [{ rewrite: { table: 's.t', alter: ['x'], keepOld: 'forever' } }] }, /steps\[0\]\.rewrite\.keepOld: must be a duration/],
+    [{ steps: [{ rewrite: { table: 's.t', alter: ['x'], columns: { 'a b': '1' } } }] }, /steps\[0\]\.rewrite\.columns/],
+  ])('refuses the rewrite %j', (plan, says) => {
+    expect(problems({ kind: 'change', database: 'app', ...plan }).join('\n')).toMatch(says);
+  });
+
   it.each([
     [{ steps: [{ shell: 'rm -rf /' }] }, /steps\[0\]: unknown step kind \("shell"\)/],
     [{ steps: [{ sql: 'x', backfill: {} }] }, /names several step kinds/],
@@ -54,6 +86,20 @@ describe('change plans', () => {
       }
     }
     for (const from of CHANGE_PHASES) for (const to of CHANGE_PHASES) expect(CHANGE_PHASE_TRANSITIONS[from].includes(to)).toBe(changePhaseMachineAt(from).can(to));
+  });
+
+  it("names a rewrite's shadow and old table within PostgreSQL's 63 bytes, per change and step", () => {
+    const tag = rewriteTag('accounts-bigint', 0);
+    expect(tag).toMatch(/^[0-9a-f]{8}$/);
+    expect(rewriteTag('accounts-bigint', 1)).not.toBe(tag);
+    expect(rewriteNames({ schema: 'public', name: 'pgbench_accounts' }, tag)).toEqual({
+      shadow: { schema: 'public', name: `pgbench_accounts_ferry_new_${tag}` },
+      old: { schema: 'public', name: `pgbench_accounts_ferry_old_${tag}` },
+      indexPrefix: `ferry_new_${tag}_`,
+    });
+    const long = rewriteNames({ schema: 's', name: 'ä'.repeat(40) }, tag);
+    expect(Buffer.byteLength(long.shadow.name)).toBeLessThanOrEqual(63);
+    expect(long.shadow.name.endsWith(`_ferry_new_${tag}`)).toBe(true);
   });
 
   it('waits between lock attempts 0.5 s doubling to 30 s, jittered by 0.5–1.5', () => {
