@@ -37,6 +37,8 @@ interface Script {
   mismatchRounds: number;
   /** awaitWriters reports a blocker this many times before it reports none. */
   blockedSlices: number;
+  /** Keys each sync slice reports applied (the application writing to the table). */
+  appliedPerSlice: number;
 }
 
 describe('the online chain, with fake activities', () => {
@@ -44,7 +46,7 @@ describe('the online chain, with fake activities', () => {
   let worker: Worker;
   let running: Promise<void>;
   let calls: string[];
-  const script: Script = { mismatchRounds: 0, blockedSlices: 0 };
+  const script: Script = { mismatchRounds: 0, blockedSlices: 0, appliedPerSlice: 0 };
   const count = (name: string) => calls.filter((c) => c === name).length;
 
   const fakes: Partial<Activities> = {
@@ -66,7 +68,7 @@ describe('the online chain, with fake activities', () => {
     },
     async syncChanges() {
       calls.push('syncChanges');
-      return { applied: 0, rounds: 0, caughtUp: true, pending: 0, lagSeconds: 0 };
+      return { applied: script.appliedPerSlice, rounds: script.appliedPerSlice > 0 ? 1 : 0, caughtUp: true, pending: 0, lagSeconds: 0 };
     },
     async validateChunk(input) {
       calls.push('validateChunk');
@@ -149,6 +151,7 @@ describe('the online chain, with fake activities', () => {
   beforeEach(() => {
     calls = [];
     script.mismatchRounds = 0;
+    script.appliedPerSlice = 0;
     script.blockedSlices = 0;
   });
 
@@ -196,15 +199,22 @@ describe('the online chain, with fake activities', () => {
     expect(calls.slice(-2)).toEqual(['releaseSource:remove', 'dropTargetObjects']);
   });
 
-  it('re-checks the changed rows while it waits for approval', async () => {
+  it('re-checks the changed rows while it waits for approval, as long as changes arrive', async () => {
+    script.appliedPerSlice = 3;
     const { id } = await start('recheck', { approval: 'manual' });
     await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL', 60_000);
     const before = count('checkDirtyKeys');
-    // Every 15 s a caught-up table compares its dirty set again.
+    // Every 15 s a caught-up table whose sync applied keys compares its dirty set again.
     await eventually(async () => count('checkDirtyKeys') >= before + 2, 60_000);
+    // Writes stop: the table re-checks once more at most (for what it applied last), then stays
+    // quiet while its looks at the log space out (0.5, 1, 2, 4, 8, 16 s: past two re-check periods).
+    script.appliedPerSlice = 0;
+    const quietFrom = { checks: count('checkDirtyKeys'), syncs: count('syncChanges') };
+    await eventually(async () => count('syncChanges') >= quietFrom.syncs + 7, 90_000);
+    expect(count('checkDirtyKeys') - quietFrom.checks).toBeLessThanOrEqual(1);
     await stack.ferry.approve(id);
     expect((await resultWithin(stack.ferry, id, 60_000)).state).toBe('SUCCEEDED');
-  });
+  }, 180_000);
 
   it('rolls back a cutover blocked past maxWait, lifting the freeze before releasing the source', async () => {
     script.blockedSlices = 1000;
