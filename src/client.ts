@@ -121,13 +121,18 @@ export class FerryClient {
 
   /** Runs preflight on the workers; throws RefusedError when the migration cannot work. */
   async preflight(specInput: unknown, migrationId: string): Promise<MigrationPlan> {
+    return this.runPreflight<MigrationPlan>(PREFLIGHT_WORKFLOW, specInput, migrationId);
+  }
+
+  /** A preflight helper workflow (migration or change plan), its refusal as a RefusedError. */
+  private async runPreflight<T>(workflowType: string, input: unknown, id: string): Promise<T> {
     try {
-      return await this.client.workflow.execute(PREFLIGHT_WORKFLOW, {
+      return (await this.client.workflow.execute(workflowType, {
         taskQueue: this.config.taskQueue,
-        workflowId: `${migrationId}.preflight.${randomBytes(4).toString('hex')}`,
-        args: [specInput, migrationId],
+        workflowId: `${id}.preflight.${randomBytes(4).toString('hex')}`,
+        args: [input, id],
         workflowExecutionTimeout: '10 minutes',
-      });
+      })) as T;
     } catch (err) {
       const failure = innermostApplicationFailure(err);
       if (failure) throw new RefusedError(failure.message, failure.type ?? FAILURE.Refused, { cause: err });
@@ -373,18 +378,7 @@ export class FerryClient {
 
   /** Runs a change plan's preflight on the workers; throws RefusedError when it is refused. */
   async preflightChange(planInput: unknown, changeId: string): Promise<ChangePreflightResult> {
-    try {
-      return await this.client.workflow.execute(CHANGE_PREFLIGHT_WORKFLOW, {
-        taskQueue: this.config.taskQueue,
-        workflowId: `${changeId}.preflight.${randomBytes(4).toString('hex')}`,
-        args: [planInput, changeId],
-        workflowExecutionTimeout: '10 minutes',
-      });
-    } catch (err) {
-      const failure = innermostApplicationFailure(err);
-      if (failure) throw new RefusedError(failure.message, failure.type ?? FAILURE.Refused, { cause: err });
-      throw err;
-    }
+    return this.runPreflight<ChangePreflightResult>(CHANGE_PREFLIGHT_WORKFLOW, planInput, changeId);
   }
 
   /**
