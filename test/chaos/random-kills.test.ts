@@ -329,10 +329,12 @@ describe('workers SIGKILLed while they run a chosen activity', () => {
     starting.catch(() => undefined);
     try {
       if (kind === 'copyChunk') {
-        // Slow enough to be caught mid-chunk; never changed again (a change would end the slice).
-        // The target's bookkeeping is held until the cap is in place, so no copy starts before it.
+        // Slow enough to be caught mid-chunk (ledger about 5 s, accounts about 7 s: a kill
+        // looks, waits up to 1.5 s and looks again, on a loaded machine); never changed again (a
+        // change would end the slice). The target's bookkeeping is held until the cap is in
+        // place, so no copy starts before it.
         await starting;
-        await ferry.throttle(id, { rowsPerSecond: mode === 'full' ? 12_000 : 6_000 });
+        await ferry.throttle(id, { rowsPerSecond: mode === 'full' ? 12_000 : 3_000 });
         await beforeCopy!.release(false);
       }
       hold.watch();
