@@ -181,6 +181,9 @@ async function planTable(source: PoolClient, target: PoolClient, spec: Spec, tab
     keyCollateC = await keyCollationDiffers(target, info, keyColumns);
   }
 
+  // The same locale from another C library or ICU release may sort differently: key ranges
+  // would then cut the two sides in different places.
+  if (!keyCollateC) keyCollateC = await keyCollationVersionsDiffer(source, target, info, existing, keyColumns);
   const shape: KeyShape = { keyColumns, keyCollateC };
   const chunkCount = table.chunks ?? autoChunkCount(info.estimatedRows, spec.parallelism.chunks);
   const needsUnits = info.estimatedRows > chunkCount * VALIDATION_UNIT_ROWS && spec.validation !== 'none';
@@ -318,6 +321,43 @@ async function keyCollationDiffers(target: PoolClient, info: TableInfo, keys: Ke
     }
   }
   return false;
+}
+
+/**
+ * Whether a collatable key column's collation has a different version on the two sides: the
+ * version the library reports now (`pg_collation_actual_version`; the database default's from
+ * PostgreSQL 15). Where either side reports none (C, POSIX, PostgreSQL 14's default), the locale
+ * comparison above stands.
+ */
+async function keyCollationVersionsDiffer(source: PoolClient, target: PoolClient, info: TableInfo, existing: TableInfo | null, keys: KeyColumn[]): Promise<boolean> {
+  for (const key of keys.filter((k) => k.collatable)) {
+    const mine = info.columns.find((c) => c.name === key.name)!;
+    // A created target column carries the source column's collation by name.
+    const theirs = existing ? existing.columns.find((c) => c.name === key.name)!.collation : mine.collation;
+    if (collationVersionsDiffer(await collationVersion(source, mine.collation), await collationVersion(target, theirs))) return true;
+  }
+  return false;
+}
+
+export function collationVersionsDiffer(a: string, b: string): boolean {
+  return a !== '' && b !== '' && a !== b;
+}
+
+/** The version of a collation (qualified and quoted, or null for the database default); '' when none is reported. */
+async function collationVersion(db: PoolClient, collation: string | null): Promise<string> {
+  if (collation === null) {
+    // pg_database_collation_actual_version exists from PostgreSQL 15 (a query naming it fails to parse before).
+    const version = Number((await db.query(`SELECT current_setting('server_version_num') AS n`)).rows[0].n);
+    if (version < 150000) return '';
+    const { rows } = await db.query(`SELECT pg_catalog.pg_database_collation_actual_version(oid) AS v FROM pg_catalog.pg_database WHERE datname = current_database()`);
+    return rows[0]?.v ?? '';
+  }
+  const { rows } = await db.query(
+    `SELECT pg_catalog.pg_collation_actual_version(c.oid) AS v FROM pg_catalog.pg_collation c JOIN pg_catalog.pg_namespace n ON n.oid = c.collnamespace
+      WHERE quote_ident(n.nspname) || '.' || quote_ident(c.collname) = $1`,
+    [collation],
+  );
+  return rows[0]?.v ?? '';
 }
 
 async function sampleKeys(db: PoolClient, info: TableInfo, shape: KeyShape) {

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { ConfigError, connectionOptions, temporalConfig } from '../../src/config';
 import { autoChunkCount, pickBoundaries, rangesFromBoundaries, validationUnits } from '../../src/core/chunks';
 import { nextRoundKeys } from '../../activities/sync-changes';
-import { sameCollation } from '../../activities/preflight';
+import { collationVersionsDiffer, sameCollation } from '../../activities/preflight';
 import { chunkRateCap, tablesSharing } from '../../src/core/rate';
 import { formatDuration, parseDuration } from '../../src/core/duration';
 import { displayQualified, parseQualifiedName, quoteIdent, quoteQualified, withSuffix } from '../../src/core/identifiers';
@@ -120,6 +120,13 @@ describe('key collations', () => {
     expect(sameCollation('default:en_US.UTF-8', 'default:de_DE.UTF-8')).toBe(false);
     expect(sameCollation('default:C', 'default:en_US.UTF-8')).toBe(false);
     expect(sameCollation('und-x-icu:', 'default:en_US.UTF-8')).toBe(false);
+  });
+
+  it('of one locale differ in order when their library versions do (glibc 2.28 against 2.36), not when a side reports none', () => {
+    expect(collationVersionsDiffer('2.28', '2.36')).toBe(true);
+    expect(collationVersionsDiffer('153.120', '153.120')).toBe(false);
+    expect(collationVersionsDiffer('', '2.36')).toBe(false);
+    expect(collationVersionsDiffer('', '')).toBe(false);
   });
 });
 
