@@ -174,7 +174,10 @@ export function createRewriteActivities({ connections, logger }: ActivityDeps) {
     const names = rewriteNames(input.table, rewriteTag(input.changeId, input.step));
     const log = captureNames(rewriteCaptureId(input.changeId, input.step), 0).log;
     return connections.withClient(input.database, async (db) => {
-      const applied = await applyLog(db, input.table, names.shadow, log, input.mapping, input.key, input.maxRows);
+      // A heartbeat before the first batch and after each: a round of a large backlog, or one
+      // waiting for a lock, shows it is alive, and a lost worker is noticed within the timeout.
+      Context.current().heartbeat({ applied: 0 });
+      const applied = await applyLog(db, input.table, names.shadow, log, input.mapping, input.key, input.maxRows, true, (n) => Context.current().heartbeat({ applied: n }));
       const left = Number((await db.query(`SELECT count(*) AS n FROM ${quoteQualified(log)}`)).rows[0].n);
       Context.current().heartbeat({ applied, left });
       return { applied, left };
@@ -245,6 +248,8 @@ export async function applyLog(
   key: RewriteKey,
   maxRows: number,
   ownTransaction = true,
+  /** Called after each batch with the rows applied so far. */
+  onBatch?: (applied: number) => void,
 ): Promise<number> {
   const statements = syncBatchSql(original, shadow, log, mapping, key);
   let applied = 0;
@@ -259,6 +264,7 @@ export async function applyLog(
     const n = ownTransaction ? await inTransaction(db, batch) : await batch();
     if (n === 0) break;
     applied += n;
+    onBatch?.(applied);
   }
   return applied;
 }

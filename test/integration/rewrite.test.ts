@@ -1,6 +1,7 @@
 /**
  * The rewrite step on a real PostgreSQL under pgbench's writes: pgbench_accounts.abalance int →
- * bigint and filler dropped through a shadow copy, with the worker copying it SIGKILLed once; a
+ * bigint and filler dropped through a shadow copy, with the worker copying it SIGKILLed once and
+ * the worker applying its change log once more; a
  * view and a foreign key that reference the table follow it to the new table; the writers never
  * fail and wait only for the swap. A rewrite cancelled while it awaits approval leaves the table,
  * its data and the database's objects as they were.
@@ -12,7 +13,7 @@ import { join } from 'node:path';
 import { Client } from 'pg';
 import { runningActivities } from '../helpers/chaos';
 import { TestDatabases } from '../helpers/databases';
-import { awaitRetry, Killed } from '../helpers/kills';
+import { awaitRetry, HeldLock, Killed } from '../helpers/kills';
 import { initPgbench, PGBENCH } from '../helpers/pgbench';
 import { eventually, RunningProcessWorker, TestStack } from '../helpers/stack';
 
@@ -258,7 +259,7 @@ describe('rewrite steps: a table rebuilt by shadow copy and swapped under load',
     expect(await checksum()).toBe(data);
   });
 
-  it('rewrites abalance to bigint and drops filler under pgbench across a SIGKILLed copy: every write kept, view and foreign key moved, writers never failed', async () => {
+  it('rewrites abalance to bigint and drops filler under pgbench across a SIGKILLed copy and a SIGKILLed sync: every write kept, view and foreign key moved, writers never failed', async () => {
     const url = dbs.url('app');
     const load = startTpcb(url);
     const probe = startProbe(url);
@@ -287,6 +288,29 @@ describe('rewrite steps: a table rebuilt by shadow copy and swapped under load',
       workers = [...workers.filter((w) => w !== victim), await stack.startWorkerProcessReady(`${victim.identity}-again`)];
       const killed: Killed = { ...target, at: Date.now() };
       expect(await awaitRetry(stack.ferry, killed)).toMatchObject({ attempt: killed.attempt + 1, endedBy: 'heartbeat timeout' });
+
+      // Killed again while it applies the change log to the shadow: once the copy is over, a
+      // SHARE lock of the test's on the shadow keeps the next sync round at its first batch
+      // (under its 5 s lock_timeout) until the kill; released right after it, before the retry.
+      const shadow = await eventually(async () => {
+        const { note } = (await stack.ferry.changeStatus(id)).steps[0];
+        if (!note || note === 'copying' || note.startsWith('building')) return undefined;
+        const rows = await dbs.query<{ name: string }>('app', `SELECT relname AS name FROM pg_class WHERE relname LIKE 'pgbench_accounts\\_ferry\\_new\\_%' AND relkind = 'r'`);
+        return rows[0]?.name;
+      }, 120_000, 100);
+      const hold = await HeldLock.take(url, 'shadow', [`LOCK TABLE public.${shadow} IN SHARE MODE`]);
+      try {
+        const syncing = await eventually(async () => (await runningActivities(stack.ferry, [id])).find((a) => a.activity === 'syncRewrite' && a.heartbeating), 60_000, 50);
+        const second = workers.find((w) => w.identity === syncing.worker)!;
+        second.process.kill('SIGKILL');
+        await second.exited;
+        await hold.release();
+        workers = [...workers.filter((w) => w !== second), await stack.startWorkerProcessReady(`${second.identity}-again`)];
+        const killedSync: Killed = { ...syncing, at: Date.now() };
+        expect(await awaitRetry(stack.ferry, killedSync)).toMatchObject({ attempt: killedSync.attempt + 1, endedBy: 'heartbeat timeout' });
+      } finally {
+        await hold.release();
+      }
 
       const result = await stack.ferry.changeResult(id);
       expect(result.error).toBeNull();
