@@ -354,6 +354,29 @@ SCENARIOS.push(
     },
   },
   {
+    name: 'change-audited',
+    description: 'a change plan whose control signals carry who sent them and why (audited-change-controls): a backfill paused, throttled, resumed, then cancelled',
+    schema: CHANGE_SCHEMA,
+    expected: 'CANCELLED',
+    async run({ id, stack, receiver }) {
+      await stack.ferry.startChange({
+        kind: 'change',
+        id,
+        database: 'src',
+        throttle: { rowsPerSecond: 300 },
+        steps: [{ backfill: { table: 'shop.orders', set: { total: 'total' }, batchRows: 100 } }],
+        callback: { url: `${receiver.url}/change`, events: true },
+      });
+      await eventually(async () => ((await stack.ferry.changeStatus(id)).steps[0].progress?.done ?? 0) > 0, 60_000);
+      await stack.ferry.pause(id, { actor: 'recorder', reason: 'a quiet hour' });
+      await eventually(async () => (await stack.ferry.changeStatus(id)).waiting?.startsWith('paused'), 60_000);
+      await stack.ferry.throttle(id, { rowsPerSecond: 600 }, { actor: 'recorder' });
+      await stack.ferry.resume(id, { reason: 'quiet hour over' });
+      await stack.ferry.cancel(id, 'recording over', 'recorder');
+      return stack.ferry.changeResult(id);
+    },
+  },
+  {
     name: 'change-rolled-back',
     description: 'a change plan whose VALIDATE fails: onFailure: rollback drops the index, the constraint and the column, newest first',
     schema: CHANGE_SCHEMA,

@@ -19,7 +19,7 @@ import {
 } from '../src/core/change-status';
 import { FerryPhaseKey, FerryStateKey } from '../src/core/names';
 import { migrationStateMachine, MigrationState, StateMachine } from '../src/core/state-machine';
-import { ErrorInfo } from '../src/core/status';
+import { Audit, ControlSignal, ControlTransition, ErrorInfo } from '../src/core/status';
 
 export const MAX_CHANGE_EVENTS_KEPT = 200;
 
@@ -30,6 +30,8 @@ export class ChangeTracker {
   private readonly machines: StateMachine<StepState>[];
   readonly warnings: string[] = [];
   private readonly events: ChangeEvent[] = [];
+  /** Control signals taken, with who sent them and why. */
+  private readonly controls: ControlTransition[] = [];
   private nextSeq = 1;
   private dropped = 0;
   paused = false;
@@ -100,6 +102,13 @@ export class ChangeTracker {
     this.onEvent?.(e);
   }
 
+  /** Records a control signal beside the transitions and reports it as a ControlReceived event. */
+  control(signal: ControlSignal, from: string, to: string, audit: Audit): void {
+    const record: ControlTransition = { machine: 'control', signal, from, to, at: this.now(), ...audit };
+    this.controls.push(record);
+    this.event('ControlReceived', undefined, { signal, from, to, ...audit });
+  }
+
   setWaiting(reason: string | undefined): void {
     if (this.waiting === reason) return;
     this.waiting = reason;
@@ -126,6 +135,7 @@ export class ChangeTracker {
       ...this.state.transitions.map((t) => ({ machine: 'state' as const, ...t })),
       ...this.phase.transitions.map((t) => ({ machine: 'phase' as const, ...t })),
       ...this.machines.flatMap((m, step) => m.transitions.map((t) => ({ machine: 'step' as const, step, ...t }))),
+      ...this.controls,
     ].sort((a, b) => a.at.localeCompare(b.at));
     const doc: ChangeStatusDocument = {
       kind: 'change',

@@ -11,6 +11,7 @@ import {
   CancellationScope,
   condition,
   isCancellation,
+  patched,
   setHandler,
   sleep,
   upsertMemo,
@@ -23,9 +24,9 @@ import { changeResultDocument, ChangeResultDocument } from '../src/core/change-s
 import { FAILURE } from '../src/core/failure-types';
 import { innermostApplicationFailure, rootMessage } from '../src/core/failures';
 import { quoteIdent, quoteQualified } from '../src/core/identifiers';
-import { FerrySourceKey, FerryTargetKey } from '../src/core/names';
+import { FerrySourceKey, FerryTargetKey, PATCHES } from '../src/core/names';
 import { checkThrottle, SpecError } from '../src/core/spec';
-import { ErrorInfo } from '../src/core/status';
+import { checkedAudit, ControlSignal, describeRate, ErrorInfo } from '../src/core/status';
 import { ChangeTracker } from './change-tracker';
 import { changeActivities, lockBackoffMs } from './change-proxies';
 import { runBackfill } from './change-backfill';
@@ -102,34 +103,47 @@ class ChangeRun {
 
   private listen(): void {
     const { tracker } = this;
-    setHandler(pauseSignal, () => {
+    setHandler(pauseSignal, (audit) => {
+      this.record('pause', tracker.paused ? 'paused' : 'running', 'paused', audit);
       tracker.paused = true;
       tracker.publish();
     });
-    setHandler(resumeSignal, () => {
+    setHandler(resumeSignal, (audit) => {
+      this.record('resume', tracker.paused ? 'paused' : 'running', 'running', audit);
       tracker.paused = false;
       tracker.publish();
     });
-    setHandler(throttleSignal, (request) => {
+    setHandler(throttleSignal, (request, audit) => {
       const checked = checkThrottle(request);
       if (!checked.ok) {
         tracker.warnings.push(`ignored a throttle signal: ${checked.reason}`);
         return;
       }
       const t = checked.value;
-      tracker.throttle = {
+      const next = {
         rowsPerSecond: t.rowsPerSecond === undefined ? tracker.throttle.rowsPerSecond : t.rowsPerSecond || undefined,
         batchRows: t.batchRows === undefined ? tracker.throttle.batchRows : Math.min(t.batchRows, 100_000),
       };
+      this.record('throttle', describeRate(tracker.throttle), describeRate(next), audit);
+      tracker.throttle = next;
       tracker.publish();
     });
-    setHandler(approveCutoverSignal, () => {
+    setHandler(approveCutoverSignal, (audit) => {
+      this.record('approve', this.approved ? 'approved' : 'waiting', 'approved', audit);
       this.approved = true;
     });
     setHandler(cancelSignal, (request) => {
+      this.record('cancel', this.cancelReason ? 'cancelling' : 'running', 'cancelling', request);
       this.cancelReason = request?.reason ?? 'cancel requested';
       this.main.cancel();
     });
+  }
+
+  /** A control signal in the status document and the events, with who sent it and why. */
+  private record(signal: ControlSignal, from: string, to: string, audit: unknown): void {
+    // (Executions begun before the audit recorded nothing: an event can send a callback.)
+    if (!patched(PATCHES.auditedChangeControls)) return;
+    this.tracker.control(signal, from, to, checkedAudit(audit));
   }
 
   private sendEvents(plan: ChangePlan): void {

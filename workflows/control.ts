@@ -7,7 +7,7 @@
 import { ChildWorkflowHandle, patched, setHandler } from '@temporalio/workflow';
 import { PATCHES } from '../src/core/names';
 import { tablesSharing } from '../src/core/rate';
-import { checkedAudit, ControlSignal } from '../src/core/status';
+import { checkedAudit, ControlSignal, describeRate } from '../src/core/status';
 import { checkThrottle, Spec } from '../src/core/spec';
 import { COPIED } from './context';
 import { approveCutoverSignal, Control, controlSignal, pauseSignal, resumeSignal, TableProgress, throttleSignal } from './definitions';
@@ -89,7 +89,3 @@ export class ControlDesk {
   }
 }
 
-function describeRate(c: Control): string {
-  const rate = c.rowsPerSecond ? `${c.rowsPerSecond} rows/s` : 'no cap';
-  return c.batchRows ? `${rate}, ${c.batchRows} rows a batch` : rate;
-}

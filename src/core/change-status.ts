@@ -5,7 +5,7 @@
  */
 import { formatDuration } from './duration';
 import { StepKind } from './change-plan';
-import { ErrorInfo } from './status';
+import { ControlTransition, ErrorInfo } from './status';
 import { MigrationState, StateMachine, Transition } from './state-machine';
 
 export const STEP_STATES = ['PENDING', 'RUNNING', 'SUCCEEDED', 'FAILED', 'SKIPPED', 'ROLLED_BACK'] as const;
@@ -55,6 +55,7 @@ export const CHANGE_EVENT_TYPES = [
   'StepRolledBack',
   'RollbackStarted',
   'RolledBack',
+  'ControlReceived',
   'ChangeFinished',
 ] as const;
 export type ChangeEventType = (typeof CHANGE_EVENT_TYPES)[number];
@@ -98,7 +99,8 @@ export interface StepStatus {
 export type ChangeTransition =
   | (Transition<MigrationState> & { machine: 'state' })
   | (Transition<ChangePhase> & { machine: 'phase' })
-  | (Transition<StepState> & { machine: 'step'; step: number });
+  | (Transition<StepState> & { machine: 'step'; step: number })
+  | ControlTransition;
 
 export interface ChangeStatusDocument {
   kind: 'change';
@@ -138,6 +140,8 @@ export interface ChangeResultDocument {
   events: ChangeEvent[];
   rows_backfilled: number;
   warnings: string[];
+  /** The control signals taken (pause, resume, throttle, approve, cancel), with who sent them and why. */
+  controls?: ControlTransition[];
   callback?: { delivered: boolean; error?: string };
 }
 
@@ -160,5 +164,6 @@ export function changeResultDocument(status: ChangeStatusDocument, metadata: Rec
     events: status.events,
     rows_backfilled: status.steps.reduce((n, s) => n + (s.rowsUpdated ?? 0), 0),
     warnings: status.warnings ?? [],
+    controls: status.transitions.filter((t): t is ControlTransition => t.machine === 'control'),
   };
 }

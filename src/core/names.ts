@@ -58,6 +58,8 @@ export const PATCHES = {
   keepCaptureForRetry: 'keep-capture-for-retry',
   /** Control signals are recorded with their actor and reason, and reported as ControlReceived events. */
   auditedControls: 'audited-controls',
+  /** A change plan records its control signals with who sent them and why (ControlReceived). */
+  auditedChangeControls: 'audited-change-controls',
   /**
    * Idle tables stay quiet: a caught-up table looks at its change log at most every 30 s (it was
    * 8 s) and re-checks its dirty keys only when the sync recorded some since the last check, so

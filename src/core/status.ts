@@ -43,12 +43,18 @@ export interface ControlTransition extends Audit {
   at: string;
 }
 
-/** The audit fields of a signal from any client: strings only, bounded; anything else dropped. */
 /** "pause by alice (nightly batch) at …: running → paused", for people. */
 export function describeControl(c: ControlTransition): string {
   return `${c.signal}${c.actor ? ` by ${c.actor}` : ''}${c.reason ? ` (${c.reason})` : ''} at ${c.at}: ${c.from} → ${c.to}`;
 }
 
+/** A rate cap for people: "500 rows/s, 200 rows a batch", or "no cap". */
+export function describeRate(c: { rowsPerSecond?: number; batchRows?: number }): string {
+  const rate = c.rowsPerSecond ? `${c.rowsPerSecond} rows/s` : 'no cap';
+  return c.batchRows ? `${rate}, ${c.batchRows} rows a batch` : rate;
+}
+
+/** The audit fields of a signal from any client: strings only, bounded; anything else dropped. */
 export function checkedAudit(input: unknown): Audit {
   const out: Audit = {};
   if (input && typeof input === 'object') {

@@ -4,6 +4,7 @@
  * counted by a trigger of the test's own), an index built concurrently, SET NOT NULL the safe
  * way; an index build killed mid-way leaves no INVALID index once retried.
  */
+import os from 'node:os';
 import { Client } from 'pg';
 import { runningActivities } from '../helpers/chaos';
 import { TestDatabases } from '../helpers/databases';
@@ -190,7 +191,7 @@ describe('change plans under load, with workers killed', () => {
     ]);
   });
 
-  it('shows each step with its progress in ferry status while a backfill runs, and pause holds it', async () => {
+  it('shows each step with its progress in ferry status while a backfill runs, pause holds it, and every control signal is on record with who sent it and why', async () => {
     const { id } = await stack.ferry.startChange({
       kind: 'change',
       id: 'status-lines',
@@ -206,7 +207,7 @@ describe('change plans under load, with workers killed', () => {
     const cli = await stack.runCli(['status', id]);
     expect(cli.code).toBe(0);
     expect(cli.stdout).toMatch(/1\. RUNNING\s+backfill public\.pgbench_accounts \(abalance\)\s+\d+\/\d+ rows/);
-    await stack.ferry.pause(id);
+    expect((await stack.runCli(['pause', id, '--reason', 'vacuum window'])).code).toBe(0);
     const paused = await eventually(async () => {
       const s = await stack.ferry.changeStatus(id);
       return s.waiting?.startsWith('paused') ? s : undefined;
@@ -219,13 +220,22 @@ describe('change plans under load, with workers killed', () => {
     await stack.ferry.throttle(id, { rowsPerSecond: 50_000 });
     await eventually(async () => (await stack.ferry.changeStatus(id)).throttle.rowsPerSecond === 50_000);
     expect(await checkpointRows()).toBe(held);
-    await stack.ferry.resume(id);
+    expect((await stack.runCli(['resume', id, '--actor', 'oncall-bob'])).code).toBe(0);
     await eventually(async () => (await checkpointRows()) > held);
-    await stack.ferry.cancel(id, 'test over');
+    await stack.ferry.cancel(id, 'test over', 'alice');
     const result = await stack.ferry.changeResult(id);
     expect(result.state).toBe('CANCELLED');
     expect(result.error?.message).toBe('test over');
     expect(result.steps[0].state).toBe('FAILED');
+    // Each control signal, in order, with its actor (the CLI's OS user unless --actor) and reason.
+    const user = os.userInfo().username;
+    expect(result.controls?.map(({ at: _at, ...c }) => c)).toEqual([
+      { machine: 'control', signal: 'pause', from: 'running', to: 'paused', actor: user, reason: 'vacuum window' },
+      { machine: 'control', signal: 'throttle', from: '5000 rows/s', to: '50000 rows/s' },
+      { machine: 'control', signal: 'resume', from: 'paused', to: 'running', actor: 'oncall-bob' },
+      { machine: 'control', signal: 'cancel', from: 'running', to: 'cancelling', actor: 'alice', reason: 'test over' },
+    ]);
+    expect(result.events.filter((e) => e.type === 'ControlReceived').map((e) => e.detail?.signal)).toEqual(['pause', 'throttle', 'resume', 'cancel']);
 
     async function checkpointRows(): Promise<number> {
       const rows = await dbs.query<{ n: string }>('app', `SELECT coalesce(sum(rows_scanned), 0) AS n FROM _ferry_change.backfills WHERE change_id = $1`, [id]);

@@ -50,6 +50,8 @@ const SCENARIOS: Record<string, { failureType?: string; change?: boolean }> = {
   // and a validation; and one whose VALIDATE fails and rolls back.
   change: { change: true },
   'change-rolled-back': { change: true, failureType: 'ChangeFailed' },
+  // Control signals with their actor and reason, behind the audited-change-controls patch marker.
+  'change-audited': { change: true, failureType: 'ChangeCancelled' },
   // A rewrite step: shadow copy, approval, swap, and the helper that drops the old table after keepOld.
   rewrite: { change: true },
 };
@@ -127,7 +129,7 @@ describe('recorded workflow histories', () => {
 
     const all = [...fixtures.values()].flat();
     // The README's determinism row counts them.
-    expect(all).toHaveLength(57);
+    expect(all).toHaveLength(59);
     expect([...new Set(all.map((f) => f.workflowType))].sort()).toEqual([MIGRATION_WORKFLOW, TABLE_WORKFLOW, CHANGE_WORKFLOW, ...HELPER_WORKFLOW_TYPES].sort());
     expect(fixtures.get('online')!.map((f) => f.workflowType)).toContain(UNFREEZE_WORKFLOW);
     expect(fixtures.get('online-armed-freeze')!.map((f) => f.workflowType)).toContain(CLEANUP_WORKFLOW);
@@ -135,6 +137,10 @@ describe('recorded workflow histories', () => {
     const can = fixtures.get('continued-as-new')!.filter((f) => f.workflowType === TABLE_WORKFLOW);
     expect(can.map((f) => f.status)).toContain('CONTINUED_AS_NEW');
     expect(can.some((f) => history(f).events?.[0].workflowExecutionStartedEventAttributes?.continuedExecutionRunId)).toBe(true);
+    // The audited change plan recorded its patch marker: its replay exercises the patched branch.
+    const audited = history(fixtures.get('change-audited')!.find((f) => f.workflowType === CHANGE_WORKFLOW)!);
+    const markers = (audited.events ?? []).filter((e) => e.markerRecordedEventAttributes?.markerName === 'core_patch').length;
+    expect(markers).toBeGreaterThan(0);
   });
 
   it.each(Object.keys(SCENARIOS))('of the %s scenario replay on the current workflow code', async (scenario) => {
