@@ -4,18 +4,23 @@
  * workflow tries again after a backoff, so a waiting swap never stalls writers for long), the
  * rest of the log drained, then the names, indexes, sequences, views and foreign keys moved to
  * the new table. Writers queued behind the lock resolve the table's name again once it is
- * granted, and go on against the new table. Afterwards: the foreign keys validated, the old table
- * dropped when its time has come.
+ * granted, and go on against the new table. The same transaction puts capture on the new table,
+ * so that `ferry revert` within keepOld can carry every write made since back to the old table
+ * (the casts back, in batches) and swap back the same way. Afterwards: the foreign keys
+ * validated, the old table dropped when its time has come.
  */
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { ClientBase } from 'pg';
-import { rewriteCaptureId, rewriteNames, rewriteTag } from '../src/change/rewrite-sql';
+import { checksumSql, ColumnMapping, revertBatchSql, rewriteCaptureId, rewriteNames, rewriteTag, RewriteKey, syncBatchSql } from '../src/change/rewrite-sql';
+import { revertCaptureId } from '../src/core/change-plan';
 import { FAILURE } from '../src/core/failure-types';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified, withSuffix } from '../src/core/identifiers';
 import { captureNames, GUARD_BYPASS } from '../src/db/capture-sql';
-import { sqlState } from '../src/db/errors';
-import { dependentViews } from '../src/db/rewrite-catalog';
+import { inTransaction } from '../src/db/connections';
+import { refusal, sqlState } from '../src/db/errors';
+import { attachDependents, carryIdentity, detachDependents, readDependents, relid, swapIndexNames } from '../src/db/table-swap';
+import { installCaptureIn } from './capture';
 import { ActivityDeps } from './deps';
 import { applyLog, RewriteDataInput, RewriteRef } from './rewrite';
 
@@ -33,27 +38,43 @@ export interface SwapResult {
 
 const LOCK_NOT_AVAILABLE = '55P03';
 
-interface ViewDefinition {
-  name: QualifiedName;
-  definition: string;
-  owner: string;
-  options: string[];
-  comment: string | null;
-  grants: string[];
+/** The new table's name once a revert has put the old one back (kept for keepOld, then dropped). */
+export function revertedName(table: QualifiedName, tag: string): QualifiedName {
+  return { schema: table.schema, name: withSuffix(table.name, `_ferry_rev_${tag}`) };
 }
 
-async function readView(db: ClientBase, oid: number): Promise<ViewDefinition> {
-  const { rows } = await db.query(
-    `SELECT n.nspname AS schema, c.relname AS name, pg_catalog.pg_get_viewdef(c.oid) AS definition, pg_catalog.pg_get_userbyid(c.relowner) AS owner,
-            coalesce(c.reloptions, '{}') AS options, pg_catalog.obj_description(c.oid, 'pg_class') AS comment,
-            array(SELECT a.privilege_type || ' TO ' || CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END
-                         || CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END
-                    FROM aclexplode(c.relacl) a WHERE a.grantee <> c.relowner) AS grants
-       FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1`,
-    [oid],
-  );
-  const r = rows[0];
-  return { name: { schema: r.schema, name: r.name }, definition: r.definition, owner: r.owner, options: r.options, comment: r.comment, grants: r.grants };
+async function unvalidatedForeignKeys(db: ClientBase, table: string): Promise<{ table: string; name: string }[]> {
+  const { rows } = await db.query(`SELECT conrelid::regclass::text AS table, conname AS name FROM pg_catalog.pg_constraint WHERE contype = 'f' AND confrelid = $1::regclass AND NOT convalidated`, [
+    table,
+  ]);
+  return rows;
+}
+
+/**
+ * One swap transaction: both tables locked under the lock_timeout (LockBusy when not granted:
+ * the workflow tries again after a backoff), then `work`, then COMMIT.
+ */
+async function inSwap<T>(db: ClientBase, tables: string[], lockTimeoutMs: number, work: (locked: number) => Promise<T>): Promise<T> {
+  await db.query('BEGIN');
+  try {
+    await db.query(`SET LOCAL lock_timeout = '${Math.round(lockTimeoutMs)}ms'`);
+    await db.query(GUARD_BYPASS);
+    await db.query(`LOCK TABLE ${tables.join(', ')} IN ACCESS EXCLUSIVE MODE`);
+    const result = await work(Date.now());
+    await db.query('COMMIT');
+    return result;
+  } catch (err) {
+    await db.query('ROLLBACK').catch(() => undefined);
+    if (sqlState(err) === LOCK_NOT_AVAILABLE) {
+      throw ApplicationFailure.create({
+        message: `the swap's lock on ${tables[0]} was not granted within ${lockTimeoutMs} ms; the workflow tries again`,
+        type: FAILURE.LockBusy,
+        nonRetryable: true,
+        cause: err instanceof Error ? new Error(err.message) : undefined,
+      });
+    }
+    throw err;
+  }
 }
 
 export function createRewriteSwapActivities({ connections, logger }: ActivityDeps) {
@@ -65,103 +86,157 @@ export function createRewriteSwapActivities({ connections, logger }: ActivityDep
     const log = captureNames(rewriteCaptureId(input.changeId, input.step), 0).log;
     return connections.withClient(input.database, async (db) => {
       const state = await db.query('SELECT to_regclass($1) IS NOT NULL AS shadow, to_regclass($2) IS NOT NULL AS old', [shadow, quoteQualified(names.old)]);
-      if (!state.rows[0].shadow && state.rows[0].old) {
-        const fks = await db.query(`SELECT conrelid::regclass::text AS table, conname AS name FROM pg_catalog.pg_constraint WHERE contype = 'f' AND confrelid = $1::regclass AND NOT convalidated`, [table]);
-        return { already: true, drained: 0, lockedMs: 0, views: [], foreignKeys: fks.rows };
-      }
-      await db.query('BEGIN');
-      try {
-        await db.query(`SET LOCAL lock_timeout = '${Math.round(input.lockTimeoutMs)}ms'`);
-        await db.query(GUARD_BYPASS);
-        await db.query(`LOCK TABLE ${table}, ${shadow} IN ACCESS EXCLUSIVE MODE`);
-        const locked = Date.now();
-        const drained = await applyLog(db, input.table, names.shadow, log, input.mapping, input.key, Number.MAX_SAFE_INTEGER, false);
-        const relid = Number((await db.query('SELECT $1::regclass::oid::int8 AS relid', [table])).rows[0].relid);
-        const shadowRelid = Number((await db.query('SELECT $1::regclass::oid::int8 AS relid', [shadow])).rows[0].relid);
-
-        const views: ViewDefinition[] = [];
-        for (const v of await dependentViews(db, relid)) views.push(await readView(db, v.oid));
-        const fks = (
-          await db.query(
-            `SELECT conrelid::regclass::text AS table, conname AS name, pg_catalog.pg_get_constraintdef(oid) AS definition
-               FROM pg_catalog.pg_constraint WHERE contype = 'f' AND confrelid = $1 AND conrelid <> $1 ORDER BY 1, 2`,
-            [relid],
-          )
-        ).rows as { table: string; name: string; definition: string }[];
-        const owned = (
-          await db.query(
-            `SELECT s.oid::regclass::text AS sequence, a.attname AS column
-               FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_class s ON s.oid = d.objid AND s.relkind = 'S'
-               JOIN pg_catalog.pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
-              WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.refobjid = $1 AND d.deptype = 'a'`,
-            [relid],
-          )
-        ).rows as { sequence: string; column: string }[];
-        const shadowColumns = new Set(
-          (await db.query(`SELECT attname FROM pg_catalog.pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped`, [shadowRelid])).rows.map((r) => r.attname as string),
-        );
-
+      if (!state.rows[0].shadow && state.rows[0].old) return { already: true, drained: 0, lockedMs: 0, views: [], foreignKeys: await unvalidatedForeignKeys(db, table) };
+      return inSwap(db, [table, shadow], input.lockTimeoutMs, async (locked) => {
+        const drained = await applyLog(db, syncBatchSql(input.table, names.shadow, log, input.mapping, input.key), log, Number.MAX_SAFE_INTEGER, false);
+        const dependents = await readDependents(db, await relid(db, input.table));
         // Identity columns: LIKE gave the shadow sequences of its own; they go on from the original's.
-        const identity = await db.query(
-          `SELECT pg_catalog.pg_get_serial_sequence($1, a.attname) AS new, pg_catalog.pg_get_serial_sequence($2, a.attname) AS old
-             FROM pg_catalog.pg_attribute a WHERE a.attrelid = $1::regclass AND a.attidentity <> '' AND NOT a.attisdropped`,
-          [shadow, table],
-        );
-        for (const seq of identity.rows.filter((r) => r.new && r.old)) {
-          const { rows } = await db.query(`SELECT last_value, is_called FROM ${seq.old}`);
-          await db.query('SELECT pg_catalog.setval($1::regclass, $2, $3)', [seq.new, rows[0].last_value, rows[0].is_called]);
-          // And its name: the old table's sequence steps aside, as its indexes do.
-          const oldName = (await db.query('SELECT relname FROM pg_catalog.pg_class WHERE oid = $1::regclass', [seq.old])).rows[0].relname as string;
-          await db.query(`ALTER SEQUENCE ${seq.old} RENAME TO ${quoteIdent(withSuffix(oldName, `_ferry_old_${tag}`))}`);
-          await db.query(`ALTER SEQUENCE ${seq.new} RENAME TO ${quoteIdent(oldName)}`);
-        }
-        for (const v of views) await db.query(`DROP VIEW ${quoteQualified(v.name)}`);
-        for (const fk of fks) await db.query(`ALTER TABLE ${fk.table} DROP CONSTRAINT ${quoteIdent(fk.name)}`);
-
+        await carryIdentity(db, names.shadow, input.table, `_ferry_old_${tag}`);
+        await detachDependents(db, dependents);
         // Indexes: the original's keep their names on the new table (constraints follow their index).
         const indexes = await db.query(
-          `SELECT oi.relname AS original, si.relname AS shadow
+          `SELECT oi.relname AS current, si.relname AS replacement
              FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class oi ON oi.oid = i.indexrelid
              JOIN pg_catalog.pg_class si ON si.relname = $2 || i.indexrelid::text AND si.relnamespace = oi.relnamespace
-            WHERE i.indrelid = $1`,
-          [relid, names.indexPrefix],
+            WHERE i.indrelid = $1::regclass`,
+          [table, names.indexPrefix],
         );
-        const schema = quoteIdent(input.table.schema);
-        for (const ix of indexes.rows) {
-          await db.query(`ALTER INDEX ${schema}.${quoteIdent(ix.original)} RENAME TO ${quoteIdent(withSuffix(ix.original, `_ferry_old_${tag}`))}`);
-          await db.query(`ALTER INDEX ${schema}.${quoteIdent(ix.shadow)} RENAME TO ${quoteIdent(ix.original)}`);
-        }
+        await swapIndexNames(db, input.table.schema, indexes.rows, `_ferry_old_${tag}`);
         await db.query(`ALTER TABLE ${table} RENAME TO ${quoteIdent(names.old.name)}`);
         await db.query(`ALTER TABLE ${shadow} RENAME TO ${quoteIdent(input.table.name)}`);
-        for (const o of owned) {
-          if (shadowColumns.has(o.column)) await db.query(`ALTER SEQUENCE ${o.sequence} OWNED BY ${table}.${quoteIdent(o.column)}`);
-        }
-        for (const v of views) {
-          const options = v.options.length ? ` WITH (${v.options.join(', ')})` : '';
-          await db.query(`CREATE VIEW ${quoteQualified(v.name)}${options} AS ${v.definition}`);
-          await db.query(`ALTER VIEW ${quoteQualified(v.name)} OWNER TO ${quoteIdent(v.owner)}`);
-          for (const g of v.grants) await db.query(`GRANT ${g.replace(/ TO /, ` ON ${quoteQualified(v.name)} TO `)}`);
-          if (v.comment !== null) await db.query(`COMMENT ON VIEW ${quoteQualified(v.name)} IS ${db.escapeLiteral(v.comment)}`);
-        }
-        for (const fk of fks) {
-          await db.query(`ALTER TABLE ${fk.table} ADD CONSTRAINT ${quoteIdent(fk.name)} ${fk.definition.replace(/ NOT VALID$/, '')} NOT VALID`);
-        }
-        await db.query('COMMIT');
+        await attachDependents(db, dependents, input.table);
+        // From here on the new table's writes are logged too, for a revert within keepOld.
+        const revertKey = input.key.columns.map((k, i) => ({ ...k, type: input.key.shadowTypes[i] }));
+        await installCaptureIn(db, { migrationId: revertCaptureId(input.changeId, input.step), source: input.database, tables: [{ index: 0, source: input.table, keyColumns: revertKey }] }, { guard: false });
         const lockedMs = Date.now() - locked;
-        logger.info({ changeId: input.changeId, step: input.step, drained, lockedMs, views: views.length, foreignKeys: fks.length }, 'rewrite swapped');
-        return { already: false, drained, lockedMs, views: views.map((v) => displayQualified(v.name)), foreignKeys: fks.map((f) => ({ table: f.table, name: f.name })) };
-      } catch (err) {
-        await db.query('ROLLBACK').catch(() => undefined);
-        if (sqlState(err) === LOCK_NOT_AVAILABLE) {
-          throw ApplicationFailure.create({
-            message: `the swap's lock on ${table} was not granted within ${input.lockTimeoutMs} ms; the workflow tries again`,
-            type: FAILURE.LockBusy,
-            nonRetryable: true,
-            cause: err instanceof Error ? new Error(err.message) : undefined,
-          });
-        }
-        throw err;
+        logger.info({ changeId: input.changeId, step: input.step, drained, lockedMs, views: dependents.views.length, foreignKeys: dependents.foreignKeys.length }, 'rewrite swapped');
+        return {
+          already: false,
+          drained,
+          lockedMs,
+          views: dependents.views.map((v) => displayQualified(v.name)),
+          foreignKeys: dependents.foreignKeys.map((f) => ({ table: f.table, name: f.name })),
+        };
+      });
+    });
+  }
+
+  /**
+   * What a revert needs: the old table's columns written back from the new table's columns of
+   * the same name, cast to the old types (columns the new table lacks keep their old values, or
+   * their defaults in rows written since the swap); the key with both sides' types. Refused when
+   * the old table or the capture since the swap is gone.
+   */
+  async function prepareRevert(input: RewriteRef): Promise<{ mapping: ColumnMapping[]; key: RewriteKey }> {
+    const names = rewriteNames(input.table, rewriteTag(input.changeId, input.step));
+    return connections.withClient(input.database, async (db) => {
+      const present = await db.query(`SELECT to_regclass($1) IS NOT NULL AS old, to_regclass($2) IS NOT NULL AS log`, [
+        quoteQualified(names.old),
+        quoteQualified(captureNames(revertCaptureId(input.changeId, input.step), 0).log),
+      ]);
+      if (!present.rows[0].old || !present.rows[0].log) {
+        throw refusal(FAILURE.ChangeRefused, `${displayQualified(input.table)} cannot be reverted: ${present.rows[0].old ? 'the writes since the swap were not captured' : 'its old table is gone'}`);
       }
+      const columns = async (t: QualifiedName) =>
+        (
+          await db.query(
+            `SELECT attname AS name, pg_catalog.format_type(atttypid, atttypmod) AS type FROM pg_catalog.pg_attribute
+              WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped AND attgenerated = '' ORDER BY attnum`,
+            [quoteQualified(t)],
+          )
+        ).rows as { name: string; type: string }[];
+      const now = new Map((await columns(input.table)).map((c) => [c.name, c.type]));
+      const old = await columns(names.old);
+      const mapping = old.filter((c) => now.has(c.name)).map((c) => ({ column: c.name, type: c.type, expression: `CAST(${quoteIdent(c.name)} AS ${c.type})` }));
+      const keyNames = (
+        await db.query(
+          `SELECT a.attname AS name FROM pg_catalog.pg_index i JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+            WHERE i.indrelid = $1::regclass AND i.indisprimary ORDER BY array_position(i.indkey, a.attnum)`,
+          [quoteQualified(names.old)],
+        )
+      ).rows.map((r) => r.name as string);
+      const oldTypes = new Map(old.map((c) => [c.name, c.type]));
+      const key: RewriteKey = {
+        columns: keyNames.map((name) => ({ name, type: now.get(name)!, collatable: false })),
+        shadowTypes: keyNames.map((name) => oldTypes.get(name)!),
+      };
+      return { mapping, key };
+    });
+  }
+
+  /** Applies up to `maxRows` of the writes logged since the swap to the old table; returns how many and what is left. */
+  async function syncRevert(input: RewriteDataInput & { maxRows: number }): Promise<{ applied: number; left: number }> {
+    const names = rewriteNames(input.table, rewriteTag(input.changeId, input.step));
+    const log = captureNames(revertCaptureId(input.changeId, input.step), 0).log;
+    return connections.withClient(input.database, async (db) => {
+      Context.current().heartbeat({ applied: 0 });
+      const applied = await applyLog(db, revertBatchSql(input.table, names.old, log, input.mapping, input.key), log, input.maxRows, true, (n) => Context.current().heartbeat({ applied: n }));
+      const left = Number((await db.query(`SELECT count(*) AS n FROM ${quoteQualified(log)}`)).rows[0].n);
+      return { applied, left };
+    });
+  }
+
+  /** Count and checksum of the new table through the casts back and of the old table's same columns, in one snapshot. */
+  async function validateRevert(input: RewriteDataInput): Promise<{ rows: number }> {
+    const names = rewriteNames(input.table, rewriteTag(input.changeId, input.step));
+    const log = captureNames(revertCaptureId(input.changeId, input.step), 0).log;
+    const sql = checksumSql(input.table, names.old, log, input.mapping, input.key);
+    return connections.withClient(input.database, (db) =>
+      inTransaction(db, async () => {
+        await db.query('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY');
+        const a = (await db.query(sql.original)).rows[0];
+        Context.current().heartbeat();
+        const b = (await db.query(sql.shadow)).rows[0];
+        if (a.rows !== b.rows || a.checksum !== b.checksum) {
+          throw refusal(FAILURE.ConsistencyBreach, `the old table of ${displayQualified(input.table)} differs from the new one after the writes were carried back: ${a.rows} rows against ${b.rows}`);
+        }
+        return { rows: Number(a.rows) };
+      }),
+    );
+  }
+
+  /**
+   * The swap back, as the swap: both tables locked, the rest of the log drained, the new table
+   * renamed aside (`<name>_ferry_rev_<tag>`, its capture dropped with it locked), the old table
+   * and its indexes and sequences given their names again, views and foreign keys moved.
+   */
+  async function swapRevert(input: RewriteDataInput & { lockTimeoutMs: number }): Promise<SwapResult> {
+    const tag = rewriteTag(input.changeId, input.step);
+    const names = rewriteNames(input.table, tag);
+    const aside = revertedName(input.table, tag);
+    const table = quoteQualified(input.table);
+    const old = quoteQualified(names.old);
+    const captureId = revertCaptureId(input.changeId, input.step);
+    const log = captureNames(captureId, 0).log;
+    return connections.withClient(input.database, async (db) => {
+      const state = await db.query('SELECT to_regclass($1) IS NOT NULL AS old, to_regclass($2) IS NOT NULL AS aside', [old, quoteQualified(aside)]);
+      if (!state.rows[0].old && state.rows[0].aside) return { already: true, drained: 0, lockedMs: 0, views: [], foreignKeys: await unvalidatedForeignKeys(db, table) };
+      return inSwap(db, [table, old], input.lockTimeoutMs, async (locked) => {
+        const drained = await applyLog(db, revertBatchSql(input.table, names.old, log, input.mapping, input.key), log, Number.MAX_SAFE_INTEGER, false);
+        const dependents = await readDependents(db, await relid(db, input.table));
+        await carryIdentity(db, names.old, input.table, `_ferry_rev_${tag}`);
+        await detachDependents(db, dependents);
+        // The old table's indexes had stepped aside with the swap's suffix: they take their names back.
+        const indexNames = async (t: string) =>
+          (await db.query(`SELECT c.relname AS name FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = $1::regclass`, [t])).rows.map(
+            (r) => r.name as string,
+          );
+        const oldIndexes = new Set(await indexNames(old));
+        const pairs = (await indexNames(table)).map((name) => ({ current: name, replacement: withSuffix(name, `_ferry_old_${tag}`) })).filter((p) => oldIndexes.has(p.replacement));
+        await swapIndexNames(db, input.table.schema, pairs, `_ferry_rev_${tag}`);
+        await db.query(`ALTER TABLE ${table} RENAME TO ${quoteIdent(aside.name)}`);
+        await db.query(`ALTER TABLE ${old} RENAME TO ${quoteIdent(input.table.name)}`);
+        await attachDependents(db, dependents, input.table);
+        const lockedMs = Date.now() - locked;
+        logger.info({ changeId: input.changeId, step: input.step, drained, lockedMs }, 'rewrite reverted');
+        return {
+          already: false,
+          drained,
+          lockedMs,
+          views: dependents.views.map((v) => displayQualified(v.name)),
+          foreignKeys: dependents.foreignKeys.map((f) => ({ table: f.table, name: f.name })),
+        };
+      });
     });
   }
 
@@ -175,15 +250,14 @@ export function createRewriteSwapActivities({ connections, logger }: ActivityDep
     });
   }
 
-  /** Drops the old table once keepOld has passed (no CASCADE: whatever still uses it keeps it). */
-  async function dropOldTable(input: RewriteRef): Promise<{ dropped: boolean }> {
-    const names = rewriteNames(input.table, rewriteTag(input.changeId, input.step));
+  /** Drops a table of the rewrite that was kept for keepOld, if it is still there (no CASCADE: whatever still uses it keeps it). */
+  async function dropKept(input: RewriteRef, table: QualifiedName, what: string): Promise<{ dropped: boolean }> {
     return connections.withClient(input.database, async (db) => {
       await db.query("SET lock_timeout = '5s'");
       try {
-        const { rows } = await db.query('SELECT to_regclass($1) IS NOT NULL AS present', [quoteQualified(names.old)]);
-        if (rows[0].present) await db.query(`DROP TABLE ${quoteQualified(names.old)}`);
-        logger.info({ changeId: input.changeId, step: input.step, old: names.old }, 'old table dropped');
+        const { rows } = await db.query('SELECT to_regclass($1) IS NOT NULL AS present', [quoteQualified(table)]);
+        if (rows[0].present) await db.query(`DROP TABLE ${quoteQualified(table)}`);
+        logger.info({ changeId: input.changeId, step: input.step, table }, `${what} dropped`);
         return { dropped: rows[0].present as boolean };
       } finally {
         await db.query('RESET lock_timeout');
@@ -191,5 +265,15 @@ export function createRewriteSwapActivities({ connections, logger }: ActivityDep
     });
   }
 
-  return { swapRewrite, validateReferencingForeignKeys, dropOldTable };
+  /** Drops the old table once keepOld has passed. */
+  async function dropOldTable(input: RewriteRef): Promise<{ dropped: boolean }> {
+    return dropKept(input, rewriteNames(input.table, rewriteTag(input.changeId, input.step)).old, 'old table');
+  }
+
+  /** Drops the new table a revert put aside, once keepOld has passed again. */
+  async function dropRevertedTable(input: RewriteRef): Promise<{ dropped: boolean }> {
+    return dropKept(input, revertedName(input.table, rewriteTag(input.changeId, input.step)), 'reverted table');
+  }
+
+  return { swapRewrite, prepareRevert, syncRevert, validateRevert, swapRevert, validateReferencingForeignKeys, dropOldTable, dropRevertedTable };
 }

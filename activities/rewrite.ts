@@ -177,7 +177,7 @@ export function createRewriteActivities({ connections, logger }: ActivityDeps) {
       // A heartbeat before the first batch and after each: a round of a large backlog, or one
       // waiting for a lock, shows it is alive, and a lost worker is noticed within the timeout.
       Context.current().heartbeat({ applied: 0 });
-      const applied = await applyLog(db, input.table, names.shadow, log, input.mapping, input.key, input.maxRows, true, (n) => Context.current().heartbeat({ applied: n }));
+      const applied = await applyLog(db, syncBatchSql(input.table, names.shadow, log, input.mapping, input.key), log, input.maxRows, true, (n) => Context.current().heartbeat({ applied: n }));
       const left = Number((await db.query(`SELECT count(*) AS n FROM ${quoteQualified(log)}`)).rows[0].n);
       Context.current().heartbeat({ applied, left });
       return { applied, left };
@@ -241,17 +241,13 @@ export function createRewriteActivities({ connections, logger }: ActivityDeps) {
  */
 export async function applyLog(
   db: PoolClient,
-  original: QualifiedName,
-  shadow: QualifiedName,
+  statements: string[],
   log: QualifiedName,
-  mapping: ColumnMapping[],
-  key: RewriteKey,
   maxRows: number,
   ownTransaction = true,
   /** Called after each batch with the rows applied so far. */
   onBatch?: (applied: number) => void,
 ): Promise<number> {
-  const statements = syncBatchSql(original, shadow, log, mapping, key);
   let applied = 0;
   while (applied < maxRows) {
     const batch = async () => {

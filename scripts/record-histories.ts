@@ -441,6 +441,27 @@ SCENARIOS.push({
   },
 });
 
+SCENARIOS.push({
+  name: 'rewrite-reverted',
+  description:
+    'a rewrite step swapped, then `ferry revert` within keepOld (revertible-rewrite): writes to the new table carried back, the swap back, the new table dropped after keepOld',
+  schema: REWRITE_SCHEMA,
+  expected: 'SUCCEEDED',
+  async run({ id, stack, dbs }) {
+    await stack.ferry.startChange({
+      kind: 'change',
+      id,
+      database: 'src',
+      steps: [{ rewrite: { table: 'shop.orders', alter: ['ALTER COLUMN total TYPE bigint', 'DROP COLUMN note'], approval: 'auto', keepOld: '15s' } }],
+    });
+    const result = await stack.ferry.changeResult(id);
+    await dbs.exec('source', `UPDATE shop.orders SET total = total + 1 WHERE id <= 50; INSERT INTO shop.orders (id, total) VALUES (5001, 7); DELETE FROM shop.orders WHERE id = 3000;`);
+    const reverted = await stack.ferry.revert(id, 1, { actor: 'recorder', reason: 'recording' });
+    if (reverted.phase !== 'REVERTED') throw new Error(`the revert failed: ${JSON.stringify(reverted)}`);
+    return result;
+  },
+});
+
 interface ManifestEntry {
   file: string;
   workflowType: string;

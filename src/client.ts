@@ -19,7 +19,20 @@ import { RefusedError } from './core/errors';
 import { innermostApplicationFailure } from './core/failures';
 import type { CleanupInput, CleanupResult } from '../workflows/cleanup';
 import type { ChangePreflightResult } from '../activities/change-preflight';
-import { approveCutoverSignal, cancelSignal, changeStateQuery, pauseSignal, resumeSignal, stateQuery, tableStateQuery, throttleSignal, ThrottleRequest } from '../workflows/definitions';
+import {
+  approveCutoverSignal,
+  cancelSignal,
+  changeStateQuery,
+  pauseSignal,
+  resumeSignal,
+  RetireState,
+  retireStateQuery,
+  revertSignal,
+  stateQuery,
+  tableStateQuery,
+  throttleSignal,
+  ThrottleRequest,
+} from '../workflows/definitions';
 import { ChangePlan, isChangePlanInput, parseChangePlan } from './core/change-plan';
 import { ChangeResultDocument, ChangeStatusDocument, StepProgress } from './core/change-status';
 import { connectionOptions, TemporalConfig, temporalConfig } from './config';
@@ -512,6 +525,42 @@ export class FerryClient {
 
   // Control signals take an optional audit — who sends it and why — recorded in the status
   // document's transitions and as a ControlReceived event.
+  /**
+   * Swaps a rewrite step back to its old table (within keepOld): signals the step's retirement
+   * workflow and waits until the revert ended. `step` is 1-based; absent, the plan's one swapped
+   * rewrite. Refused (nothing changed) when there is none, or its keepOld has passed.
+   */
+  async revert(id: string, step: number | undefined, audit: Audit = {}, timeoutMs = 30 * 60_000): Promise<RetireState & { step: number }> {
+    const index = step === undefined ? await this.swappedRewrite(id) : step - 1;
+    const handle = this.handle(workflowIds.retire(id, index));
+    const d = await handle.describe().catch(() => undefined);
+    if (!d) throw new RefusedError(`change ${id} has no swapped rewrite at step ${index + 1}`, 'NothingToRevert');
+    if (d.status.name !== 'RUNNING') throw new RefusedError(`change ${id} step ${index + 1}: keepOld has passed and its old table was dropped; nothing to revert to`, 'NothingToRevert');
+    const before = await handle.query(retireStateQuery);
+    if (before.phase !== 'KEEPING') throw new RefusedError(`change ${id} step ${index + 1} is ${before.phase.toLowerCase()} already`, 'NothingToRevert');
+    const failuresBefore = before.failures?.length ?? 0;
+    await handle.signal(revertSignal, checkedAudit(audit));
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const s = await handle.query(retireStateQuery);
+      if (s.phase === 'REVERTED' || (s.failures?.length ?? 0) > failuresBefore) return { ...s, step: index + 1 };
+      if (Date.now() > deadline) throw new Error(`change ${id} step ${index + 1}: the revert did not end within ${timeoutMs / 1000}s; ferry revert ${id} shows its state again`);
+      await new Promise((r) => setTimeout(r, 500));
+    }
+  }
+
+  /** The index of a change plan's one rewrite step that has swapped. */
+  private async swappedRewrite(id: string): Promise<number> {
+    const status = await this.changeStatus(id).catch((err: unknown) => {
+      if (err instanceof WorkflowNotFoundError) throw new RefusedError(`there is no change plan ${id}`, 'NothingToRevert');
+      throw err;
+    });
+    const steps = status.steps.filter((s) => s.kind === 'rewrite' && s.state === 'SUCCEEDED');
+    if (steps.length === 0) throw new RefusedError(`change ${id} has no rewrite step that swapped; nothing to revert`, 'NothingToRevert');
+    if (steps.length > 1) throw new RefusedError(`change ${id} has ${steps.length} swapped rewrite steps (${steps.map((s) => s.index + 1).join(', ')}): name one with --step`, 'NothingToRevert');
+    return steps[0].index;
+  }
+
   async cancel(id: string, reason?: string, actor?: string): Promise<void> {
     await this.handle(id).signal(cancelSignal, checkedAudit({ reason, actor }));
   }

@@ -2,7 +2,8 @@
  * A rewrite step (docs/architecture.md §10, "Rewrite"): shadow → capture on the original →
  * copy through the expressions → the shadow's foreign keys validated → sync → validation →
  * approval → swap (retried while its lock is busy) → the referencing foreign keys validated,
- * capture removed → the old table dropped after keepOld by a helper workflow of its own. Until
+ * capture removed → the old table kept for keepOld by a helper workflow of its own
+ * (workflows/rewrite-retire.ts: `ferry revert` within it, then the drop). Until
  * the swap commits, any failure or cancel undoes what was built (capture, shadow) and leaves the
  * original as it was.
  */
@@ -11,8 +12,7 @@ import type { SwapResult } from '../activities/rewrite-swap';
 import { rewriteCaptureId, RewriteStep } from '../src/core/change-plan';
 import { FAILURE } from '../src/core/failure-types';
 import { innermostApplicationFailure, rootMessage } from '../src/core/failures';
-import { QualifiedName } from '../src/core/identifiers';
-import { REWRITE_RETIRE_WORKFLOW } from '../src/core/names';
+import { REWRITE_RETIRE_WORKFLOW, workflowIds } from '../src/core/names';
 import type { ChangeContext } from './change';
 import { changeActivities, lockBackoffMs } from './change-proxies';
 
@@ -91,7 +91,7 @@ export async function runRewrite(ctx: ChangeContext, step: RewriteStep): Promise
     const released = await quick.releaseSource({ migrationId: captureId, source: database, freeze: 'remove' });
     if (released.pending.length) tracker.warnings.push(`step ${step.index + 1} (rewrite): left for later: ${released.pending.join(', ')}`);
     await startChild(REWRITE_RETIRE_WORKFLOW, {
-      workflowId: `${ctx.id}/retire-${step.index}`,
+      workflowId: workflowIds.retire(ctx.id, step.index),
       args: [{ changeId: ctx.id, database, step: step.index, table: step.table, keepOldMs: step.keepOldMs }],
       parentClosePolicy: ParentClosePolicy.ABANDON,
     });
@@ -130,18 +130,4 @@ export async function runRewrite(ctx: ChangeContext, step: RewriteStep): Promise
       }
     }
   }
-}
-
-export interface RetireInput {
-  changeId: string;
-  database: string;
-  step: number;
-  table: QualifiedName;
-  keepOldMs: number;
-}
-
-/** Keeps a rewrite's old table for keepOld (a durable timer), then drops it. */
-export async function rewriteRetireWorkflow(input: RetireInput): Promise<{ dropped: boolean }> {
-  await sleep(Math.max(1, input.keepOldMs));
-  return changeActivities.quick.dropOldTable({ changeId: input.changeId, database: input.database, step: input.step, table: input.table });
 }

@@ -30,6 +30,19 @@ export const throttleSignal = defineSignal<[ThrottleRequest, Audit?]>('throttle'
 export const stateQuery = defineQuery<StatusDocument>('state');
 /** The same wire name on a changeWorkflow: its status document. */
 export const changeStateQuery = defineQuery<ChangeStatusDocument>('state');
+/** To a rewrite's retirement workflow (`<change id>/retire-<step index>`): swap back within keepOld. */
+export const revertSignal = defineSignal<[Audit?]>('revert');
+
+/** A rewrite's old table during keepOld, and a revert's course (the `state` query of rewriteRetireWorkflow). */
+export interface RetireState {
+  phase: 'KEEPING' | 'REVERTING' | 'REVERTED' | 'DROPPED';
+  /** When the old table goes (KEEPING), or the new one a revert put aside (REVERTED). */
+  until: string;
+  revert?: Audit & { requestedAt: string; lockedMs?: number; carried?: number; rows?: number; error?: string };
+  /** Revert attempts that failed (the new table stayed in place): their errors. */
+  failures?: string[];
+}
+export const retireStateQuery = defineQuery<RetireState>('state');
 
 /** What the parent forwards to its table workflows. */
 export interface Control {

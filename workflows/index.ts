@@ -6,4 +6,4 @@ export { unfreezeWorkflow } from './unfreeze';
 export { cleanupWorkflow } from './cleanup';
 export { changeWorkflow } from './change';
 export { changePreflightWorkflow } from './change-preflight';
-export { rewriteRetireWorkflow } from './change-rewrite';
+export { rewriteRetireWorkflow } from './rewrite-retire';

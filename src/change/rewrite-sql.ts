@@ -97,6 +97,31 @@ export function syncBatchSql(original: QualifiedName, shadow: QualifiedName, log
 }
 
 /**
+ * A revert batch (`$1`: the log ids taken): the writes logged on the new table since the swap,
+ * carried back to the old one. Rows gone from the new table go from the old one; the others are
+ * upserted through the casts back, so the old table's columns the new one lacks keep their
+ * values (a row new since the swap gets their defaults); then exactly those log ids go. The
+ * key's `columns` carry the new table's types, `shadowTypes` the old one's.
+ */
+export function revertBatchSql(now: QualifiedName, old: QualifiedName, log: QualifiedName, mapping: ColumnMapping[], key: RewriteKey): string[] {
+  const l = quoteQualified(log);
+  const sameKey = key.columns.map((k) => `n.${quoteIdent(k.name)} = s.${quoteIdent(k.name)}`).join(' AND ');
+  const keys = key.columns.map((k) => quoteIdent(k.name)).join(', ');
+  const updated = mapping.filter((m) => !key.columns.some((k) => k.name === m.column)).map((m) => `${quoteIdent(m.column)} = EXCLUDED.${quoteIdent(m.column)}`);
+  const conflict = updated.length ? `DO UPDATE SET ${updated.join(', ')}` : 'DO NOTHING';
+  return [
+    `DELETE FROM ${quoteQualified(old)} AS s USING ${l} AS l WHERE l.id = ANY ($1::int8[]) AND ${logMatch(key, 's', key.shadowTypes)}
+        AND NOT EXISTS (SELECT 1 FROM ${quoteQualified(now)} AS n WHERE ${sameKey})`,
+    `${insertSelect(old, now, mapping, 'o')} WHERE EXISTS (SELECT 1 FROM ${l} AS l WHERE l.id = ANY ($1::int8[]) AND ${logMatch(
+      key,
+      'o',
+      key.columns.map((c) => c.type),
+    )}) ON CONFLICT (${keys}) ${conflict}`,
+    `DELETE FROM ${l} WHERE id = ANY ($1::int8[])`,
+  ];
+}
+
+/**
  * Count and checksum of the original through the expressions and of the shadow, keys waiting in
  * the log left out (their rows are about to be replaced): run in one REPEATABLE READ snapshot,
  * where every other key's shadow row must equal its transformed original row.

@@ -1,4 +1,4 @@
-/** `ferry cancel | approve | pause | resume | throttle`: signals to a running migration; `retry`, `unfreeze`, `cleanup` after it ended; `revert` (refused in this version). */
+/** `ferry cancel | approve | pause | resume | throttle`: signals to a running migration; `retry`, `unfreeze`, `cleanup` after it ended; `revert` within a rewrite's keepOld. */
 import { userInfo } from 'node:os';
 import { Command } from 'commander';
 import { FerryClient } from '../client';
@@ -83,19 +83,20 @@ export function registerControlCommands(program: Command): void {
       process.stdout.write(`${id}: ${source}; ${target}\n`);
     });
 
-  program
-    .command('revert')
-    .description('swap a rewrite step back to the old table within keepOld (not in this version: refused)')
-    .argument('<id>')
-    .action((id: string) => {
-      // Swapping back needs capture in the other direction (writes to the new table carried to
-      // the old one, through inverse expressions): not built yet. Refused before any change.
-      throw new CliExit(
-        `ferry revert is not available in this version: ${id}'s old table is kept (unchanged since the swap) until keepOld has passed; ` +
-          'to go back, copy the rows written since the swap yourself, or stop the writers and swap the names by hand',
-        2,
-      );
-    });
+  audited(
+    program
+      .command('revert')
+      .description("swap a change plan's rewrite step back to the old table, with every write made since the swap (within keepOld)")
+      .argument('<id>')
+      .option('--step <n>', 'the rewrite step (1-based); needed when the plan swapped more than one', positiveInt),
+  ).action(async (id: string, opts: Audit & { step?: number }) => {
+    const s = await FerryClient.using((c) => c.revert(id, opts.step, auditOf(opts)));
+    if (s.phase !== 'REVERTED') throw new CliExit(`${id} step ${s.step}: the revert failed and the new table stays in place: ${s.failures?.[s.failures.length - 1] ?? 'unknown error'}`, 1);
+    process.stdout.write(
+      `${id} step ${s.step}: reverted — ${s.revert?.carried ?? 0} logged writes carried back, ${s.revert?.rows ?? 0} rows checked, writers held ${s.revert?.lockedMs ?? 0} ms; ` +
+        `the new table stays aside until ${s.until}\n`,
+    );
+  });
 
   audited(
     program

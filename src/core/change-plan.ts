@@ -447,3 +447,8 @@ export function stepLabel(step: ChangeStep): string {
 export function rewriteCaptureId(changeId: string, step: number): string {
   return `${changeId}#rewrite${step}`;
 }
+
+/** The capture that follows a rewrite's new table from the swap on, for a revert within keepOld. */
+export function revertCaptureId(changeId: string, step: number): string {
+  return `${rewriteCaptureId(changeId, step)}-revert`;
+}

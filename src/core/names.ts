@@ -26,6 +26,8 @@ export const HELPER_WORKFLOW_TYPES = [PREFLIGHT_WORKFLOW, UNFREEZE_WORKFLOW, CLE
 export const workflowIds = {
   table: (migrationId: string, tableIndex: number) => `${migrationId}/table-${tableIndex}`,
   cleanup: (migrationId: string) => `${migrationId}/cleanup`,
+  /** A rewrite step's old table during keepOld (step index from 0). */
+  retire: (changeId: string, step: number) => `${changeId}/retire-${step}`,
 };
 
 /**
@@ -60,6 +62,8 @@ export const PATCHES = {
   auditedControls: 'audited-controls',
   /** A change plan records its control signals with who sent them and why (ControlReceived). */
   auditedChangeControls: 'audited-change-controls',
+  /** A rewrite's retirement keeps capture on the new table and takes the `revert` signal within keepOld. */
+  revertibleRewrite: 'revertible-rewrite',
   /**
    * Idle tables stay quiet: a caught-up table looks at its change log at most every 30 s (it was
    * 8 s) and re-checks its dirty keys only when the sync recorded some since the last check, so

@@ -52,6 +52,8 @@ const SCENARIOS: Record<string, { failureType?: string; change?: boolean }> = {
   'change-rolled-back': { change: true, failureType: 'ChangeFailed' },
   // Control signals with their actor and reason, behind the audited-change-controls patch marker.
   'change-audited': { change: true, failureType: 'ChangeCancelled' },
+  // A rewrite swapped back by `ferry revert` within keepOld (revertible-rewrite).
+  'rewrite-reverted': { change: true },
   // A rewrite step: shadow copy, approval, swap, and the helper that drops the old table after keepOld.
   rewrite: { change: true },
 };
@@ -129,7 +131,7 @@ describe('recorded workflow histories', () => {
 
     const all = [...fixtures.values()].flat();
     // The README's determinism row counts them.
-    expect(all).toHaveLength(59);
+    expect(all).toHaveLength(62);
     expect([...new Set(all.map((f) => f.workflowType))].sort()).toEqual([MIGRATION_WORKFLOW, TABLE_WORKFLOW, CHANGE_WORKFLOW, ...HELPER_WORKFLOW_TYPES].sort());
     expect(fixtures.get('online')!.map((f) => f.workflowType)).toContain(UNFREEZE_WORKFLOW);
     expect(fixtures.get('online-armed-freeze')!.map((f) => f.workflowType)).toContain(CLEANUP_WORKFLOW);
