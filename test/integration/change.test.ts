@@ -7,6 +7,7 @@
 import os from 'node:os';
 import { Client } from 'pg';
 import { runningActivities } from '../helpers/chaos';
+import { activityStarts } from '../helpers/history';
 import { TestDatabases } from '../helpers/databases';
 import { awaitRetry, HeldLock, Killed } from '../helpers/kills';
 import { initPgbench, PGBENCH } from '../helpers/pgbench';
@@ -239,6 +240,46 @@ describe('change plans under load, with workers killed', () => {
 
     async function checkpointRows(): Promise<number> {
       const rows = await dbs.query<{ n: string }>('app', `SELECT coalesce(sum(rows_scanned), 0) AS n FROM _ferry_change.backfills WHERE change_id = $1`, [id]);
+      return Number(rows[0].n);
+    }
+  });
+
+  it('holds a backfill while more sessions than maxActiveSessions are active, and goes on once they end', async () => {
+    // Six sessions of the test's own, busy in pg_sleep: more than the plan's limit of three.
+    const busy = await Promise.all(
+      Array.from({ length: 6 }, async () => {
+        const c = new Client({ connectionString: dbs.url('app'), application_name: 'ferry-test-busy' });
+        await c.connect();
+        c.on('error', () => undefined);
+        return c;
+      }),
+    );
+    const sleeping = busy.map((c) => c.query('SELECT pg_sleep(600)').catch(() => undefined));
+    const { id } = await stack.ferry.startChange({
+      kind: 'change',
+      id: 'busy-database',
+      database: 'app',
+      throttle: { maxActiveSessions: 3 },
+      steps: [{ backfill: { table: 'public.pgbench_accounts', set: { filler: "'checked'" }, batchRows: 1000 } }],
+    });
+    try {
+      const held = await eventually(async () => (await stack.ferry.changeStatus(id)).waiting?.match(/^(\d+) active sessions > maxActiveSessions 3$/), 60_000);
+      expect(Number(held[1])).toBeGreaterThanOrEqual(6);
+      // It looked again, twice, and still did nothing: no batch committed.
+      await eventually(async () => (await activityStarts(stack.client, id)).filter((a) => a.activityType === 'backfillSlice').length >= 3, 60_000, 500);
+      expect(await updated()).toBe(0);
+      expect((await stack.ferry.changeStatus(id)).steps[0].state).toBe('RUNNING');
+    } finally {
+      await dbs.query('app', `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'ferry-test-busy'`);
+      await Promise.all(sleeping);
+      await Promise.all(busy.map((c) => c.end().catch(() => undefined)));
+    }
+    const result = await stack.ferry.changeResult(id);
+    expect(result.state).toBe('SUCCEEDED');
+    expect(await updated()).toBe(ROWS);
+
+    async function updated(): Promise<number> {
+      const rows = await dbs.query<{ n: string }>('app', `SELECT count(*) AS n FROM public.pgbench_accounts WHERE filler = 'checked'`);
       return Number(rows[0].n);
     }
   });
