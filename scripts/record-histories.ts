@@ -377,6 +377,29 @@ SCENARIOS.push(
     },
   },
   {
+    name: 'change-continued-as-new',
+    description: 'a change plan with historyLimit 25 (change-continue-as-new): its backfill continues as new between slices and the next run takes the step up where it stopped',
+    schema: CHANGE_SCHEMA,
+    expected: 'SUCCEEDED',
+    async run({ id, stack, receiver }) {
+      await stack.ferry.startChange(
+        {
+          kind: 'change',
+          id,
+          database: 'src',
+          throttle: { rowsPerSecond: 150 },
+          steps: [
+            { sql: 'ALTER TABLE shop.orders ADD COLUMN note text', down: 'ALTER TABLE shop.orders DROP COLUMN note' },
+            { backfill: { table: 'shop.orders', set: { note: "'n/a'" }, batchRows: 100 } },
+          ],
+          callback: { url: `${receiver.url}/change`, events: true },
+        },
+        { historyLimit: 25 },
+      );
+      return stack.ferry.changeResult(id);
+    },
+  },
+  {
     name: 'change-rolled-back',
     description: 'a change plan whose VALIDATE fails: onFailure: rollback drops the index, the constraint and the column, newest first',
     schema: CHANGE_SCHEMA,

@@ -399,7 +399,7 @@ export class FerryClient {
    * changeWorkflow and returns once it runs. A refusal (bad plan, unsafe statement, missing
    * table) throws before anything changed.
    */
-  async startChange(planInput: unknown, options: { id?: string; skipPreflight?: boolean } = {}): Promise<StartedChange> {
+  async startChange(planInput: unknown, options: { id?: string; skipPreflight?: boolean; historyLimit?: number } = {}): Promise<StartedChange> {
     const input = options.id ? { ...(planInput as Record<string, unknown>), id: options.id } : planInput;
     const plan: ChangePlan = parseChangePlan(input);
     const id = plan.id ?? generateMigrationId().replace(/^ferry-/, 'change-');
@@ -411,7 +411,7 @@ export class FerryClient {
       const handle = await this.client.workflow.start(CHANGE_WORKFLOW, {
         taskQueue: this.config.taskQueue,
         workflowId: id,
-        args: [withId, { preflight }],
+        args: [withId, { preflight, historyLimit: options.historyLimit }],
         workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
         typedSearchAttributes: new TypedSearchAttributes([
           { key: FerryStateKey, value: 'QUEUED' },

@@ -15,13 +15,19 @@ const LOAD_WAIT_MS = 5_000;
 /** until: all gives up after this many passes that each still updated rows. */
 export const MAX_PASSES = 20;
 
-export async function runBackfill(ctx: ChangeContext, step: BackfillStep): Promise<void> {
+/** Where a backfill is: its pass, and the rows its earlier passes updated (what a run continued as new takes up). */
+export interface BackfillPlace {
+  pass: number;
+  updatedBefore: number;
+}
+
+export async function runBackfill(ctx: ChangeContext, step: BackfillStep, from: BackfillPlace = { pass: 0, updatedBefore: 0 }): Promise<void> {
   const { tracker, plan } = ctx;
   const status = tracker.steps[step.index];
   const target = await changeActivities.quick.prepareBackfill({ database: plan.database, backfill: { table: step.table } });
-  status.progress = { done: 0, total: target.rowsEstimated, unit: 'rows' };
-  let updatedBefore = 0;
-  for (let pass = 0; ; pass += 1) {
+  status.progress = { done: status.progress?.done ?? 0, total: target.rowsEstimated, unit: 'rows' };
+  let updatedBefore = from.updatedBefore;
+  for (let pass = from.pass; ; pass += 1) {
     if (pass >= MAX_PASSES) {
       throw ApplicationFailure.nonRetryable(
         `until: all made ${MAX_PASSES} passes and each still updated rows: the set expressions leave some rows matching where, or writers keep adding them`,
@@ -57,10 +63,13 @@ export async function runBackfill(ctx: ChangeContext, step: BackfillStep): Promi
       if (r.waiting) {
         tracker.setWaiting(r.waiting);
         await sleep(LOAD_WAIT_MS);
+        await ctx.checkpoint(step, { pass, updatedBefore });
         continue;
       }
       tracker.setWaiting(undefined);
       if (r.done) break;
+      // The pass goes on from its checkpoint, in this run or the next.
+      await ctx.checkpoint(step, { pass, updatedBefore });
     }
     updatedBefore += passUpdated;
     if (step.until !== 'all' || passUpdated === 0) return;

@@ -18,16 +18,39 @@ import {
   stepMachine,
 } from '../src/core/change-status';
 import { FerryPhaseKey, FerryStateKey } from '../src/core/names';
-import { migrationStateMachine, MigrationState, StateMachine } from '../src/core/state-machine';
+import { migrationStateMachine, MigrationState, StateMachine, Transition } from '../src/core/state-machine';
 import { Audit, ControlSignal, ControlTransition, ErrorInfo } from '../src/core/status';
 
 export const MAX_CHANGE_EVENTS_KEPT = 200;
 
+/** A state machine as data: where it is and how it got there. */
+interface MachineSnapshot<S extends string> {
+  state: S;
+  transitions: Transition<S>[];
+}
+
+/** Everything the tracker knows, as data: what a run that continues as new starts from. */
+export interface ChangeTrackerSnapshot {
+  state: MachineSnapshot<MigrationState>;
+  phase: MachineSnapshot<ChangePhase>;
+  steps: StepStatus[];
+  machines: MachineSnapshot<StepState>[];
+  warnings: string[];
+  events: ChangeEvent[];
+  controls: ControlTransition[];
+  nextSeq: number;
+  dropped: number;
+  paused: boolean;
+  throttle: { rowsPerSecond?: number; batchRows?: number };
+}
+
+const machineSnapshot = <S extends string>(m: StateMachine<S>): MachineSnapshot<S> => ({ state: m.state, transitions: [...m.transitions] });
+
 export class ChangeTracker {
-  readonly state: StateMachine<MigrationState> = migrationStateMachine();
-  readonly phase = changePhaseMachine();
+  state: StateMachine<MigrationState> = migrationStateMachine();
+  phase = changePhaseMachine();
   readonly steps: StepStatus[];
-  private readonly machines: StateMachine<StepState>[];
+  private machines: StateMachine<StepState>[];
   readonly warnings: string[] = [];
   private readonly events: ChangeEvent[] = [];
   /** Control signals taken, with who sent them and why. */
@@ -79,6 +102,39 @@ export class ChangeTracker {
       delete step.endedAt;
       delete step.error;
     } else if (to !== 'SKIPPED') step.endedAt = at;
+    this.publish();
+  }
+
+  snapshot(): ChangeTrackerSnapshot {
+    return {
+      state: machineSnapshot(this.state),
+      phase: machineSnapshot(this.phase),
+      steps: this.steps,
+      machines: this.machines.map(machineSnapshot),
+      warnings: this.warnings,
+      events: this.events,
+      controls: this.controls,
+      nextSeq: this.nextSeq,
+      dropped: this.dropped,
+      paused: this.paused,
+      throttle: this.throttle,
+    };
+  }
+
+  /** Takes up where a previous run of the same change plan left off (continue-as-new). */
+  restore(s: ChangeTrackerSnapshot): void {
+    this.state = migrationStateMachine(s.state.state, s.state.transitions);
+    this.phase = changePhaseMachine(s.phase.state, s.phase.transitions);
+    this.steps.splice(0, this.steps.length, ...s.steps);
+    this.machines = s.machines.map((m) => stepMachine(m.state, m.transitions));
+    this.warnings.splice(0, this.warnings.length, ...s.warnings);
+    this.events.splice(0, this.events.length, ...s.events);
+    this.controls.splice(0, this.controls.length, ...s.controls);
+    this.nextSeq = s.nextSeq;
+    this.dropped = s.dropped;
+    this.paused = s.paused;
+    this.throttle = s.throttle;
+    this.published = undefined;
     this.publish();
   }
 

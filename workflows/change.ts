@@ -10,6 +10,8 @@ import {
   ApplicationFailure,
   CancellationScope,
   condition,
+  ContinueAsNew,
+  continueAsNew,
   isCancellation,
   patched,
   setHandler,
@@ -27,9 +29,9 @@ import { quoteIdent, quoteQualified } from '../src/core/identifiers';
 import { FerrySourceKey, FerryTargetKey, PATCHES } from '../src/core/names';
 import { checkThrottle, SpecError } from '../src/core/spec';
 import { checkedAudit, ControlSignal, describeRate, ErrorInfo } from '../src/core/status';
-import { ChangeTracker } from './change-tracker';
+import { ChangeTracker, ChangeTrackerSnapshot } from './change-tracker';
 import { changeActivities, lockBackoffMs } from './change-proxies';
-import { runBackfill } from './change-backfill';
+import { BackfillPlace, runBackfill } from './change-backfill';
 import { runRewrite } from './change-rewrite';
 import { approveCutoverSignal, cancelSignal, changeStateQuery, pauseSignal, resumeSignal, throttleSignal } from './definitions';
 import { checks, notify } from './proxies';
@@ -37,7 +39,25 @@ import { checks, notify } from './proxies';
 export interface ChangeOptions {
   /** What `ferry start`'s preflight decided; absent, the workflow runs preflight itself. */
   preflight?: ChangePreflightResult;
+  /** History events after which a run continues as new, between two backfill slices (default 10,000). */
+  historyLimit?: number;
+  /** From a run that continued as new: where it stopped. */
+  resume?: ChangeResume;
 }
+
+/** What a run hands to the next when it continues as new (in the middle of a backfill step). */
+export interface ChangeResume {
+  decisions: StepDecision[];
+  tracker: ChangeTrackerSnapshot;
+  startedAt: string;
+  fence: number;
+  approved: boolean;
+  /** The step that was running, and where its backfill was. */
+  step: number;
+  backfill: BackfillPlace;
+}
+
+const HISTORY_LIMIT = 10_000;
 
 type Outcome = 'SUCCEEDED' | 'FAILED' | 'CANCELLED';
 
@@ -61,6 +81,8 @@ export interface ChangeContext {
   nextFence(): number;
   /** approveCutover has been signalled (a rewrite step with approval: manual waits for it). */
   approved(): boolean;
+  /** Between two slices: continues as new (never returns) when the run's history has grown long. */
+  checkpoint(step: ChangeStep, place: BackfillPlace): Promise<void>;
 }
 
 class ChangeRun {
@@ -72,15 +94,27 @@ class ChangeRun {
   private readonly undo: Undo[] = [];
   private fence = 0;
   private readonly deliveries: Promise<unknown>[] = [];
+  private planInput: unknown;
+  private options: ChangeOptions = {};
+  private decisions: StepDecision[] = [];
 
   async run(planInput: unknown, options: ChangeOptions): Promise<ChangeResultDocument> {
     const plan = this.parse(planInput);
+    this.planInput = planInput;
+    this.options = options;
     const { info } = this;
-    const tracker = (this.tracker = new ChangeTracker(info.workflowId, info.runId, plan.database, new Date(info.startTime).toISOString(), plan.steps));
-    tracker.throttle = { rowsPerSecond: plan.throttle.rowsPerSecond };
+    const { resume } = options;
+    const tracker = (this.tracker = new ChangeTracker(info.workflowId, info.runId, plan.database, resume?.startedAt ?? new Date(info.startTime).toISOString(), plan.steps));
     setHandler(changeStateQuery, () => tracker.document());
-    tracker.setState('QUEUED', undefined, tracker.startedAt);
-    tracker.setState('RUNNING', 'picked up by a worker');
+    if (resume) {
+      tracker.restore(resume.tracker);
+      this.fence = resume.fence;
+      this.approved = resume.approved;
+    } else {
+      tracker.throttle = { rowsPerSecond: plan.throttle.rowsPerSecond };
+      tracker.setState('QUEUED', undefined, tracker.startedAt);
+      tracker.setState('RUNNING', 'picked up by a worker');
+    }
     upsertSearchAttributes([
       { key: FerrySourceKey, value: plan.database },
       { key: FerryTargetKey, value: plan.database },
@@ -160,12 +194,46 @@ class ChangeRun {
   }
 
   private context(plan: ChangePlan): ChangeContext {
-    return { id: this.info.workflowId, runId: this.info.runId, plan, tracker: this.tracker, nextFence: () => ++this.fence, approved: () => this.approved };
+    return {
+      id: this.info.workflowId,
+      // The first run's id: the bookkeeping (backfill checkpoints) outlives continue-as-new.
+      runId: this.info.firstExecutionRunId,
+      plan,
+      tracker: this.tracker,
+      nextFence: () => ++this.fence,
+      approved: () => this.approved,
+      checkpoint: (step, place) => this.checkpoint(step, place),
+    };
+  }
+
+  /**
+   * Continues as new when the history has grown past the limit (or Temporal suggests it): the
+   * tracker, the fence, the decisions and the backfill's place go to the next run, which takes
+   * the step up where this one stopped. Callbacks in flight are delivered first.
+   */
+  private async checkpoint(step: ChangeStep, place: BackfillPlace): Promise<void> {
+    const info = workflowInfo();
+    if (!info.continueAsNewSuggested && info.historyLength < (this.options.historyLimit ?? HISTORY_LIMIT)) return;
+    // (Executions begun before this went on in one run: their replays must do the same.)
+    if (!patched(PATCHES.changeContinueAsNew)) return;
+    await CancellationScope.nonCancellable(() => Promise.all(this.deliveries));
+    await condition(allHandlersFinished);
+    const resume: ChangeResume = {
+      decisions: this.decisions,
+      tracker: this.tracker.snapshot(),
+      startedAt: this.tracker.startedAt,
+      fence: this.fence,
+      approved: this.approved,
+      step: step.index,
+      backfill: place,
+    };
+    await continueAsNew<typeof changeWorkflow>(this.planInput, { historyLimit: this.options.historyLimit, resume });
   }
 
   private async execute(plan: ChangePlan, options: ChangeOptions): Promise<{ outcome: Outcome; failure?: unknown }> {
     const { tracker } = this;
-    const ref = { changeId: this.info.workflowId, runId: this.info.runId, database: plan.database };
+    const ref = { changeId: this.info.workflowId, runId: this.info.firstExecutionRunId, database: plan.database };
+    if (options.resume) return this.steps(plan, ref, options.resume.decisions, options.resume);
     let decisions: StepDecision[];
     try {
       const checked = options.preflight ?? (await this.main.run(() => checks.changePreflight({ changeId: ref.changeId, plan })));
@@ -182,8 +250,23 @@ class ChangeRun {
     tracker.setPhase('APPLYING');
     tracker.event('ChangeStarted', undefined, { database: plan.database, steps: plan.steps.length });
     await CancellationScope.nonCancellable(() => changeActivities.quick.openChange(ref));
+    return this.steps(plan, ref, decisions);
+  }
+
+  /** The steps in order, from the first or from where the previous run stopped. */
+  private async steps(
+    plan: ChangePlan,
+    ref: { changeId: string; runId: string; database: string },
+    decisions: StepDecision[],
+    resume?: ChangeResume,
+  ): Promise<{ outcome: Outcome; failure?: unknown }> {
+    const { tracker } = this;
+    this.decisions = decisions;
+    // The undo of the steps done in earlier runs, as they pushed it.
+    if (resume) for (const step of plan.steps.slice(0, resume.step)) this.pushUndo(plan, step, decisions[step.index]);
     for (const step of plan.steps) {
-      const failure = await this.runStep(plan, step, decisions[step.index]);
+      if (resume && step.index < resume.step) continue;
+      const failure = await this.runStep(plan, step, decisions[step.index], resume?.step === step.index ? resume.backfill : undefined);
       if (failure === undefined) continue;
       const cancelled = this.main.consideredCancelled;
       const outcome: Outcome = cancelled ? 'CANCELLED' : 'FAILED';
@@ -204,19 +287,25 @@ class ChangeRun {
    * Runs one step to success, or returns how it failed: with onFailure pause, a failure waits
    * for `ferry resume` and the step runs again (a cancel meanwhile ends the wait).
    */
-  private async runStep(plan: ChangePlan, step: ChangeStep, decision: StepDecision): Promise<{ error: unknown; rollback: boolean } | undefined> {
+  private async runStep(plan: ChangePlan, step: ChangeStep, decision: StepDecision, resumed?: BackfillPlace): Promise<{ error: unknown; rollback: boolean } | undefined> {
     const { tracker } = this;
     for (;;) {
       if (this.main.consideredCancelled) return { error: new Error(this.cancelReason ?? 'cancelled'), rollback: step.onFailure === 'rollback' };
-      tracker.setStep(step.index, 'RUNNING');
-      tracker.event('StepStarted', step.index, { kind: step.kind });
-      const started = Date.now();
+      // A step taken up from the previous run is RUNNING already, its time counted from its start.
+      const started = resumed ? Date.parse(tracker.steps[step.index].startedAt ?? new Date().toISOString()) : Date.now();
+      if (!resumed) {
+        tracker.setStep(step.index, 'RUNNING');
+        tracker.event('StepStarted', step.index, { kind: step.kind });
+      }
+      const place = resumed;
+      resumed = undefined;
       try {
-        await this.withTimeout(step, () => this.apply(plan, step, decision));
+        await this.withTimeout(step, Math.max(1, step.timeoutMs - (Date.now() - started)), () => this.apply(plan, step, decision, place));
         tracker.setStep(step.index, 'SUCCEEDED');
         tracker.event('StepCompleted', step.index, { ms: Date.now() - started });
         return undefined;
       } catch (error) {
+        if (error instanceof ContinueAsNew) throw error;
         const info = this.errorInfo(error, 'FAILED', step);
         tracker.steps[step.index].error = info;
         tracker.setStep(step.index, 'FAILED', info.message);
@@ -234,9 +323,9 @@ class ChangeRun {
   }
 
   /** The step inside its own scope, under the plan's: cancelled by its timeout (StepTimedOut) or with the plan. */
-  private async withTimeout(step: ChangeStep, fn: () => Promise<void>): Promise<void> {
+  private async withTimeout(step: ChangeStep, timeoutMs: number, fn: () => Promise<void>): Promise<void> {
     try {
-      await this.main.run(() => CancellationScope.withTimeout(step.timeoutMs, fn));
+      await this.main.run(() => CancellationScope.withTimeout(timeoutMs, fn));
     } catch (err) {
       if (isCancellation(err) && !this.main.consideredCancelled) {
         throw ApplicationFailure.create({ message: `did not finish within its ${step.timeoutMs / 1000}s timeout`, type: FAILURE.StepTimedOut, nonRetryable: true });
@@ -245,9 +334,8 @@ class ChangeRun {
     }
   }
 
-  private async apply(plan: ChangePlan, step: ChangeStep, decision: StepDecision): Promise<void> {
-    const { tracker } = this;
-    const ref = { changeId: this.info.workflowId, runId: this.info.runId, step: step.index, database: plan.database };
+  private async apply(plan: ChangePlan, step: ChangeStep, decision: StepDecision, place?: BackfillPlace): Promise<void> {
+    const ref = { changeId: this.info.workflowId, runId: this.info.firstExecutionRunId, step: step.index, database: plan.database };
     const acts = changeActivities.forStep(step.timeoutMs);
     switch (step.kind) {
       case 'sql': {
@@ -261,18 +349,7 @@ class ChangeRun {
             acts.runChangeSql({ ...ref, sql: step.sql, direction: 'up', lockTimeoutMs: step.lockTimeoutMs, statementTimeoutMs: step.timeoutMs }),
           );
         }
-        const down = step.down;
-        if (down !== undefined) {
-          this.undo.push({
-            step: step.index,
-            run: () =>
-              this.whileLockBusy(step, step.maxWaitMs, () =>
-                changeActivities.forStep(step.timeoutMs).runChangeSql({ ...ref, sql: down, direction: 'down', lockTimeoutMs: step.lockTimeoutMs, statementTimeoutMs: step.timeoutMs }),
-              ),
-          });
-        } else {
-          this.undo.push({ step: step.index, run: async () => tracker.warnings.push(`step ${step.index + 1} has no down: it was not undone`) });
-        }
+        this.pushUndo(plan, step, decision);
         return;
       }
       case 'validate': {
@@ -282,29 +359,59 @@ class ChangeRun {
         return;
       }
       case 'index': {
-        const existed = decision.indexExisted === true;
-        if (!step.rebuild && !existed) {
-          // Pushed before the build: a build whose completion is lost is still undone.
-          this.undo.push({
-            step: step.index,
-            run: () => changeActivities.forStep(step.timeoutMs).dropChangeIndex({ database: plan.database, table: step.table, name: step.name, onlyInvalid: false }),
-          });
-        }
+        // Pushed before the build: a build whose completion is lost is still undone.
+        this.pushUndo(plan, step, decision);
         const built = await acts.buildChangeIndex({ changeId: ref.changeId, database: plan.database, index: step, statementTimeoutMs: step.timeoutMs });
-        if (built.droppedInvalid.length) tracker.steps[step.index].note = `dropped INVALID ${built.droppedInvalid.join(', ')} left by an earlier attempt, then built it`;
+        if (built.droppedInvalid.length) this.tracker.steps[step.index].note = `dropped INVALID ${built.droppedInvalid.join(', ')} left by an earlier attempt, then built it`;
         return;
       }
       case 'rewrite': {
         // Before its swap a rewrite undoes itself; after it, a plan rollback does not swap back.
         await runRewrite(this.context(plan), step);
-        this.undo.push({ step: step.index, run: async () => tracker.warnings.push(`step ${step.index + 1} (rewrite): the new table stays; the old one is kept for keepOld`) });
+        this.pushUndo(plan, step, decision);
         return;
       }
       case 'backfill': {
-        this.undo.push({ step: step.index, run: async () => tracker.warnings.push(`step ${step.index + 1} (backfill): updated rows keep their new values`) });
-        await runBackfill(this.context(plan), step);
+        this.pushUndo(plan, step, decision);
+        await runBackfill(this.context(plan), step, place);
         return;
       }
+    }
+  }
+
+  /** A step's undo, for a plan rollback: its `down:`, the index it built, or a warning that nothing is undone. */
+  private pushUndo(plan: ChangePlan, step: ChangeStep, decision: StepDecision): void {
+    const { tracker } = this;
+    const warn = (text: string) => {
+      this.undo.push({ step: step.index, run: async () => tracker.warnings.push(`step ${step.index + 1}${text}`) });
+    };
+    switch (step.kind) {
+      case 'sql': {
+        const down = step.down;
+        if (down === undefined) return warn(' has no down: it was not undone');
+        const ref = { changeId: this.info.workflowId, runId: this.info.firstExecutionRunId, step: step.index, database: plan.database };
+        this.undo.push({
+          step: step.index,
+          run: () =>
+            this.whileLockBusy(step, step.maxWaitMs, () =>
+              changeActivities.forStep(step.timeoutMs).runChangeSql({ ...ref, sql: down, direction: 'down', lockTimeoutMs: step.lockTimeoutMs, statementTimeoutMs: step.timeoutMs }),
+            ),
+        });
+        return;
+      }
+      case 'index':
+        if (step.rebuild || decision.indexExisted === true) return;
+        this.undo.push({
+          step: step.index,
+          run: () => changeActivities.forStep(step.timeoutMs).dropChangeIndex({ database: plan.database, table: step.table, name: step.name, onlyInvalid: false }),
+        });
+        return;
+      case 'rewrite':
+        return warn(' (rewrite): the new table stays; the old one is kept for keepOld');
+      case 'backfill':
+        return warn(' (backfill): updated rows keep their new values');
+      case 'validate':
+        return;
     }
   }
 

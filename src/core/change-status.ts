@@ -37,12 +37,12 @@ export const CHANGE_PHASE_TRANSITIONS: Record<ChangePhase, readonly ChangePhase[
   FAILED: [],
 };
 
-export function stepMachine(): StateMachine<StepState> {
-  return new StateMachine<StepState>('step', STEP_TRANSITIONS, 'PENDING');
+export function stepMachine(initial: StepState = 'PENDING', history?: Transition<StepState>[]): StateMachine<StepState> {
+  return new StateMachine<StepState>('step', STEP_TRANSITIONS, initial, history);
 }
 
-export function changePhaseMachine(): StateMachine<ChangePhase> {
-  return new StateMachine<ChangePhase>('change phase', CHANGE_PHASE_TRANSITIONS, 'PENDING');
+export function changePhaseMachine(initial: ChangePhase = 'PENDING', history?: Transition<ChangePhase>[]): StateMachine<ChangePhase> {
+  return new StateMachine<ChangePhase>('change phase', CHANGE_PHASE_TRANSITIONS, initial, history);
 }
 
 export const CHANGE_EVENT_TYPES = [

@@ -64,6 +64,8 @@ export const PATCHES = {
   auditedChangeControls: 'audited-change-controls',
   /** A rewrite's retirement keeps capture on the new table and takes the `revert` signal within keepOld. */
   revertibleRewrite: 'revertible-rewrite',
+  /** A change plan continues as new between backfill slices once its history is long (ChangeOptions.historyLimit). */
+  changeContinueAsNew: 'change-continue-as-new',
   /**
    * Idle tables stay quiet: a caught-up table looks at its change log at most every 30 s (it was
    * 8 s) and re-checks its dirty keys only when the sync recorded some since the last check, so

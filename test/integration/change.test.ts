@@ -283,4 +283,35 @@ describe('change plans under load, with workers killed', () => {
       return Number(rows[0].n);
     }
   });
+
+  it('a backfill whose history grows long continues as new between slices and updates every row exactly once', async () => {
+    await dbs.exec('app', 'CREATE TABLE public.balances_before AS SELECT aid, abalance FROM public.pgbench_accounts');
+    const { id, runId } = await stack.ferry.startChange(
+      {
+        kind: 'change',
+        id: 'long-backfill',
+        database: 'app',
+        throttle: { rowsPerSecond: 8_000 },
+        steps: [{ sql: 'SELECT 1' }, { backfill: { table: 'public.pgbench_accounts', set: { abalance: 'abalance + 1' }, batchRows: 1000 } }],
+      },
+      { historyLimit: 40 },
+    );
+    const result = await stack.ferry.changeResult(id);
+    expect(result.state).toBe('SUCCEEDED');
+    // Handed over at least once: the first run closed CONTINUED_AS_NEW.
+    expect((await stack.client.workflow.getHandle(id, runId).describe()).status.name).toBe('CONTINUED_AS_NEW');
+    // Every row once: each balance is its frozen value plus one.
+    const [rows] = await dbs.query<{ n: string; wrong: string }>(
+      'app',
+      `SELECT count(*) AS n, count(*) FILTER (WHERE a.abalance <> b.abalance + 1) AS wrong FROM public.pgbench_accounts a JOIN public.balances_before b USING (aid)`,
+    );
+    expect({ n: Number(rows.n), wrong: Number(rows.wrong) }).toEqual({ n: ROWS, wrong: 0 });
+    // One story across the runs: each step started and completed once, events numbered without a gap.
+    const seqs = result.events.map((e) => e.seq);
+    expect(seqs).toEqual(seqs.map((_, i) => seqs[0] + i));
+    expect(result.events.filter((e) => e.type === 'StepStarted').map((e) => e.step)).toEqual([0, 1]);
+    expect(result.events.filter((e) => e.type === 'StepCompleted').map((e) => e.step)).toEqual([0, 1]);
+    expect(result.steps.map((s) => s.state)).toEqual(['SUCCEEDED', 'SUCCEEDED']);
+    expect(result.rows_backfilled).toBe(ROWS);
+  });
 });

@@ -21,7 +21,7 @@ const DIR = join(__dirname, '..', 'fixtures', 'histories');
  * How each scenario's migrationWorkflow (or, for `change: true`, its changeWorkflow) must have
  * ended: completed, or failed with this type.
  */
-const SCENARIOS: Record<string, { failureType?: string; change?: boolean }> = {
+const SCENARIOS: Record<string, { failureType?: string; change?: boolean; runs?: number }> = {
   full: {},
   online: {},
   cancelled: { failureType: 'MigrationCancelled' },
@@ -54,6 +54,8 @@ const SCENARIOS: Record<string, { failureType?: string; change?: boolean }> = {
   'change-audited': { change: true, failureType: 'ChangeCancelled' },
   // A rewrite swapped back by `ferry revert` within keepOld (revertible-rewrite).
   'rewrite-reverted': { change: true },
+  // A backfill that continued as new once (change-continue-as-new): two runs of the change plan.
+  'change-continued-as-new': { change: true, runs: 2 },
   // A rewrite step: shadow copy, approval, swap, and the helper that drops the old table after keepOld.
   rewrite: { change: true },
 };
@@ -113,14 +115,14 @@ describe('recorded workflow histories', () => {
       expect({ scenario, files: list.map((f) => f.file).sort() }).toEqual({ scenario, files: files.sort() });
       const types = list.map((f) => f.workflowType);
       const main = SCENARIOS[scenario].change ? CHANGE_WORKFLOW : MIGRATION_WORKFLOW;
-      expect({ scenario, main: types.filter((t) => t === main).length }).toEqual({ scenario, main: 1 });
+      expect({ scenario, main: types.filter((t) => t === main).length }).toEqual({ scenario, main: SCENARIOS[scenario].runs ?? 1 });
       expect({ scenario, types: [...new Set(types)].sort() }).toEqual({
         scenario,
         types: expect.arrayContaining(SCENARIOS[scenario].change ? [CHANGE_WORKFLOW, CHANGE_PREFLIGHT_WORKFLOW] : [MIGRATION_WORKFLOW, TABLE_WORKFLOW, PREFLIGHT_WORKFLOW]),
       });
 
       // The migration ended the way the scenario says, so the fixture is the story it claims.
-      const events = history(list.find((f) => f.workflowType === main)!).events ?? [];
+      const events = history(list.find((f) => f.workflowType === main && f.status !== 'CONTINUED_AS_NEW')!).events ?? [];
       const last = events[events.length - 1];
       const ended = last.workflowExecutionCompletedEventAttributes
         ? 'completed'
@@ -131,7 +133,7 @@ describe('recorded workflow histories', () => {
 
     const all = [...fixtures.values()].flat();
     // The README's determinism row counts them.
-    expect(all).toHaveLength(62);
+    expect(all).toHaveLength(65);
     expect([...new Set(all.map((f) => f.workflowType))].sort()).toEqual([MIGRATION_WORKFLOW, TABLE_WORKFLOW, CHANGE_WORKFLOW, ...HELPER_WORKFLOW_TYPES].sort());
     expect(fixtures.get('online')!.map((f) => f.workflowType)).toContain(UNFREEZE_WORKFLOW);
     expect(fixtures.get('online-armed-freeze')!.map((f) => f.workflowType)).toContain(CLEANUP_WORKFLOW);
