@@ -15,7 +15,6 @@ import {
   isCancellation,
   patched,
   setHandler,
-  sleep,
   upsertMemo,
   upsertSearchAttributes,
   workflowInfo,
@@ -30,7 +29,7 @@ import { FerrySourceKey, FerryTargetKey, PATCHES } from '../src/core/names';
 import { checkThrottle, SpecError } from '../src/core/spec';
 import { checkedAudit, ControlSignal, describeRate, ErrorInfo } from '../src/core/status';
 import { ChangeTracker, ChangeTrackerSnapshot } from './change-tracker';
-import { changeActivities, lockBackoffMs } from './change-proxies';
+import { changeActivities, retryWhileLockBusy } from './change-proxies';
 import { BackfillPlace, runBackfill } from './change-backfill';
 import { runRewrite } from './change-rewrite';
 import { approveCutoverSignal, cancelSignal, changeStateQuery, pauseSignal, resumeSignal, throttleSignal } from './definitions';
@@ -415,33 +414,17 @@ class ChangeRun {
     }
   }
 
-  /**
-   * A lock-bound statement: each attempt waits at most its lock_timeout; while the lock is busy
-   * it is tried again after a backoff with jitter (a workflow timer, 0.5–1.5 × 0.5 s doubling up
-   * to 30 s), until `maxWaitMs` has passed since the first attempt.
-   */
-  private async whileLockBusy<T>(step: ChangeStep, maxWaitMs: number, attempt: () => Promise<T>): Promise<T> {
-    const started = Date.now();
-    for (let n = 1; ; n += 1) {
-      this.tracker.steps[step.index].attempts = n;
-      try {
-        return await attempt();
-      } catch (err) {
-        if (innermostApplicationFailure(err)?.type !== FAILURE.LockBusy) throw err;
-        const waited = Date.now() - started;
-        if (waited >= maxWaitMs) {
-          throw ApplicationFailure.create({
-            message: `step ${step.index + 1}: the lock stayed busy for ${Math.round(waited / 1000)}s over ${n} attempts (maxWait ${maxWaitMs / 1000}s)`,
-            type: FAILURE.LockWaitExceeded,
-            nonRetryable: true,
-            cause: err instanceof Error ? err : undefined,
-          });
-        }
-        this.tracker.setWaiting(`step ${step.index + 1}: lock busy, attempt ${n}`);
-        await sleep(Math.min(lockBackoffMs(n, Math.random()), maxWaitMs - waited));
-        this.tracker.setWaiting(undefined);
-      }
-    }
+  /** A lock-bound statement of a step, retried while its lock is busy (workflows/change-proxies.ts). */
+  private whileLockBusy<T>(step: ChangeStep, maxWaitMs: number, attempt: () => Promise<T>): Promise<T> {
+    return retryWhileLockBusy(
+      {
+        what: `step ${step.index + 1}: the lock`,
+        maxWaitMs,
+        onAttempt: (n) => (this.tracker.steps[step.index].attempts = n),
+        onWaiting: (n, waiting) => this.tracker.setWaiting(waiting ? `step ${step.index + 1}: lock busy, attempt ${n}` : undefined),
+      },
+      attempt,
+    );
   }
 
   /** What a failed step may have left: an INVALID index, the safe SET NOT NULL's helper CHECK. */

@@ -9,15 +9,13 @@
  * aside for another keepOld. A revert that fails leaves the new table in place and may be asked
  * again. When keepOld passes without one, capture goes and the old table is dropped.
  */
-import { ApplicationFailure, condition, patched, setHandler, sleep } from '@temporalio/workflow';
-import type { SwapResult } from '../activities/rewrite-swap';
+import { condition, patched, setHandler, sleep } from '@temporalio/workflow';
 import { revertCaptureId } from '../src/core/change-plan';
-import { FAILURE } from '../src/core/failure-types';
-import { innermostApplicationFailure, rootMessage } from '../src/core/failures';
+import { rootMessage } from '../src/core/failures';
 import { QualifiedName } from '../src/core/identifiers';
 import { PATCHES } from '../src/core/names';
 import { Audit, checkedAudit } from '../src/core/status';
-import { changeActivities, lockBackoffMs } from './change-proxies';
+import { changeActivities, retryWhileLockBusy } from './change-proxies';
 import { RetireState, retireStateQuery, revertSignal } from './definitions';
 
 export interface RetireInput {
@@ -107,21 +105,9 @@ async function revert(ref: RevertRef): Promise<{ lockedMs: number; carried: numb
   };
   await catchUp();
   const { rows } = await acts.validateRevert(data);
-  const started = Date.now();
-  let swap: SwapResult | undefined;
-  for (let n = 1; !swap; n += 1) {
-    try {
-      swap = await acts.swapRevert({ ...data, lockTimeoutMs: REVERT_LOCK_TIMEOUT_MS });
-    } catch (err) {
-      if (innermostApplicationFailure(err)?.type !== FAILURE.LockBusy) throw err;
-      const waited = Date.now() - started;
-      if (waited >= REVERT_MAX_WAIT_MS) {
-        throw ApplicationFailure.create({ message: `the swap back's lock stayed busy for ${Math.round(waited / 1000)}s over ${n} attempts`, type: FAILURE.LockWaitExceeded, nonRetryable: true });
-      }
-      await sleep(Math.min(lockBackoffMs(n, Math.random()), REVERT_MAX_WAIT_MS - waited));
-      await catchUp();
-    }
-  }
+  const swap = await retryWhileLockBusy({ what: "the swap back's lock", maxWaitMs: REVERT_MAX_WAIT_MS, between: catchUp }, () =>
+    acts.swapRevert({ ...data, lockTimeoutMs: REVERT_LOCK_TIMEOUT_MS }),
+  );
   // Re-added NOT VALID; a failed validation leaves them so, which the data cannot violate anyway.
   if (swap.foreignKeys.length) {
     await acts.validateReferencingForeignKeys({ database: ref.database, foreignKeys: swap.foreignKeys }).catch(() => undefined);
