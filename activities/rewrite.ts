@@ -221,15 +221,19 @@ export function createRewriteActivities({ connections, logger }: ActivityDeps) {
   }
 
   /** The undo before the swap: the shadow goes; the original is not touched. Idempotent. */
-  async function dropRewriteShadow(input: RewriteRef): Promise<void> {
+  /** Drops the shadow if it is there (before the swap); returns its name when it was. */
+  async function dropRewriteShadow(input: RewriteRef): Promise<{ dropped: string | null }> {
     const names = rewriteNames(input.table, rewriteTag(input.changeId, input.step));
-    await connections.withClient(input.database, async (db) =>
+    const present = await connections.withClient(input.database, async (db) =>
       inTransaction(db, async () => {
         await db.query("SET LOCAL lock_timeout = '5s'");
+        const { rows } = await db.query('SELECT to_regclass($1) IS NOT NULL AS present', [quoteQualified(names.shadow)]);
         await db.query(`DROP TABLE IF EXISTS ${quoteQualified(names.shadow)}`);
+        return rows[0].present as boolean;
       }),
     );
-    logger.info({ changeId: input.changeId, step: input.step }, 'rewrite shadow dropped');
+    logger.info({ changeId: input.changeId, step: input.step, present }, 'rewrite shadow dropped');
+    return { dropped: present ? displayQualified(names.shadow) : null };
   }
 
   return { prepareRewrite, copyRewrite, syncRewrite, validateRewrite, validateShadowForeignKeys, dropRewriteShadow };

@@ -485,6 +485,27 @@ SCENARIOS.push({
   },
 });
 
+SCENARIOS.push({
+  name: 'change-cleaned-up',
+  description: 'a change plan with a rewrite step cancelled while awaiting approval, then `ferry cleanup` (changeCleanupWorkflow): capture released, no shadow left to drop, bookkeeping forgotten',
+  schema: REWRITE_SCHEMA,
+  expected: 'CANCELLED',
+  async run({ id, stack }) {
+    await stack.ferry.startChange({
+      kind: 'change',
+      id,
+      database: 'src',
+      steps: [{ rewrite: { table: 'shop.orders', alter: ['ALTER COLUMN total TYPE bigint'], approval: 'manual' } }],
+    });
+    await eventually(async () => (await stack.ferry.changeStatus(id)).waiting?.includes('awaiting approval'), 60_000);
+    await stack.ferry.cancel(id, 'recording a cleanup');
+    const result = await stack.ferry.changeResult(id);
+    const cleaned = await stack.ferry.cleanup(id);
+    if (!cleaned.done) throw new Error('the cleanup did not finish');
+    return result;
+  },
+});
+
 interface ManifestEntry {
   file: string;
   workflowType: string;

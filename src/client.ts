@@ -36,7 +36,7 @@ import {
 import { ChangePlan, isChangePlanInput, parseChangePlan } from './core/change-plan';
 import { ChangeResultDocument, ChangeStatusDocument, StepProgress } from './core/change-status';
 import { connectionOptions, TemporalConfig, temporalConfig } from './config';
-import { CHANGE_PREFLIGHT_WORKFLOW, CHANGE_WORKFLOW, CLEANUP_WORKFLOW, FerryPhaseKey, FerrySourceKey, FerryStateKey, FerryTargetKey, HELPER_WORKFLOW_TYPES, MIGRATION_WORKFLOW, PREFLIGHT_WORKFLOW, UNFREEZE_WORKFLOW, workflowIds } from './core/names';
+import { CHANGE_CLEANUP_WORKFLOW, CHANGE_PREFLIGHT_WORKFLOW, CHANGE_WORKFLOW, CLEANUP_WORKFLOW, FerryPhaseKey, FerrySourceKey, FerryStateKey, FerryTargetKey, HELPER_WORKFLOW_TYPES, MIGRATION_WORKFLOW, PREFLIGHT_WORKFLOW, UNFREEZE_WORKFLOW, workflowIds } from './core/names';
 import { MigrationPlan } from './core/plan';
 import { checkThrottle, parseSpec, Spec } from './core/spec';
 import { MigrationState, Phase } from './core/state-machine';
@@ -85,8 +85,12 @@ export interface CleanupOutcome {
   completed?: boolean;
   /** The freeze went too (else it stays: `ferry unfreeze` lifts it). */
   freezeRemoved?: boolean;
-  /** What was dropped on the target. */
+  /** What was dropped on the target (a change plan: the shadows of its rewrites). */
   dropped?: string[];
+  /** A change plan was cleaned up (its database is source and target). */
+  change?: boolean;
+  /** A change plan: capture a busy lock kept (no longer recording). */
+  pending?: string[];
 }
 
 export function generateMigrationId(now = new Date()): string {
@@ -610,6 +614,7 @@ export class FerryClient {
    */
   async cleanup(id: string, waitMs = 60_000): Promise<CleanupOutcome> {
     const d = await this.handle(id).describe();
+    if (d.memo?.kind === 'change') return this.cleanupChange(id, d.status.name, d.memo.spec, waitMs);
     if (d.status.name === 'RUNNING') {
       throw new RefusedError(`migration ${id} is still running; cancel it instead (its rollback removes what it made)`, 'StillRunning');
     }
@@ -637,6 +642,42 @@ export class FerryClient {
       // A completed cutover keeps its freeze, unless the migration itself asked to lift it.
       const freezeRemoved = !completed || (succeeded && input.freeze === 'remove');
       return { done: true, workflowId, completed, freezeRemoved, dropped: result.dropped ?? [] };
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** `ferry cleanup` of a change plan: capture and shadows of its rewrite steps, then its bookkeeping. */
+  private async cleanupChange(id: string, status: string, specInput: unknown, waitMs: number): Promise<CleanupOutcome> {
+    if (status === 'RUNNING') throw new RefusedError(`change ${id} is still running; cancel it instead (its rollback removes what it made)`, 'StillRunning');
+    let plan: ChangePlan;
+    try {
+      plan = parseChangePlan(specInput);
+    } catch {
+      throw new RefusedError(`change ${id} has no recorded plan`, 'UnknownMigration');
+    }
+    const rewrites = [];
+    for (const step of plan.steps) {
+      if (step.kind !== 'rewrite') continue;
+      // While its retirement runs, the new table's capture is its (for ferry revert): left alone.
+      const retiring = await this.handle(workflowIds.retire(id, step.index))
+        .describe()
+        .then((r) => r.status.name === 'RUNNING')
+        .catch(() => false);
+      rewrites.push({ step: step.index, table: step.table, revertCapture: !retiring });
+    }
+    const workflowId = `${workflowIds.cleanup(id)}-${randomBytes(3).toString('hex')}`;
+    const handle = await this.client.workflow.start(CHANGE_CLEANUP_WORKFLOW, {
+      taskQueue: this.config.taskQueue,
+      workflowId,
+      args: [{ changeId: id, database: plan.database, rewrites }],
+    });
+    let timer: NodeJS.Timeout | undefined;
+    const waited = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), waitMs)));
+    try {
+      const result = await Promise.race([handle.result() as Promise<{ dropped: string[]; pending: string[] }>, waited]);
+      if (!result) return { done: false, workflowId };
+      return { done: true, workflowId, change: true, dropped: result.dropped, pending: result.pending };
     } finally {
       clearTimeout(timer);
     }

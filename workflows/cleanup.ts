@@ -12,9 +12,11 @@
  */
 import { continueAsNew, ParentClosePolicy, proxyActivities, sleep, startChild } from '@temporalio/workflow';
 import type { Activities } from '../activities';
+import { revertCaptureId, rewriteCaptureId } from '../src/core/change-plan';
+import { QualifiedName } from '../src/core/identifiers';
 import { workflowIds } from '../src/core/names';
 
-const { setFreeze, releaseSource, migrationOutcome, dropTargetObjects, releaseBookkeeping } = proxyActivities<Activities>({
+const { setFreeze, releaseSource, migrationOutcome, dropTargetObjects, releaseBookkeeping, dropRewriteShadow, closeChange } = proxyActivities<Activities>({
   startToCloseTimeout: '2 minutes',
   heartbeatTimeout: '20 seconds',
   retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 5 },
@@ -90,4 +92,48 @@ export async function cleanUpInBackground(input: CleanupInput, leftovers: string
     return `capture could not be removed from the source (${leftovers.join('; ')}) and its background cleanup did not start: run \`ferry cleanup ${input.migrationId}\` once the tables' locks are free`;
   }
   return `capture could not be removed from the source yet (${leftovers.join('; ')}): it no longer records anything and is removed in the background by workflow ${workflowId}`;
+}
+
+export interface ChangeCleanupInput {
+  changeId: string;
+  database: string;
+  /** The plan's rewrite steps; `revertCapture`: its retirement is over, so the new table's capture goes too. */
+  rewrites: { step: number; table: QualifiedName; revertCapture: boolean }[];
+}
+
+export interface ChangeCleanupResult {
+  /** Shadows dropped. */
+  dropped: string[];
+  /** What a busy lock kept from being removed (its functions no longer record anything). */
+  pending: string[];
+}
+
+/**
+ * changeCleanupWorkflow (`ferry cleanup ID` for a change plan that ended, terminated or not):
+ * per rewrite step, capture off the original and, once its retirement is over, off the new
+ * table; a shadow left before the swap dropped; then the plan's bookkeeping. The old table a
+ * swap renamed aside is not dropped: it may be all that is left of the data before the change.
+ */
+export async function changeCleanupWorkflow(input: ChangeCleanupInput): Promise<ChangeCleanupResult> {
+  const dropped: string[] = [];
+  const pending: string[] = [];
+  for (const r of input.rewrites) {
+    const captures = [rewriteCaptureId(input.changeId, r.step), ...(r.revertCapture ? [revertCaptureId(input.changeId, r.step)] : [])];
+    for (const migrationId of captures) pending.push(...(await releaseBriefly(migrationId, input.database)));
+    const shadow = await dropRewriteShadow({ changeId: input.changeId, database: input.database, step: r.step, table: r.table });
+    if (shadow.dropped) dropped.push(shadow.dropped);
+  }
+  await closeChange({ changeId: input.changeId, runId: '', database: input.database });
+  return { dropped, pending };
+}
+
+/** Capture released, tried a few times while a table's lock is busy; what is still left. */
+async function releaseBriefly(migrationId: string, source: string): Promise<string[]> {
+  let left: string[] = [];
+  for (let attempt = 1; attempt <= 5; attempt += 1) {
+    left = (await releaseSource({ migrationId, source, freeze: 'remove' })).pending;
+    if (left.length === 0) return [];
+    await sleep(FIRST_PAUSE_MS * attempt);
+  }
+  return left;
 }

@@ -3,7 +3,7 @@ export { migrationWorkflow } from './migration';
 export { tableMigrationWorkflow } from './table';
 export { preflightWorkflow } from './preflight';
 export { unfreezeWorkflow } from './unfreeze';
-export { cleanupWorkflow } from './cleanup';
+export { changeCleanupWorkflow, cleanupWorkflow } from './cleanup';
 export { changeWorkflow } from './change';
 export { changePreflightWorkflow } from './change-preflight';
 export { rewriteRetireWorkflow } from './rewrite-retire';

@@ -70,12 +70,18 @@ export function registerControlCommands(program: Command): void {
 
   program
     .command('cleanup')
-    .description('remove what an ended migration left (onFailure: keep, terminated): capture and freeze on the source and, unless it completed its cutover, what it created on the target')
+    .description('remove what an ended migration or change plan left (onFailure: keep, terminated): capture and freeze on the source and, unless it completed its cutover, what it created on the target; a change plan: its rewrites\' capture and shadows')
     .argument('<id>')
     .action(async (id: string) => {
       const r = await FerryClient.using((client) => client.cleanup(id));
       if (!r.done) {
         process.stdout.write(`${id}: a table's lock is busy; the cleanup goes on in the background as workflow ${r.workflowId}\n`);
+        return;
+      }
+      if (r.change) {
+        const shadows = r.dropped?.length ? `dropped ${r.dropped.join(', ')}` : 'no shadow was left';
+        const pending = r.pending?.length ? `; not removed yet (a lock was busy; run cleanup again later): ${r.pending.join(', ')}` : '';
+        process.stdout.write(`${id}: capture of its rewrites removed; ${shadows}${pending}\n`);
         return;
       }
       const source = r.freezeRemoved ? 'capture, guard and freeze removed from the source' : `capture removed from the source; the freeze stays (ferry unfreeze ${id} lifts it)`;

@@ -16,11 +16,13 @@ export const PREFLIGHT_WORKFLOW = 'preflightWorkflow';
 export const UNFREEZE_WORKFLOW = 'unfreezeWorkflow';
 /** Removes what a migration left on the source (and, for `ferry cleanup`, on the target). */
 export const CLEANUP_WORKFLOW = 'cleanupWorkflow';
+/** `ferry cleanup` of a change plan: capture and shadows its rewrite steps left. */
+export const CHANGE_CLEANUP_WORKFLOW = 'changeCleanupWorkflow';
 /** Runs a change plan's preflight for `ferry start`. */
 export const CHANGE_PREFLIGHT_WORKFLOW = 'changePreflightWorkflow';
 /** Keeps a rewrite step's old table for keepOld, then drops it. */
 export const REWRITE_RETIRE_WORKFLOW = 'rewriteRetireWorkflow';
-export const HELPER_WORKFLOW_TYPES = [PREFLIGHT_WORKFLOW, UNFREEZE_WORKFLOW, CLEANUP_WORKFLOW, CHANGE_PREFLIGHT_WORKFLOW, REWRITE_RETIRE_WORKFLOW];
+export const HELPER_WORKFLOW_TYPES = [PREFLIGHT_WORKFLOW, UNFREEZE_WORKFLOW, CLEANUP_WORKFLOW, CHANGE_PREFLIGHT_WORKFLOW, REWRITE_RETIRE_WORKFLOW, CHANGE_CLEANUP_WORKFLOW];
 
 /** Workflow ids derived from a migration's id. */
 export const workflowIds = {

@@ -259,6 +259,29 @@ describe('rewrite steps: a table rebuilt by shadow copy and swapped under load',
     expect(await checksum()).toBe(data);
   });
 
+  it('ferry cleanup after a rewrite was terminated before its swap removes its shadow, capture and bookkeeping: the database as it was', async () => {
+    const before = await inventory();
+    const data = await checksum();
+    const { id } = await stack.ferry.startChange({ kind: 'change', id: 'rewrite-terminated', database: 'app', steps: [{ rewrite: { ...REWRITE, approval: 'manual' } }] });
+    await eventually(async () => (await stack.ferry.changeStatus(id)).waiting?.includes('awaiting approval'), 90_000);
+    // Terminated: no compensation runs; the shadow and capture stay behind.
+    await stack.client.workflow.getHandle(id).terminate('test: an operator terminated it');
+    const left = await inventory();
+    expect(left.filter((o) => !before.includes(o)).some((o) => /pgbench_accounts_ferry_new_/.test(o))).toBe(true);
+    expect(left.filter((o) => !before.includes(o)).some((o) => /^trigger ferry_capture_/.test(o))).toBe(true);
+
+    const out = await stack.runCli(['cleanup', id]);
+    expect({ code: out.code, stderr: out.stderr }).toEqual({ code: 0, stderr: '' });
+    expect(out.stdout).toMatch(/rewrite-terminated: capture of its rewrites removed; dropped public\.pgbench_accounts_ferry_new_\w+/);
+    expect(await inventory()).toEqual(before);
+    expect(await checksum()).toBe(data);
+    // A cleanup of a plan that is still running is refused.
+    const running = await stack.ferry.startChange({ kind: 'change', id: 'rewrite-running', database: 'app', steps: [{ rewrite: { ...REWRITE, approval: 'manual' } }] });
+    expect((await stack.runCli(['cleanup', running.id])).code).toBe(2);
+    await stack.ferry.cancel(running.id, 'test over');
+    expect((await stack.ferry.changeResult(running.id)).state).toBe('CANCELLED');
+  });
+
   it('rewrites abalance to bigint and drops filler under pgbench across a SIGKILLed copy and a SIGKILLed sync: every write kept, view and foreign key moved, writers never failed', async () => {
     const url = dbs.url('app');
     const load = startTpcb(url);

@@ -56,6 +56,8 @@ const SCENARIOS: Record<string, { failureType?: string; change?: boolean; runs?:
   'rewrite-reverted': { change: true },
   // A backfill that continued as new once (change-continue-as-new): two runs of the change plan.
   'change-continued-as-new': { change: true, runs: 2 },
+  // A cancelled rewrite, then `ferry cleanup` (changeCleanupWorkflow).
+  'change-cleaned-up': { change: true, failureType: 'ChangeCancelled' },
   // A rewrite step: shadow copy, approval, swap, and the helper that drops the old table after keepOld.
   rewrite: { change: true },
 };
@@ -133,7 +135,7 @@ describe('recorded workflow histories', () => {
 
     const all = [...fixtures.values()].flat();
     // The README's determinism row counts them.
-    expect(all).toHaveLength(65);
+    expect(all).toHaveLength(68);
     expect([...new Set(all.map((f) => f.workflowType))].sort()).toEqual([MIGRATION_WORKFLOW, TABLE_WORKFLOW, CHANGE_WORKFLOW, ...HELPER_WORKFLOW_TYPES].sort());
     expect(fixtures.get('online')!.map((f) => f.workflowType)).toContain(UNFREEZE_WORKFLOW);
     expect(fixtures.get('online-armed-freeze')!.map((f) => f.workflowType)).toContain(CLEANUP_WORKFLOW);
