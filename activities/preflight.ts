@@ -9,12 +9,13 @@ import { estimateRows, readTable, readUserTypes, TableInfo, typeExists } from '.
 import { refusal, sqlState } from '../src/db/errors';
 import { readPartitions, targetPartitionName } from '../src/db/partitions';
 import { keyAsText, keyFromRow, keyOrder, KeyShape } from '../src/db/ranges';
-import { displayQualified, quoteQualified, sameName } from '../src/core/identifiers';
+import { displayIdent, displayQualified, quoteQualified, sameName, withSuffix } from '../src/core/identifiers';
 import { describeAction, onlineRefusal, readTargetActions, TargetRole } from '../src/db/target-actions';
 import { KeyColumn, MigrationPlan, TablePlan } from '../src/core/plan';
 import { Spec, TableSpec } from '../src/core/spec';
 import { ActivityDeps } from './deps';
 import { FAILURE } from '../src/core/failure-types';
+import { columnFit, readColumnTypes, readImplicitCasts } from '../src/db/column-fit';
 
 export interface PreflightInput {
   migrationId: string;
@@ -64,6 +65,7 @@ async function planMigration(source: PoolClient, target: PoolClient, spec: Spec)
   }
   const role = await targetRole(target);
   const tables: TablePlan[] = [];
+  const claimed = new RelationNames(target);
   for (const [index, table] of spec.tables.entries()) {
     if (sameDatabase && sameName(table.source, table.target)) {
       throw refusal(
@@ -72,7 +74,7 @@ async function planMigration(source: PoolClient, target: PoolClient, spec: Spec)
       );
     }
     try {
-      tables.push(await planTable(source, target, spec, table, index, role));
+      tables.push(await planTable(source, target, spec, table, index, role, claimed));
     } catch (err) {
       throw atField(err, `tables[${index}]`);
     }
@@ -92,7 +94,15 @@ async function targetRole(db: PoolClient): Promise<TargetRole> {
   return { name, replica: (await db.query(`SELECT has_parameter_privilege('session_replication_role', 'SET') AS ok`)).rows[0].ok };
 }
 
-async function planTable(source: PoolClient, target: PoolClient, spec: Spec, table: TableSpec, index: number, role: TargetRole): Promise<TablePlan> {
+async function planTable(
+  source: PoolClient,
+  target: PoolClient,
+  spec: Spec,
+  table: TableSpec,
+  index: number,
+  role: TargetRole,
+  claimed: RelationNames,
+): Promise<TablePlan> {
   const label = displayQualified(table.source);
   const info = await readTable(source, table.source);
   if (!info) {
@@ -124,6 +134,7 @@ async function planTable(source: PoolClient, target: PoolClient, spec: Spec, tab
   let binary = copied.every((c) => c.binaryPortable);
   let keyCollateC = false;
   let notes: string[] = [];
+  let targetNames: Record<string, string> = {};
   if (existing) {
     if (existing.relkind !== 'r' && existing.relkind !== 'p') {
       throw refusal(FAILURE.IncompatibleTarget, `target ${targetLabel} exists and is not a table; choose another target name`);
@@ -138,6 +149,7 @@ async function planTable(source: PoolClient, target: PoolClient, spec: Spec, tab
       }
       if (other.type !== column.type) binary = false;
     }
+    notes = await assertColumnsFit(source, target, info, existing, copied, label, targetLabel);
     for (const other of existing.columns) {
       if (!copied.some((c) => c.name === other.name) && other.notNull && other.defaultExpr === null && !other.generated && other.identity === '') {
         throw refusal(
@@ -174,11 +186,12 @@ async function planTable(source: PoolClient, target: PoolClient, spec: Spec, tab
     const actions = await readTargetActions(target, table.target, role.replica);
     const refused = spec.mode === 'online' ? onlineRefusal(table.target, actions, role) : null;
     if (refused) throw refused;
-    notes = actions.map(describeAction);
+    notes = [...notes, ...actions.map(describeAction)];
   } else {
     if (info.relkind === 'p') await assertPartitionsCreatable(source, target, table);
     await assertTypesCreatable(source, target, info, label);
     keyCollateC = await keyCollationDiffers(target, info, keyColumns);
+    ({ targetNames, notes } = await chooseIndexNames(info, table, claimed));
   }
 
   const shape: KeyShape = { keyColumns, keyCollateC };
@@ -200,7 +213,100 @@ async function planTable(source: PoolClient, target: PoolClient, spec: Spec, tab
     targetExisted: existing !== null,
     sourceWrites: info.writes,
     ...(notes.length > 0 ? { notes } : {}),
+    ...(Object.keys(targetNames).length > 0 ? { targetNames } : {}),
   };
+}
+
+/**
+ * Refuses a prepared target whose columns cannot take every source value (the rule:
+ * src/db/column-fit.ts), naming each such column and the ALTER that fixes it; returns a note for
+ * each column that takes the values in their text form.
+ */
+async function assertColumnsFit(
+  source: PoolClient,
+  target: PoolClient,
+  info: TableInfo,
+  existing: TableInfo,
+  copied: TableInfo['columns'],
+  label: string,
+  targetLabel: string,
+): Promise<string[]> {
+  const [mine, theirs, implicit] = await Promise.all([readColumnTypes(source, info.oid), readColumnTypes(target, existing.oid), readImplicitCasts(target)]);
+  const misfits: string[] = [];
+  const fixes: string[] = [];
+  const notes: string[] = [];
+  for (const column of copied) {
+    const from = mine.get(column.name)!;
+    const to = theirs.get(column.name)!;
+    const fit = columnFit(from, to, implicit.has(`${from.typeOid}>${to.typeOid}`));
+    if (fit === 'no') {
+      misfits.push(`column "${column.name}" is ${to.type} but ${from.type} on the source`);
+      fixes.push(`ALTER COLUMN ${displayIdent(column.name)} TYPE ${from.type}`);
+    } else if (fit === 'text') {
+      notes.push(`column "${column.name}" is ${to.type} on the target, ${from.type} on the source: values arrive in their text form`);
+    }
+  }
+  if (misfits.length > 0) {
+    throw refusal(
+      FAILURE.IncompatibleTarget,
+      `target table ${targetLabel} cannot take every value of source ${label}: ${misfits.join('; ')}; ` +
+        `give the target the source's types (ALTER TABLE ${targetLabel} ${fixes.join(', ')}) or drop the target table so Ferry creates it`,
+    );
+  }
+  return notes;
+}
+
+/**
+ * The relation names of the target schemas: those there already, and those this migration's
+ * earlier tables will create (two source schemas can both have an `orders_pkey`).
+ */
+class RelationNames {
+  private readonly mine = new Set<string>();
+  constructor(private readonly db: PoolClient) {}
+
+  async taken(schema: string, name: string): Promise<boolean> {
+    if (this.mine.has(JSON.stringify([schema, name]))) return true;
+    const { rows } = await this.db.query('SELECT to_regclass($1) IS NOT NULL AS present', [quoteQualified({ schema, name })]);
+    return rows[0].present;
+  }
+
+  claim(schema: string, name: string): void {
+    this.mine.add(JSON.stringify([schema, name]));
+  }
+}
+
+/**
+ * Indexes, primary keys and unique or exclusion constraints are relations, named per schema: a
+ * table copied next to its original (public.orders → public.orders_b) would meet orders_pkey.
+ * A name that is taken gets the one PostgreSQL itself would choose for the new table (the source
+ * table's name in front replaced by the target's: orders_b_pkey), numbered until free. Renaming,
+ * not refusing, is what copying a table under a new name asks for; the new names go into the
+ * plan (prepareTarget and the index builds use them) and into its notes. They belong to the
+ * table Ferry creates, so rollback drops them with it and touches nothing of the original.
+ */
+async function chooseIndexNames(info: TableInfo, table: TableSpec, claimed: RelationNames): Promise<{ targetNames: Record<string, string>; notes: string[] }> {
+  const { schema } = table.target;
+  const targetNames: Record<string, string> = {};
+  const notes: string[] = [];
+  const kinds: [string, string][] = [
+    ...(info.primaryKey ? [['primary key', info.primaryKey.name] as [string, string]] : []),
+    ...info.uniques.map((u): [string, string] => [/^EXCLUDE/.test(u.definition) ? 'exclusion constraint' : 'unique constraint', u.name]),
+    ...info.indexes.map((i): [string, string] => ['index', i.name]),
+  ];
+  claimed.claim(schema, table.target.name);
+  for (const [kind, name] of kinds) {
+    let chosen = name;
+    if (await claimed.taken(schema, name)) {
+      const prefix = `${table.source.name}_`;
+      const base = name.startsWith(prefix) ? withSuffix(table.target.name, `_${name.slice(prefix.length)}`) : name;
+      chosen = base;
+      for (let n = 1; chosen === name || (await claimed.taken(schema, chosen)); n += 1) chosen = withSuffix(base, String(n));
+      targetNames[name] = chosen;
+      notes.push(`${kind} ${displayIdent(name)} is created as ${displayIdent(chosen)}: schema ${displayIdent(schema)} already has a relation ${displayIdent(name)}`);
+    }
+    claimed.claim(schema, chosen);
+  }
+  return { targetNames, notes };
 }
 
 /** With row_security=off a table whose policies would hide rows raises 42501 instead. */
