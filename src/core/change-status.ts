@@ -136,7 +136,7 @@ export interface ChangeResultDocument {
   metadata: Record<string, unknown> | null;
   steps: StepStatus[];
   events: ChangeEvent[];
-  rows_backfilled: number;
+  rowsBackfilled: number;
   warnings: string[];
   callback?: { delivered: boolean; error?: string };
 }
@@ -158,7 +158,7 @@ export function changeResultDocument(status: ChangeStatusDocument, metadata: Rec
     metadata: metadata ?? null,
     steps: status.steps,
     events: status.events,
-    rows_backfilled: status.steps.reduce((n, s) => n + (s.rowsUpdated ?? 0), 0),
+    rowsBackfilled: status.steps.reduce((n, s) => n + (s.rowsUpdated ?? 0), 0),
     warnings: status.warnings ?? [],
   };
 }

@@ -56,12 +56,22 @@ describe('the ferry CLI', () => {
 
     const result = await stack.runCli(['result', 'cli-ok', '--json']);
     expect(result.code).toBe(0);
-    expect(JSON.parse(result.stdout)).toMatchObject({ task_id: 'cli-ok', state: 'SUCCEEDED', rows_copied: 2500, error: null });
+    expect(JSON.parse(result.stdout)).toMatchObject({ task_id: 'cli-ok', state: 'SUCCEEDED', rowsCopied: 2500, error: null });
 
     const list = await stack.runCli(['list', '--json']);
-    expect(JSON.parse(list.stdout)).toEqual([expect.objectContaining({ id: 'cli-ok', state: 'SUCCEEDED', phase: 'COMPLETED' })]);
+    expect(JSON.parse(list.stdout)).toEqual([
+      expect.objectContaining({ id: 'cli-ok', kind: 'migration', state: 'SUCCEEDED', phase: 'COMPLETED', source: 'legacy', target: 'v2', rows: 2500 }),
+    ]);
     const failed = await stack.runCli(['list', '--state', 'FAILED', '--json']);
     expect(JSON.parse(failed.stdout)).toEqual([]);
+    const text = await stack.runCli(['list']);
+    expect(text.code).toBe(0);
+    const [header, row, ...rest] = text.stdout.trimEnd().split('\n');
+    expect(header.split(/\s{2,}/)).toEqual(['ID', 'STATE', 'PHASE', 'SOURCE', 'TARGET', 'ROWS', 'STARTED', 'ENDED', 'ERROR']);
+    expect(row.split(/\s{2,}/).slice(0, 6)).toEqual(['cli-ok', 'SUCCEEDED', 'COMPLETED', 'legacy', 'v2', '2500']);
+    expect(rest).toEqual([]);
+    // Columns line up: each header starts where its values start.
+    expect(row.indexOf('legacy')).toBe(header.indexOf('SOURCE'));
   });
 
   it('exits 2 and starts nothing for an invalid spec, naming the field', async () => {
@@ -110,6 +120,19 @@ describe('the ferry CLI', () => {
     expect(run.stdout).toMatch(/migration cli-fails FAILED/);
     expect(run.stdout).toMatch(/violates check constraint "pos"/);
     expect((await stack.runCli(['result', 'cli-fails'])).code).toBe(1);
+
+    // --state in any case; the error is the list's last column.
+    const failed = await stack.runCli(['list', '--state', 'failed']);
+    expect({ code: failed.code, stderr: failed.stderr }).toEqual({ code: 0, stderr: '' });
+    const lines = failed.stdout.trimEnd().split('\n');
+    expect(lines).toHaveLength(2);
+    expect(lines[1]).toMatch(/^cli-fails\s+FAILED\s+FAILED\s+legacy\s+v2\s+\S+\s+.*violates check constraint "pos"/);
+    const json = JSON.parse((await stack.runCli(['list', '--state', 'Failed', '--json'])).stdout);
+    expect(json).toEqual([expect.objectContaining({ id: 'cli-fails', state: 'FAILED', error: expect.objectContaining({ message: expect.any(String) }) })]);
+    expect(JSON.stringify(json[0].error)).toMatch(/violates check constraint \\"pos\\"/);
+    const bad = await stack.runCli(['list', '--state', 'finished']);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('must be one of PENDING, QUEUED, RUNNING');
   });
 
   it('validate --connect lists a prepared target\'s triggers and foreign keys, and both refuse them online when Ferry cannot write as a replica', async () => {
