@@ -164,7 +164,14 @@ describe('the ferry CLI', () => {
 
   it('ferry server runs a dev server with Ferry\'s search attributes and the Web UI, on which ferry worker and ferry start --wait migrate a table, and stops on SIGTERM', async () => {
     const [port, uiPort] = [await freePort(), await freePort()];
-    const server = spawn(process.execPath, [FERRY_BIN, 'server', '--port', String(port), '--ui-port', String(uiPort)], { env: stack.env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const bad = await stack.runCli(['server', '--port', String(port), '--codec-endpoint', 'ftp://codec']);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain("option '--codec-endpoint <url>' argument 'ftp://codec' is invalid. must be an http(s) URL");
+    const codec = 'http://127.0.0.1:8888';
+    const server = spawn(process.execPath, [FERRY_BIN, 'server', '--port', String(port), '--ui-port', String(uiPort), '--codec-endpoint', `${codec}/`], {
+      env: stack.env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let output = '';
     server.stdout.on('data', (d) => (output += d));
     server.stderr.on('data', (d) => (output += d));
@@ -175,6 +182,7 @@ describe('the ferry CLI', () => {
         return output.includes(`workers and clients: TEMPORAL_ADDRESS=127.0.0.1:${port}`);
       }, 60_000);
       expect(output).toContain(`Temporal dev server on 127.0.0.1:${port}, Web UI http://127.0.0.1:${uiPort}`);
+      expect(output).toContain(`payload codec endpoint: ${codec} (the Web UI decodes through it; the temporal CLI takes --codec-endpoint ${codec})`);
       const address = `127.0.0.1:${port}`;
       const connection = await Connection.connect({ address });
       try {
