@@ -3,7 +3,7 @@
  * non-retryable failure that names the table and the fix — whatever cannot work.
  */
 import { ApplicationFailure } from '@temporalio/common';
-import { PoolClient } from 'pg';
+import { escapeLiteral, PoolClient } from 'pg';
 import { autoChunkCount, EXACT_PLAN_ROWS, pickBoundaries, rangesFromBoundaries, samplePercent, VALIDATION_UNIT_ROWS, validationUnits } from '../src/core/chunks';
 import { estimateRows, readTable, readUserTypes, TableInfo, typeExists } from '../src/db/catalog';
 import { refusal, sqlState } from '../src/db/errors';
@@ -235,6 +235,7 @@ async function assertColumnsFit(
   const misfits: string[] = [];
   const fixes: string[] = [];
   const notes: string[] = [];
+  const sameUserTypes = new Map<number, string>();
   for (const column of copied) {
     const from = mine.get(column.name)!;
     const to = theirs.get(column.name)!;
@@ -244,13 +245,26 @@ async function assertColumnsFit(
       fixes.push(`ALTER COLUMN ${displayIdent(column.name)} TYPE ${from.type}`);
     } else if (fit === 'text') {
       notes.push(`column "${column.name}" is ${to.type} on the target, ${from.type} on the source: values arrive in their text form`);
+    } else if (fit === 'same') {
+      sameUserTypes.set(from.typeOid, column.name);
     }
   }
+  // An enum of the same name must have every label the source's has.
+  const typeFixes: string[] = [];
+  const enums = (await readUserTypes(source, [...sameUserTypes.keys()])).filter((t) => t.kind === 'e' && sameUserTypes.has(t.oid));
+  for (const type of enums) {
+    const there = (await typeExists(target, type.name))?.labels ?? [];
+    const missing = type.enumLabels.filter((l) => !there.includes(l));
+    if (missing.length === 0) continue;
+    misfits.push(`column "${sameUserTypes.get(type.oid)}" is enum ${displayQualified(type.name)}, which lacks ${missing.map((m) => `'${m}'`).join(', ')} on the target`);
+    typeFixes.push(...missing.map((m) => `ALTER TYPE ${displayQualified(type.name)} ADD VALUE ${escapeLiteral(m)}`));
+  }
   if (misfits.length > 0) {
+    const alter = [...(fixes.length ? [`ALTER TABLE ${targetLabel} ${fixes.join(', ')}`] : []), ...typeFixes].join('; ');
     throw refusal(
       FAILURE.IncompatibleTarget,
       `target table ${targetLabel} cannot take every value of source ${label}: ${misfits.join('; ')}; ` +
-        `give the target the source's types (ALTER TABLE ${targetLabel} ${fixes.join(', ')}) or drop the target table so Ferry creates it`,
+        `give the target the source's types (${alter}) or drop the target table so Ferry creates it`,
     );
   }
   return notes;

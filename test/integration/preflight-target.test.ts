@@ -24,8 +24,9 @@ describe('preflight against an existing target', () => {
     dbs = await TestDatabases.create('pftarget', ['source', 'target']);
     await dbs.exec(
       'source',
-      `CREATE TABLE public.payments (id int PRIMARY KEY, amount numeric(12,2) NOT NULL, label text, qty smallint, code varchar(10));
-       INSERT INTO public.payments SELECT g, g * 1.5, 'label ' || g, g % 100, 'c' || g FROM generate_series(1, 300) g;
+      `CREATE TYPE public.mood AS ENUM ('calm', 'busy', 'ecstatic');
+       CREATE TABLE public.payments (id int PRIMARY KEY, amount numeric(12,2) NOT NULL, label text, qty smallint, code varchar(10), mood public.mood);
+       INSERT INTO public.payments SELECT g, g * 1.5, 'label ' || g, g % 100, 'c' || g, (ARRAY['calm', 'busy', 'ecstatic'])[1 + g % 3]::public.mood FROM generate_series(1, 300) g;
        CREATE TABLE public.orders (id bigint PRIMARY KEY, customer text NOT NULL UNIQUE, total numeric CHECK (total >= 0));
        CREATE INDEX orders_total_idx ON public.orders (total);
        INSERT INTO public.orders SELECT g, 'customer ' || g, g FROM generate_series(1, 500) g;`,
@@ -40,7 +41,9 @@ describe('preflight against an existing target', () => {
 
   it('refuses, with exit 2 and every column named, a target whose column types cannot take the source values, and writes nothing', async () => {
     // label int cannot take text, code varchar(4) not every varchar(10), amount numeric(5,2) not every numeric(12,2).
-    await dbs.exec('target', 'CREATE TABLE public.payments (id int PRIMARY KEY, amount numeric(5,2), label int, qty int, code varchar(4))');
+    // …and its enum lacks a label the source's has.
+    await dbs.exec('target', `CREATE TYPE public.mood AS ENUM ('calm', 'busy');
+      CREATE TABLE public.payments (id int PRIMARY KEY, amount numeric(5,2), label int, qty int, code varchar(4), mood public.mood)`);
     try {
       const before = [await objectInventory(dbs, 'source'), await objectInventory(dbs, 'target')];
       const spec = file('types.yaml', 'id: pf-types\nsource: legacy\ntarget: v2\ntables: [public.payments]\n');
@@ -54,26 +57,29 @@ describe('preflight against an existing target', () => {
         expect(run.stderr).toContain('column "code" is character varying(4) but character varying(10) on the source');
         // smallint into integer always fits: not named.
         expect(run.stderr).not.toContain('"qty"');
-        expect(run.stderr).toContain('(ALTER TABLE public.payments ALTER COLUMN amount TYPE numeric(12,2), ALTER COLUMN label TYPE text, ALTER COLUMN code TYPE character varying(10))');
+        expect(run.stderr).toContain(`column "mood" is enum public.mood, which lacks 'ecstatic' on the target`);
+        expect(run.stderr).toContain(
+          "(ALTER TABLE public.payments ALTER COLUMN amount TYPE numeric(12,2), ALTER COLUMN label TYPE text, ALTER COLUMN code TYPE character varying(10); ALTER TYPE public.mood ADD VALUE 'ecstatic')",
+        );
       }
       expect((await stack.runCli(['status', 'pf-types'])).code).toBe(1);
       expect([await objectInventory(dbs, 'source'), await objectInventory(dbs, 'target')]).toEqual(before);
       expect(await dbs.query('target', 'SELECT count(*)::int AS n FROM public.payments')).toEqual([{ n: 0 }]);
     } finally {
-      await dbs.exec('target', 'DROP TABLE public.payments');
+      await dbs.exec('target', 'DROP TABLE public.payments; ALTER TYPE public.mood ADD VALUE \'ecstatic\'');
     }
   });
 
   it('accepts a target whose column types take every source value (text, wider integers and lengths) and copies the rows', async () => {
-    await dbs.exec('target', 'CREATE TABLE public.payments (id int PRIMARY KEY, amount text NOT NULL, label varchar, qty bigint, code varchar(20))');
+    await dbs.exec('target', 'CREATE TABLE public.payments (id int PRIMARY KEY, amount text NOT NULL, label varchar, qty bigint, code varchar(20), mood public.mood)');
     const spec = file('wider.yaml', 'id: pf-wider\nsource: legacy\ntarget: v2\ntables: [public.payments]\n');
     const plan = await stack.runCli(['validate', spec, '--connect']);
     expect(plan.code).toBe(0);
     expect(plan.stdout).toContain('note: column "amount" is text on the target, numeric(12,2) on the source: values arrive in their text form');
     const run = await stack.runCli(['start', spec, '--wait']);
     expect({ code: run.code, stdout: run.stdout }).toEqual({ code: 0, stdout: expect.stringMatching(/migration pf-wider SUCCEEDED/) });
-    expect(await dbs.query('target', 'SELECT id, amount, label, qty::text, code FROM public.payments ORDER BY id')).toEqual(
-      await dbs.query('source', 'SELECT id, amount::text, label, qty::text, code FROM public.payments ORDER BY id'),
+    expect(await dbs.query('target', 'SELECT id, amount, label, qty::text, code, mood::text FROM public.payments ORDER BY id')).toEqual(
+      await dbs.query('source', 'SELECT id, amount::text, label, qty::text, code, mood::text FROM public.payments ORDER BY id'),
     );
   });
 
