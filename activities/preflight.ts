@@ -3,19 +3,20 @@
  * non-retryable failure that names the table and the fix — whatever cannot work.
  */
 import { ApplicationFailure } from '@temporalio/common';
-import { escapeLiteral, PoolClient } from 'pg';
+import { PoolClient } from 'pg';
 import { autoChunkCount, EXACT_PLAN_ROWS, pickBoundaries, rangesFromBoundaries, samplePercent, VALIDATION_UNIT_ROWS, validationUnits } from '../src/core/chunks';
 import { estimateRows, readTable, readUserTypes, TableInfo, typeExists } from '../src/db/catalog';
 import { refusal, sqlState } from '../src/db/errors';
 import { readPartitions, targetPartitionName } from '../src/db/partitions';
 import { keyAsText, keyFromRow, keyOrder, KeyShape } from '../src/db/ranges';
-import { displayIdent, displayQualified, quoteQualified, sameName, withSuffix } from '../src/core/identifiers';
+import { displayQualified, quoteQualified, sameName } from '../src/core/identifiers';
 import { describeAction, onlineRefusal, readTargetActions, TargetRole } from '../src/db/target-actions';
 import { KeyColumn, MigrationPlan, TablePlan } from '../src/core/plan';
 import { Spec, TableSpec } from '../src/core/spec';
 import { ActivityDeps } from './deps';
 import { FAILURE } from '../src/core/failure-types';
-import { columnFit, readColumnTypes, readImplicitCasts } from '../src/db/column-fit';
+import { assertColumnsFit } from '../src/db/column-fit';
+import { chooseIndexNames, RelationNames } from '../src/db/target-names';
 
 export interface PreflightInput {
   migrationId: string;
@@ -215,112 +216,6 @@ async function planTable(
     ...(notes.length > 0 ? { notes } : {}),
     ...(Object.keys(targetNames).length > 0 ? { targetNames } : {}),
   };
-}
-
-/**
- * Refuses a prepared target whose columns cannot take every source value (the rule:
- * src/db/column-fit.ts), naming each such column and the ALTER that fixes it; returns a note for
- * each column that takes the values in their text form.
- */
-async function assertColumnsFit(
-  source: PoolClient,
-  target: PoolClient,
-  info: TableInfo,
-  existing: TableInfo,
-  copied: TableInfo['columns'],
-  label: string,
-  targetLabel: string,
-): Promise<string[]> {
-  const [mine, theirs, implicit] = await Promise.all([readColumnTypes(source, info.oid), readColumnTypes(target, existing.oid), readImplicitCasts(target)]);
-  const misfits: string[] = [];
-  const fixes: string[] = [];
-  const notes: string[] = [];
-  const sameUserTypes = new Map<number, string>();
-  for (const column of copied) {
-    const from = mine.get(column.name)!;
-    const to = theirs.get(column.name)!;
-    const fit = columnFit(from, to, implicit.has(`${from.typeOid}>${to.typeOid}`));
-    if (fit === 'no') {
-      misfits.push(`column "${column.name}" is ${to.type} but ${from.type} on the source`);
-      fixes.push(`ALTER COLUMN ${displayIdent(column.name)} TYPE ${from.type}`);
-    } else if (fit === 'text') {
-      notes.push(`column "${column.name}" is ${to.type} on the target, ${from.type} on the source: values arrive in their text form`);
-    } else if (fit === 'same') {
-      sameUserTypes.set(from.typeOid, column.name);
-    }
-  }
-  // An enum of the same name must have every label the source's has.
-  const typeFixes: string[] = [];
-  const enums = (await readUserTypes(source, [...sameUserTypes.keys()])).filter((t) => t.kind === 'e' && sameUserTypes.has(t.oid));
-  for (const type of enums) {
-    const there = (await typeExists(target, type.name))?.labels ?? [];
-    const missing = type.enumLabels.filter((l) => !there.includes(l));
-    if (missing.length === 0) continue;
-    misfits.push(`column "${sameUserTypes.get(type.oid)}" is enum ${displayQualified(type.name)}, which lacks ${missing.map((m) => `'${m}'`).join(', ')} on the target`);
-    typeFixes.push(...missing.map((m) => `ALTER TYPE ${displayQualified(type.name)} ADD VALUE ${escapeLiteral(m)}`));
-  }
-  if (misfits.length > 0) {
-    const alter = [...(fixes.length ? [`ALTER TABLE ${targetLabel} ${fixes.join(', ')}`] : []), ...typeFixes].join('; ');
-    throw refusal(
-      FAILURE.IncompatibleTarget,
-      `target table ${targetLabel} cannot take every value of source ${label}: ${misfits.join('; ')}; ` +
-        `give the target the source's types (${alter}) or drop the target table so Ferry creates it`,
-    );
-  }
-  return notes;
-}
-
-/**
- * The relation names of the target schemas: those there already, and those this migration's
- * earlier tables will create (two source schemas can both have an `orders_pkey`).
- */
-class RelationNames {
-  private readonly mine = new Set<string>();
-  constructor(private readonly db: PoolClient) {}
-
-  async taken(schema: string, name: string): Promise<boolean> {
-    if (this.mine.has(JSON.stringify([schema, name]))) return true;
-    const { rows } = await this.db.query('SELECT to_regclass($1) IS NOT NULL AS present', [quoteQualified({ schema, name })]);
-    return rows[0].present;
-  }
-
-  claim(schema: string, name: string): void {
-    this.mine.add(JSON.stringify([schema, name]));
-  }
-}
-
-/**
- * Indexes, primary keys and unique or exclusion constraints are relations, named per schema: a
- * table copied next to its original (public.orders → public.orders_b) would meet orders_pkey.
- * A name that is taken gets the one PostgreSQL itself would choose for the new table (the source
- * table's name in front replaced by the target's: orders_b_pkey), numbered until free. Renaming,
- * not refusing, is what copying a table under a new name asks for; the new names go into the
- * plan (prepareTarget and the index builds use them) and into its notes. They belong to the
- * table Ferry creates, so rollback drops them with it and touches nothing of the original.
- */
-async function chooseIndexNames(info: TableInfo, table: TableSpec, claimed: RelationNames): Promise<{ targetNames: Record<string, string>; notes: string[] }> {
-  const { schema } = table.target;
-  const targetNames: Record<string, string> = {};
-  const notes: string[] = [];
-  const kinds: [string, string][] = [
-    ...(info.primaryKey ? [['primary key', info.primaryKey.name] as [string, string]] : []),
-    ...info.uniques.map((u): [string, string] => [/^EXCLUDE/.test(u.definition) ? 'exclusion constraint' : 'unique constraint', u.name]),
-    ...info.indexes.map((i): [string, string] => ['index', i.name]),
-  ];
-  claimed.claim(schema, table.target.name);
-  for (const [kind, name] of kinds) {
-    let chosen = name;
-    if (await claimed.taken(schema, name)) {
-      const prefix = `${table.source.name}_`;
-      const base = name.startsWith(prefix) ? withSuffix(table.target.name, `_${name.slice(prefix.length)}`) : name;
-      chosen = base;
-      for (let n = 1; chosen === name || (await claimed.taken(schema, chosen)); n += 1) chosen = withSuffix(base, String(n));
-      targetNames[name] = chosen;
-      notes.push(`${kind} ${displayIdent(name)} is created as ${displayIdent(chosen)}: schema ${displayIdent(schema)} already has a relation ${displayIdent(name)}`);
-    }
-    claimed.claim(schema, chosen);
-  }
-  return { targetNames, notes };
 }
 
 /** With row_security=off a table whose policies would hide rows raises 42501 instead. */

@@ -19,7 +19,11 @@
  * another name, arrays of other types) is refused before anything is written; the operator
  * changes the target column or lets Ferry create the table.
  */
-import { ClientBase } from 'pg';
+import { ClientBase, escapeLiteral } from 'pg';
+import { displayIdent, displayQualified } from '../core/identifiers';
+import { FAILURE } from '../core/failure-types';
+import { readUserTypes, TableInfo, typeExists } from './catalog';
+import { refusal } from './errors';
 
 export interface ColumnType {
   name: string;
@@ -95,4 +99,57 @@ export async function readImplicitCasts(db: ClientBase): Promise<Set<string>> {
     `SELECT castsource::int8 AS s, casttarget::int8 AS t FROM pg_catalog.pg_cast WHERE castcontext = 'i' AND castsource < ${FIRST_USER_OID} AND casttarget < ${FIRST_USER_OID}`,
   );
   return new Set(rows.map((r) => `${r.s}>${r.t}`));
+}
+
+/**
+ * Refuses a prepared target whose columns cannot take every source value (the rule: columnFit
+ * above), naming each such column and the ALTER that fixes it; returns a note for
+ * each column that takes the values in their text form.
+ */
+export async function assertColumnsFit(
+  source: ClientBase,
+  target: ClientBase,
+  info: TableInfo,
+  existing: TableInfo,
+  copied: TableInfo['columns'],
+  label: string,
+  targetLabel: string,
+): Promise<string[]> {
+  const [mine, theirs, implicit] = await Promise.all([readColumnTypes(source, info.oid), readColumnTypes(target, existing.oid), readImplicitCasts(target)]);
+  const misfits: string[] = [];
+  const fixes: string[] = [];
+  const notes: string[] = [];
+  const sameUserTypes = new Map<number, string>();
+  for (const column of copied) {
+    const from = mine.get(column.name)!;
+    const to = theirs.get(column.name)!;
+    const fit = columnFit(from, to, implicit.has(`${from.typeOid}>${to.typeOid}`));
+    if (fit === 'no') {
+      misfits.push(`column "${column.name}" is ${to.type} but ${from.type} on the source`);
+      fixes.push(`ALTER COLUMN ${displayIdent(column.name)} TYPE ${from.type}`);
+    } else if (fit === 'text') {
+      notes.push(`column "${column.name}" is ${to.type} on the target, ${from.type} on the source: values arrive in their text form`);
+    } else if (fit === 'same') {
+      sameUserTypes.set(from.typeOid, column.name);
+    }
+  }
+  // An enum of the same name must have every label the source's has.
+  const typeFixes: string[] = [];
+  const enums = (await readUserTypes(source, [...sameUserTypes.keys()])).filter((t) => t.kind === 'e' && sameUserTypes.has(t.oid));
+  for (const type of enums) {
+    const there = (await typeExists(target, type.name))?.labels ?? [];
+    const missing = type.enumLabels.filter((l) => !there.includes(l));
+    if (missing.length === 0) continue;
+    misfits.push(`column "${sameUserTypes.get(type.oid)}" is enum ${displayQualified(type.name)}, which lacks ${missing.map((m) => `'${m}'`).join(', ')} on the target`);
+    typeFixes.push(...missing.map((m) => `ALTER TYPE ${displayQualified(type.name)} ADD VALUE ${escapeLiteral(m)}`));
+  }
+  if (misfits.length > 0) {
+    const alter = [...(fixes.length ? [`ALTER TABLE ${targetLabel} ${fixes.join(', ')}`] : []), ...typeFixes].join('; ');
+    throw refusal(
+      FAILURE.IncompatibleTarget,
+      `target table ${targetLabel} cannot take every value of source ${label}: ${misfits.join('; ')}; ` +
+        `give the target the source's types (${alter}) or drop the target table so Ferry creates it`,
+    );
+  }
+  return notes;
 }
