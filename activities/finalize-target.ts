@@ -8,7 +8,7 @@ import { readTable, SequenceInfo, TableInfo } from '../src/db/catalog';
 import { addConstraintSql, addForeignKeySql, createIndexSql } from '../src/db/ddl';
 import { refusal } from '../src/db/errors';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified, sameName } from '../src/core/identifiers';
-import { TablePlan } from '../src/core/plan';
+import { TablePlan, targetIndexName } from '../src/core/plan';
 import { ActivityDeps } from './deps';
 import { FAILURE } from '../src/core/failure-types';
 
@@ -16,7 +16,7 @@ export interface FinalizeTargetInput {
   migrationId: string;
   source: string;
   target: string;
-  tables: Pick<TablePlan, 'source' | 'target' | 'targetExisted' | 'sourceWrites'>[];
+  tables: Pick<TablePlan, 'source' | 'target' | 'targetExisted' | 'sourceWrites' | 'targetNames'>[];
   /**
    * all (full mode); online mode splits it: `indexes` (non-unique, before the freeze: a live
    * sync cannot violate them) and `constraints` (unique, foreign keys, sequences, ANALYZE — after
@@ -73,13 +73,14 @@ export function createFinalizeTarget({ connections }: ActivityDeps) {
             for (const index of info.indexes) {
               const unique = /^CREATE UNIQUE /.test(index.definition);
               if (unique ? !constraints : !plainIndexes) continue;
-              await target.query(createIndexSql(index, info, plan.target));
+              await target.query(createIndexSql(index, info, plan.target, targetIndexName(plan, index.name)));
               result.indexes += 1;
             }
             if (!constraints) continue;
             for (const unique of info.uniques) {
-              if (await constraintExists(target, plan.target, unique.name)) continue;
-              await target.query(addConstraintSql(unique, plan.target));
+              const name = targetIndexName(plan, unique.name);
+              if (await constraintExists(target, plan.target, name)) continue;
+              await target.query(addConstraintSql(unique, plan.target, name));
               result.constraints += 1;
             }
           }

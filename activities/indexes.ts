@@ -19,6 +19,7 @@ import { refusal, sqlState } from '../src/db/errors';
 import { keyFromRow } from '../src/db/ranges';
 import { duplicateKeysSql, readUniqueKeys } from '../src/db/unique-keys';
 import { displayQualified, QualifiedName, quoteQualified } from '../src/core/identifiers';
+import { targetIndexName } from '../src/core/plan';
 import type { CopyTable, Key, TablePlan } from '../src/core/plan';
 import { ActivityDeps } from './deps';
 import { FAILURE } from '../src/core/failure-types';
@@ -32,11 +33,13 @@ export interface IndexRef {
   unique: boolean;
   /** An exclusion constraint. */
   exclusion: boolean;
+  /** Its name on the target where the source's is taken there (TablePlan.targetNames); absent: `name`. */
+  targetName?: string;
 }
 
 export interface ListIndexesInput {
   source: string;
-  table: Pick<TablePlan, 'source' | 'target' | 'targetExisted'>;
+  table: Pick<TablePlan, 'source' | 'target' | 'targetExisted' | 'targetNames'>;
 }
 
 export interface BuildIndexInput {
@@ -63,12 +66,16 @@ async function sourceTable(db: ClientBase, name: QualifiedName): Promise<TableIn
   return info;
 }
 
+function nameOnTarget(index: IndexRef): string {
+  return index.targetName ?? index.name;
+}
+
 async function indexExists(db: ClientBase, table: QualifiedName, index: IndexRef): Promise<boolean> {
   const sql =
     index.kind === 'constraint'
       ? 'SELECT 1 FROM pg_catalog.pg_constraint WHERE conrelid = to_regclass($1) AND conname = $2'
       : 'SELECT 1 FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = to_regclass($1) AND c.relname = $2 AND i.indisvalid';
-  return ((await db.query(sql, [quoteQualified(table), index.name])).rowCount ?? 0) > 0;
+  return ((await db.query(sql, [quoteQualified(table), nameOnTarget(index)])).rowCount ?? 0) > 0;
 }
 
 export function createIndexActivities({ connections, logger }: ActivityDeps) {
@@ -76,10 +83,17 @@ export function createIndexActivities({ connections, logger }: ActivityDeps) {
     // A target the user prepared keeps the indexes it has: Ferry adds none to it.
     if (input.table.targetExisted) return { indexes: [] };
     const info = await connections.withClient(input.source, (db) => sourceTable(db, input.table.source));
+    const renamed = (name: string) => (targetIndexName(input.table, name) !== name ? { targetName: targetIndexName(input.table, name) } : {});
     return {
       indexes: [
-        ...info.indexes.map((i) => ({ name: i.name, kind: 'index' as const, unique: /^CREATE UNIQUE /.test(i.definition), exclusion: false })),
-        ...info.uniques.map((u) => ({ name: u.name, kind: 'constraint' as const, unique: /^UNIQUE/.test(u.definition), exclusion: /^EXCLUDE/.test(u.definition) })),
+        ...info.indexes.map((i) => ({ name: i.name, kind: 'index' as const, unique: /^CREATE UNIQUE /.test(i.definition), exclusion: false, ...renamed(i.name) })),
+        ...info.uniques.map((u) => ({
+          name: u.name,
+          kind: 'constraint' as const,
+          unique: /^UNIQUE/.test(u.definition),
+          exclusion: /^EXCLUDE/.test(u.definition),
+          ...renamed(u.name),
+        })),
       ],
     };
   }
@@ -117,7 +131,7 @@ export function createIndexActivities({ connections, logger }: ActivityDeps) {
    * copied twice would make it fail (23505) — which a batch committing with its checkpoint, under
    * the chunk's fence, rules out; a failure here is a loud proof that something broke that.
    */
-  async function addPrimaryKey(input: { source: string; target: string; table: Pick<TablePlan, 'source' | 'target'> }): Promise<{ built: boolean }> {
+  async function addPrimaryKey(input: { source: string; target: string; table: Pick<TablePlan, 'source' | 'target' | 'targetNames'> }): Promise<{ built: boolean }> {
     return connections.withClient(input.source, (source) =>
       connections.withClient(input.target, async (target) => {
         const has = await target.query(`SELECT 1 FROM pg_catalog.pg_constraint WHERE conrelid = to_regclass($1) AND contype = 'p'`, [
@@ -133,7 +147,8 @@ export function createIndexActivities({ connections, logger }: ActivityDeps) {
         await target.query('SET statement_timeout = 0');
         try {
           await inTransaction(target, async () => {
-            for (const sql of addPrimaryKeySql(info, input.table.target, rows[0].definition)) await target.query(sql);
+            const name = targetIndexName(input.table, info.primaryKey!.name);
+            for (const sql of addPrimaryKeySql(info, input.table.target, rows[0].definition, name)) await target.query(sql);
           });
         } finally {
           await target.query('RESET statement_timeout').catch(() => undefined);
@@ -160,7 +175,8 @@ export function createIndexActivities({ connections, logger }: ActivityDeps) {
 function definition(info: TableInfo, input: BuildIndexInput): string {
   const found = (input.index.kind === 'constraint' ? info.uniques : info.indexes).find((i) => i.name === input.index.name);
   if (!found) throw refusal(FAILURE.MissingIndex, `${input.index.name} disappeared from ${displayQualified(info.name)} on the source`);
-  return input.index.kind === 'constraint' ? addConstraintSql(found, input.table.target) : createIndexSql(found, info, input.table.target);
+  const name = nameOnTarget(input.index);
+  return input.index.kind === 'constraint' ? addConstraintSql(found, input.table.target, name) : createIndexSql(found, info, input.table.target, name);
 }
 
 /**

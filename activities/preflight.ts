@@ -15,6 +15,8 @@ import { KeyColumn, MigrationPlan, TablePlan } from '../src/core/plan';
 import { Spec, TableSpec } from '../src/core/spec';
 import { ActivityDeps } from './deps';
 import { FAILURE } from '../src/core/failure-types';
+import { assertColumnsFit } from '../src/db/column-fit';
+import { chooseIndexNames, RelationNames } from '../src/db/target-names';
 
 export interface PreflightInput {
   migrationId: string;
@@ -64,6 +66,7 @@ async function planMigration(source: PoolClient, target: PoolClient, spec: Spec)
   }
   const role = await targetRole(target);
   const tables: TablePlan[] = [];
+  const claimed = new RelationNames(target);
   for (const [index, table] of spec.tables.entries()) {
     if (sameDatabase && sameName(table.source, table.target)) {
       throw refusal(
@@ -72,7 +75,7 @@ async function planMigration(source: PoolClient, target: PoolClient, spec: Spec)
       );
     }
     try {
-      tables.push(await planTable(source, target, spec, table, index, role));
+      tables.push(await planTable(source, target, spec, table, index, role, claimed));
     } catch (err) {
       throw atField(err, `tables[${index}]`);
     }
@@ -92,7 +95,15 @@ async function targetRole(db: PoolClient): Promise<TargetRole> {
   return { name, replica: (await db.query(`SELECT has_parameter_privilege('session_replication_role', 'SET') AS ok`)).rows[0].ok };
 }
 
-async function planTable(source: PoolClient, target: PoolClient, spec: Spec, table: TableSpec, index: number, role: TargetRole): Promise<TablePlan> {
+async function planTable(
+  source: PoolClient,
+  target: PoolClient,
+  spec: Spec,
+  table: TableSpec,
+  index: number,
+  role: TargetRole,
+  claimed: RelationNames,
+): Promise<TablePlan> {
   const label = displayQualified(table.source);
   const info = await readTable(source, table.source);
   if (!info) {
@@ -124,6 +135,7 @@ async function planTable(source: PoolClient, target: PoolClient, spec: Spec, tab
   let binary = copied.every((c) => c.binaryPortable);
   let keyCollateC = false;
   let notes: string[] = [];
+  let targetNames: Record<string, string> = {};
   if (existing) {
     if (existing.relkind !== 'r' && existing.relkind !== 'p') {
       throw refusal(FAILURE.IncompatibleTarget, `target ${targetLabel} exists and is not a table; choose another target name`);
@@ -138,6 +150,7 @@ async function planTable(source: PoolClient, target: PoolClient, spec: Spec, tab
       }
       if (other.type !== column.type) binary = false;
     }
+    notes = await assertColumnsFit(source, target, info, existing, copied, label, targetLabel);
     for (const other of existing.columns) {
       if (!copied.some((c) => c.name === other.name) && other.notNull && other.defaultExpr === null && !other.generated && other.identity === '') {
         throw refusal(
@@ -174,11 +187,12 @@ async function planTable(source: PoolClient, target: PoolClient, spec: Spec, tab
     const actions = await readTargetActions(target, table.target, role.replica);
     const refused = spec.mode === 'online' ? onlineRefusal(table.target, actions, role) : null;
     if (refused) throw refused;
-    notes = actions.map(describeAction);
+    notes = [...notes, ...actions.map(describeAction)];
   } else {
     if (info.relkind === 'p') await assertPartitionsCreatable(source, target, table);
     await assertTypesCreatable(source, target, info, label);
     keyCollateC = await keyCollationDiffers(target, info, keyColumns);
+    ({ targetNames, notes } = await chooseIndexNames(info, table, claimed));
   }
 
   // The same locale from another C library or ICU release may sort differently: key ranges
@@ -203,6 +217,7 @@ async function planTable(source: PoolClient, target: PoolClient, spec: Spec, tab
     targetExisted: existing !== null,
     sourceWrites: info.writes,
     ...(notes.length > 0 ? { notes } : {}),
+    ...(Object.keys(targetNames).length > 0 ? { targetNames } : {}),
   };
 }
 

@@ -12,7 +12,7 @@ import { createSequenceSql, createTableSql, createTypeSql, SequenceNames, target
 import { createPartitionSql, readPartitions, targetPartitionName } from '../src/db/partitions';
 import { refusal } from '../src/db/errors';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified, withSuffix } from '../src/core/identifiers';
-import { checkPlan, MigrationPlan } from '../src/core/plan';
+import { checkPlan, MigrationPlan, targetIndexName } from '../src/core/plan';
 import { ActivityDeps } from './deps';
 import { FAILURE } from '../src/core/failure-types';
 
@@ -67,7 +67,8 @@ export function createPrepareTarget({ connections, logger }: ActivityDeps) {
                 sequences.set(seq.regclassText, name);
               }
               const primaryKey = !(input.primaryKeyAfterLoad && !info.partitionKey);
-              await target.query(createTableSql(info, table.target, sequences, { primaryKey }));
+              const primaryKeyName = info.primaryKey ? targetIndexName(table, info.primaryKey.name) : undefined;
+              await target.query(createTableSql(info, table.target, sequences, { primaryKey, primaryKeyName }));
               await record('table', table.target);
               // Recorded after their parent, so rollback drops them first.
               for (const partition of info.partitionKey ? await readPartitions(source, table.source) : []) {

@@ -12,9 +12,9 @@ import {
   WorkflowHandle,
   WorkflowNotFoundError,
 } from '@temporalio/client';
-import { TypedSearchAttributes, WorkflowIdConflictPolicy } from '@temporalio/common';
+import { Payload, PayloadCodec, TypedSearchAttributes, WorkflowIdConflictPolicy } from '@temporalio/common';
 import { decodeFromPayloadsAtIndex, decodeOptionalFailureToOptionalError } from '@temporalio/common/lib/internal-non-workflow';
-import { dataConverterFromEnv } from './codec';
+import { clientDataConverterFromEnv, LenientCodec, UNREADABLE } from './codec';
 import { RefusedError } from './core/errors';
 import { innermostApplicationFailure } from './core/failures';
 import type { CleanupInput, CleanupResult } from '../workflows/cleanup';
@@ -40,7 +40,7 @@ import { CHANGE_CLEANUP_WORKFLOW, CHANGE_PREFLIGHT_WORKFLOW, CHANGE_WORKFLOW, CL
 import { MigrationPlan } from './core/plan';
 import { checkThrottle, parseSpec, Spec } from './core/spec';
 import { MigrationState, Phase } from './core/state-machine';
-import { Audit, checkedAudit, ResultDocument, StatusDocument } from './core/status';
+import { Audit, checkedAudit, currentResultNames, ErrorInfo, ResultDocument, StatusDocument } from './core/status';
 import { FAILURE } from './core/failure-types';
 
 export interface StartOptions {
@@ -67,12 +67,22 @@ export interface StartedChange {
   started: boolean;
 }
 
+/** One row of `ferry list` (schema/ferry-result.schema.json, $defs/listEntry). */
 export interface MigrationSummary {
   id: string;
+  kind: 'migration' | 'change';
   state: MigrationState | string;
   phase: Phase | string;
+  /** Connection names (a change plan's database on both). */
+  source?: string;
+  target?: string;
   startedAt: string;
   endedAt?: string;
+  /** Rows copied (a change plan: backfilled), once it has ended. */
+  rows?: number;
+  error?: ErrorInfo;
+  /** Why its memo could not be read (encrypted with a key this client does not hold). */
+  unreadable?: string;
 }
 
 export { RefusedError };
@@ -93,6 +103,13 @@ export interface CleanupOutcome {
   pending?: string[];
 }
 
+/** Runs payloads through codecs in decoding order (the last one applied on encode first). */
+async function decodeAll(codecs: PayloadCodec[], payloads: Payload[]): Promise<Payload[]> {
+  let out = payloads;
+  for (const codec of [...codecs].reverse()) out = await codec.decode(out);
+  return out;
+}
+
 export function generateMigrationId(now = new Date()): string {
   const stamp = now.toISOString().replace(/[-:]/g, '').replace('T', '-').slice(0, 15);
   return `ferry-${stamp}-${randomBytes(3).toString('hex')}`;
@@ -108,7 +125,7 @@ export class FerryClient {
   static async connect(config: Partial<TemporalConfig> = {}, env: NodeJS.ProcessEnv = process.env): Promise<FerryClient> {
     const full = { ...temporalConfig(env), ...config };
     // FERRY_CODEC_KEY: the workers' payload codec, or this client could not read what they wrote.
-    const dataConverter = dataConverterFromEnv(env);
+    const dataConverter = clientDataConverterFromEnv(env);
     const connection = await Connection.connect(connectionOptions(full));
     return new FerryClient(new Client({ connection, namespace: full.namespace, dataConverter }), full, connection);
   }
@@ -347,12 +364,12 @@ export class FerryClient {
   async result(id: string): Promise<ResultDocument> {
     const handle = this.handle(id);
     try {
-      return await handle.result();
+      return currentResultNames(await handle.result());
     } catch (err) {
       if (!(err instanceof WorkflowFailedError)) throw err;
       const d = await handle.describe();
       const fromMemo = d.memo?.result as ResultDocument | undefined;
-      if (fromMemo) return fromMemo;
+      if (fromMemo) return currentResultNames(fromMemo);
       const failure = innermostApplicationFailure(err);
       const end = (d.closeTime ?? new Date()).toISOString();
       return {
@@ -367,26 +384,50 @@ export class FerryClient {
         metadata: null,
         tables: [],
         events: [],
-        rows_copied: 0,
+        rowsCopied: 0,
         warnings: [],
       };
     }
   }
 
-  /** Migrations (not helper workflows), newest first, optionally by FerryState. */
+  /**
+   * Migrations and change plans (not helper workflows), newest first, optionally by FerryState.
+   * State, phase, source and target come from search attributes (never encrypted); rows and the
+   * error from the memo's result, which a client without the key cannot open: such a row is
+   * listed with `unreadable` instead of failing the whole listing.
+   */
   async list(filter: { state?: string; limit?: number } = {}): Promise<MigrationSummary[]> {
     let query = `WorkflowType IN ('${MIGRATION_WORKFLOW}', '${CHANGE_WORKFLOW}')`;
-    if (filter.state) query += ` AND FerryState = '${filter.state.replace(/'/g, '')}'`;
+    if (filter.state) query += ` AND FerryState = '${filter.state.toUpperCase().replace(/'/g, '')}'`;
+    const codecs = this.client.workflow.options.loadedDataConverter.payloadCodecs;
+    const lenient = new Client({
+      connection: this.client.connection,
+      namespace: this.client.options.namespace,
+      dataConverter: { payloadCodecs: [new LenientCodec(codecs.length ? { encode: async (p) => p, decode: async (p) => decodeAll(codecs, p) } : undefined)] },
+    });
     const out: MigrationSummary[] = [];
-    for await (const w of this.client.workflow.list({ query })) {
+    for await (const w of lenient.workflow.list({ query })) {
       if (HELPER_WORKFLOW_TYPES.includes(w.type)) continue;
+      const change = w.type === CHANGE_WORKFLOW;
       const summary: MigrationSummary = {
         id: w.workflowId,
+        kind: change ? 'change' : 'migration',
         state: w.typedSearchAttributes.get(FerryStateKey) ?? 'QUEUED',
         phase: w.typedSearchAttributes.get(FerryPhaseKey) ?? 'PENDING',
+        source: w.typedSearchAttributes.get(FerrySourceKey),
+        target: w.typedSearchAttributes.get(FerryTargetKey),
         startedAt: w.startTime.toISOString(),
       };
       if (w.closeTime) summary.endedAt = w.closeTime.toISOString();
+      const memo = (w.memo ?? {}) as Record<string, unknown>;
+      const unreadable = Object.values(memo).find((v): v is Record<string, string> => typeof v === 'object' && v !== null && UNREADABLE in v);
+      if (unreadable) summary.unreadable = unreadable[UNREADABLE];
+      const result = memo.result && !unreadable ? currentResultNames(memo.result as Partial<ResultDocument & ChangeResultDocument>) : undefined;
+      if (result) {
+        const rows = change ? result.rowsBackfilled : result.rowsCopied;
+        if (typeof rows === 'number') summary.rows = rows;
+        if (result.error) summary.error = result.error;
+      }
       out.push(summary);
       if (out.length >= (filter.limit ?? 1000)) break;
     }
@@ -499,12 +540,12 @@ export class FerryClient {
   async changeResult(id: string): Promise<ChangeResultDocument> {
     const handle = this.handle(id);
     try {
-      return await handle.result();
+      return currentResultNames(await handle.result());
     } catch (err) {
       if (!(err instanceof WorkflowFailedError)) throw err;
       const d = await handle.describe();
       const fromMemo = d.memo?.result as ChangeResultDocument | undefined;
-      if (fromMemo) return fromMemo;
+      if (fromMemo) return currentResultNames(fromMemo);
       const failure = innermostApplicationFailure(err);
       const end = (d.closeTime ?? new Date()).toISOString();
       return {
@@ -521,7 +562,7 @@ export class FerryClient {
         metadata: null,
         steps: [],
         events: [],
-        rows_backfilled: 0,
+        rowsBackfilled: 0,
         warnings: [],
       };
     }

@@ -103,8 +103,10 @@ export class AesGcmCodec implements PayloadCodec {
     const key = this.keys.get(id);
     if (!key) {
       throw new PayloadDecryptionError(
-        `payload was encrypted with key ${id}, which this process does not hold (${CODEC_KEY_ENV} is ${this.current?.id ?? 'not set'}); ` +
-          `set ${CODEC_KEY_ENV}, or list the old key in ${CODEC_PREVIOUS_KEYS_ENV} after a rotation`,
+        this.keys.size === 0
+          ? `payload was encrypted with key ${id} and ${CODEC_KEY_ENV} is not set: set ${CODEC_KEY_ENV} to the workers' key to read it`
+          : `payload was encrypted with key ${id}, which this process does not hold (${CODEC_KEY_ENV} is ${this.current?.id ?? 'not set'}); ` +
+              `set ${CODEC_KEY_ENV}, or list the old key in ${CODEC_PREVIOUS_KEYS_ENV} after a rotation`,
       );
     }
     const data = Buffer.from(payload.data ?? new Uint8Array());
@@ -119,6 +121,37 @@ export class AesGcmCodec implements PayloadCodec {
     } catch (err) {
       throw new PayloadDecryptionError(`encrypted payload (key ${id}) failed authentication: it was altered, or the key is wrong`, { cause: err });
     }
+  }
+}
+
+/** What LenientCodec puts in place of a payload it cannot open: `{ [UNREADABLE]: why }`. */
+export const UNREADABLE = 'ferryUnreadable';
+
+/**
+ * Opens what it can, and turns an encrypted payload it cannot open (no key, another key) into a
+ * JSON marker that says why, instead of failing the whole call: a listing of many migrations
+ * still shows the rows it can read. Only for reading; never given to a worker.
+ */
+export class LenientCodec implements PayloadCodec {
+  constructor(private readonly inner: PayloadCodec | undefined) {}
+
+  async encode(payloads: Payload[]): Promise<Payload[]> {
+    return payloads;
+  }
+
+  async decode(payloads: Payload[]): Promise<Payload[]> {
+    return Promise.all(
+      payloads.map(async (payload) => {
+        if (text(payload.metadata?.encoding) !== ENCRYPTED_ENCODING) return payload;
+        try {
+          if (!this.inner) throw new PayloadDecryptionError(`payload is encrypted and ${CODEC_KEY_ENV} is not set: set ${CODEC_KEY_ENV} to the workers' key to read it`);
+          return (await this.inner.decode([payload]))[0];
+        } catch (err) {
+          const marker = { [UNREADABLE]: (err as Error).message };
+          return { metadata: { encoding: Buffer.from('json/plain') }, data: Buffer.from(JSON.stringify(marker)) };
+        }
+      }),
+    );
   }
 }
 
@@ -140,5 +173,14 @@ export function codecFromEnv(env: NodeJS.ProcessEnv = process.env): AesGcmCodec 
 export function dataConverterFromEnv(env: NodeJS.ProcessEnv = process.env): DataConverter | undefined {
   const codec = codecFromEnv(env);
   return codec ? { payloadCodecs: [codec], failureConverterPath: require.resolve('./failure-converter') } : undefined;
+}
+
+/**
+ * A client's converter: the workers' one when a key is set; without a key, a codec holding no key
+ * that leaves plain payloads alone and answers an encrypted one with which variable to set (the
+ * SDK alone says only `Unknown encoding: binary/encrypted`).
+ */
+export function clientDataConverterFromEnv(env: NodeJS.ProcessEnv = process.env): DataConverter {
+  return dataConverterFromEnv(env) ?? { payloadCodecs: [new AesGcmCodec(undefined)] };
 }
 

@@ -19,3 +19,15 @@ export function duration(value: string): number {
   if (ms === undefined) throw new InvalidArgumentError('must be a duration such as 30s, 5m or 1h');
   return ms;
 }
+
+/** An http(s) URL, as the Web UI and the temporal CLI take a codec endpoint. */
+export function httpUrl(value: string): string {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new InvalidArgumentError('must be an http(s) URL, e.g. http://127.0.0.1:8888');
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new InvalidArgumentError('must be an http(s) URL, e.g. http://127.0.0.1:8888');
+  return value.replace(/\/+$/, '');
+}

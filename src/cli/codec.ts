@@ -57,14 +57,20 @@ function readBody(req: IncomingMessage): Promise<string> {
   });
 }
 
+/**
+ * No payloads at all comes as `{}` (Go's encoding/json leaves an empty list out: `temporal workflow
+ * query` without arguments sends it) or as an empty body: both are zero payloads, not an error.
+ */
 function parsePayloads(body: string): Payload[] {
+  if (body.trim() === '') return [];
   let parsed: unknown;
   try {
     parsed = JSON.parse(body);
   } catch {
     throw new HttpError(400, 'the body is not JSON');
   }
-  const payloads = (parsed as { payloads?: unknown })?.payloads;
+  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) throw new HttpError(400, 'the body must be {"payloads": [...]}');
+  const payloads = (parsed as { payloads?: unknown }).payloads ?? [];
   if (!Array.isArray(payloads)) throw new HttpError(400, 'the body must be {"payloads": [...]}');
   return payloads.map((p, i) => {
     try {

@@ -1,5 +1,5 @@
 /** `ferry start | status | result | list | validate`. */
-import { Command, Option } from 'commander';
+import { Command, InvalidArgumentError, Option } from 'commander';
 import { FerryClient } from '../client';
 import { displayQualified } from '../core/identifiers';
 import { loadSpecFile, loadSpecOrPlanFile } from '../spec-file';
@@ -7,6 +7,7 @@ import { formatChangeResult, formatChangeStatus, watchChange } from '../view/cha
 import { MIGRATION_STATES } from '../core/state-machine';
 import { formatResult, formatStatus } from '../view/format';
 import { CliExit, printJson } from './output';
+import { formatList } from '../view/list';
 import { watch } from '../view/watch';
 
 export function registerMigrationCommands(program: Command): void {
@@ -103,13 +104,18 @@ export function registerMigrationCommands(program: Command): void {
   program
     .command('list')
     .description('list migrations, newest first')
-    .addOption(new Option('--state <state>', 'only migrations in this state').choices([...MIGRATION_STATES]))
+    .addOption(new Option('--state <state>', `only migrations in this state (${MIGRATION_STATES.join(', ')}; any case)`).argParser(migrationState))
     .addOption(new Option('--json', 'print JSON'))
     .action(async (opts: { state?: string; json?: boolean }) => {
       await FerryClient.using(async (client) => {
         const migrations = await client.list({ state: opts.state });
         if (opts.json) return printJson(migrations);
-        for (const m of migrations) process.stdout.write(`${m.id}\t${m.state}\t${m.phase}\t${m.startedAt}${m.endedAt ? `\t${m.endedAt}` : ''}\n`);
+        process.stdout.write(`${formatList(migrations)}\n`);
+        const unreadable = migrations.find((m) => m.unreadable);
+        if (unreadable) {
+          const n = migrations.filter((m) => m.unreadable).length;
+          process.stderr.write(`ferry: rows and errors of ${n} migration(s) are encrypted: ${unreadable.unreadable}\n`);
+        }
       });
     });
 
@@ -154,6 +160,14 @@ export function registerMigrationCommands(program: Command): void {
         }
       });
     });
+}
+
+function migrationState(value: string): string {
+  const state = value.trim().toUpperCase();
+  if (!(MIGRATION_STATES as readonly string[]).includes(state)) {
+    throw new InvalidArgumentError(`must be one of ${MIGRATION_STATES.join(', ')} (any case)`);
+  }
+  return state;
 }
 
 /** `ferry start PLAN` for a change plan: preflight first (a refusal exits 2, nothing changed). */

@@ -2,7 +2,7 @@
 import { Command } from 'commander';
 import { temporalConfig } from '../config';
 import { RefusedError } from '../client';
-import { duration, positiveInt } from './args';
+import { duration, httpUrl, positiveInt } from './args';
 import { CliExit } from './output';
 
 function untilSignal(): Promise<NodeJS.Signals> {
@@ -20,7 +20,7 @@ export function registerProcessCommands(program: Command): void {
     .option('--ui-port <port>', 'Web UI port', positiveInt, 8233)
     .option('--db-file <path>', 'persist to this SQLite file (in memory otherwise)')
     .option('--headless', 'no Web UI')
-    .option('--codec-endpoint <url>', 'payload codec endpoint for the Web UI (see `ferry codec-server`)')
+    .option('--codec-endpoint <url>', 'payload codec endpoint for the Web UI (see `ferry codec-server`)', httpUrl)
     .action(async (opts: { port: number; uiPort: number; dbFile?: string; headless?: boolean; codecEndpoint?: string }) => {
       // Loaded on demand: the worker SDK and its dependencies make every other verb slower to start.
       const { startDevServer } = require('../dev/dev-server') as typeof import('../dev/dev-server');
@@ -35,6 +35,11 @@ export function registerProcessCommands(program: Command): void {
         report: (line) => process.stderr.write(`${line}\n`),
       });
       process.stdout.write(`Temporal dev server on ${server.address}${server.uiUrl ? `, Web UI ${server.uiUrl}` : ''}\n`);
+      if (opts.codecEndpoint) {
+        process.stdout.write(
+          `payload codec endpoint: ${opts.codecEndpoint}${server.uiUrl ? ' (the Web UI decodes through it' : ' (no Web UI'}; the temporal CLI takes --codec-endpoint ${opts.codecEndpoint})\n`,
+        );
+      }
       process.stdout.write(`workers and clients: TEMPORAL_ADDRESS=${server.address}\n`);
       const reason = await Promise.race([untilSignal(), server.exited.then(() => 'exit' as const)]);
       if (reason !== 'exit') await server.stop();

@@ -138,7 +138,7 @@ export interface ChangeResultDocument {
   metadata: Record<string, unknown> | null;
   steps: StepStatus[];
   events: ChangeEvent[];
-  rows_backfilled: number;
+  rowsBackfilled: number;
   warnings: string[];
   /** The control signals taken (pause, resume, throttle, approve, cancel), with who sent them and why. */
   controls?: ControlTransition[];
@@ -162,7 +162,7 @@ export function changeResultDocument(status: ChangeStatusDocument, metadata: Rec
     metadata: metadata ?? null,
     steps: status.steps,
     events: status.events,
-    rows_backfilled: status.steps.reduce((n, s) => n + (s.rowsUpdated ?? 0), 0),
+    rowsBackfilled: status.steps.reduce((n, s) => n + (s.rowsUpdated ?? 0), 0),
     warnings: status.warnings ?? [],
     controls: status.transitions.filter((t): t is ControlTransition => t.machine === 'control'),
   };

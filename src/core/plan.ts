@@ -56,6 +56,17 @@ export interface TablePlan {
    * Ferry's writes; absent when there are none (and in plans of an older Ferry).
    */
   notes?: string[];
+  /**
+   * Index and index-backed constraint names (primary key, unique, exclusion) that are taken in
+   * the target schema, by their source name → the free name Ferry gives them on the target table
+   * it creates; absent when every name is free (and in plans of an older Ferry).
+   */
+  targetNames?: Record<string, string>;
+}
+
+/** The name an index or constraint of the source gets on the target (see TablePlan.targetNames). */
+export function targetIndexName(table: Pick<TablePlan, 'targetNames'>, sourceName: string): string {
+  return (table.targetNames && Object.prototype.hasOwnProperty.call(table.targetNames, sourceName) && table.targetNames[sourceName]) || sourceName;
 }
 
 /** What copying, syncing and validating one table needs (the plan minus its chunk list). */
@@ -121,6 +132,7 @@ export const planSchema = z.strictObject({
         chunks: z.array(z.strictObject({ index: z.number().int().min(0).max(10_000), lower: key.nullable(), upper: key.nullable() })).min(1).max(256),
         validationUnits: z.array(z.strictObject({ chunk: z.number().int().min(0).max(10_000), lower: key.nullable(), upper: key.nullable() })).max(100_000).optional(),
         notes: z.array(z.string().max(2000)).max(1000).optional(),
+        targetNames: z.record(name, name).optional(),
         targetExisted: z.boolean(),
         sourceWrites: z.number().min(0),
       }),

@@ -154,7 +154,12 @@ export interface StatusDocument {
   retrying?: { workflowId: string; activity: string; attempt: number; lastError?: string };
 }
 
-/** The result document and callback body (the callback contract of docs/architecture.md §9 plus Ferry's fields). */
+/**
+ * The result document and callback body (the callback contract of docs/architecture.md §9 plus
+ * Ferry's fields). Naming: the contract's fields keep their snake_case names (task_id,
+ * start_time, end_time, duration_ms); every field Ferry adds is camelCase, like the status
+ * document's (schema/ferry-result.schema.json).
+ */
 export interface ResultDocument {
   task_id: string;
   state: MigrationState;
@@ -167,7 +172,7 @@ export interface ResultDocument {
   metadata: Record<string, unknown> | null;
   tables: TableStatus[];
   events: MigrationEvent[];
-  rows_copied: number;
+  rowsCopied: number;
   warnings: string[];
   /** Online mode: the freeze and its write outage. */
   cutover?: CutoverReport;
@@ -175,6 +180,26 @@ export interface ResultDocument {
   timeline?: TimelineStep[];
   /** The control signals taken, with who sent them and why. */
   controls?: ControlTransition[];
+}
+
+/**
+ * A result document as this Ferry names its fields: one written by an older Ferry (kept in a
+ * finished workflow's result or memo) said `rows_copied`.
+ */
+export function currentResultNames<T extends object>(doc: T): T {
+  const old = doc as Record<string, unknown>;
+  const renames: [string, string][] = [
+    ['rows_copied', 'rowsCopied'],
+    ['rows_backfilled', 'rowsBackfilled'],
+  ];
+  if (!renames.some(([from]) => from in old)) return doc;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(old)) {
+    const to = renames.find(([from]) => from === k)?.[1];
+    if (to === undefined) out[k] = v;
+    else if (!(to in old)) out[to] = v;
+  }
+  return out as T;
 }
 
 export function resultDocument(status: StatusDocument, metadata: Record<string, unknown> | undefined): ResultDocument {
@@ -192,7 +217,7 @@ export function resultDocument(status: StatusDocument, metadata: Record<string, 
     metadata: metadata ?? null,
     tables: status.tables,
     events: status.events,
-    rows_copied: status.tables.reduce((n, t) => n + t.rowsCopied, 0),
+    rowsCopied: status.tables.reduce((n, t) => n + t.rowsCopied, 0),
     warnings: status.warnings ?? [],
   };
   if (status.cutover) doc.cutover = status.cutover;

@@ -47,7 +47,12 @@ function regclassLiteral(name: QualifiedName): string {
  * primary key; a partitioned table with its partition key (its partitions: src/db/partitions.ts).
  * A serial column's default names the sequence `sequences` chose for it.
  */
-export function createTableSql(info: TableInfo, target: QualifiedName, sequences: SequenceNames, options: { primaryKey?: boolean } = {}): string {
+export function createTableSql(
+  info: TableInfo,
+  target: QualifiedName,
+  sequences: SequenceNames,
+  options: { primaryKey?: boolean; primaryKeyName?: string } = {},
+): string {
   const lines: string[] = [];
   for (const column of info.columns) {
     let line = `${quoteIdent(column.name)} ${column.type}`;
@@ -71,7 +76,7 @@ export function createTableSql(info: TableInfo, target: QualifiedName, sequences
   }
   for (const check of info.checks) lines.push(`CONSTRAINT ${quoteIdent(check.name)} ${check.definition}`);
   // Without it, a load writes no index at all; addPrimaryKeySql builds it afterwards.
-  if (info.primaryKey && options.primaryKey !== false) lines.push(`CONSTRAINT ${quoteIdent(info.primaryKey.name)} ${info.primaryKey.definition}`);
+  if (info.primaryKey && options.primaryKey !== false) lines.push(`CONSTRAINT ${quoteIdent(options.primaryKeyName ?? info.primaryKey.name)} ${info.primaryKey.definition}`);
   const partitioned = info.partitionKey ? ` PARTITION BY ${info.partitionKey}` : '';
   return `CREATE TABLE ${quoteQualified(target)} (\n  ${lines.join(',\n  ')}\n)${partitioned}`;
 }
@@ -89,8 +94,8 @@ function indexOutsideQuotes(def: string, marker: string): number {
   return -1;
 }
 
-/** CREATE INDEX IF NOT EXISTS on the target table, from the source's pg_get_indexdef. */
-export function createIndexSql(index: ConstraintInfo, info: TableInfo, target: QualifiedName): string {
+/** CREATE INDEX IF NOT EXISTS on the target table, from the source's pg_get_indexdef, named `name`. */
+export function createIndexSql(index: ConstraintInfo, info: TableInfo, target: QualifiedName, name = index.name): string {
   const def = index.definition;
   // The first match of either form: a predicate's string literal later on may contain the other.
   const [found] = [' ON ', ' ON ONLY ']
@@ -99,12 +104,15 @@ export function createIndexSql(index: ConstraintInfo, info: TableInfo, target: Q
     .filter((m) => m.at >= 0)
     .sort((a, b) => a.at - b.at);
   if (!found) throw new Error(`cannot read index definition of ${index.name}`);
-  const head = def.slice(0, found.at).replace(/^CREATE (UNIQUE )?INDEX /, (m) => `${m}IF NOT EXISTS `);
+  const prefix = /^CREATE (UNIQUE )?INDEX /.exec(def);
+  if (!prefix) throw new Error(`cannot read index definition of ${index.name}`);
+  // The head is `CREATE [UNIQUE] INDEX <name>`: the name is replaced, not edited in place.
+  const head = `${prefix[0]}IF NOT EXISTS ${quoteIdent(name)}`;
   return `${head} ON ${quoteQualified(target)} USING ${def.slice(found.at + found.marker.length)}`;
 }
 
-export function addConstraintSql(constraint: ConstraintInfo, target: QualifiedName): string {
-  return `ALTER TABLE ${quoteQualified(target)} ADD CONSTRAINT ${quoteIdent(constraint.name)} ${constraint.definition}`;
+export function addConstraintSql(constraint: ConstraintInfo, target: QualifiedName, name = constraint.name): string {
+  return `ALTER TABLE ${quoteQualified(target)} ADD CONSTRAINT ${quoteIdent(name)} ${constraint.definition}`;
 }
 
 /** FOREIGN KEY … REFERENCES <mapped target> …, added NOT VALID (validated in a second step). */
@@ -123,10 +131,10 @@ export function addForeignKeySql(fk: ForeignKeyInfo, target: QualifiedName, refe
  * the source's definition (one sort of the loaded rows), then the constraint on that index —
  * a catalog change, since the key columns are already NOT NULL.
  */
-export function addPrimaryKeySql(info: TableInfo, target: QualifiedName, indexDefinition: string): string[] {
+export function addPrimaryKeySql(info: TableInfo, target: QualifiedName, indexDefinition: string, name = info.primaryKey!.name): string[] {
   const pk = info.primaryKey!;
   return [
-    createIndexSql({ name: pk.name, definition: indexDefinition }, info, target),
-    `ALTER TABLE ${quoteQualified(target)} ADD CONSTRAINT ${quoteIdent(pk.name)} PRIMARY KEY USING INDEX ${quoteIdent(pk.name)}`,
+    createIndexSql({ name: pk.name, definition: indexDefinition }, info, target, name),
+    `ALTER TABLE ${quoteQualified(target)} ADD CONSTRAINT ${quoteIdent(name)} PRIMARY KEY USING INDEX ${quoteIdent(name)}`,
   ];
 }

@@ -37,7 +37,7 @@ export function formatChangeStatus(s: ChangeStatusDocument): string {
 }
 
 export function formatChangeResult(r: ChangeResultDocument): string {
-  const lines = [`change ${r.task_id} on ${r.database} ${r.state} in ${r.duration}  (${r.rows_backfilled} rows backfilled)`, ...r.steps.map((s) => stepLine(s))];
+  const lines = [`change ${r.task_id} on ${r.database} ${r.state} in ${r.duration}  (${r.rowsBackfilled} rows backfilled)`, ...r.steps.map((s) => stepLine(s))];
   if (r.error) lines.push(`error: ${r.error.message}${r.error.cause ? ` (cause: ${r.error.cause})` : ''}`);
   for (const w of r.warnings) lines.push(`warning: ${w}`);
   if (r.callback) lines.push(`callback: ${r.callback.delivered ? 'delivered' : `not delivered (${r.callback.error})`}`);

@@ -32,7 +32,7 @@ export function formatStatus(s: StatusDocument): string {
 }
 
 export function formatResult(r: ResultDocument): string {
-  const lines = [`migration ${r.task_id} ${r.state} in ${r.duration}  (${r.rows_copied} rows)`];
+  const lines = [`migration ${r.task_id} ${r.state} in ${r.duration}  (${r.rowsCopied} rows)`];
   for (const t of r.tables) lines.push(`  ${t.source} → ${t.target}  ${t.phase}  ${t.rowsCopied} rows`);
   if (r.error) lines.push(`error: ${r.error.message}${r.error.cause ? ` (cause: ${r.error.cause})` : ''}`);
   if (r.cutover) {

@@ -130,7 +130,7 @@ describe('change plans under load, with workers killed', () => {
       expect(result.steps.map((s) => s.state)).toEqual(['SUCCEEDED', 'SUCCEEDED', 'SUCCEEDED', 'SUCCEEDED']);
       // The second pass of until: all found nothing left.
       expect(result.steps[1].passes).toBe(2);
-      expect(result.rows_backfilled).toBe(ROWS);
+      expect(result.rowsBackfilled).toBe(ROWS);
       expect(result.events.map((e) => e.type)).toEqual(expect.arrayContaining(['StepStarted', 'StepCompleted', 'BackfillProgress', 'ChangeFinished']));
     } finally {
       await load.stop();

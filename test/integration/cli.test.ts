@@ -56,12 +56,22 @@ describe('the ferry CLI', () => {
 
     const result = await stack.runCli(['result', 'cli-ok', '--json']);
     expect(result.code).toBe(0);
-    expect(JSON.parse(result.stdout)).toMatchObject({ task_id: 'cli-ok', state: 'SUCCEEDED', rows_copied: 2500, error: null });
+    expect(JSON.parse(result.stdout)).toMatchObject({ task_id: 'cli-ok', state: 'SUCCEEDED', rowsCopied: 2500, error: null });
 
     const list = await stack.runCli(['list', '--json']);
-    expect(JSON.parse(list.stdout)).toEqual([expect.objectContaining({ id: 'cli-ok', state: 'SUCCEEDED', phase: 'COMPLETED' })]);
+    expect(JSON.parse(list.stdout)).toEqual([
+      expect.objectContaining({ id: 'cli-ok', kind: 'migration', state: 'SUCCEEDED', phase: 'COMPLETED', source: 'legacy', target: 'v2', rows: 2500 }),
+    ]);
     const failed = await stack.runCli(['list', '--state', 'FAILED', '--json']);
     expect(JSON.parse(failed.stdout)).toEqual([]);
+    const text = await stack.runCli(['list']);
+    expect(text.code).toBe(0);
+    const [header, row, ...rest] = text.stdout.trimEnd().split('\n');
+    expect(header.split(/\s{2,}/)).toEqual(['ID', 'STATE', 'PHASE', 'SOURCE', 'TARGET', 'ROWS', 'STARTED', 'ENDED', 'ERROR']);
+    expect(row.split(/\s{2,}/).slice(0, 6)).toEqual(['cli-ok', 'SUCCEEDED', 'COMPLETED', 'legacy', 'v2', '2500']);
+    expect(rest).toEqual([]);
+    // Columns line up: each header starts where its values start.
+    expect(row.indexOf('legacy')).toBe(header.indexOf('SOURCE'));
   });
 
   it('exits 2 and starts nothing for an invalid spec, naming the field', async () => {
@@ -110,6 +120,19 @@ describe('the ferry CLI', () => {
     expect(run.stdout).toMatch(/migration cli-fails FAILED/);
     expect(run.stdout).toMatch(/violates check constraint "pos"/);
     expect((await stack.runCli(['result', 'cli-fails'])).code).toBe(1);
+
+    // --state in any case; the error is the list's last column.
+    const failed = await stack.runCli(['list', '--state', 'failed']);
+    expect({ code: failed.code, stderr: failed.stderr }).toEqual({ code: 0, stderr: '' });
+    const lines = failed.stdout.trimEnd().split('\n');
+    expect(lines).toHaveLength(2);
+    expect(lines[1]).toMatch(/^cli-fails\s+FAILED\s+FAILED\s+legacy\s+v2\s+\S+\s+.*violates check constraint "pos"/);
+    const json = JSON.parse((await stack.runCli(['list', '--state', 'Failed', '--json'])).stdout);
+    expect(json).toEqual([expect.objectContaining({ id: 'cli-fails', state: 'FAILED', error: expect.objectContaining({ message: expect.any(String) }) })]);
+    expect(JSON.stringify(json[0].error)).toMatch(/violates check constraint \\"pos\\"/);
+    const bad = await stack.runCli(['list', '--state', 'finished']);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('must be one of PENDING, QUEUED, RUNNING');
   });
 
   it('validate --connect lists a prepared target\'s triggers and foreign keys, and both refuse them online when Ferry cannot write as a replica', async () => {
@@ -141,7 +164,14 @@ describe('the ferry CLI', () => {
 
   it('ferry server runs a dev server with Ferry\'s search attributes and the Web UI, on which ferry worker and ferry start --wait migrate a table, and stops on SIGTERM', async () => {
     const [port, uiPort] = [await freePort(), await freePort()];
-    const server = spawn(process.execPath, [FERRY_BIN, 'server', '--port', String(port), '--ui-port', String(uiPort)], { env: stack.env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const bad = await stack.runCli(['server', '--port', String(port), '--codec-endpoint', 'ftp://codec']);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain("option '--codec-endpoint <url>' argument 'ftp://codec' is invalid. must be an http(s) URL");
+    const codec = 'http://127.0.0.1:8888';
+    const server = spawn(process.execPath, [FERRY_BIN, 'server', '--port', String(port), '--ui-port', String(uiPort), '--codec-endpoint', `${codec}/`], {
+      env: stack.env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let output = '';
     server.stdout.on('data', (d) => (output += d));
     server.stderr.on('data', (d) => (output += d));
@@ -152,6 +182,7 @@ describe('the ferry CLI', () => {
         return output.includes(`workers and clients: TEMPORAL_ADDRESS=127.0.0.1:${port}`);
       }, 60_000);
       expect(output).toContain(`Temporal dev server on 127.0.0.1:${port}, Web UI http://127.0.0.1:${uiPort}`);
+      expect(output).toContain(`payload codec endpoint: ${codec} (the Web UI decodes through it; the temporal CLI takes --codec-endpoint ${codec})`);
       const address = `127.0.0.1:${port}`;
       const connection = await Connection.connect({ address });
       try {

@@ -4,7 +4,7 @@
  * key holders — the client, the workers, `ferry codec-server` — can read. Checked on the real
  * histories the dev server stores, not on what Ferry says about them.
  */
-import { ChildProcess, spawn } from 'node:child_process';
+import { ChildProcess, execFile, spawn } from 'node:child_process';
 import { createHmac, randomBytes } from 'node:crypto';
 import { createServer, IncomingHttpHeaders, request as httpRequest, Server } from 'node:http';
 import { AddressInfo } from 'node:net';
@@ -13,6 +13,7 @@ import { ApplicationFailure, defaultPayloadConverter } from '@temporalio/common'
 import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import { FerryClient } from '../../src/client';
 import { AesGcmCodec, dataConverterFromEnv, parseCodecKey } from '../../src/codec';
+import { ENCRYPTED_MESSAGE_SUFFIX } from '../../src/failure-converter';
 import { PATCHES } from '../../src/core/names';
 import { stateQuery } from '../../workflows/definitions';
 import { adminUrl, rowsAsText, TestDatabases, withClient } from '../helpers/databases';
@@ -135,6 +136,7 @@ describe('payload encryption (FERRY_CODEC_KEY)', () => {
   let dbs: TestDatabases;
   let stack: TestStack;
   let migrationId: string;
+  let failedId: string;
   let startInput: JsonPayload[];
   const codecServers: ChildProcess[] = [];
 
@@ -250,6 +252,7 @@ describe('payload encryption (FERRY_CODEC_KEY)', () => {
        ALTER TABLE public.zebra_refused ADD CONSTRAINT zebra_positive CHECK (v > 0) NOT VALID;`,
     );
     const id = `secrets-codec-failed-${randomBytes(3).toString('hex')}`;
+    failedId = id;
     await stack.ferry.start({ source: 'vault_src', target: 'vault_dst', tables: ['public.zebra_refused'] }, { id });
     const result = await stack.ferry.result(id);
     expect(result.state).toBe('FAILED');
@@ -267,9 +270,86 @@ describe('payload encryption (FERRY_CODEC_KEY)', () => {
     expect(text).toMatch(/activityTaskFailedEventAttributes/); // the copy's failure is in there …
     const messages = [...text.matchAll(/"message":\s*"([^"]*)"/g)].map((m) => m[1]);
     expect(messages.length).toBeGreaterThan(3);
-    expect(new Set(messages)).toEqual(new Set(['Encoded failure'])); // … its message moved into a payload
+    // … its message moved into a payload; what stays in the clear is what the failure shows anyway (its type, the activity).
+    expect(messages.filter((m) => !m.endsWith(`(${ENCRYPTED_MESSAGE_SUFFIX})`))).toEqual([]);
+    expect(messages).toContain(`PostgresError.23514 (${ENCRYPTED_MESSAGE_SUFFIX})`);
     expect(text).not.toMatch(/"stackTrace":\s*"[^"]/);
     expect(text).not.toMatch(/zebra|violates check constraint/);
+  });
+
+  it('shows key holders the failure through `temporal workflow show --codec-endpoint` and answers `temporal workflow query` through the codec server', async () => {
+    const server = await codecServer({ FERRY_CODEC_KEY: key });
+    // Asynchronously: the worker that answers the query runs in this process.
+    const temporalCli = (args: string[], codec = true) =>
+      new Promise<{ status: number | null; stdout: string; stderr: string }>((resolve) => {
+        const bin = process.env.FERRY_TEMPORAL_BIN ?? 'temporal';
+        const all = [...args, '--address', stack.server.address, '--namespace', stack.server.namespace, ...(codec ? ['--codec-endpoint', server.url] : [])];
+        execFile(bin, all, { encoding: 'utf8', timeout: 60_000 }, (err, stdout, stderr) =>
+          resolve({ status: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+        );
+      });
+    // A query without arguments: the CLI sends the codec server `{}` to encode.
+    const query = await temporalCli(['workflow', 'query', '--workflow-id', migrationId, '--type', 'state', '-o', 'json']);
+    expect({ status: query.status, stderr: query.stderr }).toEqual({ status: 0, stderr: '' });
+    expect(query.stdout).toContain('public.zebra_accounts');
+
+    // The text view prints each failure's message as stored: what failed, and where its text is.
+    const show = await temporalCli(['workflow', 'show', '--workflow-id', failedId]);
+    expect({ status: show.status, stderr: show.stderr }).toEqual({ status: 0, stderr: '' });
+    expect(show.stdout).toContain(`Message: PostgresError.23514 (${ENCRYPTED_MESSAGE_SUFFIX})`);
+    expect(show.stdout).toContain(`Message: activity copyChunk failed (${ENCRYPTED_MESSAGE_SUFFIX})`);
+    // The JSON view holds the text itself: each failure's encodedAttributes, decrypted by the codec server.
+    const json = await temporalCli(['workflow', 'show', '--workflow-id', failedId, '-o', 'json']);
+    expect({ status: json.status, stderr: json.stderr }).toEqual({ status: 0, stderr: '' });
+    const opened: string[] = [];
+    const collect = (value: unknown): void => {
+      if (Array.isArray(value)) return value.forEach(collect);
+      if (value === null || typeof value !== 'object') return;
+      const attrs = (value as { encodedAttributes?: JsonPayload }).encodedAttributes;
+      if (attrs) {
+        expect(unb64(attrs.metadata?.encoding)).toBe('json/plain');
+        opened.push(JSON.parse(unb64(attrs.data)).message);
+      }
+      Object.values(value).forEach(collect);
+    };
+    collect(JSON.parse(json.stdout));
+    expect(opened).toContain('new row for relation "zebra_refused" violates check constraint "zebra_positive"');
+    // Without the codec endpoint the same commands show nothing readable.
+    const blind = await temporalCli(['workflow', 'show', '--workflow-id', failedId, '-o', 'json'], false);
+    expect(blind.status).toBe(0);
+    expect(blind.stdout).not.toMatch(/zebra_positive/);
+
+    server.process.kill('SIGTERM');
+    expect(await new Promise((r) => server.process.once('exit', r))).toBe(0);
+  });
+
+  it('tells a client without the key which variable to set, and `ferry list` still lists every migration', async () => {
+    for (const verb of ['status', 'result']) {
+      const run = await stack.runCli([verb, migrationId], { FERRY_CODEC_KEY: '' });
+      expect({ verb, code: run.code }).toEqual({ verb, code: 1 });
+      expect(run.stderr).toContain('FERRY_CODEC_KEY is not set: set FERRY_CODEC_KEY to the workers\' key');
+      expect(run.stderr).not.toContain('Unknown encoding');
+      expect(run.stdout).not.toMatch(/zebra/);
+    }
+
+    const list = await stack.runCli(['list', '--json'], { FERRY_CODEC_KEY: '' });
+    expect({ code: list.code, stderr: list.stderr }).toEqual({ code: 0, stderr: '' });
+    const rows = JSON.parse(list.stdout) as { id: string; state: string; rows?: number; error?: unknown; unreadable?: string; source?: string }[];
+    const byId = new Map(rows.map((r) => [r.id, r]));
+    expect(byId.get(migrationId)).toMatchObject({ state: 'SUCCEEDED', source: 'vault_src', unreadable: expect.stringContaining('set FERRY_CODEC_KEY') });
+    expect(byId.get(failedId)).toMatchObject({ state: 'FAILED', unreadable: expect.stringContaining('set FERRY_CODEC_KEY') });
+    expect(byId.get(migrationId)?.rows).toBeUndefined();
+    expect(list.stdout).not.toMatch(/zebra/);
+    const text = await stack.runCli(['list'], { FERRY_CODEC_KEY: '' });
+    expect(text.code).toBe(0);
+    expect(text.stdout).toMatch(new RegExp(`^${failedId}\\s+FAILED\\s+FAILED\\s+vault_src\\s+vault_dst\\s+\\?\\s+.*\\(encrypted\\)$`, 'm'));
+    expect(text.stderr).toMatch(/are encrypted: .*set FERRY_CODEC_KEY/);
+
+    // With the key, the same listing has the rows and the failure.
+    const withKey = JSON.parse((await stack.runCli(['list', '--json'])).stdout) as typeof rows;
+    expect(withKey.find((r) => r.id === migrationId)).toMatchObject({ rows: 8000 });
+    expect(JSON.stringify(withKey.find((r) => r.id === failedId)?.error)).toMatch(/zebra_positive/);
+    expect(withKey.every((r) => r.unreadable === undefined)).toBe(true);
   });
 
   it('decrypts the last error of a retrying activity for RETRYING', async () => {
@@ -321,8 +401,15 @@ describe('payload encryption (FERRY_CODEC_KEY)', () => {
     const back = ((await (await post(`${server.url}/decode`, { payloads: [...encoded, original] })).json()) as { payloads: JsonPayload[] }).payloads;
     expect(back).toEqual([original, original]);
 
-    const malformed = await post(`${server.url}/decode`, { nope: true });
+    const malformed = await post(`${server.url}/decode`, { payloads: 'nope' });
     expect(malformed.status).toBe(400);
+    // No payloads: `{}` (what Go's JSON makes of an empty list) or no body at all.
+    for (const body of [{}, { nope: true }]) {
+      const empty = await post(`${server.url}/encode`, body);
+      expect({ status: empty.status, body: await empty.json() }).toEqual({ status: 200, body: { payloads: [] } });
+    }
+    const none = await fetch(`${server.url}/decode`, { method: 'POST', headers: { 'x-namespace': 'default' } });
+    expect({ status: none.status, body: await none.json() }).toEqual({ status: 200, body: { payloads: [] } });
 
     // Another key: an HTTP error that says why, not garbage.
     const other = await codecServer({ FERRY_CODEC_KEY: randomBytes(32).toString('base64') });
