@@ -312,6 +312,6 @@ describe('change plans under load, with workers killed', () => {
     expect(result.events.filter((e) => e.type === 'StepStarted').map((e) => e.step)).toEqual([0, 1]);
     expect(result.events.filter((e) => e.type === 'StepCompleted').map((e) => e.step)).toEqual([0, 1]);
     expect(result.steps.map((s) => s.state)).toEqual(['SUCCEEDED', 'SUCCEEDED']);
-    expect(result.rows_backfilled).toBe(ROWS);
+    expect(result.rowsBackfilled).toBe(ROWS);
   });
 });
