@@ -3,45 +3,25 @@
  * only Temporal — the databases are reached by the workers — so it needs no connection URLs.
  */
 import { randomBytes } from 'node:crypto';
-import {
-  Client,
-  Connection,
-  WorkflowExecutionDescription,
-  WorkflowExecutionAlreadyStartedError,
-  WorkflowFailedError,
-  WorkflowHandle,
-  WorkflowNotFoundError,
-} from '@temporalio/client';
-import { Payload, PayloadCodec, TypedSearchAttributes, WorkflowIdConflictPolicy } from '@temporalio/common';
-import { decodeFromPayloadsAtIndex, decodeOptionalFailureToOptionalError } from '@temporalio/common/lib/internal-non-workflow';
-import { clientDataConverterFromEnv, LenientCodec, UNREADABLE } from './codec';
-import { RefusedError } from './core/errors';
-import { innermostApplicationFailure } from './core/failures';
-import type { CleanupInput, CleanupResult } from '../workflows/cleanup';
-import type { ChangePreflightResult } from '../activities/change-preflight';
-import {
-  approveCutoverSignal,
-  cancelSignal,
-  changeStateQuery,
-  pauseSignal,
-  resumeSignal,
-  RetireState,
-  retireStateQuery,
-  revertSignal,
-  stateQuery,
-  tableStateQuery,
-  throttleSignal,
-  ThrottleRequest,
-} from '../workflows/definitions';
-import { ChangePlan, isChangePlanInput, parseChangePlan } from './core/change-plan';
-import { ChangeResultDocument, ChangeStatusDocument, StepProgress } from './core/change-status';
-import { connectionOptions, TemporalConfig, temporalConfig } from './config';
-import { CHANGE_CLEANUP_WORKFLOW, CHANGE_PREFLIGHT_WORKFLOW, CHANGE_WORKFLOW, CLEANUP_WORKFLOW, FerryPhaseKey, FerrySourceKey, FerryStateKey, FerryTargetKey, HELPER_WORKFLOW_TYPES, MIGRATION_WORKFLOW, PREFLIGHT_WORKFLOW, UNFREEZE_WORKFLOW, workflowIds } from './core/names';
-import { MigrationPlan } from './core/plan';
-import { checkThrottle, parseSpec, Spec } from './core/spec';
-import { MigrationState, Phase } from './core/state-machine';
-import { Audit, checkedAudit, currentResultNames, ErrorInfo, ResultDocument, StatusDocument } from './core/status';
-import { FAILURE } from './core/failure-types';
+import { Client, Connection, WorkflowExecutionAlreadyStartedError, WorkflowHandle, WorkflowNotFoundError } from '@temporalio/client';
+import { TypedSearchAttributes, WorkflowIdConflictPolicy } from '@temporalio/common';
+import { clientDataConverterFromEnv } from '../codec';
+import { RefusedError } from '../core/errors';
+import { innermostApplicationFailure } from '../core/failures';
+import type { CleanupInput, CleanupResult } from '../../workflows/cleanup';
+import type { ChangePreflightResult } from '../../activities/change-preflight';
+import { approveCutoverSignal, cancelSignal, pauseSignal, resumeSignal, RetireState, retireStateQuery, revertSignal, throttleSignal, ThrottleRequest } from '../../workflows/definitions';
+import { ChangePlan, isChangePlanInput, parseChangePlan } from '../core/change-plan';
+import { ChangeResultDocument, ChangeStatusDocument } from '../core/change-status';
+import { connectionOptions, TemporalConfig, temporalConfig } from '../config';
+import { CHANGE_CLEANUP_WORKFLOW, CHANGE_PREFLIGHT_WORKFLOW, CHANGE_WORKFLOW, CLEANUP_WORKFLOW, FerryPhaseKey, FerrySourceKey, FerryStateKey, FerryTargetKey, MIGRATION_WORKFLOW, PREFLIGHT_WORKFLOW, UNFREEZE_WORKFLOW, workflowIds } from '../core/names';
+import { MigrationPlan } from '../core/plan';
+import { checkThrottle, parseSpec, Spec } from '../core/spec';
+import { Audit, checkedAudit, ResultDocument, StatusDocument } from '../core/status';
+import { FAILURE } from '../core/failure-types';
+import { MigrationSummary, StatusReader } from './status-reader';
+
+export type { MigrationSummary };
 
 export interface StartOptions {
   /** Overrides spec.id. */
@@ -67,24 +47,6 @@ export interface StartedChange {
   started: boolean;
 }
 
-/** One row of `ferry list` (schema/ferry-result.schema.json, $defs/listEntry). */
-export interface MigrationSummary {
-  id: string;
-  kind: 'migration' | 'change';
-  state: MigrationState | string;
-  phase: Phase | string;
-  /** Connection names (a change plan's database on both). */
-  source?: string;
-  target?: string;
-  startedAt: string;
-  endedAt?: string;
-  /** Rows copied (a change plan: backfilled), once it has ended. */
-  rows?: number;
-  error?: ErrorInfo;
-  /** Why its memo could not be read (encrypted with a key this client does not hold). */
-  unreadable?: string;
-}
-
 export { RefusedError };
 
 export interface CleanupOutcome {
@@ -103,24 +65,21 @@ export interface CleanupOutcome {
   pending?: string[];
 }
 
-/** Runs payloads through codecs in decoding order (the last one applied on encode first). */
-async function decodeAll(codecs: PayloadCodec[], payloads: Payload[]): Promise<Payload[]> {
-  let out = payloads;
-  for (const codec of [...codecs].reverse()) out = await codec.decode(out);
-  return out;
-}
-
 export function generateMigrationId(now = new Date()): string {
   const stamp = now.toISOString().replace(/[-:]/g, '').replace('T', '-').slice(0, 15);
   return `ferry-${stamp}-${randomBytes(3).toString('hex')}`;
 }
 
 export class FerryClient {
+  private readonly reader: StatusReader;
+
   private constructor(
     readonly client: Client,
     readonly config: TemporalConfig,
     private readonly ownsConnection: Connection | undefined,
-  ) {}
+  ) {
+    this.reader = new StatusReader(client);
+  }
 
   static async connect(config: Partial<TemporalConfig> = {}, env: NodeJS.ProcessEnv = process.env): Promise<FerryClient> {
     const full = { ...temporalConfig(env), ...config };
@@ -255,183 +214,31 @@ export class FerryClient {
     }
   }
 
-  /**
-   * The status document: the workflow's `state` query when a worker answers, else what
-   * visibility knows (memo, search attributes). Two states are derived here, not stored:
-   * QUEUED — no worker has run the workflow yet — and RETRYING — an activity of the migration
-   * or of its tables is past its first attempt (its last error is attached).
-   */
-  async status(id: string): Promise<StatusDocument> {
-    const handle = this.handle(id);
-    const d = await handle.describe();
-    const running = d.status.name === 'RUNNING';
-    if (running && !(await this.hasRunAWorkflowTask(d.workflowId, d.runId))) return this.fromVisibility(d, 'QUEUED');
-    let doc: StatusDocument;
-    try {
-      doc = await this.client.connection.withDeadline(Date.now() + 5_000, () => handle.query(stateQuery));
-    } catch {
-      doc = this.fromVisibility(d);
-    }
-    if (running) await this.withLiveProgress(id, doc);
-    if (running && doc.state === 'RUNNING') {
-      const open = doc.tables.map((t, i) => ({ t, i })).filter(({ t }) => !['COMPLETED', 'FAILED'].includes(t.phase)).map(({ i }) => i);
-      const retrying = await this.retryingActivity(id, open);
-      if (retrying) {
-        doc.state = 'RETRYING';
-        doc.retrying = retrying;
-      }
-    }
-    return doc;
-  }
-
-  /**
-   * Rows, chunks and lag of the unfinished tables, read from their workflows (tableState): the
-   * parent hears of milestones only, so its own history does not grow while a table copies or
-   * syncs for hours. A table whose workflow does not answer keeps what the parent knows.
-   */
-  private async withLiveProgress(id: string, doc: StatusDocument): Promise<void> {
-    const open = doc.tables.map((t, i) => ({ t, i })).filter(({ t }) => !['PENDING', 'COMPLETED', 'FAILED'].includes(t.phase));
-    for (let at = 0; at < open.length; at += 16) {
-      await Promise.all(
-        open.slice(at, at + 16).map(async ({ t, i }) => {
-          const live = await this.client.connection
-            .withDeadline(Date.now() + 3_000, () => this.handle(workflowIds.table(id, i)).query(tableStateQuery))
-            .catch(() => undefined);
-          if (!live) return;
-          t.rowsCopied = live.rowsCopied;
-          t.chunks = live.chunks;
-          if (live.lag) t.lag = live.lag;
-        }),
-      );
-    }
-  }
-
-  private async hasRunAWorkflowTask(workflowId: string, runId: string): Promise<boolean> {
-    const page = await this.client.workflowService.getWorkflowExecutionHistory({
-      namespace: this.client.options.namespace,
-      execution: { workflowId, runId },
-      maximumPageSize: 10,
-    });
-    return (page.history?.events ?? []).some((e) => e.workflowTaskCompletedEventAttributes);
-  }
-
-  /** The first activity past its first attempt, in the migration or one of its unfinished tables. */
-  private async retryingActivity(id: string, tableIndexes: number[]): Promise<StatusDocument['retrying']> {
-    const ids = [id, ...tableIndexes.map((i) => workflowIds.table(id, i))];
-    // Described in parallel, a few at a time: a status read stays a handful of round trips.
-    for (let at = 0; at < ids.length; at += 16) {
-      const batch = await Promise.all(
-        ids.slice(at, at + 16).map(async (workflowId) => {
-          const d = await this.handle(workflowId).describe().catch(() => undefined);
-          if (d?.status.name !== 'RUNNING') return undefined;
-          const pending = (d.raw.pendingActivities ?? []).find((a) => (a.attempt ?? 1) > 1);
-          if (!pending) return undefined;
-          // Decoded like any failure: with FERRY_CODEC_KEY its message is an encrypted payload.
-          const lastFailure = await decodeOptionalFailureToOptionalError(this.client.workflow.options.loadedDataConverter, pending.lastFailure);
-          return {
-            workflowId,
-            activity: pending.activityType?.name ?? 'activity',
-            attempt: pending.attempt ?? 2,
-            lastError: lastFailure?.message,
-          };
-        }),
-      );
-      const first = batch.find(Boolean);
-      if (first) return first;
-    }
-    return undefined;
-  }
-
-  private fromVisibility(d: WorkflowExecutionDescription, derived?: 'QUEUED'): StatusDocument {
-    const result = d.memo?.result as ResultDocument | undefined;
-    const doc: StatusDocument = {
-      id: d.workflowId,
-      runId: d.runId,
-      state: derived ?? ((result?.state ?? d.typedSearchAttributes.get(FerryStateKey) ?? 'QUEUED') as MigrationState),
-      phase: (result?.phase ?? d.typedSearchAttributes.get(FerryPhaseKey) ?? 'PENDING') as Phase,
-      paused: false,
-      tables: result?.tables ?? [],
-      events: result?.events ?? [],
-      transitions: [],
-      startedAt: d.startTime.toISOString(),
-    };
-    if (result?.error) doc.error = result.error;
-    if (d.closeTime) doc.endedAt = d.closeTime.toISOString();
-    return doc;
+  /** The status document (see StatusReader.status). */
+  status(id: string): Promise<StatusDocument> {
+    return this.reader.status(id);
   }
 
   /** Waits for the migration to end and returns its result document, for every outcome. */
-  async result(id: string): Promise<ResultDocument> {
-    const handle = this.handle(id);
-    try {
-      return currentResultNames(await handle.result());
-    } catch (err) {
-      if (!(err instanceof WorkflowFailedError)) throw err;
-      const d = await handle.describe();
-      const fromMemo = d.memo?.result as ResultDocument | undefined;
-      if (fromMemo) return currentResultNames(fromMemo);
-      const failure = innermostApplicationFailure(err);
-      const end = (d.closeTime ?? new Date()).toISOString();
-      return {
-        task_id: id,
-        state: d.status.name === 'CANCELLED' ? 'CANCELLED' : d.status.name === 'TIMED_OUT' ? 'TIMED_OUT' : 'FAILED',
-        phase: 'FAILED',
-        start_time: d.startTime.toISOString(),
-        end_time: end,
-        duration: '',
-        duration_ms: Date.parse(end) - d.startTime.getTime(),
-        error: { message: failure?.message ?? err.message, type: failure?.type ?? undefined },
-        metadata: null,
-        tables: [],
-        events: [],
-        rowsCopied: 0,
-        warnings: [],
-      };
-    }
+  result(id: string): Promise<ResultDocument> {
+    return this.reader.result(id);
   }
 
-  /**
-   * Migrations and change plans (not helper workflows), newest first, optionally by FerryState.
-   * State, phase, source and target come from search attributes (never encrypted); rows and the
-   * error from the memo's result, which a client without the key cannot open: such a row is
-   * listed with `unreadable` instead of failing the whole listing.
-   */
-  async list(filter: { state?: string; limit?: number } = {}): Promise<MigrationSummary[]> {
-    let query = `WorkflowType IN ('${MIGRATION_WORKFLOW}', '${CHANGE_WORKFLOW}')`;
-    if (filter.state) query += ` AND FerryState = '${filter.state.toUpperCase().replace(/'/g, '')}'`;
-    const codecs = this.client.workflow.options.loadedDataConverter.payloadCodecs;
-    const lenient = new Client({
-      connection: this.client.connection,
-      namespace: this.client.options.namespace,
-      dataConverter: { payloadCodecs: [new LenientCodec(codecs.length ? { encode: async (p) => p, decode: async (p) => decodeAll(codecs, p) } : undefined)] },
-    });
-    const out: MigrationSummary[] = [];
-    for await (const w of lenient.workflow.list({ query })) {
-      if (HELPER_WORKFLOW_TYPES.includes(w.type)) continue;
-      const change = w.type === CHANGE_WORKFLOW;
-      const summary: MigrationSummary = {
-        id: w.workflowId,
-        kind: change ? 'change' : 'migration',
-        state: w.typedSearchAttributes.get(FerryStateKey) ?? 'QUEUED',
-        phase: w.typedSearchAttributes.get(FerryPhaseKey) ?? 'PENDING',
-        source: w.typedSearchAttributes.get(FerrySourceKey),
-        target: w.typedSearchAttributes.get(FerryTargetKey),
-        startedAt: w.startTime.toISOString(),
-      };
-      if (w.closeTime) summary.endedAt = w.closeTime.toISOString();
-      const memo = (w.memo ?? {}) as Record<string, unknown>;
-      const unreadable = Object.values(memo).find((v): v is Record<string, string> => typeof v === 'object' && v !== null && UNREADABLE in v);
-      if (unreadable) summary.unreadable = unreadable[UNREADABLE];
-      const result = memo.result && !unreadable ? currentResultNames(memo.result as Partial<ResultDocument & ChangeResultDocument>) : undefined;
-      if (result) {
-        const rows = change ? result.rowsBackfilled : result.rowsCopied;
-        if (typeof rows === 'number') summary.rows = rows;
-        if (result.error) summary.error = result.error;
-      }
-      out.push(summary);
-      if (out.length >= (filter.limit ?? 1000)) break;
-    }
-    return out;
+  /** Migrations and change plans (not helper workflows), newest first, optionally by FerryState. */
+  list(filter: { state?: string; limit?: number } = {}): Promise<MigrationSummary[]> {
+    return this.reader.list(filter);
+  }
+
+  kindOf(id: string): Promise<'change' | 'migration'> {
+    return this.reader.kindOf(id);
+  }
+
+  changeStatus(id: string): Promise<ChangeStatusDocument> {
+    return this.reader.changeStatus(id);
+  }
+
+  changeResult(id: string): Promise<ChangeResultDocument> {
+    return this.reader.changeResult(id);
   }
 
   /** Runs a change plan's preflight on the workers; throws RefusedError when it is refused. */
@@ -476,100 +283,6 @@ export class FerryClient {
     }
   }
 
-  /** 'change' for a changeWorkflow, 'migration' otherwise. */
-  async kindOf(id: string): Promise<'change' | 'migration'> {
-    const d = await this.handle(id).describe();
-    return d.type === CHANGE_WORKFLOW ? 'change' : 'migration';
-  }
-
-  /**
-   * A change plan's status document: the workflow's `state` query, with the running step's live
-   * progress read from its activity's heartbeat (rows of a backfill's pass, an index build's
-   * blocks or tuples), and RETRYING when an activity is past its first attempt.
-   */
-  async changeStatus(id: string): Promise<ChangeStatusDocument> {
-    const handle = this.handle(id);
-    const d = await handle.describe();
-    let doc: ChangeStatusDocument;
-    try {
-      doc = await this.client.connection.withDeadline(Date.now() + 5_000, () => handle.query(changeStateQuery));
-    } catch {
-      const result = d.memo?.result as ChangeResultDocument | undefined;
-      doc = {
-        kind: 'change',
-        id,
-        runId: d.runId,
-        database: String(d.memo?.database ?? ''),
-        state: (result?.state ?? d.typedSearchAttributes.get(FerryStateKey) ?? 'QUEUED') as MigrationState,
-        phase: (result?.phase ?? d.typedSearchAttributes.get(FerryPhaseKey) ?? 'PENDING') as ChangeStatusDocument['phase'],
-        paused: false,
-        throttle: {},
-        steps: result?.steps ?? [],
-        events: result?.events ?? [],
-        transitions: [],
-        startedAt: d.startTime.toISOString(),
-      };
-      if (result?.error) doc.error = result.error;
-      if (d.closeTime) doc.endedAt = d.closeTime.toISOString();
-    }
-    if (d.status.name !== 'RUNNING') return doc;
-    const running = doc.steps.find((s) => s.state === 'RUNNING');
-    for (const a of d.raw.pendingActivities ?? []) {
-      const name = a.activityType?.name;
-      const payloads = a.heartbeatDetails?.payloads;
-      if (running && payloads?.length && (name === 'backfillSlice' || name === 'buildChangeIndex' || name === 'copyRewrite')) {
-        const details = await decodeHeartbeat(this, payloads);
-        if (name === 'copyRewrite' && typeof details?.rows === 'number') {
-          running.progress = { done: details.rows as number, total: Number(details.total ?? details.rows), unit: 'rows' };
-        }
-        if (name === 'buildChangeIndex' && details?.progress) running.progress = details.progress as StepProgress;
-        if (name === 'backfillSlice' && typeof details?.rowsScanned === 'number' && running.progress) {
-          running.progress = { ...running.progress, done: Math.max(running.progress.done, details.rowsScanned as number) };
-        }
-      }
-      if ((a.attempt ?? 1) > 1 && doc.state === 'RUNNING') {
-        const lastFailure = await decodeOptionalFailureToOptionalError(this.client.workflow.options.loadedDataConverter, a.lastFailure);
-        doc.state = 'RETRYING';
-        doc.retrying = { workflowId: id, activity: name ?? 'activity', attempt: a.attempt ?? 2, lastError: lastFailure?.message };
-      }
-    }
-    return doc;
-  }
-
-  /** Waits for a change plan to end and returns its result document, for every outcome. */
-  async changeResult(id: string): Promise<ChangeResultDocument> {
-    const handle = this.handle(id);
-    try {
-      return currentResultNames(await handle.result());
-    } catch (err) {
-      if (!(err instanceof WorkflowFailedError)) throw err;
-      const d = await handle.describe();
-      const fromMemo = d.memo?.result as ChangeResultDocument | undefined;
-      if (fromMemo) return currentResultNames(fromMemo);
-      const failure = innermostApplicationFailure(err);
-      const end = (d.closeTime ?? new Date()).toISOString();
-      return {
-        kind: 'change',
-        task_id: id,
-        state: d.status.name === 'CANCELLED' ? 'CANCELLED' : 'FAILED',
-        phase: 'FAILED',
-        database: String(d.memo?.database ?? ''),
-        start_time: d.startTime.toISOString(),
-        end_time: end,
-        duration: '',
-        duration_ms: Date.parse(end) - d.startTime.getTime(),
-        error: { message: failure?.message ?? err.message, type: failure?.type ?? undefined },
-        metadata: null,
-        steps: [],
-        events: [],
-        rowsBackfilled: 0,
-        warnings: [],
-      };
-    }
-  }
-
-  // Control signals take an optional audit — who sends it and why — recorded in the status
-  // document's transitions and as a ControlReceived event.
   /**
    * Swaps a rewrite step back to its old table (within keepOld): signals the step's retirement
    * workflow and waits until the revert ended. `step` is 1-based; absent, the plan's one swapped
@@ -606,6 +319,8 @@ export class FerryClient {
     return steps[0].index;
   }
 
+  // Control signals take an optional audit — who sends it and why — recorded in the status
+  // document's transitions and as a ControlReceived event.
   async cancel(id: string, reason?: string, actor?: string): Promise<void> {
     await this.handle(id).signal(cancelSignal, checkedAudit({ reason, actor }));
   }
@@ -728,16 +443,6 @@ export class FerryClient {
 function afterwardsOf(specInput: unknown): string | undefined {
   try {
     return parseSpec(specInput).cutover?.afterwards;
-  } catch {
-    return undefined;
-  }
-}
-
-/** A pending activity's last heartbeat details, decoded as the workers' data converter wrote them. */
-async function decodeHeartbeat(client: FerryClient, payloads: unknown[]): Promise<Record<string, unknown> | undefined> {
-  try {
-    const value = await decodeFromPayloadsAtIndex<unknown>(client.client.workflow.options.loadedDataConverter, 0, payloads as never);
-    return value && typeof value === 'object' ? (value as Record<string, unknown>) : undefined;
   } catch {
     return undefined;
   }
