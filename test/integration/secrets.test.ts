@@ -499,6 +499,16 @@ describe('payload encryption (FERRY_CODEC_KEY)', () => {
       )
     ).flat();
     const sealed = found.filter((p) => !p.path.includes('searchAttributes') && !p.path.includes('markerRecordedEventAttributes'));
+    // A payload without a key id is named with its place in the history (what to look for, should it ever appear).
+    const unsealed = sealed.filter((p) => !p.payload.metadata?.['encryption-key-id']);
+    expect(
+      unsealed.map((p) => ({
+        workflowId: p.workflowId,
+        path: p.path,
+        metadata: Object.fromEntries(Object.entries(p.payload.metadata ?? {}).map(([k, v]) => [k, unb64(v as string)])),
+        data: unb64(p.payload.data as string).slice(0, 200),
+      })),
+    ).toEqual([]);
     expect(new Set(sealed.map((p) => unb64(p.payload.metadata?.['encryption-key-id'])))).toEqual(new Set([oldId, newId]));
     expect(sealed.filter((p) => unb64(p.payload.metadata?.encoding) !== 'binary/encrypted')).toEqual([]);
     // Without the previous key, what the old key sealed (the start input) is unreadable.
