@@ -71,7 +71,9 @@ export function createCopyChunk({ connections, logger }: ActivityDeps) {
             // attempt can have written there (test/integration/copy-invariant.test.ts checks it
             // after every slice, interrupted ones included). A target loaded without its primary
             // key could only answer such a DELETE with a scan of the whole table.
-            const copied = await copyRange(source, target, table, batch.bounds, (b) => ctx.heartbeat({ bytes: bytes + b }));
+            const copied = await copyRange(source, target, table, batch.bounds, (b) =>
+              ctx.heartbeat({ chunk: input.chunk.index, rowsCopied: checkpoint.rowsCopied, bytes: bytes + b }),
+            );
             await advanceCheckpoint(target, ref, batch.end, copied.rows, batch.end === null);
             return copied;
           });
@@ -79,7 +81,8 @@ export function createCopyChunk({ connections, logger }: ActivityDeps) {
           bytes += stats.bytes;
           batches += 1;
           checkpoint = { lastKey: batch.end ?? checkpoint.lastKey, rowsCopied: checkpoint.rowsCopied + stats.rows, done: batch.end === null };
-          ctx.heartbeat({ rowsCopied: checkpoint.rowsCopied });
+          // The chunk's committed rows, for `ferry status` between the slice's reports (src/client/status-reader.ts).
+          ctx.heartbeat({ chunk: input.chunk.index, rowsCopied: checkpoint.rowsCopied });
           if (input.rowsPerSecond && !checkpoint.done) {
             const due = (rows / input.rowsPerSecond) * 1000 - (Date.now() - started);
             if (due > 0) await ctx.sleep(Math.min(due, input.sliceMs));

@@ -68,7 +68,10 @@ function buildState(root = ROOT) {
  * Returns tsc's exit status (0 when there was nothing to do).
  */
 function build({ root = ROOT, force = false, log = (line) => process.stderr.write(`${line}\n`) } = {}) {
-  if (!force && buildState(root).current) return 0;
+  if (!force && buildState(root).current) {
+    pruneOrphans(root);
+    return 0;
+  }
   const hash = sourceHash(root);
   fs.rmSync(path.join(root, STAMP), { force: true });
   // tsc's incremental state would not re-emit outputs deleted behind its back.
@@ -81,9 +84,34 @@ function build({ root = ROOT, force = false, log = (line) => process.stderr.writ
     log(`ferry: the build failed (tsc exit ${result.status ?? result.signal}); bin/ferry.js runs the sources through tsx until it succeeds`);
     return result.status ?? 1;
   }
+  pruneOrphans(root);
   fs.writeFileSync(path.join(root, STAMP), `${JSON.stringify({ sources: hash })}\n`);
   log(`ferry: compiled in ${((Date.now() - started) / 1000).toFixed(1)} s`);
   return 0;
+}
+
+/**
+ * Removes what earlier builds compiled from sources that are gone: tsc never deletes an output,
+ * and Node resolves `require('../client')` to a stale dist/src/client.js before the
+ * dist/src/client/ folder that replaced it.
+ */
+function pruneOrphans(root) {
+  const walk = (dir) => {
+    if (!fs.existsSync(dir)) return;
+    for (const entry of fs.readdirSync(dir, { withFileTypes: true })) {
+      const full = path.join(dir, entry.name);
+      if (entry.isDirectory()) {
+        walk(full);
+        if (fs.readdirSync(full).length === 0) fs.rmdirSync(full);
+        continue;
+      }
+      const m = /^(.*)\.(js|js\.map|d\.ts)$/.exec(entry.name);
+      if (!m) continue;
+      const source = path.join(root, path.relative(path.join(root, 'dist'), dir), `${m[1]}.ts`);
+      if (!fs.existsSync(source)) fs.rmSync(full);
+    }
+  };
+  for (const dir of SOURCE_DIRS) walk(path.join(root, 'dist', dir));
 }
 
 module.exports = { build, buildState, sourceHash };

@@ -86,9 +86,26 @@ export class StatusReader {
           t.rowsCopied = live.rowsCopied;
           t.chunks = live.chunks;
           if (live.lag) t.lag = live.lag;
+          if (live.chunks.some((c) => c.state === 'COPYING')) await this.withCopyHeartbeats(workflowIds.table(id, i), t);
         }),
       );
     }
+  }
+
+  /**
+   * A table workflow hears of a chunk's rows when its slice ends (every several seconds); the
+   * slice's heartbeats carry the chunk's committed rows as each batch commits (sent at most
+   * every 2 s): the newer of the two.
+   */
+  private async withCopyHeartbeats(workflowId: string, t: StatusDocument['tables'][number]): Promise<void> {
+    const d = await this.handle(workflowId).describe().catch(() => undefined);
+    for (const a of d?.raw.pendingActivities ?? []) {
+      if (a.activityType?.name !== 'copyChunk') continue;
+      const details = await decodeHeartbeat(this.client, a.heartbeatDetails?.payloads ?? []);
+      const chunk = typeof details?.chunk === 'number' ? t.chunks[details.chunk] : undefined;
+      if (chunk && typeof details?.rowsCopied === 'number') chunk.rowsCopied = Math.max(chunk.rowsCopied, details.rowsCopied);
+    }
+    t.rowsCopied = Math.max(t.rowsCopied, t.chunks.reduce((n, c) => n + c.rowsCopied, 0));
   }
 
   private async hasRunAWorkflowTask(workflowId: string, runId: string): Promise<boolean> {

@@ -83,6 +83,8 @@ describe('controlling migrations', () => {
        INSERT INTO public.twin SELECT id, payload FROM public.big;
        CREATE TABLE public.batched (id bigint PRIMARY KEY, payload text);
        INSERT INTO public.batched SELECT g, md5(g::text) FROM generate_series(1, 30000) g;
+       CREATE TABLE public.watched (id bigint PRIMARY KEY, payload text);
+       INSERT INTO public.watched SELECT g, md5(g::text) FROM generate_series(1, 60000) g;
        CREATE TABLE public.small (id int PRIMARY KEY, v int);
        INSERT INTO public.small SELECT g, g FROM generate_series(1, 1000) g;
        CREATE TABLE public.halves (id int PRIMARY KEY, v int);
@@ -223,6 +225,27 @@ describe('controlling migrations', () => {
     expect(sizes.filter((n) => n !== 1000 && n !== 300).every((n) => n < 300)).toBe(true);
     expect(sizes.reduce((a, b) => a + b, 0)).toBe(30000);
     await dbs.exec('target', 'DROP TABLE public.batched');
+  });
+
+  it('ferry watch reads a capped copy at its cap, without NaN or infinity, and ends with the outcome', async () => {
+    const { id } = await stack.ferry.start({ source: 'src', target: 'dst', batchRows: 500, tables: ['public.watched'] }, { id: 'watched-cap' });
+    await stack.ferry.throttle(id, { rowsPerSecond: 2000 });
+    const out = await stack.runCli(['watch', id]);
+    expect(out.code).toBe(0);
+    expect(out.stderr).not.toMatch(/NaN|Infinity|INF/);
+    // Each line: time, then the table's rows and rate; the rate counts once ten seconds of copying have passed.
+    const samples = out.stderr
+      .split('\n')
+      .map((l) => /^(\S+Z) .* public\.watched FULL_MIGRATING (\d+)\/~\d+ (\d+) rows\/s/.exec(l))
+      .filter((m): m is RegExpExecArray => m !== null)
+      .map((m) => ({ at: Date.parse(m[1]), rows: Number(m[2]), rate: Number(m[3]) }));
+    const copying = samples.filter((x) => x.rows > 0);
+    expect(copying.length).toBeGreaterThan(5);
+    const settled = copying.filter((x) => x.at - copying[0].at >= 10_000 && x.rows < 60_000);
+    expect(settled.length).toBeGreaterThan(3);
+    const off = settled.filter((x) => Math.abs(x.rate - 2000) > 400);
+    expect(off).toEqual([]);
+    expect(out.stderr.trim().split('\n').pop()).toMatch(/^watched-cap · SUCCEEDED · COMPLETED · \S+ · 60000 rows$/);
   });
 
   it('shares one rate cap among the tables copying at once, and among their chunks', async () => {

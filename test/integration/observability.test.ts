@@ -116,7 +116,9 @@ describe('observability', () => {
     // `ferry watch` without a terminal: plain timestamped lines on stderr, the result on stdout.
     const plain = await watched;
     expect(plain.code).toBe(0);
-    expect(plain.stderr).toMatch(/^\d{4}-\d\d-\d\dT[\d:.]+Z (RUNNING|SUCCEEDED) \w+ +public\.readings \w+ \d+\/~\d+/m);
+    expect(plain.stderr).toMatch(/^\d{4}-\d\d-\d\dT[\d:.]+Z \S+ · (RUNNING|SUCCEEDED) · \w+ +public\.readings \w+ \d+\/~\d+ (…|\d+) rows\/s/m);
+    // It closes with the outcome and the rows.
+    expect(plain.stderr.trim().split('\n').pop()).toMatch(new RegExp(`^${id} · SUCCEEDED · COMPLETED · \\S+ · 30000 rows$`));
     expect(plain.stderr.includes('\u001b[')).toBe(false); // no terminal escape codes
     expect(plain.stdout).toMatch(/SUCCEEDED/);
     const json = await watchedJson;

@@ -5,6 +5,7 @@ import { ConfigError, connectionOptions, temporalConfig } from '../../src/config
 import { autoChunkCount, pickBoundaries, rangesFromBoundaries, validationUnits } from '../../src/core/chunks';
 import { nextRoundKeys } from '../../activities/sync-changes';
 import { collationVersionsDiffer, sameCollation } from '../../activities/preflight';
+import { etaText, RateWindow, rateText } from '../../src/view/watch';
 import { chunkRateCap, tablesSharing } from '../../src/core/rate';
 import { formatDuration, parseDuration } from '../../src/core/duration';
 import { displayQualified, parseQualifiedName, quoteIdent, quoteQualified, withSuffix } from '../../src/core/identifiers';
@@ -273,5 +274,20 @@ describe('Temporal connection settings from the environment', () => {
     expect(() => temporalConfig({ TEMPORAL_TLS_CERT: pem('c.pem', 'x') })).toThrow(/TEMPORAL_TLS_CERT and TEMPORAL_TLS_KEY go together/);
     expect(() => temporalConfig({ TEMPORAL_TLS_CA: '/nonexistent/ca.pem' })).toThrow(/TEMPORAL_TLS_CA=\/nonexistent\/ca.pem: cannot read it/);
     expect(() => temporalConfig({ TEMPORAL_TLS: 'yes' })).toThrow(ConfigError);
+  });
+});
+
+describe('ferry watch', () => {
+  it('reads a rate from a sliding window of progress that arrives in steps, and an ETA only once there is one', () => {
+    const w = new RateWindow(10_000, 3_000);
+    expect(w.rate()).toBeUndefined();
+    // 500 rows/s reported in 2 s steps of 1000 rows, sampled every second.
+    for (let t = 0; t <= 20_000; t += 1000) w.add(t, Math.floor(t / 2000) * 1000);
+    expect(Math.abs(w.rate()! - 500)).toBeLessThan(50);
+    expect(etaText(0, 1000, undefined)).toBe('');
+    expect(etaText(1000, 1000, 500)).toBe('');
+    expect(etaText(0, 1000, 0)).toBe('');
+    expect(etaText(500, 1000, 250)).toBe('ETA 2s');
+    expect(rateText(undefined)).toBe('… rows/s');
   });
 });
