@@ -3,6 +3,7 @@
  * event log (capped, so history stays small) and the status document built from them.
  */
 import { upsertSearchAttributes, setCurrentDetails } from '@temporalio/workflow';
+import { migrationDetails } from '../src/core/details';
 import { FerryPhaseKey, FerryStateKey } from '../src/core/names';
 import { displayQualified } from '../src/core/identifiers';
 import { TablePlan } from '../src/core/plan';
@@ -145,16 +146,7 @@ export class Tracker {
       ]);
       this.published = values;
     }
-    const copied = this.tables.reduce((n, t) => n + t.rowsCopied, 0);
-    const estimated = this.tables.reduce((n, t) => n + t.rowsEstimated, 0);
-    const lines = this.tables.map((t) => `- ${t.source} → ${t.target}: ${t.phase}, ${t.rowsCopied} / ~${t.rowsEstimated} rows`);
-    const blocking = (this.blockers ?? []).map(
-      (b) => `- blocked by pid ${b.pid} (${b.applicationName || 'no application name'}, user ${b.user}), transaction open ${b.xactAgeSeconds}s: ${b.query}`,
-    );
-    if (blocking.length) blocking.unshift('The cutover waits for these write transactions, begun before the freeze:');
-    setCurrentDetails(
-      [`**${this.migration.state}** · phase ${this.phase.state}${this.paused ? ' · paused' : ''}`, `${copied} / ~${estimated} rows copied`, ...lines, ...blocking].join('\n'),
-    );
+    setCurrentDetails(migrationDetails(this.document(), this.blockers));
   }
 
   document(): StatusDocument {

@@ -142,7 +142,7 @@ describe('controlling migrations', () => {
     expect(d.typedSearchAttributes.get(FerryStateKey)).toBe('RUNNING');
     expect(d.typedSearchAttributes.get(FerrySourceKey)).toBe('src');
     const metadata = await handle.query<{ currentDetails: string }>('__temporal_workflow_metadata');
-    expect(metadata.currentDetails).toMatch(/\*\*RUNNING\*\* · phase FULL_MIGRATING[\s\S]*public\.big → public\.big: [A-Z_]+, \d+ \/ ~\d+ rows/);
+    expect(metadata.currentDetails).toMatch(/^\*\*RUNNING\*\* · FULL_MIGRATING\n\n\| table \| phase \| rows \| lag \|\n[^\n]*\n\| public\.big \| [A-Z_]+ \| [\d,]+ \/ ~[\d,]+ \| {2}\|/);
     await stack.ferry.cancel(first.id);
     expect((await resultWithin(stack.ferry, first.id)).state).toBe('CANCELLED');
   });
