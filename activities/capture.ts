@@ -32,6 +32,7 @@ import {
   triggerNames,
 } from '../src/db/capture-sql';
 import { refusal, sqlState } from '../src/db/errors';
+import { createPublicationSql, dropLogical, ensureSlot, logicalNames, SLOTS_TABLE } from '../src/db/logical-sql';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified } from '../src/core/identifiers';
 import { KeyColumn } from '../src/core/plan';
 import { dropTriggers, relationsWithTriggers, relationTree } from '../src/db/triggers';
@@ -55,6 +56,11 @@ export interface CaptureInput {
    * instead of racing writers for a table lock. Absent in executions of an older Ferry.
    */
   armFreeze?: boolean;
+  /**
+   * Capture from the write-ahead log (a publication and a slot) instead of row triggers; the
+   * change logs, the TRUNCATE refusal, the freeze and the guard are the same. Absent: triggers.
+   */
+  logical?: boolean;
 }
 
 export interface SourceRef {
@@ -86,7 +92,7 @@ async function capturesExist(db: PoolClient): Promise<boolean> {
 
 export function createCaptureActivities({ connections, logger }: ActivityDeps) {
   async function installCapture(input: CaptureInput): Promise<{ ddlGuard: boolean }> {
-    return await connections.withClient(input.source, (db) =>
+    const installed = await connections.withClient(input.source, (db) =>
       inTransaction(db, async () => {
         await db.query(LOCK_TIMEOUT);
         await lockCapture(db);
@@ -120,8 +126,10 @@ export function createCaptureActivities({ connections, logger }: ActivityDeps) {
           relids.push(Number(rel.rows[0].relid));
           const [self, ...partitions] = await relationTree(db, Number(rel.rows[0].relid));
           await db.query(createLogSql(names));
-          await db.query(createCaptureFunctionSql(names, table.keyColumns));
-          for (const sql of createCaptureTriggerSql(self.name, names, input.migrationId)) await db.query(sql);
+          if (!input.logical) {
+            await db.query(createCaptureFunctionSql(names, table.keyColumns));
+            for (const sql of createCaptureTriggerSql(self.name, names, input.migrationId)) await db.query(sql);
+          }
           // Statement triggers fire only for statements that name their own table: a write or
           // TRUNCATE straight into a partition meets the partition's.
           for (const { relid, name } of [self, ...partitions]) {
@@ -149,10 +157,20 @@ export function createCaptureActivities({ connections, logger }: ActivityDeps) {
             [input.migrationId, table.index, relids[i], fp.rows[0].fingerprint, ddlGuard, parts.rows[0].partitions],
           );
         }
-        logger.info({ migrationId: input.migrationId, tables: input.tables.length, ddlGuard, armFreeze: Boolean(input.armFreeze) }, 'capture installed');
+        if (input.logical) {
+          const logical = logicalNames(input.migrationId);
+          // Committed before the slot exists: the stream decodes with the publication in place.
+          await db.query(createPublicationSql(logical, input.tables.map((t) => t.source)));
+          await db.query(`INSERT INTO ${SLOTS_TABLE} (migration_id, slot, publication) VALUES ($1, $2, $3)`, [input.migrationId, logical.slot, logical.publication]);
+        }
+        logger.info({ migrationId: input.migrationId, tables: input.tables.length, ddlGuard, armFreeze: Boolean(input.armFreeze), logical: Boolean(input.logical) }, 'capture installed');
         return { ddlGuard };
       }),
     );
+    // The slot outside that transaction (PostgreSQL refuses it in one that wrote), and on a retry
+    // that found the rest installed: its start is where the stream begins, before any row is copied.
+    if (input.logical) await connections.withClient(input.source, (db) => ensureSlot(db, logicalNames(input.migrationId)));
+    return installed;
   }
 
   /**
@@ -168,6 +186,8 @@ export function createCaptureActivities({ connections, logger }: ActivityDeps) {
     const triggers = triggerNames(migrationId);
     const pending: string[] = [];
     await connections.withClient(input.source, async (db) => {
+      // Logical capture first: its slot holds WAL on the source for as long as it exists.
+      await dropLogical(db, logicalNames(migrationId));
       const captured = await inTransaction(db, async () => {
         await db.query(LOCK_TIMEOUT);
         await lockCapture(db);
@@ -201,8 +221,12 @@ export function createCaptureActivities({ connections, logger }: ActivityDeps) {
           }
           await db.query(`DROP FUNCTION IF EXISTS ${quoteQualified(refuseTruncateFunction(migrationId))}()`);
           await db.query(`DELETE FROM ${CAPTURE_SCHEMA}.captures WHERE migration_id = $1`, [migrationId]);
-          const others = await db.query(`SELECT 1 FROM ${CAPTURE_SCHEMA}.captures LIMIT 1`);
-          if (others.rowCount === 0) await dropSchemaIfEmpty(db, CAPTURE_SCHEMA, ['captures']);
+          const logical = await db.query(`SELECT to_regclass('${SLOTS_TABLE}') IS NOT NULL AS present`);
+          if (logical.rows[0].present) await db.query(`DELETE FROM ${SLOTS_TABLE} WHERE migration_id = $1`, [migrationId]);
+          const others = await db.query(
+            `SELECT 1 FROM ${CAPTURE_SCHEMA}.captures${logical.rows[0].present ? ` UNION ALL SELECT 1 FROM ${SLOTS_TABLE}` : ''} LIMIT 1`,
+          );
+          if (others.rowCount === 0) await dropSchemaIfEmpty(db, CAPTURE_SCHEMA, ['captures', 'slots']);
         });
       }
       if (input.freeze === 'remove') pending.push(...(await removeFreeze(db, migrationId)).pending);
