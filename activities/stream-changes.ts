@@ -17,7 +17,7 @@
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { LogicalReplicationService, Pgoutput, PgoutputPlugin } from 'pg-logical-replication';
-import { PoolClient } from 'pg';
+import { ClientBase, PoolClient } from 'pg';
 import { inTransaction } from '../src/db/connections';
 import { captureNames } from '../src/db/capture-sql';
 import { sqlState } from '../src/db/errors';
@@ -45,9 +45,22 @@ export interface StreamResult {
 
 export interface SlotLag {
   /** WAL the slot holds on the source. */
-  bytes: number;
+  slotLagBytes: number;
   /** Since the consumer last confirmed a position. */
-  seconds: number;
+  slotLagSeconds: number;
+  /** WAL the slot may still hold before max_slot_wal_keep_size invalidates it; null when unlimited. */
+  safeWalBytes: number | null;
+}
+
+/** The slot's lag now; null without a slot. */
+async function readSlotLag(db: ClientBase, slot: string): Promise<SlotLag | null> {
+  const { rows } = await db.query(SLOT_LAG_SQL, [slot]);
+  if (rows.length === 0) return null;
+  return {
+    slotLagBytes: Math.max(0, Math.round(Number(rows[0].bytes ?? 0))),
+    slotLagSeconds: Math.round(Number(rows[0].seconds ?? 0) * 1000) / 1000,
+    safeWalBytes: rows[0].safe === null ? null : Math.round(Number(rows[0].safe)),
+  };
 }
 
 /** How often the queued keys are committed and their position confirmed. */
@@ -185,7 +198,8 @@ export function createStreamActivities({ connections, logger }: ActivityDeps) {
           failure ??= err;
         },
       );
-      let lastMark = Date.now();
+      let lastMark = 0;
+      let lag: SlotLag | undefined;
       try {
         while (Date.now() - started < input.sliceMs && !ctx.cancellationSignal.aborted && failure === undefined) {
           await ctx.sleep(FLUSH_MS).catch(() => undefined);
@@ -194,9 +208,11 @@ export function createStreamActivities({ connections, logger }: ActivityDeps) {
             lastMark = Date.now();
             await serial(async () => {
               await emitMark(db, names, 'heartbeat');
+              lag = (await readSlotLag(db, names.slot)) ?? undefined;
             });
           }
-          ctx.heartbeat({ confirmedLsn, queued });
+          // Read by `ferry status` from the pending activity: progress without history.
+          ctx.heartbeat({ confirmedLsn, queued, lag });
         }
         // What was received and committed on the source goes in before the slice ends.
         await serial(flush);
@@ -220,16 +236,7 @@ export function createStreamActivities({ connections, logger }: ActivityDeps) {
     return await connections.withClient(input.source, (db) => awaitConfirmed(db, input.migrationId, input.timeoutMs ?? 60_000, () => ctx.heartbeat()));
   }
 
-  /** Bytes of WAL the slot holds and seconds since its last confirmation; null without a slot. */
-  async function slotLag(input: { migrationId: string; source: string }): Promise<SlotLag | null> {
-    return await connections.withClient(input.source, async (db) => {
-      const { rows } = await db.query(SLOT_LAG_SQL, [logicalNames(input.migrationId).slot]);
-      if (rows.length === 0) return null;
-      return { bytes: Math.max(0, Math.round(Number(rows[0].bytes ?? 0))), seconds: Math.round(Number(rows[0].seconds ?? 0) * 1000) / 1000 };
-    });
-  }
-
-  return { streamChanges, awaitCaptured, slotLag };
+  return { streamChanges, awaitCaptured };
 }
 
 /**

@@ -27,7 +27,7 @@ import { CHANGE_PREFLIGHT_WORKFLOW, CHANGE_WORKFLOW, CLEANUP_WORKFLOW, FerryPhas
 import { MigrationPlan } from './core/plan';
 import { checkThrottle, parseSpec, Spec } from './core/spec';
 import { MigrationState, Phase } from './core/state-machine';
-import { Audit, checkedAudit, ResultDocument, StatusDocument } from './core/status';
+import { Audit, CaptureStatus, checkedAudit, ResultDocument, StatusDocument } from './core/status';
 import { FAILURE } from './core/failure-types';
 
 export interface StartOptions {
@@ -239,6 +239,7 @@ export class FerryClient {
       doc = this.fromVisibility(d);
     }
     if (running) await this.withLiveProgress(id, doc);
+    if (running) await this.withCaptureLag(d, doc);
     if (running && doc.state === 'RUNNING') {
       const open = doc.tables.map((t, i) => ({ t, i })).filter(({ t }) => !['COMPLETED', 'FAILED'].includes(t.phase)).map(({ i }) => i);
       const retrying = await this.retryingActivity(id, open);
@@ -270,6 +271,17 @@ export class FerryClient {
         }),
       );
     }
+  }
+
+  /** Logical capture's slot lag, as its consumer last reported it in a heartbeat. */
+  private async withCaptureLag(d: WorkflowExecutionDescription, doc: StatusDocument): Promise<void> {
+    const consumer = (d.raw.pendingActivities ?? []).find((a) => a.activityType?.name === 'streamChanges');
+    const payloads = consumer?.heartbeatDetails?.payloads;
+    if (!payloads?.length) return;
+    const details = await decodeHeartbeat(this, payloads);
+    const lag = details?.lag as Omit<CaptureStatus, 'mode' | 'confirmedLsn'> | undefined;
+    if (!lag) return;
+    doc.capture = { mode: 'logical', confirmedLsn: (details?.confirmedLsn as string | null) ?? null, ...lag };
   }
 
   private async hasRunAWorkflowTask(workflowId: string, runId: string): Promise<boolean> {

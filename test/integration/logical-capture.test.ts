@@ -121,6 +121,14 @@ describe('an online migration with logical capture', () => {
     const before = await objectInventory(dbs, 'source');
     const { id } = await stack.ferry.start(spec({ cutover: { approval: 'manual', approvalTimeout: '5m' } }), { id: 'logical-lost' });
     await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL');
+    // No writes: the consumer's logical messages still move the slot, so it holds no WAL for long.
+    const flushed = async () => (await dbs.query<{ lsn: string }>('source', 'SELECT confirmed_flush_lsn::text AS lsn FROM pg_replication_slots'))[0].lsn;
+    const idle = await flushed();
+    await eventually(async () => (await dbs.query<{ past: boolean }>('source', 'SELECT $1::pg_lsn > $2::pg_lsn AS past', [await flushed(), idle]))[0].past, 30_000);
+    // Its lag is in the status, from the consumer's heartbeat.
+    const status = await eventually(async () => (await stack.ferry.status(id)).capture, 30_000);
+    expect(status).toEqual({ mode: 'logical', confirmedLsn: expect.stringMatching(/^[0-9A-F]+\/[0-9A-F]+$/), slotLagBytes: expect.any(Number), slotLagSeconds: expect.any(Number), safeWalBytes: null });
+    expect(status.slotLagSeconds).toBeLessThan(30);
     // Someone drops the slot: changes from now on would never be captured.
     await dbs.exec('source', `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE active_pid IS NOT NULL`);
     await eventually(async () => {

@@ -42,6 +42,9 @@ const SCENARIOS: Record<string, { failureType?: string; change?: boolean }> = {
   // terminate, and the background cleanup helper (cleanupWorkflow) after a long reader.
   'full-indexes-per-table': {},
   'online-armed-freeze': {},
+  // capture: logical on a private wal_level=logical cluster: the slot consumer beside the tables
+  // and the cutover's wait for it, behind patched('logical-capture').
+  'online-logical': {},
   // Recorded under the callback.secret rule before FERRY_SECRET_* names (any variable name, here
   // HOOK_SECRET), which the spec now refuses: it replays only because executions without the
   // ferry-secret-names patch marker keep the old rule (workflows/spec-input.ts).
