@@ -2,7 +2,8 @@
  * Online migrations with capture: logical, on a private cluster with wal_level=logical: under
  * concurrent writers (inserts, updates, key changes, deletes, late commits) the target equals the
  * source row for row after the cutover, no row trigger ever captured, and the slot and the
- * publication are gone afterwards — after SUCCEEDED, CANCELLED and FAILED alike.
+ * publication are gone afterwards — after SUCCEEDED, CANCELLED and FAILED alike, and after a
+ * terminated run once `ferry cleanup` ran.
  */
 import { objectInventory, rowsAsText, TestDatabases } from '../helpers/databases';
 import { LogicalCluster, startLogicalCluster } from '../helpers/logical-cluster';
@@ -115,6 +116,21 @@ describe('an online migration with logical capture', () => {
     expect(await leftovers(dbs)).toEqual({ slots: [], publications: [] });
     // A trigger whose table a writer held locked is dropped by the background cleanup.
     await eventually(async () => JSON.stringify(await objectInventory(dbs, 'source')) === JSON.stringify(before), 60_000);
+  });
+
+  it('leaves its slot when terminated, and ferry cleanup drops it with everything else', async () => {
+    const before = { source: await objectInventory(dbs, 'source'), target: await objectInventory(dbs, 'target') };
+    const { id } = await stack.ferry.start(spec({ cutover: { approval: 'manual', approvalTimeout: '5m' } }), { id: 'logical-terminated' });
+    await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL');
+    // Terminated: no compensation runs; the slot would hold WAL for as long as it exists.
+    await stack.client.workflow.getHandle(id).terminate('operator terminated it');
+    expect((await leftovers(dbs)).slots).toHaveLength(1);
+    const cleanup = await stack.runCli(['cleanup', id]);
+    expect(cleanup.stderr).toBe('');
+    expect(cleanup.code).toBe(0);
+    expect(await leftovers(dbs)).toEqual({ slots: [], publications: [] });
+    expect(await objectInventory(dbs, 'source')).toEqual(before.source);
+    expect(await objectInventory(dbs, 'target')).toEqual(before.target);
   });
 
   it('fails when its slot is dropped behind its back, and rolls back leaving no slot or publication', async () => {
