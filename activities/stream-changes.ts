@@ -88,7 +88,17 @@ function relationKey(schema: string, name: string): string {
 
 /** The keys one change asks to re-sync. */
 export function changedKeys(message: Pgoutput.Message, keyColumns: string[]): Key[] {
-  const keyOf = (tuple: Record<string, unknown> | null) => (tuple ? keyColumns.map((k) => String(tuple[k])) : null);
+  const keyOf = (tuple: Record<string, unknown> | null) => {
+    if (!tuple) return null;
+    return keyColumns.map((k) => {
+      const value = tuple[k];
+      // A key value pgoutput left out (an unchanged TOASTed value): the key to re-sync is unknown.
+      if (typeof value !== 'string') {
+        throw ApplicationFailure.nonRetryable(`a change arrived without the value of key column "${k}" (${value === null ? 'null' : 'not sent'}); logical capture cannot tell which row changed`, FAILURE.CaptureLost);
+      }
+      return value;
+    });
+  };
   const keys: (Key | null)[] = [];
   if (message.tag === 'insert') keys.push(keyOf(message.new));
   // The old key comes only when the key changed (replica identity default) or always (full).

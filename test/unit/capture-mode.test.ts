@@ -53,6 +53,10 @@ describe('changedKeys', () => {
     expect(changedKeys({ tag: 'delete', relation, key: null, old: { a: '3', b: 'z', v: '1' } }, keys)).toEqual([['3', 'z']]);
   });
 
+  it('refuses a change whose key value did not come (it cannot tell which row changed)', () => {
+    expect(() => changedKeys({ tag: 'insert', relation, new: { a: '1' } }, keys)).toThrow('a change arrived without the value of key column "b" (not sent)');
+  });
+
   it('asks nothing of other messages', () => {
     expect(changedKeys({ tag: 'commit', flags: 0, commitLsn: '0/1', commitEndLsn: '0/2', commitTime: BigInt(0) }, keys)).toEqual([]);
   });
