@@ -109,7 +109,7 @@ export function changedKeys(message: Pgoutput.Message, keyColumns: string[]): Ke
   return [...distinct.values()];
 }
 
-export function createStreamActivities({ connections, logger }: ActivityDeps) {
+export function createStreamActivities({ connections, logger, metrics }: ActivityDeps) {
   async function streamChanges(input: StreamInput): Promise<StreamResult> {
     const ctx = Context.current();
     const names = logicalNames(input.migrationId);
@@ -219,6 +219,10 @@ export function createStreamActivities({ connections, logger }: ActivityDeps) {
             await serial(async () => {
               await emitMark(db, names, 'heartbeat');
               lag = (await readSlotLag(db, names.slot)) ?? undefined;
+              if (lag) {
+                metrics?.slotLagBytes.set({ migration: input.migrationId }, lag.slotLagBytes);
+                metrics?.slotLagSeconds.set({ migration: input.migrationId }, lag.slotLagSeconds);
+              }
             });
           }
           // Read by `ferry status` from the pending activity: progress without history.

@@ -9,6 +9,7 @@ import { objectInventory, rowsAsText, TestDatabases } from '../helpers/databases
 import { LogicalCluster, startLogicalCluster } from '../helpers/logical-cluster';
 import { eventually, resultWithin, TestStack, waitForPhase } from '../helpers/stack';
 import { startWriters } from '../helpers/writers';
+import { createMetrics, FerryMetrics } from '../../src/telemetry';
 
 const SCHEMA = `
 CREATE TABLE public.accounts (id bigint PRIMARY KEY, balance numeric(12,2), note text);
@@ -37,6 +38,7 @@ describe('an online migration with logical capture', () => {
   let cluster: LogicalCluster;
   let dbs: TestDatabases;
   let stack: TestStack;
+  let metrics: FerryMetrics;
 
   beforeAll(async () => {
     cluster = await startLogicalCluster();
@@ -49,7 +51,9 @@ describe('an online migration with logical capture', () => {
   beforeEach(async () => {
     dbs = await TestDatabases.create('logical', ['source', 'target'], cluster.url);
     await dbs.exec('source', SCHEMA);
-    stack = await TestStack.start({ connections: { live: dbs.url('source'), next: dbs.url('target') } });
+    stack = await TestStack.start({ connections: { live: dbs.url('source'), next: dbs.url('target') }, workers: 0 });
+    metrics = createMetrics();
+    await stack.startWorker({ metrics });
   });
 
   afterEach(async () => {
@@ -145,6 +149,10 @@ describe('an online migration with logical capture', () => {
     const status = await eventually(async () => (await stack.ferry.status(id)).capture, 30_000);
     expect(status).toEqual({ mode: 'logical', confirmedLsn: expect.stringMatching(/^[0-9A-F]+\/[0-9A-F]+$/), slotLagBytes: expect.any(Number), slotLagSeconds: expect.any(Number), safeWalBytes: null });
     expect(status.slotLagSeconds).toBeLessThan(30);
+    // And in the worker's Prometheus metrics.
+    const gauge = await metrics.registry.getSingleMetricAsString('ferry_slot_lag_bytes');
+    expect(gauge).toMatch(/^ferry_slot_lag_bytes\{migration="logical-lost"\} \d+$/m);
+    expect(await metrics.registry.getSingleMetricAsString('ferry_slot_lag_seconds')).toMatch(/^ferry_slot_lag_seconds\{migration="logical-lost"\} [\d.]+$/m);
     // Someone drops the slot: changes from now on would never be captured.
     await dbs.exec('source', `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE active_pid IS NOT NULL`);
     await eventually(async () => {
