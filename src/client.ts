@@ -27,6 +27,7 @@ import { CHANGE_PREFLIGHT_WORKFLOW, CHANGE_WORKFLOW, CLEANUP_WORKFLOW, FerryPhas
 import { MigrationPlan } from './core/plan';
 import { checkThrottle, parseSpec, Spec } from './core/spec';
 import { MigrationState, Phase } from './core/state-machine';
+import { temporal } from '@temporalio/proto';
 import { Audit, CaptureStatus, checkedAudit, ResultDocument, StatusDocument } from './core/status';
 import { FAILURE } from './core/failure-types';
 
@@ -302,7 +303,7 @@ export class FerryClient {
         ids.slice(at, at + 16).map(async (workflowId) => {
           const d = await this.handle(workflowId).describe().catch(() => undefined);
           if (d?.status.name !== 'RUNNING') return undefined;
-          const pending = (d.raw.pendingActivities ?? []).find((a) => (a.attempt ?? 1) > 1);
+          const pending = (d.raw.pendingActivities ?? []).find(isRetrying);
           if (!pending) return undefined;
           // Decoded like any failure: with FERRY_CODEC_KEY its message is an encrypted payload.
           const lastFailure = await decodeOptionalFailureToOptionalError(this.client.workflow.options.loadedDataConverter, pending.lastFailure);
@@ -615,6 +616,17 @@ function afterwardsOf(specInput: unknown): string | undefined {
 }
 
 /** A pending activity's last heartbeat details, decoded as the workers' data converter wrote them. */
+type PendingActivity = NonNullable<WorkflowExecutionDescription['raw']['pendingActivities']>[number];
+
+/**
+ * Past its first attempt and not running well. Logical capture's consumer runs for minutes per
+ * attempt: a later attempt that is running again (its worker was lost, say) is not retrying.
+ */
+function isRetrying(a: PendingActivity): boolean {
+  if ((a.attempt ?? 1) <= 1) return false;
+  return !(a.activityType?.name === 'streamChanges' && a.state === temporal.api.enums.v1.PendingActivityState.PENDING_ACTIVITY_STATE_STARTED);
+}
+
 async function decodeHeartbeat(client: FerryClient, payloads: unknown[]): Promise<Record<string, unknown> | undefined> {
   try {
     const value = await decodeFromPayloadsAtIndex<unknown>(client.client.workflow.options.loadedDataConverter, 0, payloads as never);

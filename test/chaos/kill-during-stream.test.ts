@@ -76,6 +76,8 @@ describe('a worker killed with SIGKILL while logical capture streams', () => {
         return now !== null && (await dbs.query<{ past: boolean }>('source', 'SELECT $1::pg_lsn > $2::pg_lsn AS past', [now, atKill]))[0].past;
       }, 60_000);
       await eventually(async () => (await dbs.query('target', 'SELECT 1 FROM public.accounts WHERE id = 99999999')).length === 1, 60_000);
+      // A consumer that runs again on its second attempt is not "retrying" in the status.
+      await eventually(async () => (await stack.ferry.status(id)).state === 'RUNNING', 30_000);
       expect(await dbs.query('target', 'SELECT 1 FROM public.accounts WHERE id = 29999')).toEqual([]);
 
       await stack.ferry.approve(id);
