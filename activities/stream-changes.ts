@@ -46,19 +46,21 @@ export interface StreamResult {
 export interface SlotLag {
   /** WAL the slot holds on the source. */
   slotLagBytes: number;
-  /** Since the consumer last confirmed a position. */
+  /**
+   * How long a change takes from its commit to the change logs: the last heartbeat message's
+   * round trip through the slot (or, while one is still on its way, how long it has been).
+   */
   slotLagSeconds: number;
   /** WAL the slot may still hold before max_slot_wal_keep_size invalidates it; null when unlimited. */
   safeWalBytes: number | null;
 }
 
-/** The slot's lag now; null without a slot. */
-async function readSlotLag(db: ClientBase, slot: string): Promise<SlotLag | null> {
+/** The WAL the slot holds now; null without a slot. */
+async function readSlotWal(db: ClientBase, slot: string): Promise<Omit<SlotLag, 'slotLagSeconds'> | null> {
   const { rows } = await db.query(SLOT_LAG_SQL, [slot]);
   if (rows.length === 0) return null;
   return {
     slotLagBytes: Math.max(0, Math.round(Number(rows[0].bytes ?? 0))),
-    slotLagSeconds: Math.round(Number(rows[0].seconds ?? 0) * 1000) / 1000,
     safeWalBytes: rows[0].safe === null ? null : Math.round(Number(rows[0].safe)),
   };
 }
@@ -132,12 +134,16 @@ export function createStreamActivities({ connections, logger, metrics }: Activit
       let lastFlush = Date.now();
       let failure: unknown;
 
-      // Everything that touches `db` or the stream's state runs one after the other.
+      // Everything that touches `db` or the stream's state runs one after the other, and nothing
+      // more after a failure: a later flush would confirm a position past keys that were lost
+      // with the failed one (the retry resumes from the slot instead).
       let chain: Promise<void> = Promise.resolve();
       const serial = (step: () => Promise<void>) => {
-        chain = chain.then(step).catch((err: unknown) => {
-          failure ??= err;
-        });
+        chain = chain
+          .then(() => (failure === undefined ? step() : undefined))
+          .catch((err: unknown) => {
+            failure ??= err;
+          });
         return chain;
       };
       const flush = async () => {
@@ -185,12 +191,18 @@ export function createStreamActivities({ connections, logger, metrics }: Activit
             pendingLsn = message.commitEndLsn;
             if (pendingKeys >= FLUSH_KEYS) await flush();
             return;
-          case 'message':
+          case 'message': {
             // A mark or heartbeat: confirmed at once, since someone may be waiting for it.
             if (message.prefix !== names.messagePrefix) return;
             pendingLsn = message.messageLsn;
             await flush();
+            const sentAt = heartbeatsSent.get(Buffer.from(message.content).toString());
+            if (sentAt !== undefined) {
+              roundTripMs = Date.now() - sentAt;
+              heartbeatsSent.clear();
+            }
             return;
+          }
           default:
         }
       };
@@ -210,6 +222,10 @@ export function createStreamActivities({ connections, logger, metrics }: Activit
       );
       let lastMark = 0;
       let lag: SlotLag | undefined;
+      // Heartbeats on their way through the slot (content → when sent), and the last round trip.
+      const heartbeatsSent = new Map<string, number>();
+      let roundTripMs = 0;
+      let sent = 0;
       try {
         while (Date.now() - started < input.sliceMs && !ctx.cancellationSignal.aborted && failure === undefined) {
           await ctx.sleep(FLUSH_MS).catch(() => undefined);
@@ -217,8 +233,14 @@ export function createStreamActivities({ connections, logger, metrics }: Activit
           if (Date.now() - lastMark >= IDLE_MARK_MS) {
             lastMark = Date.now();
             await serial(async () => {
-              await emitMark(db, names, 'heartbeat');
-              lag = (await readSlotLag(db, names.slot)) ?? undefined;
+              const content = `heartbeat ${(sent += 1)}`;
+              heartbeatsSent.set(content, Date.now());
+              await emitMark(db, names, content);
+              const wal = await readSlotWal(db, names.slot);
+              const oldest = Math.min(...heartbeatsSent.values());
+              // A heartbeat that has not come back yet is lag too, and grows with it.
+              const seconds = Math.max(roundTripMs, heartbeatsSent.size > 1 ? Date.now() - oldest : 0) / 1000;
+              lag = wal ? { ...wal, slotLagSeconds: Math.round(seconds * 1000) / 1000 } : undefined;
               if (lag) {
                 metrics?.slotLagBytes.set({ migration: input.migrationId }, lag.slotLagBytes);
                 metrics?.slotLagSeconds.set({ migration: input.migrationId }, lag.slotLagSeconds);

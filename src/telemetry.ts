@@ -52,7 +52,7 @@ export function createMetrics(): FerryMetrics {
     }),
     slotLagSeconds: new Gauge({
       name: 'ferry_slot_lag_seconds',
-      help: "Logical capture: seconds since the consumer last confirmed a position to the migration's slot",
+      help: "Logical capture: seconds a change takes from its commit to the change logs (a heartbeat's round trip through the migration's slot)",
       labelNames: ['migration'],
       registers,
     }),

@@ -156,7 +156,7 @@ export interface CaptureStatus {
   confirmedLsn: string | null;
   /** WAL the slot holds on the source. */
   slotLagBytes: number;
-  /** Since the consumer last confirmed a position. */
+  /** How long a change takes from its commit to the change logs (a heartbeat's round trip through the slot). */
   slotLagSeconds: number;
   /** WAL the slot may still hold before max_slot_wal_keep_size invalidates it; null when unlimited. */
   safeWalBytes: number | null;

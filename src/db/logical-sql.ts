@@ -93,11 +93,9 @@ export async function dropLogical(db: ClientBase, names: LogicalNames): Promise<
   await db.query(`DROP PUBLICATION IF EXISTS ${quoteIdent(names.publication)}`);
 }
 
-/** Bytes of WAL the slot holds, and seconds since the consumer last confirmed a position. */
+/** Bytes of WAL the slot holds, and what max_slot_wal_keep_size still allows (null: unlimited). */
 export const SLOT_LAG_SQL = `
 SELECT pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), s.confirmed_flush_lsn)::float8 AS bytes,
-       extract(epoch FROM clock_timestamp() - b.confirmed_at)::float8 AS seconds,
        s.safe_wal_size::float8 AS safe
   FROM pg_catalog.pg_replication_slots s
-  LEFT JOIN ${SLOTS_TABLE} b ON b.slot = s.slot_name
  WHERE s.slot_name = $1`;

@@ -5,6 +5,7 @@
  * publication are gone afterwards — after SUCCEEDED, CANCELLED and FAILED alike, and after a
  * terminated run once `ferry cleanup` ran.
  */
+import { Client } from 'pg';
 import { objectInventory, rowsAsText, TestDatabases } from '../helpers/databases';
 import { LogicalCluster, startLogicalCluster } from '../helpers/logical-cluster';
 import { eventually, resultWithin, TestStack, waitForPhase } from '../helpers/stack';
@@ -102,6 +103,43 @@ describe('an online migration with logical capture', () => {
     }
     expect(await leftovers(dbs)).toEqual({ slots: [], publications: [] });
     expect(await objectInventory(dbs, 'source')).toEqual(before);
+  });
+
+  it('loses nothing when the consumer cannot queue its keys for a while: it fails, and its retry resumes from the slot', async () => {
+    const { id } = await stack.ferry.start(spec({ cutover: { approval: 'manual', approvalTimeout: '5m' } }), { id: 'logical-blocked' });
+    const writers = await startWriters(dbs.url('source'), 3);
+    let result;
+    try {
+      await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL');
+      const log = (await dbs.query<{ t: string }>('source', `SELECT format('%I.%I', schemaname, tablename) AS t FROM pg_tables WHERE schemaname = '_ferry_capture' AND tablename LIKE 'log\\_%\\_0'`))[0].t;
+      // The consumer's next flush waits for this lock past its lock_timeout and fails.
+      const hold = new Client({ connectionString: dbs.url('source') });
+      await hold.connect();
+      try {
+        await hold.query('BEGIN');
+        await hold.query(`LOCK TABLE ${log} IN ACCESS EXCLUSIVE MODE`);
+        await eventually(async () => {
+          const d = await stack.ferry.handle(id).describe();
+          return (d.raw.pendingActivities ?? []).some((a) => a.activityType?.name === 'streamChanges' && (a.attempt ?? 1) > 1);
+        }, 60_000);
+      } finally {
+        await hold.query('ROLLBACK').catch(() => undefined);
+        await hold.end();
+      }
+      await dbs.exec('source', `INSERT INTO public.stamps VALUES ('2031-01-01 00:00:00+00', 42)`);
+      await eventually(async () => (await dbs.query('target', `SELECT 1 FROM public.stamps WHERE v = 42`)).length === 1, 60_000);
+      await stack.ferry.approve(id);
+      result = await resultWithin(stack.ferry, id, 90_000);
+    } finally {
+      await writers.stop();
+    }
+    expect(result.error).toBeNull();
+    expect(result.state).toBe('SUCCEEDED');
+    expect(writers.stats.otherErrors).toEqual([]);
+    for (const [table, key] of TABLES) {
+      expect(await rowsAsText(dbs, 'target', table, key)).toEqual(await rowsAsText(dbs, 'source', table, key));
+    }
+    expect(await leftovers(dbs)).toEqual({ slots: [], publications: [] });
   });
 
   it('drops slot and publication when cancelled while streaming', async () => {
