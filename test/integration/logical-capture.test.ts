@@ -142,6 +142,36 @@ describe('an online migration with logical capture', () => {
     expect(await leftovers(dbs)).toEqual({ slots: [], publications: [] });
   });
 
+  it('cuts over only once the consumer has queued every change committed before the freeze', async () => {
+    const { id } = await stack.ferry.start(spec({ cutover: { approval: 'manual', approvalTimeout: '5m' } }), { id: 'logical-behind' });
+    const writers = await startWriters(dbs.url('source'), 3);
+    let result;
+    const hold = new Client({ connectionString: dbs.url('source') });
+    try {
+      await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL');
+      // The consumer falls behind: its next flush waits for this row lock (under its lock_timeout),
+      // so changes committed now reach the change logs only once the lock goes.
+      await hold.connect();
+      await hold.query('BEGIN');
+      await hold.query('SELECT 1 FROM _ferry_capture.slots FOR UPDATE');
+      await stack.ferry.approve(id);
+      await eventually(async () => writers.stats.frozenErrors.length > 0, 30_000, 50);
+      await new Promise((r) => setTimeout(r, 3_000));
+      await hold.query('ROLLBACK');
+      result = await resultWithin(stack.ferry, id, 90_000);
+    } finally {
+      await hold.end().catch(() => undefined);
+      await writers.stop();
+    }
+    expect(result.error).toBeNull();
+    expect(result.state).toBe('SUCCEEDED');
+    expect(writers.stats.otherErrors).toEqual([]);
+    for (const [table, key] of TABLES) {
+      expect(await rowsAsText(dbs, 'target', table, key)).toEqual(await rowsAsText(dbs, 'source', table, key));
+    }
+    expect(await leftovers(dbs)).toEqual({ slots: [], publications: [] });
+  });
+
   it('drops slot and publication when cancelled while streaming', async () => {
     const before = await objectInventory(dbs, 'source');
     const { id } = await stack.ferry.start(spec({ cutover: { approval: 'manual', approvalTimeout: '5m' } }), { id: 'logical-cancel' });
