@@ -2,7 +2,7 @@
  * Online migrations with capture: logical, on a private cluster with wal_level=logical: under
  * concurrent writers (inserts, updates, key changes, deletes, late commits) the target equals the
  * source row for row after the cutover, no row trigger ever captured, and the slot and the
- * publication are gone afterwards — after SUCCEEDED, CANCELLED and FAILED alike, and after a
+ * publication are gone afterwards — after SUCCEEDED, CANCELLED, TIMED_OUT and FAILED alike, and after a
  * terminated run once `ferry cleanup` ran.
  */
 import { Client } from 'pg';
@@ -188,6 +188,16 @@ describe('an online migration with logical capture', () => {
     expect(await leftovers(dbs)).toEqual({ slots: [], publications: [] });
     // A trigger whose table a writer held locked is dropped by the background cleanup.
     await eventually(async () => JSON.stringify(await objectInventory(dbs, 'source')) === JSON.stringify(before), 60_000);
+  });
+
+  it('drops slot and publication when its deadline passes (TIMED_OUT)', async () => {
+    const before = await objectInventory(dbs, 'source');
+    const { id } = await stack.ferry.start(spec({ deadline: '15s', cutover: { approval: 'manual', approvalTimeout: '5m' } }), { id: 'logical-deadline' });
+    await eventually(async () => (await dbs.query('source', 'SELECT 1 FROM pg_replication_slots WHERE active')).length === 1, 30_000);
+    const result = await resultWithin(stack.ferry, id, 60_000);
+    expect(result.state).toBe('TIMED_OUT');
+    expect(await leftovers(dbs)).toEqual({ slots: [], publications: [] });
+    expect(await objectInventory(dbs, 'source')).toEqual(before);
   });
 
   it('leaves its slot when terminated, and ferry cleanup drops it with everything else', async () => {
