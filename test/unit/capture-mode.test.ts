@@ -4,6 +4,8 @@
  */
 import { changedKeys } from '../../activities/stream-changes';
 import { resolveCapture } from '../../src/core/capture-mode';
+import type { StatusDocument } from '../../src/core/status';
+import { formatStatus } from '../../src/view/format';
 import type { Pgoutput } from 'pg-logical-replication';
 
 const relation = { tag: 'relation', relationOid: 1, schema: 'public', name: 't', replicaIdentity: 'default', columns: [], keyColumns: ['a', 'b'] } as Pgoutput.MessageRelation;
@@ -59,5 +61,28 @@ describe('changedKeys', () => {
 
   it('asks nothing of other messages', () => {
     expect(changedKeys({ tag: 'commit', flags: 0, commitLsn: '0/1', commitEndLsn: '0/2', commitTime: BigInt(0) }, keys)).toEqual([]);
+  });
+});
+
+describe('the slot in ferry status', () => {
+  const status = (capture: StatusDocument['capture']): StatusDocument => ({
+    id: 'm',
+    runId: 'r',
+    state: 'RUNNING',
+    phase: 'AWAITING_APPROVAL',
+    paused: false,
+    tables: [],
+    events: [],
+    transitions: [],
+    startedAt: '2026-12-01T00:00:00.000Z',
+    capture,
+  });
+
+  it('shows the lag, and warns once max_slot_wal_keep_size leaves less than the slot already holds', () => {
+    const quiet = formatStatus(status({ mode: 'logical', confirmedLsn: '0/1A2B', slotLagBytes: 4096, slotLagSeconds: 0.2, safeWalBytes: null }));
+    expect(quiet).toContain('capture: logical  slot lag 4096 bytes, 0.2s  confirmed 0/1A2B');
+    expect(quiet).not.toContain('warning');
+    const near = formatStatus(status({ mode: 'logical', confirmedLsn: '0/1A2B', slotLagBytes: 8_000_000, slotLagSeconds: 40, safeWalBytes: 1_000_000 }));
+    expect(near).toContain('warning: the slot may hold only 1000000 more bytes of WAL before max_slot_wal_keep_size invalidates it');
   });
 });
