@@ -123,6 +123,17 @@ export function createCaptureActivities({ connections, logger }: ActivityDeps) {
               `${displayQualified(table.source)} is already captured by another online migration (trigger ${others.rows[0].tgname}); finish or cancel that one first`,
             );
           }
+          // Logical capture leaves no trigger on the table: its publication says it.
+          const published = await db.query(
+            `SELECT pubname FROM pg_catalog.pg_publication_tables WHERE pubname LIKE 'ferry\\_pub\\_%' AND pubname <> $1 AND schemaname = $2 AND tablename = $3 LIMIT 1`,
+            [logicalNames(input.migrationId).publication, table.source.schema, table.source.name],
+          );
+          if (published.rowCount) {
+            throw refusal(
+              FAILURE.AlreadyCaptured,
+              `${displayQualified(table.source)} is already captured by another online migration (publication ${published.rows[0].pubname}); finish or cancel that one first`,
+            );
+          }
           relids.push(Number(rel.rows[0].relid));
           const [self, ...partitions] = await relationTree(db, Number(rel.rows[0].relid));
           await db.query(createLogSql(names));

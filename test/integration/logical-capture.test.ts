@@ -190,6 +190,20 @@ describe('an online migration with logical capture', () => {
     await eventually(async () => JSON.stringify(await objectInventory(dbs, 'source')) === JSON.stringify(before), 60_000);
   });
 
+  it('refuses a second online migration of a table that logical capture already captures', async () => {
+    const { id } = await stack.ferry.start(spec({ cutover: { approval: 'manual', approvalTimeout: '5m' } }), { id: 'logical-first' });
+    await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL');
+    const second = await stack.ferry.start(spec({ capture: 'trigger', tables: [{ name: 'public.items', target: 'public.items_again' }], cutover: { approval: 'manual', approvalTimeout: '5m' } }), { id: 'logical-second' });
+    const result = await resultWithin(stack.ferry, second.id, 60_000);
+    expect(result.state).toBe('FAILED');
+    expect(result.error?.type).toBe('AlreadyCaptured');
+    expect(result.error?.message).toMatch(/public\.items is already captured by another online migration \(publication ferry_pub_[0-9a-f]{12}\)/);
+    // The first goes on and still leaves nothing behind.
+    await stack.ferry.cancel(id, 'test over');
+    expect((await resultWithin(stack.ferry, id, 60_000)).state).toBe('CANCELLED');
+    expect(await leftovers(dbs)).toEqual({ slots: [], publications: [] });
+  });
+
   it('drops slot and publication when its deadline passes (TIMED_OUT)', async () => {
     const before = await objectInventory(dbs, 'source');
     const { id } = await stack.ferry.start(spec({ deadline: '15s', cutover: { approval: 'manual', approvalTimeout: '5m' } }), { id: 'logical-deadline' });
