@@ -32,6 +32,7 @@ import {
   triggerNames,
 } from '../src/db/capture-sql';
 import { refusal, sqlState } from '../src/db/errors';
+import { createPublicationSql, dropLogical, ensureSlot, logicalNames, SLOTS_TABLE } from '../src/db/logical-sql';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified } from '../src/core/identifiers';
 import { KeyColumn } from '../src/core/plan';
 import { dropTriggers, relationsWithTriggers, relationTree } from '../src/db/triggers';
@@ -55,6 +56,11 @@ export interface CaptureInput {
    * instead of racing writers for a table lock. Absent in executions of an older Ferry.
    */
   armFreeze?: boolean;
+  /**
+   * Capture from the write-ahead log (a publication and a slot) instead of row triggers; the
+   * change logs, the TRUNCATE refusal, the freeze and the guard are the same. Absent: triggers.
+   */
+  logical?: boolean;
 }
 
 export interface SourceRef {
@@ -118,6 +124,12 @@ export async function installCaptureIn(db: PoolClient, input: CaptureInput, { gu
       [input.migrationId, table.index, relids[i], fp.rows[0].fingerprint, ddlGuard, parts.rows[0].partitions],
     );
   }
+  if (input.logical) {
+    const logical = logicalNames(input.migrationId);
+    // Committed before the slot exists: the stream decodes with the publication in place.
+    await db.query(createPublicationSql(logical, input.tables.map((t) => t.source)));
+    await db.query(`INSERT INTO ${SLOTS_TABLE} (migration_id, slot, publication) VALUES ($1, $2, $3)`, [input.migrationId, logical.slot, logical.publication]);
+  }
   return { ddlGuard };
 }
 
@@ -133,10 +145,23 @@ async function captureTable(db: PoolClient, input: CaptureInput, table: CaptureT
       `${displayQualified(table.source)} is already captured by another online migration (trigger ${others.rows[0].tgname}); finish or cancel that one first`,
     );
   }
+  // Logical capture leaves no trigger on the table: its publication says it.
+  const published = await db.query(
+    `SELECT pubname FROM pg_catalog.pg_publication_tables WHERE pubname LIKE 'ferry\\_pub\\_%' AND pubname <> $1 AND schemaname = $2 AND tablename = $3 LIMIT 1`,
+    [logicalNames(input.migrationId).publication, table.source.schema, table.source.name],
+  );
+  if (published.rowCount) {
+    throw refusal(
+      FAILURE.AlreadyCaptured,
+      `${displayQualified(table.source)} is already captured by another online migration (publication ${published.rows[0].pubname}); finish or cancel that one first`,
+    );
+  }
   const [self, ...partitions] = await relationTree(db, Number(rel.rows[0].relid));
   await db.query(createLogSql(names));
-  await db.query(createCaptureFunctionSql(names, table.keyColumns));
-  for (const sql of createCaptureTriggerSql(self.name, names, input.migrationId)) await db.query(sql);
+  if (!input.logical) {
+    await db.query(createCaptureFunctionSql(names, table.keyColumns));
+    for (const sql of createCaptureTriggerSql(self.name, names, input.migrationId)) await db.query(sql);
+  }
   // Statement triggers fire only for statements that name their own table: a write or
   // TRUNCATE straight into a partition meets the partition's.
   for (const { relid, name } of [self, ...partitions]) {
@@ -163,14 +188,21 @@ async function installGuard(db: PoolClient, migrationId: string, guarded: number
 
 export function createCaptureActivities({ connections, logger }: ActivityDeps) {
   async function installCapture(input: CaptureInput): Promise<{ ddlGuard: boolean }> {
-    return await connections.withClient(input.source, (db) =>
+    const installed = await connections.withClient(input.source, (db) =>
       inTransaction(db, async () => {
         await db.query(LOCK_TIMEOUT);
-        const installed = await installCaptureIn(db, input);
-        logger.info({ migrationId: input.migrationId, tables: input.tables.length, ddlGuard: installed.ddlGuard, armFreeze: Boolean(input.armFreeze) }, 'capture installed');
-        return installed;
+        const result = await installCaptureIn(db, input);
+        logger.info(
+          { migrationId: input.migrationId, tables: input.tables.length, ddlGuard: result.ddlGuard, armFreeze: Boolean(input.armFreeze), logical: Boolean(input.logical) },
+          'capture installed',
+        );
+        return result;
       }),
     );
+    // The slot outside that transaction (PostgreSQL refuses it in one that wrote), and on a retry
+    // that found the rest installed: its start is where the stream begins, before any row is copied.
+    if (input.logical) await connections.withClient(input.source, (db) => ensureSlot(db, logicalNames(input.migrationId)));
+    return installed;
   }
 
   /**
@@ -186,6 +218,8 @@ export function createCaptureActivities({ connections, logger }: ActivityDeps) {
     const triggers = triggerNames(migrationId);
     const pending: string[] = [];
     await connections.withClient(input.source, async (db) => {
+      // Logical capture first: its slot holds WAL on the source for as long as it exists.
+      await dropLogical(db, logicalNames(migrationId));
       const captured = await inTransaction(db, async () => {
         await db.query(LOCK_TIMEOUT);
         await lockCapture(db);
@@ -219,8 +253,12 @@ export function createCaptureActivities({ connections, logger }: ActivityDeps) {
           }
           await db.query(`DROP FUNCTION IF EXISTS ${quoteQualified(refuseTruncateFunction(migrationId))}()`);
           await db.query(`DELETE FROM ${CAPTURE_SCHEMA}.captures WHERE migration_id = $1`, [migrationId]);
-          const others = await db.query(`SELECT 1 FROM ${CAPTURE_SCHEMA}.captures LIMIT 1`);
-          if (others.rowCount === 0) await dropSchemaIfEmpty(db, CAPTURE_SCHEMA, ['captures']);
+          const logical = await db.query(`SELECT to_regclass('${SLOTS_TABLE}') IS NOT NULL AS present`);
+          if (logical.rows[0].present) await db.query(`DELETE FROM ${SLOTS_TABLE} WHERE migration_id = $1`, [migrationId]);
+          const others = await db.query(
+            `SELECT 1 FROM ${CAPTURE_SCHEMA}.captures${logical.rows[0].present ? ` UNION ALL SELECT 1 FROM ${SLOTS_TABLE}` : ''} LIMIT 1`,
+          );
+          if (others.rowCount === 0) await dropSchemaIfEmpty(db, CAPTURE_SCHEMA, ['captures', 'slots']);
         });
       }
       if (input.freeze === 'remove') pending.push(...(await removeFreeze(db, migrationId)).pending);

@@ -21,6 +21,7 @@ import { createPreflight } from './preflight';
 import { createPrepareTarget, createStoredPlan } from './prepare-target';
 import { createRollbackTarget } from './rollback-target';
 import { createSyncActivities } from './sync-changes';
+import { createStreamActivities } from './stream-changes';
 import { createRewriteActivities } from './rewrite';
 import { createRewriteSwapActivities } from './rewrite-swap';
 import { createRepairRange, createValidateChunk } from './validate-chunk';
@@ -43,6 +44,7 @@ export function createActivities(deps: ActivityDeps) {
     ...createForeignKeyActivities(deps),
     ...createCleanupActivities(deps),
     ...createSyncActivities(deps),
+    ...createStreamActivities(deps),
     checkDirtyKeys: createCheckDirty(deps),
     sendCallback: createSendCallback(deps),
     // Change plans (docs/architecture.md §10).

@@ -11,7 +11,9 @@ import { readPartitions, targetPartitionName } from '../src/db/partitions';
 import { keyAsText, keyFromRow, keyOrder, KeyShape } from '../src/db/ranges';
 import { displayQualified, quoteQualified, sameName } from '../src/core/identifiers';
 import { describeAction, onlineRefusal, readTargetActions, TargetRole } from '../src/db/target-actions';
-import { KeyColumn, MigrationPlan, TablePlan } from '../src/core/plan';
+import { CapturePlan, KeyColumn, MigrationPlan, TablePlan } from '../src/core/plan';
+import { resolveCapture } from '../src/core/capture-mode';
+import { logicalCaptureProblems } from '../src/db/logical-check';
 import { Spec, TableSpec } from '../src/core/spec';
 import { ActivityDeps } from './deps';
 import { FAILURE } from '../src/core/failure-types';
@@ -80,7 +82,23 @@ async function planMigration(source: PoolClient, target: PoolClient, spec: Spec)
       throw atField(err, `tables[${index}]`);
     }
   }
-  return { tables, sourceServer: src.rows[0].version, targetServer: tgt.rows[0].version, targetReplicaRole: role.replica };
+  const capture = spec.mode === 'online' ? await planCapture(source, spec, tables) : undefined;
+  return {
+    tables,
+    sourceServer: src.rows[0].version,
+    targetServer: tgt.rows[0].version,
+    targetReplicaRole: role.replica,
+    ...(capture ? { capture } : {}),
+  };
+}
+
+/** The spec's capture against what the source allows (docs/architecture.md §6). */
+async function planCapture(source: PoolClient, spec: Spec, tables: TablePlan[]): Promise<CapturePlan> {
+  const choice = spec.capture ?? 'auto';
+  const problems = choice === 'trigger' ? [] : await logicalCaptureProblems(source, tables);
+  const resolved = resolveCapture(choice, problems);
+  if (!resolved.ok) throw refusal(FAILURE.LogicalCaptureUnavailable, `${resolved.reason} (source connection "${spec.source}")`);
+  return resolved.plan;
 }
 
 /** Ferry's role on the target; it writes as a replica as superuser or (PostgreSQL 15 and later) with SET on session_replication_role. */

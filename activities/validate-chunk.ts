@@ -7,7 +7,7 @@
  * repairRange: re-copies one narrowed range in one fenced target transaction.
  */
 import { Context } from '@temporalio/activity';
-import { Client } from 'pg';
+import { Client, ClientBase } from 'pg';
 import { inTransaction } from '../src/db/connections';
 import { withCatalogKeyTypes } from '../src/db/catalog';
 import { copyRange, deleteRange, selectColumns } from '../src/db/copy-stream';
@@ -15,6 +15,7 @@ import { withFencedSessions } from '../src/db/fenced';
 import type { CopyTable } from '../src/core/plan';
 import { distinctKeys, keyAsText, keyFromRow, keyInList, keyOrder, keyPredicate, ParamBinder, rangeBounds } from '../src/db/ranges';
 import { captureNames } from '../src/db/capture-sql';
+import { awaitConfirmed, isLogical } from '../src/db/logical-sql';
 import { displayQualified, QualifiedName, quoteQualified } from '../src/core/identifiers';
 import { Key, KeyRange } from '../src/core/plan';
 import { sameKey } from '../src/core/chunks';
@@ -102,6 +103,7 @@ export function createValidateChunk({ connections }: ActivityDeps) {
       const unbounded = { statementTimeoutMs: 0 };
       [source, target] = await Promise.all([connections.client(input.source, unbounded), connections.client(input.target, unbounded)]);
       input = { ...input, table: await withCatalogKeyTypes(source, input.table) }; // types from the catalog, not the plan
+      const logical = input.live ? await isLogical(source, input.live.migrationId) : false;
       let excluded = 0;
       const compare = async (range: KeyRange) => {
         ctx.heartbeat();
@@ -115,9 +117,21 @@ export function createValidateChunk({ connections }: ActivityDeps) {
         // "compared" cannot overlap — and no snapshot lives through the whole bisection (it
         // would hold back vacuum on a hot table).
         const log = quoteQualified(captureNames(input.live.migrationId, input.table.index).log);
+        const migrationId = input.live.migrationId;
         const [exclude, sourceSummary] = await inTransaction(source!, async () => {
           await source!.query('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY');
-          const waiting = distinctKeys((await source!.query(`SELECT pk FROM ${log}`)).rows.map((r) => r.pk as Key));
+          const readLog = async (db: ClientBase) => distinctKeys((await db.query(`SELECT pk FROM ${log}`)).rows.map((r) => r.pk as Key));
+          let waiting: Key[];
+          if (logical) {
+            // The consumer lags behind the commits: the snapshot first, then a mark after it; once
+            // the consumer is past the mark, every change the snapshot sees and the target lacks
+            // has its key in the log (read now, outside the snapshot; the table's sync is paused).
+            await source!.query('SELECT 1');
+            waiting = await connections.withClient(input.source, async (db) => {
+              await awaitConfirmed(db, migrationId, 60_000, () => ctx.heartbeat());
+              return readLog(db);
+            });
+          } else waiting = await readLog(source!);
           return [waiting, await summarise(source!, input.table, input.table.source, range, input.mode, waiting)] as const;
         });
         excluded = Math.max(excluded, exclude.length);

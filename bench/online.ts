@@ -19,7 +19,11 @@
  *
  * Options: --scale N (10), --clients N (4), --seconds N (20, per pgbench measurement),
  * --validation none|count|checksum (checksum), --outage-scale N (50; 0 skips the comparison),
- * --pg URL.
+ * --capture auto|trigger|logical (the spec's capture; auto by default), --pg URL (logical
+ * capture needs a server with wal_level=logical).
+ *
+ * With logical capture "sync paused" still runs the slot's consumer (it is not a table's sync):
+ * that line is then what capture from the write-ahead log costs the source on the same machine.
  */
 import { spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
@@ -39,6 +43,7 @@ const SECONDS = Number(arg('--seconds', '20'));
 const ADMIN = arg('--pg', process.env.FERRY_TEST_PG ?? DEFAULT_TEST_PG);
 const VALIDATION = arg('--validation', 'checksum');
 const OUTAGE_SCALE = Number(arg('--outage-scale', '50'));
+const CAPTURE = arg('--capture', 'auto');
 const ROOT = join(__dirname, '..');
 const PGBENCH = findOnPath('pgbench') ?? '/usr/lib/postgresql/15/bin/pgbench';
 
@@ -119,6 +124,7 @@ async function main(): Promise<void> {
         target: 'pgb_tgt',
         mode: 'online',
         validation: VALIDATION,
+        capture: CAPTURE,
         cutover: { approval: 'manual', approvalTimeout: '30m' },
         tables: ['public.pgbench_accounts', 'public.pgbench_branches', 'public.pgbench_tellers', 'public.pgbench_history'],
       }),
@@ -128,7 +134,9 @@ async function main(): Promise<void> {
     const started = run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'start', spec, '--json'], env);
     const startOut = await started.done;
     if (startOut.code !== 0) throw new Error(`ferry start failed: ${startOut.out}`);
-    const id = JSON.parse(startOut.stdout).id as string;
+    const startedDoc = JSON.parse(startOut.stdout) as { id: string; plan?: { capture?: { mode: string; reason: string } } };
+    const id = startedDoc.id;
+    process.stdout.write(`capture:                             ${startedDoc.plan?.capture?.mode ?? '?'} (${startedDoc.plan?.capture?.reason ?? ''})\n`);
     const t0 = Date.now();
     for (;;) {
       const s = await ferry.status(id);
@@ -170,7 +178,9 @@ async function main(): Promise<void> {
     const applyRate = (await appliedOf() - appliedBefore) / ((Date.now() - measuredAt) / 1000);
     process.stdout.write(`source TPS with capture and sync:    ${withCapture.toFixed(0)}  → ${(withCapture / baseline).toFixed(2)} × without (sync shares these 2 cores)\n`);
     process.stdout.write(`change-apply rate:                   ${applyRate.toFixed(0)} keys/s  (pgbench made about ${(withCapture * 4).toFixed(0)} changes/s)\n`);
-    process.stdout.write(`worst lag while pgbench ran:         ${maxLag.toFixed(2)} s\n`);
+    process.stdout.write(`worst lag while pgbench ran:         ${maxLag.toFixed(2)} s (oldest key waiting in the change logs)\n`);
+    const slot = (await ferry.status(id)).capture;
+    if (slot) process.stdout.write(`slot lag after the measurement:      ${slot.slotLagBytes} bytes, ${slot.slotLagSeconds} s since the consumer's last confirmation\n`);
 
     const tail = run(PGBENCH, ['-n', '-c', String(CLIENTS), '-j', '2', '-T', '3600', url(source)]);
     await new Promise((r) => setTimeout(r, 3000));
@@ -238,7 +248,7 @@ async function outageRun(ferry: FerryClient, n: number, scale: number, constrain
     const load = run(PGBENCH, ['-n', '-c', String(CLIENTS), '-j', '2', '-T', '3600', url(source)]);
     try {
       await ferry.start(
-        { id, source: `out_src_${n}`, target: `out_tgt_${n}`, mode: 'online', validation: VALIDATION, tables, cutover: { approval: 'manual', approvalTimeout: '1h' } },
+        { id, source: `out_src_${n}`, target: `out_tgt_${n}`, mode: 'online', validation: VALIDATION, capture: CAPTURE, tables, cutover: { approval: 'manual', approvalTimeout: '1h' } },
         {},
       );
       for (;;) {

@@ -25,6 +25,7 @@ import { DEFAULT_TEST_PG, ensurePostgres } from '../src/dev/postgres';
 import type { ResultDocument } from '../src/core/status';
 import { ensureTemporalBinary, temporalVersion } from '../src/dev/temporal-binary';
 import { rowsAsText, TestDatabases } from '../test/helpers/databases';
+import { startLogicalCluster } from '../test/helpers/logical-cluster';
 import { Receiver } from '../test/helpers/receiver';
 import { eventually, resultWithin, TestStack, waitForPhase } from '../test/helpers/stack';
 
@@ -45,6 +46,8 @@ interface Scenario {
   schema: string;
   /** The migration's (or change plan's) final state; anything else and nothing is written. */
   expected: ResultDocument['state'];
+  /** Source and target on a private cluster with wal_level=logical (logical capture). */
+  logical?: boolean;
   run(ctx: Context): Promise<Pick<ResultDocument, 'state' | 'error'>>;
 }
 
@@ -146,6 +149,28 @@ const SCENARIOS: Scenario[] = [
       const result = await resultWithin(stack.ferry, id);
       if (result.state === 'SUCCEEDED') {
         await stack.ferry.unfreeze(id);
+        await sameRows(dbs, [
+          ['public.accounts', 'id'],
+          ['public.items', 'a, b'],
+        ]);
+      }
+      return result;
+    },
+  },
+  {
+    name: 'online-logical',
+    description: 'online with capture: logical on a private wal_level=logical cluster: the slot consumer beside the tables, writes during sync, manual approval, the cutover waiting for the consumer before the drain, afterwards: unfreeze',
+    schema: ONLINE_SCHEMA,
+    expected: 'SUCCEEDED',
+    logical: true,
+    async run({ id, stack, dbs }) {
+      await stack.ferry.start(onlineSpec({ capture: 'logical', cutover: { approval: 'manual', approvalTimeout: '10m', afterwards: 'unfreeze' } }), { id });
+      await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL');
+      await dbs.exec('source', ONLINE_WRITES);
+      await writesSynced(dbs);
+      await stack.ferry.approve(id);
+      const result = await resultWithin(stack.ferry, id);
+      if (result.state === 'SUCCEEDED') {
         await sameRows(dbs, [
           ['public.accounts', 'id'],
           ['public.items', 'a, b'],
@@ -599,7 +624,8 @@ function writeScenario(scenario: Scenario, recorded: Recorded[], temporalCli: st
 async function recordScenario(scenario: Scenario, temporalCli: string): Promise<void> {
   const started = Date.now();
   process.stdout.write(`\n== ${scenario.name}: ${scenario.description}\n`);
-  const dbs = await TestDatabases.create(`rec_${scenario.name}`, ['source', 'target']);
+  const cluster = scenario.logical ? await startLogicalCluster() : undefined;
+  const dbs = await TestDatabases.create(`rec_${scenario.name}`, ['source', 'target'], cluster?.url);
   let stack: TestStack | undefined;
   const receiver = await Receiver.start();
   try {
@@ -621,6 +647,7 @@ async function recordScenario(scenario: Scenario, temporalCli: string): Promise<
     await stack?.teardown();
     await receiver.close();
     await dbs.drop();
+    await cluster?.stop();
   }
 }
 

@@ -21,6 +21,8 @@ export interface FerryMetrics {
   batches: Counter<'table'>;
   changesApplied: Counter<'table'>;
   changeLag: Gauge<'table'>;
+  slotLagBytes: Gauge<'migration'>;
+  slotLagSeconds: Gauge<'migration'>;
   validationMismatches: Counter<'table'>;
   callbacks: Counter<'kind' | 'outcome'>;
   activities: Histogram<'activity' | 'outcome'>;
@@ -40,6 +42,18 @@ export function createMetrics(): FerryMetrics {
       name: 'ferry_change_lag_pending',
       help: 'Captured changes waiting to be applied, as of the last sync slice of the table',
       labelNames: ['table'],
+      registers,
+    }),
+    slotLagBytes: new Gauge({
+      name: 'ferry_slot_lag_bytes',
+      help: "Logical capture: WAL the migration's replication slot holds on the source, as its consumer last read it",
+      labelNames: ['migration'],
+      registers,
+    }),
+    slotLagSeconds: new Gauge({
+      name: 'ferry_slot_lag_seconds',
+      help: "Logical capture: seconds a change takes from its commit to the change logs (a heartbeat's round trip through the migration's slot)",
+      labelNames: ['migration'],
       registers,
     }),
     validationMismatches: new Counter({

@@ -101,7 +101,7 @@ export async function createFerryWorker(options: FerryWorkerOptions): Promise<Fe
     namespace: options.temporal.namespace,
     taskQueue: options.temporal.taskQueue,
     workflowBundle: bundle,
-    activities: createActivities({ connections, logger: options.logger, env }),
+    activities: createActivities({ connections, logger: options.logger, env, metrics: options.metrics }),
     maxConcurrentActivityTaskExecutions: activitySlots,
     maxConcurrentWorkflowTaskExecutions: options.maxConcurrentWorkflowTaskExecutions ?? 40,
     shutdownGraceTime: options.shutdownGraceTime ?? '30 seconds',

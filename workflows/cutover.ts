@@ -25,6 +25,7 @@ import { Blocker, CutoverReport } from '../src/core/status';
 import { cutoverSteps, drain, release, steps } from './proxies';
 import { runBounded } from './bounded';
 import { cleanUpInBackground } from './cleanup';
+import type { CaptureStream } from './capture-stream';
 import { MigrationContext } from './context';
 import { finishSyncSignal } from './definitions';
 import { SLICE_MS, SYNC_BATCH_KEYS, tableMigrationWorkflow } from './table';
@@ -44,6 +45,8 @@ export interface CutoverInput {
   foreignKeysAfterDrain: boolean;
   /** Foreign keys whose validation waits until after the point of no return. */
   unvalidatedForeignKeys: { table: TablePlan['target']; name: string }[];
+  /** Logical capture's consumer: the drain waits for it, and it ends before the point of no return. */
+  capture?: CaptureStream;
 }
 
 export async function cutOver(input: CutoverInput): Promise<CutoverReport> {
@@ -55,10 +58,13 @@ export async function cutOver(input: CutoverInput): Promise<CutoverReport> {
   saga.push('openSource', () => cutoverSteps.setFreeze({ migrationId: id, source: spec.source, state: 'open' }));
   const { at: frozenAt } = await cutoverSteps.setFreeze({ migrationId: id, source: spec.source, state: 'frozen' });
   await awaitWriters(ctx, frozenAt);
+  // The writers are done; their changes reach the logs once the consumer is past this moment.
+  if (input.capture) await cutoverSteps.awaitCaptured({ migrationId: id, source: spec.source });
 
   await Promise.all(input.tables.map((table) => table.signal(finishSyncSignal)));
   await Promise.all(input.tables.map((t) => t.result()));
   const dirtyRowsChecked = await drainAndCheck(ctx);
+  await input.capture?.stop();
   const unvalidated = [...input.unvalidatedForeignKeys];
   if (input.foreignKeysAfterDrain) {
     // NOT VALID: no scan inside the outage; validated after the point of no return.

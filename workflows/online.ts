@@ -5,7 +5,10 @@
  *   change log, validates live, builds its indexes, and keeps syncing → foreign keys → approval
  *   gate → cutover (workflows/cutover.ts).
  */
-import { ApplicationFailure, CancellationScope, ChildWorkflowHandle, condition, sleep } from '@temporalio/workflow';
+import { ApplicationFailure, CancellationScope, ChildWorkflowHandle, condition, patched, sleep } from '@temporalio/workflow';
+import { PATCHES } from '../src/core/names';
+import { capturesLogically } from '../src/core/plan';
+import { CaptureStream } from './capture-stream';
 import { formatDuration } from '../src/core/duration';
 import { innermostApplicationFailure } from '../src/core/failures';
 import { CutoverReport } from '../src/core/status';
@@ -35,7 +38,9 @@ export async function runOnline(ctx: MigrationContext): Promise<CutoverReport> {
     });
   }
   else saga.push('removeCapture', () => steps.removeCapture({ migrationId: id, source: spec.source }));
-  await steps.installCapture({ migrationId: id, source: spec.source, tables: captureTables(ctx), ...(armFreeze ? { armFreeze } : {}) });
+  // Plans of an older Ferry carry no capture: triggers, as before.
+  const logical = armFreeze && capturesLogically(ctx.plan) && patched(PATCHES.logicalCapture);
+  await steps.installCapture({ migrationId: id, source: spec.source, tables: captureTables(ctx), ...(armFreeze ? { armFreeze } : {}), ...(logical ? { logical } : {}) });
   tracker.setPhase('FULL_MIGRATING', 'change capture installed; copying');
   tracker.step('tables');
 
@@ -44,7 +49,7 @@ export async function runOnline(ctx: MigrationContext): Promise<CutoverReport> {
   const fanout = new CancellationScope();
   const settled: Promise<unknown>[] = [];
   try {
-    return await fanout.run(() => (armFreeze ? onlineChain(ctx, settled) : legacyOnlineChain(ctx, settled)));
+    return await fanout.run(() => (armFreeze ? onlineChain(ctx, settled, logical) : legacyOnlineChain(ctx, settled)));
   } catch (err) {
     fanout.cancel();
     await Promise.allSettled(settled);
@@ -56,11 +61,18 @@ function captureTables({ plan }: MigrationContext) {
   return plan.tables.map((t) => ({ index: t.index, source: t.source, keyColumns: t.keyColumns }));
 }
 
-async function onlineChain(ctx: MigrationContext, settled: Promise<unknown>[]): Promise<CutoverReport> {
+async function onlineChain(ctx: MigrationContext, settled: Promise<unknown>[], logical: boolean): Promise<CutoverReport> {
   const { id, spec, plan, tracker } = ctx;
   const cutover = spec.cutover!;
   const handles: ChildWorkflowHandle<typeof tableMigrationWorkflow>[] = [];
   let childFailure: { error: unknown } | undefined;
+  // The slot holds every change from before the first copy; the consumer queues them as keys.
+  const capture = logical
+    ? new CaptureStream({ migrationId: id, source: spec.source, tables: captureTables(ctx) }, (error) => {
+        childFailure ??= { error };
+      })
+    : undefined;
+  if (capture) settled.push(capture.done);
   // All at once: started one by one, each start would wait for a workflow task of its own.
   await Promise.all(
     plan.tables.map(async (table) => {
@@ -94,7 +106,7 @@ async function onlineChain(ctx: MigrationContext, settled: Promise<unknown>[]): 
       );
     }
   }
-  return cutOver({ ctx, tables: handles, ...foreignKeys });
+  return cutOver({ ctx, tables: handles, ...foreignKeys, ...(capture ? { capture } : {}) });
 }
 
 /** At most parallelism.tables tables copy at once (the others already capture); until all are ready. */

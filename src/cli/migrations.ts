@@ -25,6 +25,7 @@ export function registerMigrationCommands(program: Command): void {
         const started = await client.start(raw, { id: opts.id });
         // What the prepared target tables' own triggers and foreign keys do on Ferry's writes.
         if (!opts.json) for (const t of started.plan?.tables ?? []) for (const note of t.notes ?? []) process.stderr.write(`note: ${note}\n`);
+        if (!opts.json && started.plan?.capture) process.stderr.write(`capture: ${started.plan.capture.mode} (${started.plan.capture.reason})\n`);
         if (!opts.wait) {
           if (opts.json) printJson(started);
           else process.stdout.write(`${started.id}\n`);
@@ -158,6 +159,7 @@ export function registerMigrationCommands(program: Command): void {
           );
           for (const note of t.notes ?? []) process.stdout.write(`    note: ${note}\n`);
         }
+        if (plan.capture) process.stdout.write(`  capture: ${plan.capture.mode} (${plan.capture.reason})\n`);
       });
     });
 }

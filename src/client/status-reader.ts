@@ -13,7 +13,8 @@ import { changeStateQuery, stateQuery, tableStateQuery } from '../../workflows/d
 import { ChangeResultDocument, ChangeStatusDocument, StepProgress } from '../core/change-status';
 import { CHANGE_WORKFLOW, FerryPhaseKey, FerrySourceKey, FerryStateKey, FerryTargetKey, HELPER_WORKFLOW_TYPES, MIGRATION_WORKFLOW, workflowIds } from '../core/names';
 import { MigrationState, Phase } from '../core/state-machine';
-import { currentResultNames, ErrorInfo, ResultDocument, StatusDocument } from '../core/status';
+import { temporal } from '@temporalio/proto';
+import { CaptureStatus, currentResultNames, ErrorInfo, ResultDocument, StatusDocument } from '../core/status';
 
 /** One row of `ferry list` (schema/ferry-result.schema.json, $defs/listEntry). */
 export interface MigrationSummary {
@@ -58,6 +59,7 @@ export class StatusReader {
       doc = this.fromVisibility(d);
     }
     if (running) await this.withLiveProgress(id, doc);
+    if (running) await this.withCaptureLag(d, doc);
     if (running && doc.state === 'RUNNING') {
       const open = doc.tables.map((t, i) => ({ t, i })).filter(({ t }) => !['COMPLETED', 'FAILED'].includes(t.phase)).map(({ i }) => i);
       const retrying = await this.retryingActivity(id, open);
@@ -108,6 +110,17 @@ export class StatusReader {
     t.rowsCopied = Math.max(t.rowsCopied, t.chunks.reduce((n, c) => n + c.rowsCopied, 0));
   }
 
+  /** Logical capture's slot lag, as its consumer last reported it in a heartbeat. */
+  private async withCaptureLag(d: WorkflowExecutionDescription, doc: StatusDocument): Promise<void> {
+    const consumer = (d.raw.pendingActivities ?? []).find((a) => a.activityType?.name === 'streamChanges');
+    const payloads = consumer?.heartbeatDetails?.payloads;
+    if (!payloads?.length) return;
+    const details = await decodeHeartbeat(this.client, payloads);
+    const lag = details?.lag as Omit<CaptureStatus, 'mode' | 'confirmedLsn'> | undefined;
+    if (!lag) return;
+    doc.capture = { mode: 'logical', confirmedLsn: (details?.confirmedLsn as string | null) ?? null, ...lag };
+  }
+
   private async hasRunAWorkflowTask(workflowId: string, runId: string): Promise<boolean> {
     const page = await this.client.workflowService.getWorkflowExecutionHistory({
       namespace: this.client.options.namespace,
@@ -126,7 +139,7 @@ export class StatusReader {
         ids.slice(at, at + 16).map(async (workflowId) => {
           const d = await this.handle(workflowId).describe().catch(() => undefined);
           if (d?.status.name !== 'RUNNING') return undefined;
-          const pending = (d.raw.pendingActivities ?? []).find((a) => (a.attempt ?? 1) > 1);
+          const pending = (d.raw.pendingActivities ?? []).find(isRetrying);
           if (!pending) return undefined;
           // Decoded like any failure: with FERRY_CODEC_KEY its message is an encrypted payload.
           const lastFailure = await decodeOptionalFailureToOptionalError(this.client.workflow.options.loadedDataConverter, pending.lastFailure);
@@ -334,6 +347,17 @@ async function decodeAll(codecs: PayloadCodec[], payloads: Payload[]): Promise<P
   let out = payloads;
   for (const codec of [...codecs].reverse()) out = await codec.decode(out);
   return out;
+}
+
+type PendingActivity = NonNullable<WorkflowExecutionDescription['raw']['pendingActivities']>[number];
+
+/**
+ * Past its first attempt and not running well. Logical capture's consumer runs for minutes per
+ * attempt: a later attempt that is running again (its worker was lost, say) is not retrying.
+ */
+function isRetrying(a: PendingActivity): boolean {
+  if ((a.attempt ?? 1) <= 1) return false;
+  return !(a.activityType?.name === 'streamChanges' && a.state === temporal.api.enums.v1.PendingActivityState.PENDING_ACTIVITY_STATE_STARTED);
 }
 
 /** A pending activity's last heartbeat details, decoded as the workers' data converter wrote them. */

@@ -21,6 +21,7 @@ export const FAILURE = {
   TargetNotEmpty: 'TargetNotEmpty',
   TargetTriggersFire: 'TargetTriggersFire',
   AlreadyCaptured: 'AlreadyCaptured',
+  LogicalCaptureUnavailable: 'LogicalCaptureUnavailable',
   MissingIndex: 'MissingIndex',
   FreezeMissing: 'FreezeMissing',
   Refused: 'Refused',

@@ -74,6 +74,11 @@ export const PATCHES = {
    * hundreds of tables waiting for the cutover no longer crowd the workers the copying tables need.
    */
   quietIdleTables: 'quiet-idle-tables',
+  /**
+   * capture: logical (plan.capture): a publication and a slot instead of row triggers, a
+   * consumer activity beside the tables, and a cutover that waits for it before the drain.
+   */
+  logicalCapture: 'logical-capture',
 } as const;
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);

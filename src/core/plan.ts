@@ -93,6 +93,21 @@ export interface MigrationPlan {
    * fire no trigger or foreign-key action there (absent in plans of an older Ferry).
    */
   targetReplicaRole?: boolean;
+  /**
+   * Online mode: how changes are captured, as preflight resolved the spec's `capture`, and why.
+   * Absent in full mode and in plans of an older Ferry (which captured with triggers).
+   */
+  capture?: CapturePlan;
+}
+
+export interface CapturePlan {
+  mode: 'trigger' | 'logical';
+  reason: string;
+}
+
+/** Logical capture only where the plan says so: plans of an older Ferry captured with triggers. */
+export function capturesLogically(plan: MigrationPlan): boolean {
+  return plan.capture?.mode === 'logical';
 }
 
 /** A chunk's progress, as committed in the target's `_ferry.checkpoints` row. */
@@ -142,6 +157,7 @@ export const planSchema = z.strictObject({
   sourceServer: z.string().max(200),
   targetServer: z.string().max(200),
   targetReplicaRole: z.boolean().optional(),
+  capture: z.strictObject({ mode: z.enum(['trigger', 'logical']), reason: z.string().max(4000) }).optional(),
 });
 
 /** The plan, or a message naming what is wrong with it. */

@@ -125,6 +125,14 @@ export const specSchema = z
       })
       .optional()
       .describe('online mode only'),
+    capture: z
+      .enum(['auto', 'trigger', 'logical'])
+      .optional()
+      .describe(
+        'online mode only. How changes are captured: trigger (row triggers write the changed keys), logical (a publication and a ' +
+          'logical replication slot, nothing on the write path; needs wal_level=logical, a free slot and REPLICATION or superuser), ' +
+          'auto (default: logical where the source allows it, else trigger; preflight says which and why)',
+      ),
     onFailure: z.enum(['rollback', 'keep']).default('rollback').describe('keep leaves target tables, checkpoints and (online, when FAILED) change capture for inspection and `ferry retry`; `ferry cleanup` removes them'),
     deadline: duration(1000, 365 * 86_400_000).optional().describe('e.g. 12h; then TIMED_OUT and rollback'),
     callback: callbackSchema,
@@ -136,6 +144,13 @@ export const specSchema = z
         code: 'custom',
         path: ['cutover'],
         message: 'applies only to mode: online; remove it or set mode: online',
+      });
+    }
+    if (spec.mode === 'full' && spec.capture !== undefined) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['capture'],
+        message: 'applies only to mode: online (full mode captures nothing); remove it or set mode: online',
       });
     }
     if (spec.metadata !== undefined) {
@@ -204,6 +219,8 @@ export interface CutoverSpec {
   onBlocked: 'rollback' | 'terminate' | 'wait';
 }
 
+export type CaptureChoice = 'auto' | 'trigger' | 'logical';
+
 /** The normalised spec: names parsed, durations in milliseconds, defaults applied. */
 export interface Spec {
   id?: string;
@@ -216,6 +233,8 @@ export interface Spec {
   validation: 'none' | 'count' | 'checksum';
   parallelism: { tables: number; chunks: number; indexes: number };
   cutover?: CutoverSpec;
+  /** Online mode: how changes are captured (preflight resolves auto; see MigrationPlan.capture). */
+  capture?: CaptureChoice;
   onFailure: 'rollback' | 'keep';
   deadlineMs?: number;
   callback?: { url: string; secret?: string; events: boolean };
@@ -326,6 +345,7 @@ export function parseSpec(input: unknown): Spec {
             onBlocked: s.cutover?.onBlocked ?? 'rollback',
           }
         : undefined,
+    ...(s.mode === 'online' ? { capture: s.capture ?? 'auto' } : {}),
     onFailure: s.onFailure,
     deadlineMs: s.deadline === undefined ? undefined : parseDuration(s.deadline),
     callback: s.callback,

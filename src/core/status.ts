@@ -152,6 +152,20 @@ export interface StatusDocument {
   timeline?: TimelineStep[];
   /** With state RETRYING: the activity being retried and its last error. */
   retrying?: { workflowId: string; activity: string; attempt: number; lastError?: string };
+  /** Online with logical capture, while its consumer runs: the slot's lag, from the consumer's last heartbeat. */
+  capture?: CaptureStatus;
+}
+
+export interface CaptureStatus {
+  mode: 'logical';
+  /** Up to here every change is in the change logs. */
+  confirmedLsn: string | null;
+  /** WAL the slot holds on the source. */
+  slotLagBytes: number;
+  /** How long a change takes from its commit to the change logs (a heartbeat's round trip through the slot). */
+  slotLagSeconds: number;
+  /** WAL the slot may still hold before max_slot_wal_keep_size invalidates it; null when unlimited. */
+  safeWalBytes: number | null;
 }
 
 /**

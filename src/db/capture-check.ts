@@ -12,6 +12,7 @@ import { displayQualified, quoteQualified } from '../core/identifiers';
 import type { CopyTable } from '../core/plan';
 import { CAPTURE_SCHEMA, FINGERPRINT_SQL, freezeStateSequence, PARTITIONS_SQL, triggerNames } from './capture-sql';
 import { FAILURE } from '../core/failure-types';
+import { isLogical, logicalNames } from './logical-sql';
 
 /**
  * The triggers capture needs that are missing or not ENABLE ALWAYS, on the table and on each
@@ -28,6 +29,18 @@ SELECT tree.relid::regclass::text AS relation, want.name AS trigger, t.tgenabled
   LEFT JOIN pg_catalog.pg_trigger t ON t.tgrelid = tree.relid AND t.tgname = want.name
  WHERE t.tgenabled IS DISTINCT FROM 'A'
  ORDER BY tree.level, 1, 2`;
+
+/** Logical capture: the slot must still exist and the publication still carry the table. */
+async function assertLogicalIntact(source: ClientBase, migrationId: string, table: CopyTable): Promise<void> {
+  const names = logicalNames(migrationId);
+  const slot = await source.query('SELECT 1 FROM pg_catalog.pg_replication_slots WHERE slot_name = $1', [names.slot]);
+  if (slot.rowCount === 0) throw captureLost(table, `replication slot ${names.slot} was dropped`);
+  const published = await source.query(
+    'SELECT 1 FROM pg_catalog.pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3',
+    [names.publication, table.source.schema, table.source.name],
+  );
+  if (published.rowCount === 0) throw captureLost(table, `publication ${names.publication} no longer publishes it`);
+}
 
 const STATES: Record<string, string> = { D: 'disabled', O: 'enabled for origin sessions only', R: 'enabled for replica sessions only' };
 
@@ -69,7 +82,9 @@ export async function assertCaptureIntact(source: ClientBase, input: { migration
   }
   const names = triggerNames(input.migrationId);
   const armed = await source.query('SELECT to_regclass($1) IS NOT NULL AS present', [quoteQualified(freezeStateSequence(input.migrationId))]);
-  const onTable = [names.capture, names.truncate, ...(armed.rows[0].present ? [names.freeze] : [])];
+  const logical = await isLogical(source, input.migrationId);
+  if (logical) await assertLogicalIntact(source, input.migrationId, table);
+  const onTable = [...(logical ? [] : [names.capture]), names.truncate, ...(armed.rows[0].present ? [names.freeze] : [])];
   // Partitions carry the TRUNCATE refusal and the freeze of their own, and a clone of the row trigger.
   const missing = await source.query(MISSING_TRIGGERS_SQL, [rows[0].relid, onTable, onTable]);
   if (missing.rows.length > 0) {

@@ -112,6 +112,19 @@ CREATE TABLE ${CAPTURE_SCHEMA}.captures (
   PRIMARY KEY (migration_id, table_index)
 )`,
     },
+    {
+      version: 2,
+      name: 'logical capture',
+      sql: `
+CREATE TABLE ${CAPTURE_SCHEMA}.slots (
+  migration_id  text PRIMARY KEY,
+  slot          text NOT NULL,
+  publication   text NOT NULL,
+  -- the position up to which every change is in the logs, written with those log rows
+  confirmed_lsn pg_lsn,
+  confirmed_at  timestamptz
+)`,
+    },
   ],
 };
 

@@ -16,6 +16,14 @@ export function formatStatus(s: StatusDocument): string {
       `  ${t.source} → ${t.target}  ${t.phase}  ${t.rowsCopied} / ~${t.rowsEstimated} rows${pct(t.rowsCopied, t.rowsEstimated)}  chunks ${done}/${t.chunks.length}${t.lag ? `  lag ${t.lag.pendingChanges} changes, ${t.lag.seconds}s` : ''}`,
     );
   }
+  if (s.capture) {
+    const c = s.capture;
+    lines.push(`capture: logical  slot lag ${c.slotLagBytes} bytes, ${c.slotLagSeconds}s  confirmed ${c.confirmedLsn ?? '(nothing yet)'}`);
+    // The slot is invalidated (and the migration lost) once it holds max_slot_wal_keep_size.
+    if (c.safeWalBytes !== null && c.safeWalBytes < c.slotLagBytes) {
+      lines.push(`warning: the slot may hold only ${c.safeWalBytes} more bytes of WAL before max_slot_wal_keep_size invalidates it`);
+    }
+  }
   if (s.cutoverBlockers?.length) {
     lines.push('cutover waits for write transactions begun before the freeze:');
     for (const b of s.cutoverBlockers) {

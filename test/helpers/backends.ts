@@ -114,8 +114,8 @@ export const FerryStatements = {
  * Makes `database` refuse every connection (ALLOW_CONNECTIONS false, existing sessions
  * terminated) until the returned function is called. Superusers are refused too.
  */
-export async function refuseConnections(database: string): Promise<{ terminated: number; restore: () => Promise<void> }> {
-  const admin = new Client({ connectionString: adminUrl(), application_name: 'ferry-test-outage' });
+export async function refuseConnections(database: string, server = adminUrl()): Promise<{ terminated: number; restore: () => Promise<void> }> {
+  const admin = new Client({ connectionString: server, application_name: 'ferry-test-outage' });
   await admin.connect();
   try {
     await admin.query(`ALTER DATABASE "${database}" ALLOW_CONNECTIONS false`);
@@ -126,7 +126,7 @@ export async function refuseConnections(database: string): Promise<{ terminated:
     return {
       terminated: rows[0].n,
       restore: async () => {
-        const again = new Client({ connectionString: adminUrl() });
+        const again = new Client({ connectionString: server });
         await again.connect();
         try {
           await again.query(`ALTER DATABASE "${database}" ALLOW_CONNECTIONS true`);

@@ -10,8 +10,8 @@ export function adminUrl(): string {
   return process.env.FERRY_TEST_PG ?? DEFAULT_TEST_PG;
 }
 
-export function databaseUrl(database: string): string {
-  const url = new URL(adminUrl());
+export function databaseUrl(database: string, admin = adminUrl()): string {
+  const url = new URL(admin);
   url.pathname = `/${database}`;
   return url.toString();
 }
@@ -29,13 +29,16 @@ export async function withClient<T>(url: string, fn: (c: Client) => Promise<T>):
 export class TestDatabases {
   readonly names: Record<string, string> = {};
 
-  private constructor(readonly suite: string) {}
+  private constructor(
+    readonly suite: string,
+    readonly admin: string,
+  ) {}
 
-  /** Creates one empty database per role (e.g. "source", "target"). */
-  static async create(suite: string, roles: string[]): Promise<TestDatabases> {
-    const dbs = new TestDatabases(suite);
+  /** Creates one empty database per role (e.g. "source", "target"), on `server` (by default the test server). */
+  static async create(suite: string, roles: string[], server = adminUrl()): Promise<TestDatabases> {
+    const dbs = new TestDatabases(suite, server);
     const tag = randomBytes(3).toString('hex');
-    await withClient(adminUrl(), async (admin) => {
+    await withClient(server, async (admin) => {
       for (const role of roles) {
         const name = `ferry_t_${suite}_${role}_${tag}`.toLowerCase().replace(/[^a-z0-9_]/g, '_');
         await admin.query(`CREATE DATABASE "${name}"`);
@@ -46,7 +49,7 @@ export class TestDatabases {
   }
 
   url(role: string): string {
-    return databaseUrl(this.names[role]);
+    return databaseUrl(this.names[role], this.admin);
   }
 
   async query<R extends Record<string, unknown> = Record<string, unknown>>(role: string, sql: string, params: unknown[] = []): Promise<R[]> {
@@ -61,7 +64,7 @@ export class TestDatabases {
   }
 
   async drop(): Promise<void> {
-    await withClient(adminUrl(), async (admin) => {
+    await withClient(this.admin, async (admin) => {
       for (const name of Object.values(this.names)) await admin.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
     });
   }

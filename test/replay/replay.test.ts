@@ -42,6 +42,9 @@ const SCENARIOS: Record<string, { failureType?: string; change?: boolean; runs?:
   // terminate, and the background cleanup helper (cleanupWorkflow) after a long reader.
   'full-indexes-per-table': {},
   'online-armed-freeze': {},
+  // capture: logical on a private wal_level=logical cluster: the slot consumer beside the tables
+  // and the cutover's wait for it, behind patched('logical-capture').
+  'online-logical': {},
   // Recorded under the callback.secret rule before FERRY_SECRET_* names (any variable name, here
   // HOOK_SECRET), which the spec now refuses: it replays only because executions without the
   // ferry-secret-names patch marker keep the old rule (workflows/spec-input.ts).
@@ -135,7 +138,7 @@ describe('recorded workflow histories', () => {
 
     const all = [...fixtures.values()].flat();
     // The README's determinism row counts them.
-    expect(all).toHaveLength(68);
+    expect(all).toHaveLength(72);
     expect([...new Set(all.map((f) => f.workflowType))].sort()).toEqual([MIGRATION_WORKFLOW, TABLE_WORKFLOW, CHANGE_WORKFLOW, ...HELPER_WORKFLOW_TYPES].sort());
     expect(fixtures.get('online')!.map((f) => f.workflowType)).toContain(UNFREEZE_WORKFLOW);
     expect(fixtures.get('online-armed-freeze')!.map((f) => f.workflowType)).toContain(CLEANUP_WORKFLOW);

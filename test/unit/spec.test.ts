@@ -67,7 +67,16 @@ describe('the spec', () => {
     });
   });
 
+  it('defaults capture to auto in online mode, keeps an explicit choice, and has none in full mode', () => {
+    expect(parseSpec({ ...minimal, mode: 'online' }).capture).toBe('auto');
+    expect(parseSpec({ ...minimal, mode: 'online', capture: 'logical' }).capture).toBe('logical');
+    expect(parseSpec({ ...minimal, mode: 'online', capture: 'trigger' }).capture).toBe('trigger');
+    expect(parseSpec(minimal).capture).toBeUndefined();
+  });
+
   it.each([
+    [{ ...minimal, mode: 'online', capture: 'wal' }, 'capture: Invalid option'],
+    [{ ...minimal, capture: 'logical' }, 'capture: applies only to mode: online'],
     [{ ...minimal, extra: 1 }, 'spec: unknown key "extra"'],
     [{ ...minimal, tables: [] }, 'tables: Too small'],
     [{ ...minimal, tables: ['orders'] }, 'tables[0]: must be qualified as schema.table'],

@@ -1,0 +1,63 @@
+/**
+ * What logical capture needs from a source, each missing piece with its fix: wal_level=logical,
+ * a free replication slot and WAL sender, a role that may replicate (REPLICATION or superuser)
+ * and publish the tables (their owner, or superuser), plain tables, and a replica identity that
+ * carries the key (the old key of a delete or key change comes from it).
+ */
+import { ClientBase } from 'pg';
+import { displayQualified, QualifiedName, quoteQualified } from '../core/identifiers';
+import { KeyColumn } from '../core/plan';
+
+export interface LogicalTable {
+  source: QualifiedName;
+  keyColumns: KeyColumn[];
+}
+
+const SERVER_SQL = `
+SELECT current_setting('wal_level') AS wal_level,
+       current_setting('max_replication_slots')::int AS max_slots,
+       (SELECT count(*) FROM pg_catalog.pg_replication_slots)::int AS slots,
+       current_setting('max_wal_senders')::int AS max_senders,
+       (SELECT count(*) FROM pg_catalog.pg_stat_replication)::int AS senders,
+       r.rolsuper AS superuser, r.rolreplication AS replication,
+       has_database_privilege(current_database(), 'CREATE') AS can_create
+  FROM pg_catalog.pg_roles r WHERE r.rolname = current_user`;
+
+const TABLE_SQL = `
+SELECT c.relkind::text AS relkind, c.relreplident::text AS identity,
+       pg_catalog.pg_has_role(c.relowner, 'USAGE') AS owned,
+       (SELECT array_agg(a.attname::text ORDER BY a.attname)
+          FROM pg_catalog.pg_index i JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+         WHERE i.indrelid = c.oid AND ((c.relreplident = 'd' AND i.indisprimary) OR (c.relreplident = 'i' AND i.indisreplident))) AS identity_columns
+  FROM pg_catalog.pg_class c WHERE c.oid = $1::regclass`;
+
+export async function logicalCaptureProblems(db: ClientBase, tables: LogicalTable[]): Promise<string[]> {
+  const problems: string[] = [];
+  const s = (await db.query(SERVER_SQL)).rows[0];
+  if (s.wal_level !== 'logical') {
+    problems.push(`wal_level is ${s.wal_level}: set wal_level = logical in postgresql.conf and restart the server`);
+  }
+  if (s.slots >= s.max_slots) problems.push(`all ${s.max_slots} replication slots are taken (max_replication_slots): drop an unused slot or raise the setting`);
+  if (s.senders >= s.max_senders) problems.push(`all ${s.max_senders} WAL senders are busy (max_wal_senders): raise the setting`);
+  if (!s.superuser && !s.replication) problems.push(`Ferry's role lacks the REPLICATION attribute: ALTER ROLE … WITH REPLICATION`);
+  if (!s.superuser && !s.can_create) problems.push(`Ferry's role may not create a publication in this database: GRANT CREATE ON DATABASE … TO …`);
+  for (const table of tables) {
+    const label = displayQualified(table.source);
+    const { rows } = await db.query(TABLE_SQL, [quoteQualified(table.source)]);
+    if (rows.length === 0) continue;
+    const t = rows[0];
+    if (t.relkind !== 'r') {
+      problems.push(`${label} is partitioned, which Ferry's logical capture does not handle yet`);
+      continue;
+    }
+    if (!s.superuser && !t.owned) problems.push(`${label} is not owned by Ferry's role, which a publication needs: run Ferry as its owner or a superuser`);
+    const keys = table.keyColumns.map((k) => k.name);
+    const identity: string[] = t.identity_columns ?? [];
+    const carriesKey = t.identity === 'f' || ((t.identity === 'd' || t.identity === 'i') && keys.every((k) => identity.includes(k)));
+    if (!carriesKey) {
+      const what = t.identity === 'n' ? 'REPLICA IDENTITY NOTHING' : 'a replica identity without its key columns';
+      problems.push(`${label} has ${what}, so a delete or key change would not carry the old key: ALTER TABLE ${label} REPLICA IDENTITY DEFAULT (or FULL)`);
+    }
+  }
+  return problems;
+}

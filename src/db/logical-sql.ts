@@ -1,0 +1,101 @@
+/**
+ * Logical capture on the source (docs/architecture.md §6): per migration a publication of its
+ * tables and a logical replication slot (pgoutput); the consumer turns the stream into keys in
+ * the same change logs the triggers would fill. Names derive from the migration id, as capture's.
+ */
+import { ClientBase } from 'pg';
+import { QualifiedName, quoteIdent, quoteQualified } from '../core/identifiers';
+import { CAPTURE_SCHEMA, migrationTag } from './capture-sql';
+
+export interface LogicalNames {
+  slot: string;
+  publication: string;
+  /** Prefix of the logical messages that mark positions in the stream (heartbeats, cutover marks). */
+  messagePrefix: string;
+}
+
+export function logicalNames(migrationId: string): LogicalNames {
+  const tag = migrationTag(migrationId);
+  return { slot: `ferry_slot_${tag}`, publication: `ferry_pub_${tag}`, messagePrefix: `ferry:${tag}` };
+}
+
+export const SLOTS_TABLE = `${CAPTURE_SCHEMA}.slots`;
+
+export function createPublicationSql(names: LogicalNames, tables: QualifiedName[]): string {
+  // No TRUNCATE: capture refuses it on the migrated tables anyway.
+  return `CREATE PUBLICATION ${quoteIdent(names.publication)} FOR TABLE ${tables.map(quoteQualified).join(', ')} WITH (publish = 'insert, update, delete')`;
+}
+
+/** Whether the migration captures logically (its slot is registered). */
+export async function isLogical(db: ClientBase, migrationId: string): Promise<boolean> {
+  const { rows } = await db.query(`SELECT to_regclass('${SLOTS_TABLE}') IS NOT NULL AS present`);
+  if (!rows[0].present) return false;
+  return ((await db.query(`SELECT 1 FROM ${SLOTS_TABLE} WHERE migration_id = $1`, [migrationId])).rowCount ?? 0) > 0;
+}
+
+/**
+ * Creates the slot unless it exists. Outside any transaction that wrote (PostgreSQL refuses
+ * that), and it waits for the transactions running now to end: its consistent point is where
+ * the stream begins, before the first row is copied.
+ */
+export async function ensureSlot(db: ClientBase, names: LogicalNames): Promise<void> {
+  const { rows } = await db.query('SELECT 1 FROM pg_catalog.pg_replication_slots WHERE slot_name = $1', [names.slot]);
+  if (rows.length > 0) return;
+  await db.query(`SELECT pg_catalog.pg_create_logical_replication_slot($1, 'pgoutput')`, [names.slot]);
+}
+
+/** Emits a logical message and returns its position: once the consumer confirmed past it, every change committed before it is in the logs. */
+export async function emitMark(db: ClientBase, names: LogicalNames, content: string): Promise<string> {
+  const { rows } = await db.query('SELECT pg_catalog.pg_logical_emit_message(false, $1, $2)::text AS lsn', [names.messagePrefix, content]);
+  return rows[0].lsn;
+}
+
+/**
+ * Emits a mark and waits until the consumer confirmed past it: every change committed before
+ * the call is in the change logs then. Fails (retryably) after timeoutMs.
+ */
+export async function awaitConfirmed(db: ClientBase, migrationId: string, timeoutMs: number, heartbeat: () => void): Promise<{ lsn: string }> {
+  const lsn = await emitMark(db, logicalNames(migrationId), 'mark');
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const { rows } = await db.query(`SELECT coalesce(confirmed_lsn >= $2::pg_lsn, false) AS past FROM ${SLOTS_TABLE} WHERE migration_id = $1`, [migrationId, lsn]);
+    if (rows.length === 0) throw new Error(`logical capture of migration ${migrationId} is not registered on the source`);
+    if (rows[0].past) return { lsn };
+    if (Date.now() >= deadline) throw new Error(`the capture consumer has not confirmed position ${lsn} within ${Math.round(timeoutMs / 1000)}s`);
+    heartbeat();
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/**
+ * Drops the slot (ending the WAL sender that holds it, a consumer presumed dead included) and
+ * the publication. Found by name, so it works without bookkeeping too (`ferry cleanup`).
+ */
+export async function dropLogical(db: ClientBase, names: LogicalNames): Promise<void> {
+  for (let attempt = 0; ; attempt += 1) {
+    const { rows } = await db.query('SELECT active_pid FROM pg_catalog.pg_replication_slots WHERE slot_name = $1', [names.slot]);
+    if (rows.length === 0) break;
+    if (rows[0].active_pid === null) {
+      try {
+        await db.query('SELECT pg_catalog.pg_drop_replication_slot($1)', [names.slot]);
+        break;
+      } catch (err) {
+        // 55006: a consumer took it again in between; 42704: someone else dropped it.
+        const code = (err as { code?: string }).code;
+        if (code === '42704') break;
+        if (code !== '55006' || attempt >= 50) throw err;
+      }
+    } else {
+      await db.query('SELECT pg_catalog.pg_terminate_backend($1)', [rows[0].active_pid]);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  await db.query(`DROP PUBLICATION IF EXISTS ${quoteIdent(names.publication)}`);
+}
+
+/** Bytes of WAL the slot holds, and what max_slot_wal_keep_size still allows (null: unlimited). */
+export const SLOT_LAG_SQL = `
+SELECT pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), s.confirmed_flush_lsn)::float8 AS bytes,
+       s.safe_wal_size::float8 AS safe
+  FROM pg_catalog.pg_replication_slots s
+ WHERE s.slot_name = $1`;
