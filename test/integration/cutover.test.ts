@@ -103,6 +103,9 @@ describe('the cutover of an online migration', () => {
       let maxDuringCutover = 0;
       try {
         await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL', 180_000);
+        // The batch job has committed once (its transactions last 20 s; on an idle machine the
+        // migration can reach approval sooner): its next one is the writer the cutover waits for.
+        await eventually(async () => batch.committed > 0, 60_000, 200);
         // The steady backlog while the sync keeps up, then approval in the middle of a batch
         // transaction (the job is never between two of them for long).
         for (let i = 0; i < 10; i += 1) {
