@@ -4,6 +4,7 @@
  * apply's delete-and-reinsert must not fire the target's foreign-key actions or triggers; and no
  * apply — the cutover's final drain is one — may pass while capture is not fully in place.
  */
+import { CAPTURE_BOOKKEEPING } from '../../src/db/capture-sql';
 import { ApplicationFailure } from '@temporalio/common';
 import { MockActivityEnvironment as SdkMockActivityEnvironment } from '@temporalio/testing';
 import { DefaultLogger } from '@temporalio/worker';
@@ -222,7 +223,9 @@ describe('the online apply', () => {
       { id: 'older', completed_at: null },
       { id: 'upgrade', completed_at: null },
     ]);
-    expect(await dbs.query('source', `SELECT max(version) AS v FROM _ferry_capture.schema_versions`)).toEqual([{ v: 1 }]);
+    // Capture's schema at its newest version (2: logical capture's slots).
+    expect(await dbs.query('source', `SELECT max(version) AS v FROM _ferry_capture.schema_versions`)).toEqual([{ v: CAPTURE_BOOKKEEPING.steps.length }]);
+    expect(CAPTURE_BOOKKEEPING.steps.length).toBe(2);
     // Capture and bookkeeping never share a schema.
     expect(await dbs.query('source', `SELECT nspname FROM pg_namespace WHERE nspname = '_ferry'`)).toEqual([]);
 
