@@ -39,8 +39,16 @@ describe('row values in failures', () => {
        UPDATE public.vault_raised SET note = '${RAISE_LEAK}' WHERE id = 150;
        ANALYZE;`,
     );
-    // The target's pin column is an integer: the copy (text format, the types differ) fails on the one row that is not.
-    await dbs.exec('target', 'CREATE TABLE public.vault_pins (id int PRIMARY KEY, pin integer)');
+    // The target reads each pin as an integer (a trigger of the application's: preflight refuses a
+    // column that cannot take the source's values, so the cast is the trigger's): the copy fails
+    // on the one row that is not, with PostgreSQL quoting the value.
+    await dbs.exec(
+      'target',
+      `CREATE TABLE public.vault_pins (id int PRIMARY KEY, pin text);
+       CREATE FUNCTION public.pin_as_integer() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM NEW.pin::integer; RETURN NEW; END $$;
+       CREATE TRIGGER pin_as_integer BEFORE INSERT ON public.vault_pins FOR EACH ROW EXECUTE FUNCTION public.pin_as_integer();
+       ALTER TABLE public.vault_pins ENABLE ALWAYS TRIGGER pin_as_integer;`,
+    );
     // A trigger of the application's on the target that quotes the row in what it raises
     // (P0001, retried: the class is not one no retry can fix); ALWAYS, so it fires whatever role the session has.
     await dbs.exec(
@@ -70,7 +78,7 @@ describe('row values in failures', () => {
     await dbs?.drop();
   });
 
-  it('keeps a value PostgreSQL quotes in its message (a target column of another type) out of every history and log line', async () => {
+  it('keeps a value PostgreSQL quotes in its message (a cast on the target) out of every history and log line', async () => {
     const id = `rowdata-type-${randomBytes(3).toString('hex')}`;
     await stack.ferry.start({ source: 'src', target: 'dst', tables: ['public.vault_pins'] }, { id });
     const result = await resultWithin(stack.ferry, id);
