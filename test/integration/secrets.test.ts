@@ -498,7 +498,12 @@ describe('payload encryption (FERRY_CODEC_KEY)', () => {
         [id, `${id}/table-0`].map(async (w) => payloadsIn(JSON.parse(historyToJSON(await plain.workflow.getHandle(w).fetchHistory())), w)),
       )
     ).flat();
-    const sealed = found.filter((p) => !p.path.includes('searchAttributes') && !p.path.includes('markerRecordedEventAttributes'));
+    // Left out: search attributes and markers (Temporal's own, never encrypted), and the marker the
+    // server itself writes when an activity that never started is cancelled (a slice interrupted by
+    // the throttle changes; it carries no data: seen once under load).
+    const serverMarker = (p: (typeof found)[number]) =>
+      p.path.includes('activityTaskCanceledEventAttributes.details') && unb64(p.payload.data as string) === '"ACTIVITY_ID_NOT_STARTED"';
+    const sealed = found.filter((p) => !p.path.includes('searchAttributes') && !p.path.includes('markerRecordedEventAttributes') && !serverMarker(p));
     // A payload without a key id is named with its place in the history (what to look for, should it ever appear).
     const unsealed = sealed.filter((p) => !p.payload.metadata?.['encryption-key-id']);
     expect(
