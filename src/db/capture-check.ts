@@ -52,6 +52,18 @@ function captureLost(table: CopyTable, what: string): ApplicationFailure {
   );
 }
 
+async function assertPartitionsUnchanged(source: ClientBase, table: CopyTable, registered: { relid: string; partitions: string | null }): Promise<void> {
+  if (registered.partitions === null) return;
+  const partitions = await source.query(PARTITIONS_SQL, [registered.relid]);
+  if (partitions.rows[0].partitions !== registered.partitions) {
+    throw ApplicationFailure.nonRetryable(
+      `the partitions of ${displayQualified(table.source)} changed on the source during the online migration (now: ${partitions.rows[0].partitions || 'none'}); ` +
+        'cancel, and start again once they are as they should stay',
+      FAILURE.SchemaChanged,
+    );
+  }
+}
+
 export async function assertCaptureIntact(source: ClientBase, input: { migrationId: string; table: CopyTable }): Promise<void> {
   const { table } = input;
   // partitions through to_jsonb: a captures table of an older Ferry has no such column.
@@ -70,16 +82,7 @@ export async function assertCaptureIntact(source: ClientBase, input: { migration
   }
   // A partition attached, detached or added since capture lacks (or keeps) the freeze and the
   // TRUNCATE refusal.
-  if (rows[0].partitions !== null) {
-    const partitions = await source.query(PARTITIONS_SQL, [rows[0].relid]);
-    if (partitions.rows[0].partitions !== rows[0].partitions) {
-      throw ApplicationFailure.nonRetryable(
-        `the partitions of ${displayQualified(table.source)} changed on the source during the online migration (now: ${partitions.rows[0].partitions || 'none'}); ` +
-          'cancel, and start again once they are as they should stay',
-        FAILURE.SchemaChanged,
-      );
-    }
-  }
+  await assertPartitionsUnchanged(source, table, rows[0]);
   const names = triggerNames(input.migrationId);
   const armed = await source.query('SELECT to_regclass($1) IS NOT NULL AS present', [quoteQualified(freezeStateSequence(input.migrationId))]);
   const logical = await isLogical(source, input.migrationId);
@@ -88,6 +91,9 @@ export async function assertCaptureIntact(source: ClientBase, input: { migration
   // Partitions carry the TRUNCATE refusal and the freeze of their own, and a clone of the row trigger.
   const missing = await source.query(MISSING_TRIGGERS_SQL, [rows[0].relid, onTable, onTable]);
   if (missing.rows.length > 0) {
+    // A partition added between the check above and this query has no trigger of Ferry's yet:
+    // that is the partitions' change, not a removed trigger (each statement reads its own snapshot).
+    await assertPartitionsUnchanged(source, table, rows[0]);
     const { relation, trigger, enabled } = missing.rows[0];
     throw captureLost(table, `trigger ${trigger} on ${relation} ${enabled === null ? 'was dropped' : `is ${STATES[enabled] ?? `in state ${enabled}`}`}`);
   }
