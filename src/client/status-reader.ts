@@ -34,6 +34,20 @@ export interface MigrationSummary {
   unreadable?: string;
 }
 
+/** The fields a result document built from a failure has, migration or change plan. */
+interface EndedCommon {
+  task_id: string;
+  phase: 'FAILED';
+  start_time: string;
+  end_time: string;
+  duration: string;
+  duration_ms: number;
+  error: ErrorInfo;
+  metadata: null;
+  events: [];
+  warnings: [];
+}
+
 export class StatusReader {
   constructor(private readonly client: Client) {}
 
@@ -176,32 +190,45 @@ export class StatusReader {
   }
 
   /** Waits for the migration to end and returns its result document, for every outcome. */
-  async result(id: string): Promise<ResultDocument> {
+  result(id: string): Promise<ResultDocument> {
+    return this.ended<ResultDocument>(id, (common, d) => ({
+      ...common,
+      state: d.status.name === 'CANCELLED' ? 'CANCELLED' : d.status.name === 'TIMED_OUT' ? 'TIMED_OUT' : 'FAILED',
+      tables: [],
+      rowsCopied: 0,
+    }));
+  }
+
+  /**
+   * A workflow's result document once it has ended: its result, else (it failed) the one its
+   * memo kept, else one built from the failure — `common` with what only `kind` has.
+   */
+  private async ended<T>(id: string, kind: (common: EndedCommon, d: WorkflowExecutionDescription) => T): Promise<T> {
     const handle = this.handle(id);
     try {
-      return currentResultNames(await handle.result());
+      return currentResultNames(await handle.result()) as T;
     } catch (err) {
       if (!(err instanceof WorkflowFailedError)) throw err;
       const d = await handle.describe();
-      const fromMemo = d.memo?.result as ResultDocument | undefined;
-      if (fromMemo) return currentResultNames(fromMemo);
+      const fromMemo = d.memo?.result as Partial<ResultDocument & ChangeResultDocument> | undefined;
+      if (fromMemo) return currentResultNames(fromMemo) as T;
       const failure = innermostApplicationFailure(err);
       const end = (d.closeTime ?? new Date()).toISOString();
-      return {
-        task_id: id,
-        state: d.status.name === 'CANCELLED' ? 'CANCELLED' : d.status.name === 'TIMED_OUT' ? 'TIMED_OUT' : 'FAILED',
-        phase: 'FAILED',
-        start_time: d.startTime.toISOString(),
-        end_time: end,
-        duration: '',
-        duration_ms: Date.parse(end) - d.startTime.getTime(),
-        error: { message: failure?.message ?? err.message, type: failure?.type ?? undefined },
-        metadata: null,
-        tables: [],
-        events: [],
-        rowsCopied: 0,
-        warnings: [],
-      };
+      return kind(
+        {
+          task_id: id,
+          phase: 'FAILED',
+          start_time: d.startTime.toISOString(),
+          end_time: end,
+          duration: '',
+          duration_ms: Date.parse(end) - d.startTime.getTime(),
+          error: { message: failure?.message ?? err.message, type: failure?.type ?? undefined },
+          metadata: null,
+          events: [],
+          warnings: [],
+        },
+        d,
+      );
     }
   }
 
@@ -310,35 +337,15 @@ export class StatusReader {
   }
 
   /** Waits for a change plan to end and returns its result document, for every outcome. */
-  async changeResult(id: string): Promise<ChangeResultDocument> {
-    const handle = this.handle(id);
-    try {
-      return currentResultNames(await handle.result());
-    } catch (err) {
-      if (!(err instanceof WorkflowFailedError)) throw err;
-      const d = await handle.describe();
-      const fromMemo = d.memo?.result as ChangeResultDocument | undefined;
-      if (fromMemo) return currentResultNames(fromMemo);
-      const failure = innermostApplicationFailure(err);
-      const end = (d.closeTime ?? new Date()).toISOString();
-      return {
-        kind: 'change',
-        task_id: id,
-        state: d.status.name === 'CANCELLED' ? 'CANCELLED' : 'FAILED',
-        phase: 'FAILED',
-        database: String(d.memo?.database ?? ''),
-        start_time: d.startTime.toISOString(),
-        end_time: end,
-        duration: '',
-        duration_ms: Date.parse(end) - d.startTime.getTime(),
-        error: { message: failure?.message ?? err.message, type: failure?.type ?? undefined },
-        metadata: null,
-        steps: [],
-        events: [],
-        rowsBackfilled: 0,
-        warnings: [],
-      };
-    }
+  changeResult(id: string): Promise<ChangeResultDocument> {
+    return this.ended<ChangeResultDocument>(id, (common, d) => ({
+      ...common,
+      kind: 'change',
+      state: d.status.name === 'CANCELLED' ? 'CANCELLED' : 'FAILED',
+      database: String(d.memo?.database ?? ''),
+      steps: [],
+      rowsBackfilled: 0,
+    }));
   }
 }
 
