@@ -261,6 +261,7 @@ async function outageRun(ferry: FerryClient, n: number, scale: number, constrain
       await ferry.approve(id);
       const result = await ferry.result(id);
       if (result.state !== 'SUCCEEDED') throw new Error(`outage run ${id} ended ${result.state}: ${JSON.stringify(result.error)}`);
+      process.stdout.write(`    ${await cutoverTimeline(ferry, id)}\n`);
       return result.cutover!.writeOutageMs;
     } finally {
       load.kill();
@@ -269,6 +270,33 @@ async function outageRun(ferry: FerryClient, n: number, scale: number, constrain
   } finally {
     for (const db of [source, target]) await sql(ADMIN, `DROP DATABASE IF EXISTS ${db} WITH (FORCE)`).catch(() => undefined);
   }
+}
+
+/**
+ * Where a cutover's outage went, read from the migration's history: from the freeze flip to the
+ * writers' wait done, the tables' syncs stopped, the drain and dirty-row checks done, and the
+ * target finished (the point of no return), in ms after the flip.
+ */
+async function cutoverTimeline(ferry: FerryClient, id: string): Promise<string> {
+  const history = await ferry.handle(id).fetchHistory();
+  const at = (e: { eventTime?: { seconds?: unknown; nanos?: number | null } | null }) => Number(e.eventTime?.seconds ?? 0) * 1000 + Math.round((e.eventTime?.nanos ?? 0) / 1e6);
+  const scheduled = new Map<string, string>();
+  const done: { type: string; at: number }[] = [];
+  let childEnded = 0;
+  for (const e of history.events ?? []) {
+    const s = e.activityTaskScheduledEventAttributes;
+    if (s) scheduled.set(String(e.eventId), s.activityType?.name ?? '');
+    const c = e.activityTaskCompletedEventAttributes;
+    if (c) done.push({ type: scheduled.get(String(c.scheduledEventId)) ?? '', at: at(e) });
+    if (e.childWorkflowExecutionCompletedEventAttributes) childEnded = Math.max(childEnded, at(e));
+  }
+  const flip = done.filter((d) => d.type === 'setFreeze').at(-1)?.at ?? 0;
+  const last = (type: string) => Math.max(0, ...done.filter((d) => d.type === type && d.at >= flip).map((d) => d.at));
+  const after = (t: number) => (t > 0 ? `${t - flip} ms` : '—');
+  return (
+    `writers ${after(last('awaitWriters'))}, syncs stopped ${after(childEnded)}, drain ${after(last('syncChanges'))}, ` +
+    `dirty check ${after(last('checkDirtyKeys'))}, finished ${after(last('finishTarget'))}`
+  );
 }
 
 /** The databases of outage run n, known before the worker starts (it resolves every connection from its environment). */
