@@ -19,6 +19,7 @@
  *
  * Options: --scale N (10), --clients N (4), --seconds N (20, per pgbench measurement),
  * --validation none|count|checksum (checksum), --outage-scale N (50; 0 skips the comparison),
+ * --outage-repeat N (3: runs per outage configuration, the median counts),
  * --capture auto|trigger|logical (the spec's capture; auto by default), --pg URL (logical
  * capture needs a server with wal_level=logical).
  *
@@ -29,6 +30,7 @@ import { spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import { FerryClient } from '../src/client';
 import { connectionEnvVar } from '../src/core/names';
 import { databaseUrl, DEFAULT_TEST_PG, ensurePostgres, runSql } from '../src/dev/postgres';
@@ -43,6 +45,7 @@ const SECONDS = Number(arg('--seconds', '20'));
 const ADMIN = arg('--pg', process.env.FERRY_TEST_PG ?? DEFAULT_TEST_PG);
 const VALIDATION = arg('--validation', 'checksum');
 const OUTAGE_SCALE = Number(arg('--outage-scale', '50'));
+const OUTAGE_REPEAT = Number(arg('--outage-repeat', '3'));
 const CAPTURE = arg('--capture', 'auto');
 const ROOT = join(__dirname, '..');
 const PGBENCH = findOnPath('pgbench') ?? '/usr/lib/postgresql/15/bin/pgbench';
@@ -96,7 +99,7 @@ async function main(): Promise<void> {
     [connectionEnvVar('pgb_src')]: url(source),
     [connectionEnvVar('pgb_tgt')]: url(target),
   };
-  for (let n = 0; n < 3; n += 1) {
+  for (let n = 0; n < 3 * OUTAGE_REPEAT; n += 1) {
     env[connectionEnvVar(`out_src_${n}`)] = url(outageDatabases(n).source);
     env[connectionEnvVar(`out_tgt_${n}`)] = url(outageDatabases(n).target);
   }
@@ -201,13 +204,20 @@ async function main(): Promise<void> {
         { scale: SCALE, constraints: true },
         { scale: OUTAGE_SCALE, constraints: true },
       ];
+      // Sub-second outages vary from run to run with what the last sync round caught: each
+      // configuration runs --outage-repeat times (fresh databases each time) and its median counts.
       const outages: number[] = [];
+      let n = 0;
       for (const r of runs) {
-        const ms = await outageRun(ferry, outages.length, r.scale, r.constraints);
-        outages.push(ms);
-        process.stdout.write(
-          `  ${(r.scale * 100_000).toLocaleString('en')} accounts${r.constraints ? ' + users (unique email, foreign key)' : '                                  '}: ${ms} ms\n`,
-        );
+        const label = `${(r.scale * 100_000).toLocaleString('en')} accounts${r.constraints ? ' + users (unique email, foreign key)' : ''}`;
+        const each: number[] = [];
+        for (let i = 0; i < OUTAGE_REPEAT; i++) {
+          const { outageMs, timeline } = await outageRun(ferry, n++, r.scale, r.constraints);
+          each.push(outageMs);
+          process.stdout.write(`    ${label}, run ${i + 1}: ${outageMs} ms (${timeline})\n`);
+        }
+        outages.push(median(each));
+        process.stdout.write(`  ${label}: median ${median(each)} ms of ${each.join(', ')}\n`);
       }
       process.stdout.write(`  with/without unique + foreign key: ${(outages[1] / outages[0]).toFixed(2)} ×;  ${OUTAGE_SCALE / SCALE}× the rows: ${(outages[2] / outages[1]).toFixed(2)} ×\n`);
     }
@@ -224,7 +234,7 @@ async function main(): Promise<void> {
  * One online migration of pgbench's tables at `scale` (plus, with `constraints`, teams and users:
  * a unique e-mail and a foreign key) under pgbench, approved once ready: its write outage.
  */
-async function outageRun(ferry: FerryClient, n: number, scale: number, constraints: boolean): Promise<number> {
+async function outageRun(ferry: FerryClient, n: number, scale: number, constraints: boolean): Promise<{ outageMs: number; timeline: string }> {
   const { source, target } = outageDatabases(n);
   const tag = `${n}_${scale}${constraints ? 'c' : ''}`;
   await sql(ADMIN, `CREATE DATABASE ${source}`);
@@ -261,8 +271,7 @@ async function outageRun(ferry: FerryClient, n: number, scale: number, constrain
       await ferry.approve(id);
       const result = await ferry.result(id);
       if (result.state !== 'SUCCEEDED') throw new Error(`outage run ${id} ended ${result.state}: ${JSON.stringify(result.error)}`);
-      process.stdout.write(`    ${await cutoverTimeline(ferry, id)}\n`);
-      return result.cutover!.writeOutageMs;
+      return { outageMs: result.cutover!.writeOutageMs, timeline: await cutoverTimeline(ferry, id) };
     } finally {
       load.kill();
       await load.done;
@@ -278,25 +287,40 @@ async function outageRun(ferry: FerryClient, n: number, scale: number, constrain
  * target finished (the point of no return), in ms after the flip.
  */
 async function cutoverTimeline(ferry: FerryClient, id: string): Promise<string> {
-  const history = await ferry.handle(id).fetchHistory();
-  const at = (e: { eventTime?: { seconds?: unknown; nanos?: number | null } | null }) => Number(e.eventTime?.seconds ?? 0) * 1000 + Math.round((e.eventTime?.nanos ?? 0) / 1e6);
+  type Event = {
+    eventId: string;
+    eventTime: string;
+    activityTaskScheduledEventAttributes?: { activityType?: { name?: string } };
+    activityTaskCompletedEventAttributes?: { scheduledEventId?: string };
+    childWorkflowExecutionCompletedEventAttributes?: unknown;
+  };
+  const { events } = JSON.parse(historyToJSON(await ferry.handle(id).fetchHistory())) as { events: Event[] };
   const scheduled = new Map<string, string>();
   const done: { type: string; at: number }[] = [];
-  let childEnded = 0;
-  for (const e of history.events ?? []) {
-    const s = e.activityTaskScheduledEventAttributes;
-    if (s) scheduled.set(String(e.eventId), s.activityType?.name ?? '');
-    const c = e.activityTaskCompletedEventAttributes;
-    if (c) done.push({ type: scheduled.get(String(c.scheduledEventId)) ?? '', at: at(e) });
-    if (e.childWorkflowExecutionCompletedEventAttributes) childEnded = Math.max(childEnded, at(e));
+  const childrenEnded: number[] = [];
+  for (const e of events) {
+    const at = Date.parse(e.eventTime);
+    if (e.activityTaskScheduledEventAttributes) scheduled.set(e.eventId, e.activityTaskScheduledEventAttributes.activityType?.name ?? '');
+    if (e.activityTaskCompletedEventAttributes) done.push({ type: scheduled.get(e.activityTaskCompletedEventAttributes.scheduledEventId ?? '') ?? '', at });
+    if (e.childWorkflowExecutionCompletedEventAttributes) childrenEnded.push(at);
   }
-  const flip = done.filter((d) => d.type === 'setFreeze').at(-1)?.at ?? 0;
-  const last = (type: string) => Math.max(0, ...done.filter((d) => d.type === type && d.at >= flip).map((d) => d.at));
+  // The flip is the setFreeze before the wait for writers (another one after the point of no return marks the source moved).
+  const firstWait = done.find((d) => d.type === 'awaitWriters')?.at ?? Infinity;
+  const flip = done.filter((d) => d.type === 'setFreeze' && d.at <= firstWait).at(-1)?.at ?? 0;
+  const finished = done.find((d) => d.type === 'finishTarget' && d.at >= flip)?.at ?? Infinity;
+  const last = (times: number[]) => Math.max(0, ...times.filter((t) => t >= flip && t <= finished));
+  const ofType = (type: string) => last(done.filter((d) => d.type === type).map((d) => d.at));
   const after = (t: number) => (t > 0 ? `${t - flip} ms` : '—');
   return (
-    `writers ${after(last('awaitWriters'))}, syncs stopped ${after(childEnded)}, drain ${after(last('syncChanges'))}, ` +
-    `dirty check ${after(last('checkDirtyKeys'))}, finished ${after(last('finishTarget'))}`
+    `writers ${after(ofType('awaitWriters'))}, syncs stopped ${after(last(childrenEnded))}, drain ${after(ofType('syncChanges'))}, ` +
+    `dirty check ${after(ofType('checkDirtyKeys'))}, finished ${after(ofType('finishTarget'))}`
   );
+}
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 ? sorted[mid] : Math.round((sorted[mid - 1] + sorted[mid]) / 2);
 }
 
 /** The databases of outage run n, known before the worker starts (it resolves every connection from its environment). */
