@@ -7,6 +7,7 @@ import { Client, Connection, WorkflowExecutionAlreadyStartedError, WorkflowHandl
 import { TypedSearchAttributes, WorkflowIdConflictPolicy } from '@temporalio/common';
 import { clientDataConverterFromEnv } from '../codec';
 import { RefusedError } from '../core/errors';
+import { migrationStaticDetails } from '../core/details';
 import { innermostApplicationFailure, isPreflightRefusal } from '../core/failures';
 import type { CleanupInput, CleanupResult } from '../../workflows/cleanup';
 import type { ChangePreflightResult } from '../../activities/change-preflight';
@@ -206,6 +207,7 @@ export class FerryClient {
       ]),
       memo: { source: spec.source, target: spec.target, mode: spec.mode, spec: input },
       staticSummary: `Ferry ${spec.mode} migration ${spec.source} → ${spec.target}: ${spec.tables.length} table(s)`,
+      staticDetails: migrationStaticDetails(id, spec),
     };
   }
 

@@ -5,6 +5,7 @@
  * renders it from its status document on every change.
  */
 import { formatDuration } from './duration';
+import type { Spec } from './spec';
 import { Blocker, StatusDocument } from './status';
 
 const n = (x: number) => x.toLocaleString('en-US');
@@ -141,4 +142,19 @@ export function endingMessage(s: StatusDocument, ending: Ending): string {
   if (ending.failedUndo.length) tail.push(`rollback steps that failed: ${ending.failedUndo.join(', ')} (ferry cleanup ${s.id} finishes them)`);
   if (ending.kept) tail.push(`its work kept (onFailure: keep): ferry retry ${s.id} or ferry cleanup ${s.id}`);
   return tail.length ? `${head}; ${tail.join('; ')}` : head;
+}
+
+/**
+ * The Web UI's (static) details of a migration, set when it starts: what it moves, and the
+ * commands that follow and steer it. The current details say where it stands.
+ */
+export function migrationStaticDetails(id: string, spec: Spec, shown = 10): string {
+  const q = (t: { schema: string; name: string }) => `${t.schema}.${t.name}`;
+  const tables = spec.tables.map((t) => (q(t.source) === q(t.target) ? q(t.source) : `${q(t.source)} → ${q(t.target)}`));
+  const lines = [`**${spec.mode}** migration of ${tables.length} table(s) from connection \`${spec.source}\` to \`${spec.target}\``, ''];
+  lines.push(...tables.slice(0, shown).map((t) => `- ${t}`));
+  if (tables.length > shown) lines.push(`- … and ${tables.length - shown} more`);
+  lines.push('', `Follow it: \`ferry watch ${id}\` · \`ferry status ${id}\` · stop it: \`ferry cancel ${id}\``);
+  if (spec.mode === 'online' && spec.cutover?.approval === 'manual') lines.push('', `The cutover waits for \`ferry approve ${id}\`.`);
+  return `${lines.join('\n')}\n\n${CLIPPED_TAIL}`;
 }

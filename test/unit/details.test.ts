@@ -1,5 +1,6 @@
 /** The Web UI's current details of a migration, for each moment a person may look at it. */
-import { endingMessage, migrationDetails } from '../../src/core/details';
+import { endingMessage, migrationDetails, migrationStaticDetails } from '../../src/core/details';
+import { parseSpec } from '../../src/core/spec';
 import { StatusDocument } from '../../src/core/status';
 
 const base: StatusDocument = {
@@ -143,6 +144,24 @@ describe('the message a migration that did not succeed ends with (the top of its
     expect(endingMessage(ended({ state: 'FAILED', error: { message: 'copy failed', type: 'PostgresError.22P02' } }), { undone: [], failedUndo: [], kept: true })).toBe(
       'copy failed; its work kept (onFailure: keep): ferry retry shop-move or ferry cleanup shop-move',
     );
+  });
+});
+
+describe('the static details a migration starts with', () => {
+  it('what it moves, and the commands that follow and steer it', () => {
+    const spec = parseSpec({ source: 'old', target: 'new', mode: 'online', cutover: { approval: 'manual' }, tables: ['public.customers', { name: 'public.orders', target: 'archive.orders' }] });
+    expect(body(migrationStaticDetails('shop-move', spec))).toEqual([
+      '**online** migration of 2 table(s) from connection `old` to `new`',
+      '',
+      '- public.customers',
+      '- public.orders → archive.orders',
+      '',
+      'Follow it: `ferry watch shop-move` · `ferry status shop-move` · stop it: `ferry cancel shop-move`',
+      '',
+      'The cutover waits for `ferry approve shop-move`.',
+    ]);
+    const many = parseSpec({ source: 'old', target: 'new', tables: Array.from({ length: 12 }, (_, i) => `public.t${i}`) });
+    expect(migrationStaticDetails('m', many)).toContain('- public.t9\n- … and 2 more');
   });
 });
 
