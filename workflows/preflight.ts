@@ -11,6 +11,7 @@ import { MigrationPlan } from '../src/core/plan';
 import { SpecError } from '../src/core/spec';
 import { parseWorkflowSpec } from './spec-input';
 import { FAILURE } from '../src/core/failure-types';
+import { forWebUi } from '../src/core/details';
 import { PreflightRefusal, preflightRefusal } from '../src/core/failures';
 import { PATCHES } from '../src/core/names';
 
@@ -45,7 +46,7 @@ export async function refusalsAsResult<T>(body: () => Promise<T>): Promise<T | P
   } catch (err) {
     const refusal = asResult ? preflightRefusal(err, FAILURE.Refused) : undefined;
     if (!refusal) throw err;
-    setCurrentDetails(`**Refused by preflight** (nothing was started or changed): \`${refusal.refused.type}\` ${refusal.refused.message}`);
+    setCurrentDetails(forWebUi(`**Refused by preflight** (nothing was started or changed): \`${refusal.refused.type}\` ${refusal.refused.message}`));
     return refusal;
   }
 }

@@ -53,7 +53,8 @@ function headline(s: StatusDocument): string {
 function why(s: StatusDocument): string | undefined {
   if (!s.endedAt || s.state === 'SUCCEEDED' || !s.error) return undefined;
   const { type, message, cause } = s.error;
-  return `**Why:** ${type ? `\`${type}\` ` : ''}${message}${cause && cause !== message ? ` — ${cause}` : ''}`;
+  // PostgreSQL's own words as code: verbatim, its quotes not turned into typographic ones.
+  return `**Why:** ${type ? `\`${type}\` ` : ''}${message}${cause && cause !== message ? ` — \`${cause.replace(/`/g, "'")}\`` : ''}`;
 }
 
 function blockerLine(b: Blocker): string {
@@ -76,6 +77,11 @@ function outcome(s: StatusDocument): string | undefined {
  */
 const CLIPPED_TAIL = '\u00a0';
 
+/** Markdown for a Web UI details panel: the text, then the blank paragraph the UI may cut off. */
+export function forWebUi(markdown: string): string {
+  return `${markdown.trim()}\n\n${CLIPPED_TAIL}`;
+}
+
 export function migrationDetails(s: StatusDocument, blockers: Blocker[] = []): string {
   const out = [headline(s), ''];
   const reason = why(s);
@@ -96,7 +102,7 @@ export function migrationDetails(s: StatusDocument, blockers: Blocker[] = []): s
   if (blockers.length) out.push('**The cutover waits for these write transactions, begun before the freeze:**', ...blockers.map(blockerLine), '');
   const end = outcome(s);
   if (end) out.push(end, '');
-  return `${out.join('\n').trim()}\n\n${CLIPPED_TAIL}`;
+  return forWebUi(out.join('\n'));
 }
 
 /** What each of the saga's undo steps (workflows/saga.ts) does, in words. */
@@ -156,5 +162,5 @@ export function migrationStaticDetails(id: string, spec: Spec, shown = 10): stri
   if (tables.length > shown) lines.push(`- … and ${tables.length - shown} more`);
   lines.push('', `Follow it: \`ferry watch ${id}\` · \`ferry status ${id}\` · stop it: \`ferry cancel ${id}\``);
   if (spec.mode === 'online' && spec.cutover?.approval === 'manual') lines.push('', `The cutover waits for \`ferry approve ${id}\`.`);
-  return `${lines.join('\n')}\n\n${CLIPPED_TAIL}`;
+  return forWebUi(lines.join('\n'));
 }

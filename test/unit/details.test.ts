@@ -82,7 +82,7 @@ describe('current details (markdown for the Web UI)', () => {
     const lines = body(text);
     expect(lines[0]).toBe('**FAILED** · stopped in FULL_MIGRATING · rolled back');
     expect(lines[2]).toBe(
-      '**Why:** `PostgresError.23514` copy public.customers chunk 0: PostgreSQL error 23514 — new row for relation "customers" violates check constraint "v_positive"',
+      '**Why:** `PostgresError.23514` copy public.customers chunk 0: PostgreSQL error 23514 — `new row for relation "customers" violates check constraint "v_positive"`',
     );
     expect(text).toContain('| public.customers | stopped in FULL_MIGRATING | 12,000 / ~25,000 |  |');
     expect(text).toContain('**Next:** fix the cause, then `ferry retry shop-move` starts it again (the rollback left nothing to resume from)');
