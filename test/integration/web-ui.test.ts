@@ -10,8 +10,10 @@ import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Browser, chromium, FrameLocator, Locator, Page } from 'playwright-core';
+import { Worker } from '@temporalio/worker';
 import { ensureChromium } from '../../src/dev/chromium';
 import { PREFLIGHT_WORKFLOW } from '../../src/core/names';
+import { workflowBundle } from '../../src/temporal/bundle';
 import { TestDatabases } from '../helpers/databases';
 import { ActivityHold } from '../helpers/interceptors';
 import { eventually, resultWithin, TestStack, waitForPhase } from '../helpers/stack';
@@ -191,6 +193,9 @@ describe('the Web UI in headless Chromium', () => {
     });
     expect(helpers.map((w) => w.status.name)).toEqual(['COMPLETED']);
     const helperId = helpers[0].workflowId;
+    // Its history (with the patch marker) replays on the current workflow code.
+    const history = await stack.client.workflow.getHandle(helperId).fetchHistory();
+    await Worker.runReplayHistory({ workflowBundle: workflowBundle() }, history, helperId);
 
     await page.goto(ui('/workflows'));
     const row = page.locator('tr', { hasText: helperId });
