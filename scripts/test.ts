@@ -1,9 +1,10 @@
 /**
- * `npm test`: provisions what the suites need (the temporal binary, a running PostgreSQL), then
- * runs the type checker, the linter and jest. Extra arguments go to jest.
+ * `npm test`: provisions what the suites need (the temporal binary, a running PostgreSQL, Chromium
+ * for the Web UI test), then runs the type checker, the linter and jest. Extra arguments go to jest.
  */
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
+import { ensureChromium } from '../src/dev/chromium';
 import { DEFAULT_TEST_PG, ensurePostgres } from '../src/dev/postgres';
 import { ensureTemporalBinary } from '../src/dev/temporal-binary';
 
@@ -25,7 +26,8 @@ async function main(): Promise<void> {
   }
   const pg = process.env.FERRY_TEST_PG ?? DEFAULT_TEST_PG;
   await ensurePostgres(pg);
-  const env = { ...process.env, FERRY_TEST_PG: pg, ...(binary ? { FERRY_TEMPORAL_BIN: binary } : {}) };
+  const chromium = ensureChromium();
+  const env = { ...process.env, FERRY_TEST_PG: pg, FERRY_CHROMIUM_BIN: chromium, ...(binary ? { FERRY_TEMPORAL_BIN: binary } : {}) };
   step('type check (tsc --noEmit)', bin('tsc'), ['--noEmit', '-p', '.']);
   step('lint (eslint)', bin('eslint'), ['.']);
   step('tests (jest)', bin('jest'), process.argv.slice(2), env);

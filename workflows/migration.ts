@@ -18,6 +18,7 @@ import {
   upsertSearchAttributes,
   workflowInfo,
 } from '@temporalio/workflow';
+import { endingMessage } from '../src/core/details';
 import { innermostApplicationFailure, rootMessage } from '../src/core/failures';
 import { FerrySourceKey, FerryTargetKey, PATCHES } from '../src/core/names';
 import { Spec, SpecError } from '../src/core/spec';
@@ -55,6 +56,8 @@ class MigrationRun {
   private readonly main = new CancellationScope();
   private cancelReason: string | undefined;
   private timedOut = false;
+  /** What the ending undid (workflows/saga.ts names), for the failure's message. */
+  private readonly ending: { undone: string[]; failedUndo: string[]; kept: boolean } = { undone: [], failedUndo: [], kept: false };
   /** Event webhooks in flight, awaited before the workflow ends. */
   private readonly deliveries: Promise<unknown>[] = [];
 
@@ -185,9 +188,12 @@ class MigrationRun {
     const compensating = saga.size > 0;
     if (compensating) {
       tracker.event('RollbackStarted', undefined, { reason: outcome });
+      this.ending.undone = saga.names;
       const failedSteps = await saga.compensate();
+      this.ending.failedUndo = failedSteps;
       tracker.event('RolledBack', undefined, failedSteps.length ? { failedSteps } : undefined);
     }
+    this.ending.kept = captureKept || (!compensating && spec.onFailure === 'keep');
     if (captureKept) {
       tracker.warnings.push(
         'onFailure: keep — target tables, checkpoints and change capture were left: capture logs every write to the source tables ' +
@@ -226,7 +232,8 @@ class MigrationRun {
       throw new CancelledFailure(tracker.error?.message ?? 'cancelled', [result]);
     }
     throw ApplicationFailure.create({
-      message: tracker.error?.message ?? outcome,
+      // The Web UI shows this at the top of the failure: the outcome, the root cause, what was undone.
+      message: endingMessage(tracker.document(), { ...this.ending, deadlineMs: spec.deadlineMs }),
       type: outcome === 'TIMED_OUT' ? FAILURE.MigrationTimedOut : outcome === 'CANCELLED' ? FAILURE.MigrationCancelled : FAILURE.MigrationFailed,
       nonRetryable: true,
       details: [result],

@@ -1,13 +1,19 @@
 /**
  * preflightWorkflow: a short helper that runs preflight on the workers (which hold the
- * connections) before `ferry start` starts the migration, so a refusal starts nothing.
+ * connections) before `ferry start` starts the migration, so a refusal starts nothing. A refusal
+ * is its result (PreflightRefusal), not a failure: the helper completes, and the client exits 2
+ * with the refusal's message. Executions begun before patch `preflight-refusal-as-result` failed
+ * with it instead, and replay so.
  */
-import { ApplicationFailure, proxyActivities } from '@temporalio/workflow';
+import { ApplicationFailure, patched, proxyActivities, setCurrentDetails } from '@temporalio/workflow';
 import type { Activities } from '../activities';
 import { MigrationPlan } from '../src/core/plan';
 import { SpecError } from '../src/core/spec';
 import { parseWorkflowSpec } from './spec-input';
 import { FAILURE } from '../src/core/failure-types';
+import { forWebUi } from '../src/core/details';
+import { PreflightRefusal, preflightRefusal } from '../src/core/failures';
+import { PATCHES } from '../src/core/names';
 
 const { preflight } = proxyActivities<Activities>({
   startToCloseTimeout: '5 minutes',
@@ -16,12 +22,31 @@ const { preflight } = proxyActivities<Activities>({
   retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '5 seconds', maximumAttempts: 3 },
 });
 
-export async function preflightWorkflow(specInput: unknown, migrationId: string): Promise<MigrationPlan> {
-  let spec;
+export async function preflightWorkflow(specInput: unknown, migrationId: string): Promise<MigrationPlan | PreflightRefusal> {
+  return refusalsAsResult(async () => {
+    let spec;
+    try {
+      spec = parseWorkflowSpec(specInput);
+    } catch (err) {
+      throw ApplicationFailure.nonRetryable(err instanceof SpecError ? err.message : String(err), FAILURE.InvalidSpec);
+    }
+    return preflight({ migrationId, spec });
+  });
+}
+
+/**
+ * Runs a preflight helper's body; a refusal (a non-retryable failure of the spec check or of the
+ * preflight activity) becomes the result. Other failures (a worker lost past its retries, a
+ * database unreachable past its retries) still fail the helper: something broke.
+ */
+export async function refusalsAsResult<T>(body: () => Promise<T>): Promise<T | PreflightRefusal> {
+  const asResult = patched(PATCHES.preflightRefusalAsResult);
   try {
-    spec = parseWorkflowSpec(specInput);
+    return await body();
   } catch (err) {
-    throw ApplicationFailure.nonRetryable(err instanceof SpecError ? err.message : String(err), FAILURE.InvalidSpec);
+    const refusal = asResult ? preflightRefusal(err, FAILURE.Refused) : undefined;
+    if (!refusal) throw err;
+    setCurrentDetails(forWebUi(`**Refused by preflight** (nothing was started or changed): \`${refusal.refused.type}\` ${refusal.refused.message}`));
+    return refusal;
   }
-  return preflight({ migrationId, spec });
 }

@@ -33,6 +33,11 @@ export class Saga {
     return this.steps.length;
   }
 
+  /** The names of the undo steps, in the order compensate() runs them (newest first). */
+  get names(): string[] {
+    return this.steps.map((s) => s.name).reverse();
+  }
+
   /** Runs every undo, newest first; returns the names of those that failed. */
   async compensate(): Promise<string[]> {
     const failed: string[] = [];

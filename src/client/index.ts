@@ -7,7 +7,8 @@ import { Client, Connection, WorkflowExecutionAlreadyStartedError, WorkflowHandl
 import { TypedSearchAttributes, WorkflowIdConflictPolicy } from '@temporalio/common';
 import { clientDataConverterFromEnv } from '../codec';
 import { RefusedError } from '../core/errors';
-import { innermostApplicationFailure } from '../core/failures';
+import { migrationStaticDetails } from '../core/details';
+import { innermostApplicationFailure, isPreflightRefusal } from '../core/failures';
 import type { CleanupInput, CleanupResult } from '../../workflows/cleanup';
 import type { ChangePreflightResult } from '../../activities/change-preflight';
 import { approveCutoverSignal, cancelSignal, pauseSignal, resumeSignal, RetireState, retireStateQuery, revertSignal, throttleSignal, ThrottleRequest } from '../../workflows/definitions';
@@ -119,18 +120,23 @@ export class FerryClient {
 
   /** A preflight helper workflow (migration or change plan), its refusal as a RefusedError. */
   private async runPreflight<T>(workflowType: string, input: unknown, id: string): Promise<T> {
+    let result: unknown;
     try {
-      return (await this.client.workflow.execute(workflowType, {
+      result = await this.client.workflow.execute(workflowType, {
         taskQueue: this.config.taskQueue,
         workflowId: `${id}.preflight.${randomBytes(4).toString('hex')}`,
         args: [input, id],
         workflowExecutionTimeout: '10 minutes',
-      })) as T;
+        staticSummary: `Ferry preflight of ${workflowType === CHANGE_PREFLIGHT_WORKFLOW ? 'change plan' : 'migration'} ${id}: checks before it starts; starts and changes nothing`,
+      });
     } catch (err) {
+      // Helpers begun before they returned refusals failed with them.
       const failure = innermostApplicationFailure(err);
       if (failure) throw new RefusedError(failure.message, failure.type ?? FAILURE.Refused, { cause: err });
       throw err;
     }
+    if (isPreflightRefusal(result)) throw new RefusedError(result.refused.message, result.refused.type);
+    return result as T;
   }
 
   /**
@@ -201,6 +207,7 @@ export class FerryClient {
       ]),
       memo: { source: spec.source, target: spec.target, mode: spec.mode, spec: input },
       staticSummary: `Ferry ${spec.mode} migration ${spec.source} → ${spec.target}: ${spec.tables.length} table(s)`,
+      staticDetails: migrationStaticDetails(id, spec),
     };
   }
 
@@ -356,6 +363,7 @@ export class FerryClient {
       workflowId: `${id}.unfreeze.${randomBytes(4).toString('hex')}`,
       args: [id, source],
       workflowExecutionTimeout: '10 minutes',
+      staticSummary: `Ferry unfreeze of migration ${id}: lifts the write freeze on ${source}`,
     });
   }
 
@@ -388,6 +396,7 @@ export class FerryClient {
       workflowId,
       args: [input],
       workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
+      staticSummary: `Ferry cleanup of migration ${id}: removes what it left on ${succeeded ? source : `${source} and ${target}`}`,
     });
     let timer: NodeJS.Timeout | undefined;
     const waited = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), waitMs)));
@@ -427,6 +436,7 @@ export class FerryClient {
       taskQueue: this.config.taskQueue,
       workflowId,
       args: [{ changeId: id, database: plan.database, rewrites }],
+      staticSummary: `Ferry cleanup of change plan ${id}: removes what its rewrites left on ${plan.database}`,
     });
     let timer: NodeJS.Timeout | undefined;
     const waited = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), waitMs)));

@@ -4,6 +4,8 @@
  * one, who blocks a cutover, and the outcome with its figures at the end. Pure: the workflow
  * renders it from its status document on every change.
  */
+import { formatDuration } from './duration';
+import type { Spec } from './spec';
 import { Blocker, StatusDocument } from './status';
 
 const n = (x: number) => x.toLocaleString('en-US');
@@ -12,8 +14,47 @@ const n = (x: number) => x.toLocaleString('en-US');
 function nextAction(s: StatusDocument): string | undefined {
   if (s.paused) return `paused: \`ferry resume ${s.id}\` goes on`;
   if (s.phase === 'AWAITING_APPROVAL') return `waiting for approval: \`ferry approve ${s.id}\` starts the cutover (\`ferry cancel ${s.id}\` rolls back)`;
-  if (s.state === 'FAILED') return `\`ferry retry ${s.id}\` resumes from the checkpoints if it kept its work (onFailure: keep); \`ferry cleanup ${s.id}\` removes what is left`;
+  if (s.state === 'FAILED') {
+    if (rolledBack(s)) return `fix the cause, then \`ferry retry ${s.id}\` starts it again (the rollback left nothing to resume from)`;
+    return `\`ferry retry ${s.id}\` resumes from the checkpoints it kept (onFailure: keep); \`ferry cleanup ${s.id}\` removes what it left`;
+  }
   return undefined;
+}
+
+/** Whether the ending undid the migration's work: a RolledBack event, and which undo steps failed. */
+function rolledBack(s: StatusDocument): { failedSteps: string[] } | undefined {
+  const event = s.events.find((e) => e.type === 'RolledBack');
+  if (!event) return undefined;
+  const failed = event.detail?.failedSteps;
+  return { failedSteps: Array.isArray(failed) ? failed.map(String) : [] };
+}
+
+/** The phase the migration was in when it began to fail (before ROLLING_BACK, or before FAILED). */
+function stoppedIn(s: StatusDocument): string | undefined {
+  const phases = s.transitions.filter((t) => t.machine === 'phase');
+  const end = phases.find((t) => t.to === 'ROLLING_BACK') ?? phases.find((t) => t.to === 'FAILED');
+  return end?.from;
+}
+
+/** The first line: the state and phase; once it ended without success, where it stopped and what was undone. */
+function headline(s: StatusDocument): string {
+  if (!s.endedAt || s.state === 'SUCCEEDED') return `**${s.state}** · ${s.phase}${s.paused ? ' · paused' : ''}`;
+  const parts = [`**${s.state}**`];
+  if (s.state === 'TIMED_OUT') parts.push('the deadline passed before the migration finished');
+  const where = stoppedIn(s);
+  if (where) parts.push(`stopped in ${where}`);
+  const undone = rolledBack(s);
+  if (undone) parts.push(undone.failedSteps.length ? `rolled back, except: ${undone.failedSteps.join(', ')}` : 'rolled back');
+  else if (s.warnings?.some((w) => w.startsWith('onFailure: keep'))) parts.push('its work kept (onFailure: keep)');
+  return parts.join(' · ');
+}
+
+/** Why it ended without success: the failure's type (a SQLSTATE for PostgreSQL), its message and its root cause. */
+function why(s: StatusDocument): string | undefined {
+  if (!s.endedAt || s.state === 'SUCCEEDED' || !s.error) return undefined;
+  const { type, message, cause } = s.error;
+  // PostgreSQL's own words as code: verbatim, its quotes not turned into typographic ones.
+  return `**Why:** ${type ? `\`${type}\` ` : ''}${message}${cause && cause !== message ? ` — \`${cause.replace(/`/g, "'")}\`` : ''}`;
 }
 
 function blockerLine(b: Blocker): string {
@@ -26,18 +67,33 @@ function outcome(s: StatusDocument): string | undefined {
   const rows = s.tables.reduce((a, t) => a + t.rowsCopied, 0);
   const parts = [`**${s.state}**`, `${n(rows)} rows`];
   if (s.cutover) parts.push(`write outage ${n(s.cutover.writeOutageMs)} ms`, `${n(s.cutover.dirtyRowsChecked)} rows re-checked at cutover`, `source ${s.cutover.afterwards}`);
-  if (s.error) parts.push(`${s.error.type ? `${s.error.type}: ` : ''}${s.error.message}`);
   return `Outcome: ${parts.join(' · ')}`;
 }
 
+/**
+ * Web UI 2.42.1 sizes the frame that shows these details to its body's scrollHeight, which
+ * leaves out the margins of the first and last paragraph: about 30 px of the bottom are cut off.
+ * A last paragraph holding only a no-break space makes what is cut blank.
+ */
+const CLIPPED_TAIL = '\u00a0';
+
+/** Markdown for a Web UI details panel: the text, then the blank paragraph the UI may cut off. */
+export function forWebUi(markdown: string): string {
+  return `${markdown.trim()}\n\n${CLIPPED_TAIL}`;
+}
+
 export function migrationDetails(s: StatusDocument, blockers: Blocker[] = []): string {
-  const out = [`**${s.state}** · ${s.phase}${s.paused ? ' · paused' : ''}`, ''];
+  const out = [headline(s), ''];
+  const reason = why(s);
+  if (reason) out.push(reason, '');
   if (s.tables.length) {
+    const ended = Boolean(s.endedAt) && s.state !== 'SUCCEEDED';
     out.push('| table | phase | rows | lag |', '| --- | --- | ---: | --- |');
     for (const t of s.tables) {
       const name = t.source === t.target ? t.source : `${t.source} → ${t.target}`;
       const lag = t.lag ? `${n(t.lag.pendingChanges)} waiting (${t.lag.seconds.toFixed(1)} s)` : '';
-      out.push(`| ${name} | ${t.phase} | ${n(t.rowsCopied)} / ~${n(t.rowsEstimated)} | ${lag} |`);
+      const phase = ended && t.phase !== 'COMPLETED' && t.phase !== 'FAILED' ? `stopped in ${t.phase}` : t.phase;
+      out.push(`| ${name} | ${phase} | ${n(t.rowsCopied)} / ~${n(t.rowsEstimated)} | ${lag} |`);
     }
     out.push('');
   }
@@ -45,6 +101,66 @@ export function migrationDetails(s: StatusDocument, blockers: Blocker[] = []): s
   if (next) out.push(`**Next:** ${next}`, '');
   if (blockers.length) out.push('**The cutover waits for these write transactions, begun before the freeze:**', ...blockers.map(blockerLine), '');
   const end = outcome(s);
-  if (end) out.push(end);
-  return out.join('\n').trim();
+  if (end) out.push(end, '');
+  return forWebUi(out.join('\n'));
+}
+
+/** What each of the saga's undo steps (workflows/saga.ts) does, in words. */
+const UNDO_WORDS: Record<string, string> = {
+  dropTargetObjects: 'dropped what it created on the target',
+  releaseSource: 'removed its change capture from the source',
+  removeCapture: 'removed its change capture from the source',
+  openSource: 'lifted the write freeze on the source',
+};
+
+export interface Ending {
+  /** The spec's deadline, when it has one. */
+  deadlineMs?: number;
+  /** The names of the undo steps that ran, newest first (none: nothing was rolled back). */
+  undone: string[];
+  /** Those of them that failed. */
+  failedUndo: string[];
+  /** onFailure: keep left the work in place. */
+  kept: boolean;
+}
+
+/**
+ * The message of the failure a migration that did not succeed ends with: what the Web UI shows
+ * at the top of the workflow's failure and in its list, and what the `temporal` CLI prints. It
+ * leads with the outcome when that is not a plain failure (TIMED OUT, CANCELLED), then the root
+ * cause — the failure's message with PostgreSQL's own words after it (its SQLSTATE is in the
+ * message, and the failure's type) — then what the ending undid.
+ */
+export function endingMessage(s: StatusDocument, ending: Ending): string {
+  const error = s.error;
+  const cause = error?.cause && error.cause !== error.message ? `: ${error.cause}` : '';
+  let head: string;
+  if (s.state === 'TIMED_OUT') {
+    head = `TIMED OUT: the deadline${ending.deadlineMs !== undefined ? ` (${formatDuration(ending.deadlineMs)})` : ''} passed before the migration finished`;
+  } else if (s.state === 'CANCELLED') {
+    head = `CANCELLED: ${error?.message ?? 'cancelled'}`;
+  } else {
+    head = `${error?.message ?? s.state}${cause}`;
+  }
+  const undone = [...new Set(ending.undone.filter((n) => !ending.failedUndo.includes(n)).map((n) => UNDO_WORDS[n] ?? n))];
+  const tail: string[] = [];
+  if (undone.length) tail.push(`rolled back: ${undone.join(', ')}`);
+  if (ending.failedUndo.length) tail.push(`rollback steps that failed: ${ending.failedUndo.join(', ')} (ferry cleanup ${s.id} finishes them)`);
+  if (ending.kept) tail.push(`its work kept (onFailure: keep): ferry retry ${s.id} or ferry cleanup ${s.id}`);
+  return tail.length ? `${head}; ${tail.join('; ')}` : head;
+}
+
+/**
+ * The Web UI's (static) details of a migration, set when it starts: what it moves, and the
+ * commands that follow and steer it. The current details say where it stands.
+ */
+export function migrationStaticDetails(id: string, spec: Spec, shown = 10): string {
+  const q = (t: { schema: string; name: string }) => `${t.schema}.${t.name}`;
+  const tables = spec.tables.map((t) => (q(t.source) === q(t.target) ? q(t.source) : `${q(t.source)} → ${q(t.target)}`));
+  const lines = [`**${spec.mode}** migration of ${tables.length} table(s) from connection \`${spec.source}\` to \`${spec.target}\``, ''];
+  lines.push(...tables.slice(0, shown).map((t) => `- ${t}`));
+  if (tables.length > shown) lines.push(`- … and ${tables.length - shown} more`);
+  lines.push('', `Follow it: \`ferry watch ${id}\` · \`ferry status ${id}\` · stop it: \`ferry cancel ${id}\``);
+  if (spec.mode === 'online' && spec.cutover?.approval === 'manual') lines.push('', `The cutover waits for \`ferry approve ${id}\`.`);
+  return forWebUi(lines.join('\n'));
 }

@@ -79,6 +79,12 @@ export const PATCHES = {
    * consumer activity beside the tables, and a cutover that waits for it before the drain.
    */
   logicalCapture: 'logical-capture',
+  /**
+   * A preflight helper workflow that preflight refuses completes with the refusal as its result
+   * (src/core/failures.ts PreflightRefusal) instead of failing: a refusal is an answer, not a
+   * failed workflow in the Web UI's list.
+   */
+  preflightRefusalAsResult: 'preflight-refusal-as-result',
 } as const;
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);

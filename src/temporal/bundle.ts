@@ -1,6 +1,6 @@
 /**
- * The workflow bundle, built once per version of the workflow code and cached outside the
- * checkout (~/.cache/ferry/bundles). Webpack runs in a short-lived child process, so a worker
+ * The workflow bundle, built once per version of the workflow code and checkout, and cached
+ * outside the checkout (~/.cache/ferry/bundles). Webpack runs in a short-lived child process, so a worker
  * never carries the bundler's memory (about 150 MB) for the rest of its life. Workers with
  * FERRY_CODEC_KEY use a second variant whose failure converter moves failure messages and stack
  * traces into (encrypted) payloads: the sandbox converts a workflow's failures itself.
@@ -8,7 +8,7 @@
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, statSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { cacheDir } from '../dev/temporal-binary';
 
 /** Whether this module runs compiled (dist/src/temporal/bundle.js) or as TypeScript (tsx, jest). */
@@ -38,12 +38,19 @@ function sourceFiles(dir: string): string[] {
     });
 }
 
-/** Identifies the workflow code: every TypeScript file it could import, plus the SDK version. */
-export function workflowCodeHash(): string {
+/**
+ * Identifies the workflow code of one checkout: every TypeScript file it could import, the SDK
+ * version, and the checkout's own path. Webpack writes the absolute paths of the files it bundles
+ * into the bundle (they are what a workflow's stack trace shows), so two checkouts of the same
+ * code must not share one: each would show the other's paths.
+ */
+export function workflowCodeHash(checkout: string = ROOT): string {
+  const root = resolve(checkout);
   const hash = createHash('sha256');
   hash.update(JSON.parse(readFileSync(require.resolve('@temporalio/workflow/package.json'), 'utf8')).version);
-  for (const file of [...sourceFiles(join(ROOT, 'workflows')), ...sourceFiles(join(ROOT, 'src'))]) {
-    hash.update(file.slice(ROOT.length)).update(readFileSync(file));
+  hash.update(`\0root:${root}\0`);
+  for (const file of [...sourceFiles(join(root, 'workflows')), ...sourceFiles(join(root, 'src'))]) {
+    hash.update(file.slice(root.length)).update(readFileSync(file));
   }
   return hash.digest('hex').slice(0, 16);
 }

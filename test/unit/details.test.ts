@@ -1,5 +1,6 @@
 /** The Web UI's current details of a migration, for each moment a person may look at it. */
-import { migrationDetails } from '../../src/core/details';
+import { endingMessage, migrationDetails, migrationStaticDetails } from '../../src/core/details';
+import { parseSpec } from '../../src/core/spec';
 import { StatusDocument } from '../../src/core/status';
 
 const base: StatusDocument = {
@@ -27,6 +28,8 @@ describe('current details (markdown for the Web UI)', () => {
         '| --- | --- | ---: | --- |',
         '| public.customers | FULL_MIGRATING | 12,000 / ~25,000 |  |',
         '| public.orders → archive.orders | PENDING | 0 / ~1,000,000 |  |',
+        '',
+        '\u00a0',
       ].join('\n'),
     );
   });
@@ -45,7 +48,7 @@ describe('current details (markdown for the Web UI)', () => {
     expect(text).toContain('**The cutover waits for these write transactions, begun before the freeze:**\n- pid 4242 (batch-job, user app), open 20s: `UPDATE public.customers SET \'x\'`');
   });
 
-  it('at the end: the outcome with its figures, or the error and the way out', () => {
+  it('at the end: the outcome with its figures', () => {
     const done = migrationDetails({
       ...base,
       state: 'SUCCEEDED',
@@ -53,9 +56,116 @@ describe('current details (markdown for the Web UI)', () => {
       endedAt: '2026-12-01T10:05:00.000Z',
       cutover: { frozenAt: '2026-12-01T10:04:59.000Z', writeOutageMs: 640, dirtyRowsChecked: 12, afterwards: 'keep-frozen' },
     });
-    expect(done.split('\n').pop()).toBe('Outcome: **SUCCEEDED** · 12,000 rows · write outage 640 ms · 12 rows re-checked at cutover · source keep-frozen');
-    const failed = migrationDetails({ ...base, state: 'FAILED', phase: 'FAILED', endedAt: '2026-12-01T10:05:00.000Z', error: { message: 'copy failed', type: 'PostgresError.22P02' } });
-    expect(failed).toContain('**Next:** `ferry retry shop-move` resumes from the checkpoints');
-    expect(failed.split('\n').pop()).toBe('Outcome: **FAILED** · 12,000 rows · PostgresError.22P02: copy failed');
+    expect(body(done).pop()).toBe('Outcome: **SUCCEEDED** · 12,000 rows · write outage 640 ms · 12 rows re-checked at cutover · source keep-frozen');
+  });
+
+  const failedAt = (state: StatusDocument['state'], extra: Partial<StatusDocument> = {}): StatusDocument => ({
+    ...base,
+    state,
+    phase: 'FAILED',
+    endedAt: '2026-12-01T10:05:00.000Z',
+    transitions: [
+      { machine: 'phase', from: 'PENDING', to: 'FULL_MIGRATING', at: '2026-12-01T10:00:01.000Z' },
+      { machine: 'phase', from: 'FULL_MIGRATING', to: 'ROLLING_BACK', at: '2026-12-01T10:04:00.000Z' },
+      { machine: 'phase', from: 'ROLLING_BACK', to: 'FAILED', at: '2026-12-01T10:04:59.000Z' },
+    ],
+    ...extra,
+  });
+
+  it('failed and rolled back: where it stopped, why (type, message, root cause) before the tables, and the way out', () => {
+    const text = migrationDetails(
+      failedAt('FAILED', {
+        error: { message: 'copy public.customers chunk 0: PostgreSQL error 23514', type: 'PostgresError.23514', cause: 'new row for relation "customers" violates check constraint "v_positive"' },
+        events: [{ seq: 1, type: 'RolledBack', at: '2026-12-01T10:04:59.000Z' }],
+      }),
+    );
+    const lines = body(text);
+    expect(lines[0]).toBe('**FAILED** · stopped in FULL_MIGRATING · rolled back');
+    expect(lines[2]).toBe(
+      '**Why:** `PostgresError.23514` copy public.customers chunk 0: PostgreSQL error 23514 — `new row for relation "customers" violates check constraint "v_positive"`',
+    );
+    expect(text).toContain('| public.customers | stopped in FULL_MIGRATING | 12,000 / ~25,000 |  |');
+    expect(text).toContain('**Next:** fix the cause, then `ferry retry shop-move` starts it again (the rollback left nothing to resume from)');
+    expect(lines.pop()).toBe('Outcome: **FAILED** · 12,000 rows');
+  });
+
+  it('failed with onFailure: keep: resume or clean up', () => {
+    const text = migrationDetails(
+      failedAt('FAILED', { error: { message: 'copy failed', type: 'PostgresError.22P02' }, warnings: ['onFailure: keep — target tables and checkpoints were left for inspection and `ferry retry`'] }),
+    );
+    expect(body(text)[0]).toBe('**FAILED** · stopped in FULL_MIGRATING · its work kept (onFailure: keep)');
+    expect(text).toContain('**Next:** `ferry retry shop-move` resumes from the checkpoints it kept (onFailure: keep); `ferry cleanup shop-move` removes what it left');
+  });
+
+  it('timed out: says the deadline passed, where, and what was undone (or what failed to be)', () => {
+    const text = migrationDetails(
+      failedAt('TIMED_OUT', {
+        error: { message: 'deadline reached before the migration finished', type: 'DeadlineExceeded' },
+        events: [{ seq: 1, type: 'RolledBack', at: '2026-12-01T10:04:59.000Z', detail: { failedSteps: ['releaseSource'] } }],
+      }),
+    );
+    expect(body(text)[0]).toBe('**TIMED_OUT** · the deadline passed before the migration finished · stopped in FULL_MIGRATING · rolled back, except: releaseSource');
+    expect(text).toContain('**Why:** `DeadlineExceeded` deadline reached before the migration finished');
+    expect(text).not.toContain('**Next:**');
+  });
+
+  it('ends with a blank paragraph, for the part of the frame Web UI 2.42.1 cuts off', () => {
+    expect(migrationDetails(base).endsWith('\n\n\u00a0')).toBe(true);
   });
 });
+
+describe('the message a migration that did not succeed ends with (the top of its failure in the Web UI)', () => {
+  const ended = (extra: Partial<StatusDocument>): StatusDocument => ({ ...base, phase: 'FAILED', endedAt: '2026-12-01T10:05:00.000Z', ...extra });
+
+  it('failed: the root cause, PostgreSQL\'s words and SQLSTATE, then what the rollback undid', () => {
+    const doc = ended({
+      state: 'FAILED',
+      error: { message: 'copy public.strict chunk 0: PostgreSQL error 23514', type: 'PostgresError.23514', cause: 'new row for relation "strict" violates check constraint "v_positive"' },
+    });
+    expect(endingMessage(doc, { undone: ['dropTargetObjects'], failedUndo: [], kept: false })).toBe(
+      'copy public.strict chunk 0: PostgreSQL error 23514: new row for relation "strict" violates check constraint "v_positive"; rolled back: dropped what it created on the target',
+    );
+  });
+
+  it('timed out: says so first, with the deadline, and what was undone or failed to be', () => {
+    const doc = ended({ state: 'TIMED_OUT', error: { message: 'deadline reached before the migration finished', type: 'DeadlineExceeded' } });
+    expect(endingMessage(doc, { deadlineMs: 3000, undone: ['openSource', 'removeCapture', 'dropTargetObjects'], failedUndo: [], kept: false })).toBe(
+      'TIMED OUT: the deadline (3s) passed before the migration finished; rolled back: lifted the write freeze on the source, removed its change capture from the source, dropped what it created on the target',
+    );
+    expect(endingMessage(doc, { deadlineMs: 43_200_000, undone: ['releaseSource', 'dropTargetObjects'], failedUndo: ['releaseSource'], kept: false })).toBe(
+      'TIMED OUT: the deadline (12h0m0s) passed before the migration finished; rolled back: dropped what it created on the target; rollback steps that failed: releaseSource (ferry cleanup shop-move finishes them)',
+    );
+  });
+
+  it('cancelled, and failed with its work kept', () => {
+    expect(endingMessage(ended({ state: 'CANCELLED', error: { message: 'not today (by ops)', type: 'Cancelled' } }), { undone: [], failedUndo: [], kept: false })).toBe(
+      'CANCELLED: not today (by ops)',
+    );
+    expect(endingMessage(ended({ state: 'FAILED', error: { message: 'copy failed', type: 'PostgresError.22P02' } }), { undone: [], failedUndo: [], kept: true })).toBe(
+      'copy failed; its work kept (onFailure: keep): ferry retry shop-move or ferry cleanup shop-move',
+    );
+  });
+});
+
+describe('the static details a migration starts with', () => {
+  it('what it moves, and the commands that follow and steer it', () => {
+    const spec = parseSpec({ source: 'old', target: 'new', mode: 'online', cutover: { approval: 'manual' }, tables: ['public.customers', { name: 'public.orders', target: 'archive.orders' }] });
+    expect(body(migrationStaticDetails('shop-move', spec))).toEqual([
+      '**online** migration of 2 table(s) from connection `old` to `new`',
+      '',
+      '- public.customers',
+      '- public.orders → archive.orders',
+      '',
+      'Follow it: `ferry watch shop-move` · `ferry status shop-move` · stop it: `ferry cancel shop-move`',
+      '',
+      'The cutover waits for `ferry approve shop-move`.',
+    ]);
+    const many = parseSpec({ source: 'old', target: 'new', tables: Array.from({ length: 12 }, (_, i) => `public.t${i}`) });
+    expect(migrationStaticDetails('m', many)).toContain('- public.t9\n- … and 2 more');
+  });
+});
+
+/** The lines a person reads: without the blank paragraph at the end. */
+function body(text: string): string[] {
+  return text.replace(/\n\n\u00a0$/, '').split('\n');
+}
