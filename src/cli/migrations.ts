@@ -87,14 +87,7 @@ async function startCommand(specPath: string, opts: StartOptions): Promise<void>
       for (const t of started.plan?.tables ?? []) for (const note of t.notes ?? []) process.stderr.write(`note: ${note}\n`);
       if (started.plan?.capture) process.stderr.write(`capture: ${started.plan.capture.mode} (${started.plan.capture.reason})\n`);
     }
-    if (!opts.wait) return printAs(opts.json, started, (s) => s.id);
-    if (!opts.json) {
-      process.stderr.write(`migration ${started.id} started\n`);
-      await watch(client, started.id);
-    }
-    const result = await client.result(started.id);
-    printAs(opts.json, result, formatResult);
-    exitUnlessSucceeded(result);
+    await printStarted(started, opts, { kind: 'migration', follow: (id) => watch(client, id), result: (id) => client.result(id), format: formatResult });
   });
 }
 
@@ -103,15 +96,27 @@ async function startChange(raw: unknown, opts: StartOptions): Promise<void> {
   await FerryClient.using(async (client) => {
     const started = await client.startChange(raw, { id: opts.id });
     if (!opts.json) for (const d of started.preflight?.steps ?? []) if (d.note) process.stderr.write(`note: step ${d.index + 1}: ${d.note}\n`);
-    if (!opts.wait) return printAs(opts.json, started, (s) => s.id);
-    if (!opts.json) {
-      process.stderr.write(`change ${started.id} started\n`);
-      await watchChange(client, started.id);
-    }
-    const result = await client.changeResult(started.id);
-    printAs(opts.json, result, formatChangeResult);
-    exitUnlessSucceeded(result);
+    await printStarted(started, opts, { kind: 'change', follow: (id) => watchChange(client, id), result: (id) => client.changeResult(id), format: formatChangeResult });
   });
+}
+
+/**
+ * What `ferry start` prints: the id (or, with --json, what was started); with --wait, the
+ * migration or plan followed to its end (progress on stderr unless --json) and its result.
+ */
+async function printStarted<S extends { id: string }, R extends { state: string }>(
+  started: S,
+  opts: StartOptions,
+  how: { kind: string; follow: (id: string) => Promise<unknown>; result: (id: string) => Promise<R>; format: (result: R) => string },
+): Promise<void> {
+  if (!opts.wait) return printAs(opts.json, started, (s) => s.id);
+  if (!opts.json) {
+    process.stderr.write(`${how.kind} ${started.id} started\n`);
+    await how.follow(started.id);
+  }
+  const result = await how.result(started.id);
+  printAs(opts.json, result, how.format);
+  exitUnlessSucceeded(result);
 }
 
 async function watchCommand(id: string, opts: { json?: boolean }): Promise<void> {
