@@ -5,7 +5,7 @@
 import { ApplicationFailure } from '@temporalio/common';
 import { PoolClient } from 'pg';
 import { autoChunkCount, EXACT_PLAN_ROWS, pickBoundaries, rangesFromBoundaries, samplePercent, VALIDATION_UNIT_ROWS, validationUnits } from '../src/core/chunks';
-import { estimateRows, readTable, readUserTypes, TableInfo, typeExists } from '../src/db/catalog';
+import { ColumnInfo, estimateRows, readTable, readUserTypes, TableInfo, typeExists } from '../src/db/catalog';
 import { refusal, sqlState } from '../src/db/errors';
 import { readPartitions, targetPartitionName } from '../src/db/partitions';
 import { keyAsText, keyFromRow, keyOrder, KeyShape } from '../src/db/ranges';
@@ -113,6 +113,17 @@ async function targetRole(db: PoolClient): Promise<TargetRole> {
   return { name, replica: (await db.query(`SELECT has_parameter_privilege('session_replication_role', 'SET') AS ok`)).rows[0].ok };
 }
 
+/** A keyed source table, as preflight reads it: one with a primary key. */
+type KeyedTable = TableInfo & { primaryKey: NonNullable<TableInfo['primaryKey']> };
+
+/** What a target table contributes to the plan: an existing one checked, a new one named. */
+interface TargetFit {
+  binary: boolean;
+  keyCollateC: boolean;
+  notes: string[];
+  targetNames: Record<string, string>;
+}
+
 async function planTable(
   source: PoolClient,
   target: PoolClient,
@@ -122,6 +133,41 @@ async function planTable(
   role: TargetRole,
   claimed: RelationNames,
 ): Promise<TablePlan> {
+  const info = await readSourceTable(source, spec, table);
+  const keyColumns: KeyColumn[] = info.primaryKey.columns.map((name) => {
+    const column = info.columns.find((c) => c.name === name)!;
+    return { name, type: column.type, collatable: column.effectiveCollation !== null };
+  });
+  const copied = info.columns.filter((c) => !c.generated);
+  const existing = await readTable(target, table.target);
+  const fit = existing
+    ? await fitExistingTarget(source, target, spec, table, role, info, existing, copied, keyColumns)
+    : await planCreatedTarget(source, target, table, claimed, info, copied, keyColumns);
+
+  // The same locale from another C library or ICU release may sort differently: key ranges
+  // would then cut the two sides in different places.
+  const keyCollateC = fit.keyCollateC || (await keyCollationVersionsDiffer(source, target, info, existing, keyColumns));
+  const planned = await planChunks(source, spec, table, info, { keyColumns, keyCollateC });
+  return {
+    index,
+    source: table.source,
+    target: table.target,
+    columns: copied.map((c) => c.name),
+    keyColumns,
+    copyFormat: fit.binary ? 'binary' : 'text',
+    keyCollateC,
+    rowsEstimated: info.estimatedRows,
+    chunks: planned.chunks,
+    validationUnits: planned.validationUnits,
+    targetExisted: existing !== null,
+    sourceWrites: info.writes,
+    ...(fit.notes.length > 0 ? { notes: fit.notes } : {}),
+    ...(Object.keys(fit.targetNames).length > 0 ? { targetNames: fit.targetNames } : {}),
+  };
+}
+
+/** The source table, refused unless it exists, is a table, has a primary key and is readable; with its row estimate. */
+async function readSourceTable(source: PoolClient, spec: Spec, table: TableSpec): Promise<KeyedTable> {
   const label = displayQualified(table.source);
   const info = await readTable(source, table.source);
   if (!info) {
@@ -141,102 +187,129 @@ async function planTable(
   }
   await assertReadable(source, info, label, spec.source);
   info.estimatedRows = await estimateRows(source, info);
+  return info as KeyedTable;
+}
 
-  const keyColumns: KeyColumn[] = info.primaryKey.columns.map((name) => {
-    const column = info.columns.find((c) => c.name === name)!;
-    return { name, type: column.type, collatable: column.effectiveCollation !== null };
-  });
-  const copied = info.columns.filter((c) => !c.generated);
+/** A target table Ferry creates: its partitions and types must be creatable, its index names free. */
+async function planCreatedTarget(
+  source: PoolClient,
+  target: PoolClient,
+  table: TableSpec,
+  claimed: RelationNames,
+  info: KeyedTable,
+  copied: ColumnInfo[],
+  keyColumns: KeyColumn[],
+): Promise<TargetFit> {
+  if (info.relkind === 'p') await assertPartitionsCreatable(source, target, table);
+  await assertTypesCreatable(source, target, info, displayQualified(table.source));
+  const keyCollateC = await keyCollationDiffers(target, info, keyColumns);
+  const { targetNames, notes } = await chooseIndexNames(info, table, claimed);
+  return { binary: copied.every((c) => c.binaryPortable), keyCollateC, notes, targetNames };
+}
+
+/**
+ * A target table that exists already: it must take every copied column and value, add no
+ * NOT NULL column the source cannot fill, have the source's key, be empty (or truncated), and
+ * (online) have no trigger or foreign key that would act on Ferry's writes.
+ */
+async function fitExistingTarget(
+  source: PoolClient,
+  target: PoolClient,
+  spec: Spec,
+  table: TableSpec,
+  role: TargetRole,
+  info: KeyedTable,
+  existing: TableInfo,
+  copied: ColumnInfo[],
+  keyColumns: KeyColumn[],
+): Promise<TargetFit> {
+  const label = displayQualified(table.source);
   const targetLabel = displayQualified(table.target);
-  const existing = await readTable(target, table.target);
+  if (existing.relkind !== 'r' && existing.relkind !== 'p') {
+    throw refusal(FAILURE.IncompatibleTarget, `target ${targetLabel} exists and is not a table; choose another target name`);
+  }
+  const binary = assertTargetColumns(existing, copied, label, targetLabel);
+  const fitNotes = await assertColumnsFit(source, target, info, existing, copied, label, targetLabel);
+  assertNoUnfilledColumns(existing, copied, label, targetLabel);
+  const keyCollateC = assertTargetKey(info, existing, keyColumns, targetLabel);
+  const nonEmpty = await target.query(`SELECT EXISTS (SELECT 1 FROM ${quoteQualified(table.target)}) AS rows`);
+  if (nonEmpty.rows[0].rows && !spec.truncate) {
+    throw refusal(
+      FAILURE.TargetNotEmpty,
+      `target table ${targetLabel} already has rows: empty it, or set truncate: true to let Ferry replace its contents`,
+    );
+  }
+  const actions = await readTargetActions(target, table.target, role.replica);
+  const refused = spec.mode === 'online' ? onlineRefusal(table.target, actions, role) : null;
+  if (refused) throw refused;
+  return { binary, keyCollateC, notes: [...fitNotes, ...actions.map(describeAction)], targetNames: {} };
+}
 
+/** Every copied column must exist (not generated) in the target; binary COPY only when every type is the same and portable. */
+function assertTargetColumns(existing: TableInfo, copied: ColumnInfo[], label: string, targetLabel: string): boolean {
   let binary = copied.every((c) => c.binaryPortable);
-  let keyCollateC = false;
-  let notes: string[] = [];
-  let targetNames: Record<string, string> = {};
-  if (existing) {
-    if (existing.relkind !== 'r' && existing.relkind !== 'p') {
-      throw refusal(FAILURE.IncompatibleTarget, `target ${targetLabel} exists and is not a table; choose another target name`);
-    }
-    for (const column of copied) {
-      const other = existing.columns.find((c) => c.name === column.name);
-      if (!other || other.generated) {
-        throw refusal(
-          FAILURE.IncompatibleTarget,
-          `target table ${targetLabel} has no column "${column.name}" (type ${column.type}) that source ${label} has: add it to the target or drop the target table so Ferry creates it`,
-        );
-      }
-      if (other.type !== column.type) binary = false;
-    }
-    notes = await assertColumnsFit(source, target, info, existing, copied, label, targetLabel);
-    for (const other of existing.columns) {
-      if (!copied.some((c) => c.name === other.name) && other.notNull && other.defaultExpr === null && !other.generated && other.identity === '') {
-        throw refusal(
-          FAILURE.IncompatibleTarget,
-          `target table ${targetLabel} has NOT NULL column "${other.name}" without a default that source ${label} does not have: give it a default or drop it`,
-        );
-      }
-    }
-    const targetKey = existing.primaryKey?.columns ?? [];
-    if (targetKey.join('\u0000') !== info.primaryKey.columns.join('\u0000')) {
+  for (const column of copied) {
+    const other = existing.columns.find((c) => c.name === column.name);
+    if (!other || other.generated) {
       throw refusal(
         FAILURE.IncompatibleTarget,
-        `target table ${targetLabel} must have the same primary key as the source (${info.primaryKey.columns.join(', ')}); it has ${targetKey.length ? targetKey.join(', ') : 'none'}`,
+        `target table ${targetLabel} has no column "${column.name}" (type ${column.type}) that source ${label} has: add it to the target or drop the target table so Ferry creates it`,
       );
     }
-    for (const key of keyColumns) {
-      const other = existing.columns.find((c) => c.name === key.name)!;
-      const mine = info.columns.find((c) => c.name === key.name)!;
-      if (other.type !== key.type) {
-        throw refusal(
-          FAILURE.IncompatibleTarget,
-          `target table ${targetLabel}: key column "${key.name}" is ${other.type} but ${key.type} on the source; make the key types equal`,
-        );
-      }
-      if (key.collatable && !sameCollation(other.effectiveCollation, mine.effectiveCollation)) keyCollateC = true;
-    }
-    const nonEmpty = await target.query(`SELECT EXISTS (SELECT 1 FROM ${quoteQualified(table.target)}) AS rows`);
-    if (nonEmpty.rows[0].rows && !spec.truncate) {
-      throw refusal(
-        FAILURE.TargetNotEmpty,
-        `target table ${targetLabel} already has rows: empty it, or set truncate: true to let Ferry replace its contents`,
-      );
-    }
-    const actions = await readTargetActions(target, table.target, role.replica);
-    const refused = spec.mode === 'online' ? onlineRefusal(table.target, actions, role) : null;
-    if (refused) throw refused;
-    notes = [...notes, ...actions.map(describeAction)];
-  } else {
-    if (info.relkind === 'p') await assertPartitionsCreatable(source, target, table);
-    await assertTypesCreatable(source, target, info, label);
-    keyCollateC = await keyCollationDiffers(target, info, keyColumns);
-    ({ targetNames, notes } = await chooseIndexNames(info, table, claimed));
+    if (other.type !== column.type) binary = false;
   }
+  return binary;
+}
 
-  // The same locale from another C library or ICU release may sort differently: key ranges
-  // would then cut the two sides in different places.
-  if (!keyCollateC) keyCollateC = await keyCollationVersionsDiffer(source, target, info, existing, keyColumns);
-  const shape: KeyShape = { keyColumns, keyCollateC };
+/** A target-only column must be fillable without the source: nullable, defaulted, generated or identity. */
+function assertNoUnfilledColumns(existing: TableInfo, copied: ColumnInfo[], label: string, targetLabel: string): void {
+  for (const other of existing.columns) {
+    if (!copied.some((c) => c.name === other.name) && other.notNull && other.defaultExpr === null && !other.generated && other.identity === '') {
+      throw refusal(
+        FAILURE.IncompatibleTarget,
+        `target table ${targetLabel} has NOT NULL column "${other.name}" without a default that source ${label} does not have: give it a default or drop it`,
+      );
+    }
+  }
+}
+
+/** The target's primary key must be the source's, column for column and type for type; returns whether key collations differ. */
+function assertTargetKey(info: KeyedTable, existing: TableInfo, keyColumns: KeyColumn[], targetLabel: string): boolean {
+  const targetKey = existing.primaryKey?.columns ?? [];
+  if (targetKey.join('\u0000') !== info.primaryKey.columns.join('\u0000')) {
+    throw refusal(
+      FAILURE.IncompatibleTarget,
+      `target table ${targetLabel} must have the same primary key as the source (${info.primaryKey.columns.join(', ')}); it has ${targetKey.length ? targetKey.join(', ') : 'none'}`,
+    );
+  }
+  let keyCollateC = false;
+  for (const key of keyColumns) {
+    const other = existing.columns.find((c) => c.name === key.name)!;
+    const mine = info.columns.find((c) => c.name === key.name)!;
+    if (other.type !== key.type) {
+      throw refusal(
+        FAILURE.IncompatibleTarget,
+        `target table ${targetLabel}: key column "${key.name}" is ${other.type} but ${key.type} on the source; make the key types equal`,
+      );
+    }
+    if (key.collatable && !sameCollation(other.effectiveCollation, mine.effectiveCollation)) keyCollateC = true;
+  }
+  return keyCollateC;
+}
+
+/** The table's chunks (by sampled key boundaries) and, for a large table under validation, its validation units. */
+async function planChunks(
+  source: PoolClient,
+  spec: Spec,
+  table: TableSpec,
+  info: KeyedTable,
+  shape: KeyShape,
+): Promise<Pick<TablePlan, 'chunks' | 'validationUnits'>> {
   const chunkCount = table.chunks ?? autoChunkCount(info.estimatedRows, spec.parallelism.chunks);
   const needsUnits = info.estimatedRows > chunkCount * VALIDATION_UNIT_ROWS && spec.validation !== 'none';
   const sample = chunkCount > 1 || needsUnits ? await sampleKeys(source, info, shape) : [];
   const chunks = rangesFromBoundaries(chunkCount > 1 ? pickBoundaries(sample, chunkCount) : []);
-  return {
-    index,
-    source: table.source,
-    target: table.target,
-    columns: copied.map((c) => c.name),
-    keyColumns,
-    copyFormat: binary ? 'binary' : 'text',
-    keyCollateC,
-    rowsEstimated: info.estimatedRows,
-    chunks,
-    validationUnits: needsUnits ? validationUnits(sample, chunks, info.estimatedRows) : undefined,
-    targetExisted: existing !== null,
-    sourceWrites: info.writes,
-    ...(notes.length > 0 ? { notes } : {}),
-    ...(Object.keys(targetNames).length > 0 ? { targetNames } : {}),
-  };
+  return { chunks, validationUnits: needsUnits ? validationUnits(sample, chunks, info.estimatedRows) : undefined };
 }
 
 /** With row_security=off a table whose policies would hide rows raises 42501 instead. */

@@ -4,7 +4,7 @@
  * a partitioned table with every partition under it) and one checkpoint row per chunk. Every
  * object it creates is recorded for rollback.
  */
-import { Client } from 'pg';
+import { Client, ClientBase } from 'pg';
 import { readTable, readUserTypes, typeExists } from '../src/db/catalog';
 import { inTransaction } from '../src/db/connections';
 import { bookkeepingExists, ensureBookkeeping, lockBookkeeping, SYNC_CHUNK } from '../src/db/bookkeeping';
@@ -12,7 +12,7 @@ import { createSequenceSql, createTableSql, createTypeSql, SequenceNames, target
 import { createPartitionSql, readPartitions, targetPartitionName } from '../src/db/partitions';
 import { refusal } from '../src/db/errors';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified, withSuffix } from '../src/core/identifiers';
-import { checkPlan, MigrationPlan, targetIndexName } from '../src/core/plan';
+import { checkPlan, MigrationPlan, TablePlan, targetIndexName } from '../src/core/plan';
 import { ActivityDeps } from './deps';
 import { FAILURE } from '../src/core/failure-types';
 
@@ -43,43 +43,11 @@ export function createPrepareTarget({ connections, logger }: ActivityDeps) {
         const record = recorder(target, input.migrationId);
         await connections.withClient(input.source, async (source) => {
           for (const table of input.plan.tables) {
-            const label = displayQualified(table.source);
             if (table.targetExisted) {
               if (input.truncate) await target.query(`TRUNCATE ${quoteQualified(table.target)}`);
               await record('existing-table', table.target);
             } else {
-              const info = await readTable(source, table.source);
-              if (!info) throw refusal(FAILURE.MissingTable, `table ${label} disappeared from the source after preflight`);
-              await ensureSchema(target, table.target.schema, record);
-              for (const type of await readUserTypes(source, info.columns.map((c) => c.typeOid))) {
-                if (await typeExists(target, type.name)) continue;
-                await target.query(createTypeSql(type));
-                await record('type', type.name);
-              }
-              // Every serial sequence is Ferry's own, under a free name: a sequence already
-              // there belongs to someone else (setval, OWNED BY or rollback's CASCADE would hit it).
-              const serials = info.sequences.filter((s) => !s.identity);
-              const sequences: SequenceNames = new Map();
-              for (const seq of serials) {
-                const name = await freeSequenceName(target, targetSequenceName(seq, table.target));
-                await target.query(createSequenceSql(seq, name));
-                await record('sequence', name);
-                sequences.set(seq.regclassText, name);
-              }
-              const primaryKey = !(input.primaryKeyAfterLoad && !info.partitionKey);
-              const primaryKeyName = info.primaryKey ? targetIndexName(table, info.primaryKey.name) : undefined;
-              await target.query(createTableSql(info, table.target, sequences, { primaryKey, primaryKeyName }));
-              await record('table', table.target);
-              // Recorded after their parent, so rollback drops them first.
-              for (const partition of info.partitionKey ? await readPartitions(source, table.source) : []) {
-                await target.query(createPartitionSql(partition, table.target));
-                await record('table', targetPartitionName(partition.name, table.target));
-              }
-              for (const seq of serials) {
-                await target.query(
-                  `ALTER SEQUENCE ${quoteQualified(sequences.get(seq.regclassText)!)} OWNED BY ${quoteQualified(table.target)}.${quoteIdent(seq.column)}`,
-                );
-              }
+              await createTargetTable(source, target, table, input.primaryKeyAfterLoad, record);
             }
             for (const chunk of [...table.chunks.map((c) => c.index), SYNC_CHUNK]) {
               await target.query(
@@ -87,7 +55,7 @@ export function createPrepareTarget({ connections, logger }: ActivityDeps) {
                 [input.migrationId, table.index, chunk],
               );
             }
-            logger.info({ migrationId: input.migrationId, table: label }, 'target table prepared');
+            logger.info({ migrationId: input.migrationId, table: displayQualified(table.source) }, 'target table prepared');
           }
         });
         return { created: (await target.query('SELECT count(*)::int AS n FROM _ferry.created_objects WHERE migration_id = $1', [input.migrationId])).rows[0].n };
@@ -96,6 +64,40 @@ export function createPrepareTarget({ connections, logger }: ActivityDeps) {
       await target.end().catch(() => undefined);
     }
   };
+}
+
+/** A table Ferry creates, as the source has it now: its schema and user types, its serial sequences, the table, its partitions. */
+async function createTargetTable(source: ClientBase, target: Client, table: TablePlan, primaryKeyAfterLoad: boolean | undefined, record: Recorder): Promise<void> {
+  const info = await readTable(source, table.source);
+  if (!info) throw refusal(FAILURE.MissingTable, `table ${displayQualified(table.source)} disappeared from the source after preflight`);
+  await ensureSchema(target, table.target.schema, record);
+  for (const type of await readUserTypes(source, info.columns.map((c) => c.typeOid))) {
+    if (await typeExists(target, type.name)) continue;
+    await target.query(createTypeSql(type));
+    await record('type', type.name);
+  }
+  // Every serial sequence is Ferry's own, under a free name: a sequence already
+  // there belongs to someone else (setval, OWNED BY or rollback's CASCADE would hit it).
+  const serials = info.sequences.filter((s) => !s.identity);
+  const sequences: SequenceNames = new Map();
+  for (const seq of serials) {
+    const name = await freeSequenceName(target, targetSequenceName(seq, table.target));
+    await target.query(createSequenceSql(seq, name));
+    await record('sequence', name);
+    sequences.set(seq.regclassText, name);
+  }
+  const primaryKey = !(primaryKeyAfterLoad && !info.partitionKey);
+  const primaryKeyName = info.primaryKey ? targetIndexName(table, info.primaryKey.name) : undefined;
+  await target.query(createTableSql(info, table.target, sequences, { primaryKey, primaryKeyName }));
+  await record('table', table.target);
+  // Recorded after their parent, so rollback drops them first.
+  for (const partition of info.partitionKey ? await readPartitions(source, table.source) : []) {
+    await target.query(createPartitionSql(partition, table.target));
+    await record('table', targetPartitionName(partition.name, table.target));
+  }
+  for (const seq of serials) {
+    await target.query(`ALTER SEQUENCE ${quoteQualified(sequences.get(seq.regclassText)!)} OWNED BY ${quoteQualified(table.target)}.${quoteIdent(seq.column)}`);
+  }
 }
 
 /** The plan a migration's checkpoints refer to, when its bookkeeping is still on the target. */

@@ -21,7 +21,7 @@ import { ClientBase, PoolClient } from 'pg';
 import { inTransaction } from '../src/db/connections';
 import { captureNames } from '../src/db/capture-sql';
 import { sqlState } from '../src/db/errors';
-import { awaitConfirmed, emitMark, logicalNames, SLOT_LAG_SQL, SLOTS_TABLE } from '../src/db/logical-sql';
+import { awaitConfirmed, emitMark, LogicalNames, logicalNames, SLOT_LAG_SQL, SLOTS_TABLE } from '../src/db/logical-sql';
 import { sessionConfig } from '../src/db/session';
 import { quoteQualified } from '../src/core/identifiers';
 import { Key } from '../src/core/plan';
@@ -115,151 +115,18 @@ export function createStreamActivities({ connections, logger, metrics }: Activit
   async function streamChanges(input: StreamInput): Promise<StreamResult> {
     const ctx = Context.current();
     const names = logicalNames(input.migrationId);
-    const tables = new Map(input.tables.map((t) => [relationKey(t.source.schema, t.source.name), t]));
     return await connections.withClient(input.source, async (db) => {
       await takeSlot(db, names.slot);
       const service = new LogicalReplicationService(sessionConfig(connections.url(input.source), 'ferry-capture', { statementTimeoutMs: 0, lockTimeoutMs: 5_000 }), {
         acknowledge: { auto: false, timeoutSeconds: 0 },
         flowControl: { enabled: true },
       });
-      const plugin = new RawPgoutputPlugin({ protoVersion: 1, publicationNames: [names.publication], messages: true });
-
-      // Keys of the transaction being received; keys of committed ones waiting for the flush.
-      let current = new Map<number, Map<string, Key>>();
-      let pending = new Map<number, Map<string, Key>>();
-      let pendingKeys = 0;
-      let pendingLsn: string | null = null;
-      let confirmedLsn: string | null = null;
-      let queued = 0;
-      let lastFlush = Date.now();
-      let failure: unknown;
-
-      // Everything that touches `db` or the stream's state runs one after the other, and nothing
-      // more after a failure: a later flush would confirm a position past keys that were lost
-      // with the failed one (the retry resumes from the slot instead).
-      let chain: Promise<void> = Promise.resolve();
-      const serial = (step: () => Promise<void>) => {
-        chain = chain
-          .then(() => (failure === undefined ? step() : undefined))
-          .catch((err: unknown) => {
-            failure ??= err;
-          });
-        return chain;
-      };
-      const flush = async () => {
-        if (pendingLsn === null) return;
-        const lsn = pendingLsn;
-        const batches = pending;
-        pending = new Map();
-        pendingKeys = 0;
-        pendingLsn = null;
-        await inTransaction(db, async () => {
-          for (const [index, keys] of batches) {
-            await enqueue(db, quoteQualified(captureNames(input.migrationId, index).log), [...keys.values()]);
-            queued += keys.size;
-          }
-          await db.query(`UPDATE ${SLOTS_TABLE} SET confirmed_lsn = $2::pg_lsn, confirmed_at = clock_timestamp() WHERE migration_id = $1`, [input.migrationId, lsn]);
-        });
-        // Only now: the slot may let go of what the logs hold.
-        await service.acknowledge(lsn);
-        confirmedLsn = lsn;
-        lastFlush = Date.now();
-      };
-      const onMessage = async (message: Pgoutput.Message) => {
-        switch (message.tag) {
-          case 'begin':
-            current = new Map();
-            return;
-          case 'insert':
-          case 'update':
-          case 'delete': {
-            const table = tables.get(relationKey(message.relation.schema, message.relation.name));
-            if (!table) return;
-            let keys = current.get(table.index);
-            if (!keys) current.set(table.index, (keys = new Map()));
-            for (const key of changedKeys(message, table.keyColumns.map((k) => k.name))) keys.set(JSON.stringify(key), key);
-            return;
-          }
-          case 'commit':
-            for (const [index, keys] of current) {
-              let into = pending.get(index);
-              if (!into) pending.set(index, (into = new Map()));
-              for (const [text, key] of keys) into.set(text, key);
-              pendingKeys += keys.size;
-            }
-            current = new Map();
-            pendingLsn = message.commitEndLsn;
-            if (pendingKeys >= FLUSH_KEYS) await flush();
-            return;
-          case 'message': {
-            // A mark or heartbeat: confirmed at once, since someone may be waiting for it.
-            if (message.prefix !== names.messagePrefix) return;
-            pendingLsn = message.messageLsn;
-            await flush();
-            const sentAt = heartbeatsSent.get(Buffer.from(message.content).toString());
-            if (sentAt !== undefined) {
-              roundTripMs = Date.now() - sentAt;
-              heartbeatsSent.clear();
-            }
-            return;
-          }
-          default:
-        }
-      };
-      service.on('data', (_lsn: string, message: Pgoutput.Message) => serial(() => onMessage(message)));
-      service.on('error', (err: unknown) => {
-        failure ??= err;
-      });
-
-      const started = Date.now();
-      const streaming = service.subscribe(plugin, names.slot).then(
-        () => {
-          if (Date.now() - started < input.sliceMs && !ctx.cancellationSignal.aborted) failure ??= new Error('the replication stream ended');
-        },
-        (err: unknown) => {
-          failure ??= err;
-        },
-      );
-      let lastMark = 0;
-      let lag: SlotLag | undefined;
-      // Heartbeats on their way through the slot (content → when sent), and the last round trip.
-      const heartbeatsSent = new Map<string, number>();
-      let roundTripMs = 0;
-      let sent = 0;
-      try {
-        while (Date.now() - started < input.sliceMs && !ctx.cancellationSignal.aborted && failure === undefined) {
-          await ctx.sleep(FLUSH_MS).catch(() => undefined);
-          if (Date.now() - lastFlush >= FLUSH_MS) await serial(flush);
-          if (Date.now() - lastMark >= IDLE_MARK_MS) {
-            lastMark = Date.now();
-            await serial(async () => {
-              const content = `heartbeat ${(sent += 1)}`;
-              heartbeatsSent.set(content, Date.now());
-              await emitMark(db, names, content);
-              const wal = await readSlotWal(db, names.slot);
-              const oldest = Math.min(...heartbeatsSent.values());
-              // A heartbeat that has not come back yet is lag too, and grows with it.
-              const seconds = Math.max(roundTripMs, heartbeatsSent.size > 1 ? Date.now() - oldest : 0) / 1000;
-              lag = wal ? { ...wal, slotLagSeconds: Math.round(seconds * 1000) / 1000 } : undefined;
-              if (lag) {
-                metrics?.slotLagBytes.set({ migration: input.migrationId }, lag.slotLagBytes);
-                metrics?.slotLagSeconds.set({ migration: input.migrationId }, lag.slotLagSeconds);
-              }
-            });
-          }
-          // Read by `ferry status` from the pending activity: progress without history.
-          ctx.heartbeat({ confirmedLsn, queued, lag });
-        }
-        // What was received and committed on the source goes in before the slice ends.
-        await serial(flush);
-      } finally {
-        await service.stop().catch(() => undefined);
-        await streaming;
-      }
-      if (failure !== undefined) throw asStreamFailure(failure, names.slot);
+      const slice = new StreamSlice(db, service, input, names, ctx, metrics);
+      await slice.run();
+      if (slice.failure !== undefined) throw asStreamFailure(slice.failure, names.slot);
       if (ctx.cancellationSignal.aborted) throw new CancelledFailure('capture stream cancelled');
-      logger.info({ migrationId: input.migrationId, confirmedLsn, queued }, 'capture stream slice done');
-      return { confirmedLsn, keys: queued };
+      logger.info({ migrationId: input.migrationId, confirmedLsn: slice.confirmedLsn, queued: slice.queued }, 'capture stream slice done');
+      return { confirmedLsn: slice.confirmedLsn, keys: slice.queued };
     });
   }
 
@@ -273,6 +140,197 @@ export function createStreamActivities({ connections, logger, metrics }: Activit
   }
 
   return { streamChanges, awaitCaptured };
+}
+
+/** Keys to re-sync by table index, each key under its JSON text. */
+type KeysByTable = Map<number, Map<string, Key>>;
+
+/**
+ * One slice of the consumer: the slot's stream for `sliceMs`, the keys it brings, and the flush
+ * that commits them with their position before confirming that position to the slot.
+ */
+class StreamSlice {
+  /** The position up to which every change is in the change logs. */
+  confirmedLsn: string | null = null;
+  /** Keys written into the change logs in this slice. */
+  queued = 0;
+  /** The first failure of the stream or of a step; nothing runs after it. */
+  failure: unknown;
+
+  private readonly tables: Map<string, CaptureTable>;
+  /** Keys of the transaction being received; keys of committed ones waiting for the flush. */
+  private current: KeysByTable = new Map();
+  private pending: KeysByTable = new Map();
+  private pendingKeys = 0;
+  private pendingLsn: string | null = null;
+  private lastFlush = Date.now();
+  private chain: Promise<void> = Promise.resolve();
+  private readonly heartbeats = new HeartbeatClock();
+  private lag: SlotLag | undefined;
+
+  constructor(
+    private readonly db: PoolClient,
+    private readonly service: LogicalReplicationService,
+    private readonly input: StreamInput,
+    private readonly names: LogicalNames,
+    private readonly ctx: Context,
+    private readonly metrics: ActivityDeps['metrics'],
+  ) {
+    this.tables = new Map(input.tables.map((t) => [relationKey(t.source.schema, t.source.name), t]));
+    service.on('data', (_lsn: string, message: Pgoutput.Message) => this.serial(() => this.onMessage(message)));
+    service.on('error', (err: unknown) => {
+      this.failure ??= err;
+    });
+  }
+
+  /** Streams until the slice is over, cancelled or failed; flushes every FLUSH_MS and sends a heartbeat every IDLE_MARK_MS. */
+  async run(): Promise<void> {
+    const { ctx, input } = this;
+    const plugin = new RawPgoutputPlugin({ protoVersion: 1, publicationNames: [this.names.publication], messages: true });
+    const started = Date.now();
+    const streaming = this.service.subscribe(plugin, this.names.slot).then(
+      () => {
+        if (Date.now() - started < input.sliceMs && !ctx.cancellationSignal.aborted) this.failure ??= new Error('the replication stream ended');
+      },
+      (err: unknown) => {
+        this.failure ??= err;
+      },
+    );
+    let lastMark = 0;
+    try {
+      while (Date.now() - started < input.sliceMs && !ctx.cancellationSignal.aborted && this.failure === undefined) {
+        await ctx.sleep(FLUSH_MS).catch(() => undefined);
+        if (Date.now() - this.lastFlush >= FLUSH_MS) await this.serial(() => this.flush());
+        if (Date.now() - lastMark >= IDLE_MARK_MS) {
+          lastMark = Date.now();
+          await this.serial(() => this.sendHeartbeat());
+        }
+        // Read by `ferry status` from the pending activity: progress without history.
+        ctx.heartbeat({ confirmedLsn: this.confirmedLsn, queued: this.queued, lag: this.lag });
+      }
+      // What was received and committed on the source goes in before the slice ends.
+      await this.serial(() => this.flush());
+    } finally {
+      await this.service.stop().catch(() => undefined);
+      await streaming;
+    }
+  }
+
+  /**
+   * Everything that touches `db` or the stream's state runs one after the other, and nothing
+   * more after a failure: a later flush would confirm a position past keys that were lost
+   * with the failed one (the retry resumes from the slot instead).
+   */
+  private serial(step: () => Promise<void>): Promise<void> {
+    this.chain = this.chain
+      .then(() => (this.failure === undefined ? step() : undefined))
+      .catch((err: unknown) => {
+        this.failure ??= err;
+      });
+    return this.chain;
+  }
+
+  private async onMessage(message: Pgoutput.Message): Promise<void> {
+    switch (message.tag) {
+      case 'begin':
+        this.current = new Map();
+        return;
+      case 'insert':
+      case 'update':
+      case 'delete': {
+        const table = this.tables.get(relationKey(message.relation.schema, message.relation.name));
+        if (table) addKeys(this.current, table.index, changedKeys(message, table.keyColumns.map((k) => k.name)));
+        return;
+      }
+      case 'commit':
+        for (const [index, keys] of this.current) {
+          addKeys(this.pending, index, keys.values());
+          this.pendingKeys += keys.size;
+        }
+        this.current = new Map();
+        this.pendingLsn = message.commitEndLsn;
+        if (this.pendingKeys >= FLUSH_KEYS) await this.flush();
+        return;
+      case 'message':
+        // A mark or heartbeat: confirmed at once, since someone may be waiting for it.
+        if (message.prefix !== this.names.messagePrefix) return;
+        this.pendingLsn = message.messageLsn;
+        await this.flush();
+        this.heartbeats.received(Buffer.from(message.content).toString());
+        return;
+      default:
+    }
+  }
+
+  /** The pending keys and their position in one source transaction; then, only then, the position confirmed to the slot. */
+  private async flush(): Promise<void> {
+    if (this.pendingLsn === null) return;
+    const lsn = this.pendingLsn;
+    const batches = this.pending;
+    this.pending = new Map();
+    this.pendingKeys = 0;
+    this.pendingLsn = null;
+    const { db, input } = this;
+    await inTransaction(db, async () => {
+      for (const [index, keys] of batches) {
+        await enqueue(db, quoteQualified(captureNames(input.migrationId, index).log), [...keys.values()]);
+        this.queued += keys.size;
+      }
+      await db.query(`UPDATE ${SLOTS_TABLE} SET confirmed_lsn = $2::pg_lsn, confirmed_at = clock_timestamp() WHERE migration_id = $1`, [input.migrationId, lsn]);
+    });
+    // Only now: the slot may let go of what the logs hold.
+    await this.service.acknowledge(lsn);
+    this.confirmedLsn = lsn;
+    this.lastFlush = Date.now();
+  }
+
+  /** A heartbeat message into the slot, and the lag as it stands (also to the worker's metrics). */
+  private async sendHeartbeat(): Promise<void> {
+    await emitMark(this.db, this.names, this.heartbeats.next());
+    const wal = await readSlotWal(this.db, this.names.slot);
+    this.lag = wal ? { ...wal, slotLagSeconds: this.heartbeats.lagSeconds() } : undefined;
+    if (this.lag) {
+      this.metrics?.slotLagBytes.set({ migration: this.input.migrationId }, this.lag.slotLagBytes);
+      this.metrics?.slotLagSeconds.set({ migration: this.input.migrationId }, this.lag.slotLagSeconds);
+    }
+  }
+}
+
+/** Adds keys to a table's set (by their JSON text). */
+function addKeys(into: KeysByTable, index: number, keys: Iterable<Key>): void {
+  let set = into.get(index);
+  if (!set) into.set(index, (set = new Map()));
+  for (const key of keys) set.set(JSON.stringify(key), key);
+}
+
+/** Heartbeat messages on their way through the slot, and the commit-to-log lag they measure. */
+class HeartbeatClock {
+  /** Heartbeats sent and not yet back: content → when sent. */
+  private readonly sent = new Map<string, number>();
+  private roundTripMs = 0;
+  private count = 0;
+
+  /** The next heartbeat's content, noted as sent now. */
+  next(): string {
+    const content = `heartbeat ${(this.count += 1)}`;
+    this.sent.set(content, Date.now());
+    return content;
+  }
+
+  /** A message of ours came through the slot: a heartbeat's round trip is the lag now. */
+  received(content: string): void {
+    const sentAt = this.sent.get(content);
+    if (sentAt === undefined) return;
+    this.roundTripMs = Date.now() - sentAt;
+    this.sent.clear();
+  }
+
+  /** The last round trip in seconds; a heartbeat that has not come back yet is lag too, and grows with it. */
+  lagSeconds(): number {
+    const oldest = Math.min(...this.sent.values());
+    const seconds = Math.max(this.roundTripMs, this.sent.size > 1 ? Date.now() - oldest : 0) / 1000;
+    return Math.round(seconds * 1000) / 1000;
+  }
 }
 
 /**

@@ -8,7 +8,7 @@
  */
 import { Context } from '@temporalio/activity';
 import { Client, ClientBase } from 'pg';
-import { inTransaction } from '../src/db/connections';
+import { ConnectionRegistry, inTransaction } from '../src/db/connections';
 import { withCatalogKeyTypes } from '../src/db/catalog';
 import { copyRange, deleteRange, selectColumns } from '../src/db/copy-stream';
 import { withFencedSessions } from '../src/db/fenced';
@@ -93,8 +93,7 @@ function same(a: RangeSummary, b: RangeSummary): boolean {
 export function createValidateChunk({ connections }: ActivityDeps) {
   return async function validateChunk(input: ValidateChunkInput): Promise<ValidateChunkResult> {
     const ctx = Context.current();
-    const leafRows = input.leafRows ?? 1000;
-    const maxRanges = input.maxRanges ?? 64;
+    const limits = { leafRows: input.leafRows ?? 1000, maxRanges: input.maxRanges ?? 64 };
     let source: Client | undefined;
     let target: Client | undefined;
     try {
@@ -104,79 +103,101 @@ export function createValidateChunk({ connections }: ActivityDeps) {
       [source, target] = await Promise.all([connections.client(input.source, unbounded), connections.client(input.target, unbounded)]);
       input = { ...input, table: await withCatalogKeyTypes(source, input.table) }; // types from the catalog, not the plan
       const logical = input.live ? await isLogical(source, input.live.migrationId) : false;
-      let excluded = 0;
-      const compare = async (range: KeyRange) => {
-        ctx.heartbeat();
-        if (!input.live) {
-          return Promise.all([
-            summarise(source!, input.table, input.table.source, range, input.mode, []),
-            summarise(target!, input.table, input.table.target, range, input.mode, []),
-          ]);
-        }
-        // Online: one short snapshot per range, starting with the log read, so "waiting" and
-        // "compared" cannot overlap — and no snapshot lives through the whole bisection (it
-        // would hold back vacuum on a hot table).
-        const log = quoteQualified(captureNames(input.live.migrationId, input.table.index).log);
-        const migrationId = input.live.migrationId;
-        const [exclude, sourceSummary] = await inTransaction(source!, async () => {
-          await source!.query('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY');
-          const readLog = async (db: ClientBase) => distinctKeys((await db.query(`SELECT pk FROM ${log}`)).rows.map((r) => r.pk as Key));
-          let waiting: Key[];
-          if (logical) {
-            // The consumer lags behind the commits: the snapshot first, then a mark after it; once
-            // the consumer is past the mark, every change the snapshot sees and the target lacks
-            // has its key in the log (read now, outside the snapshot; the table's sync is paused).
-            await source!.query('SELECT 1');
-            waiting = await connections.withClient(input.source, async (db) => {
-              await awaitConfirmed(db, migrationId, 60_000, () => ctx.heartbeat());
-              return readLog(db);
-            });
-          } else waiting = await readLog(source!);
-          return [waiting, await summarise(source!, input.table, input.table.source, range, input.mode, waiting)] as const;
-        });
-        excluded = Math.max(excluded, exclude.length);
-        return [sourceSummary, await summarise(target!, input.table, input.table.target, range, input.mode, exclude)];
-      };
-      const [s, t] = await compare(input.range);
-      if (same(s, t)) return { match: true, sourceRows: s.rows, targetRows: t.rows, mismatches: [], excluded };
-
-      // Bisect at the median key of the fuller side until the differing pieces are small.
-      const mismatches: KeyRange[] = [];
-      const narrow = async (range: KeyRange, a: RangeSummary, b: RangeSummary, depth: number): Promise<void> => {
-        if (same(a, b)) return;
-        if (Math.max(a.rows, b.rows) <= leafRows || depth >= 32 || mismatches.length >= maxRanges) {
-          mismatches.push(range);
-          return;
-        }
-        const fuller = a.rows >= b.rows ? { db: source!, name: input.table.source, rows: a.rows } : { db: target!, name: input.table.target, rows: b.rows };
-        const binder = new ParamBinder();
-        const where = keyPredicate(input.table, rangeBounds(range), binder);
-        const { rows } = await fuller.db.query(
-          `SELECT ${keyAsText(input.table)} FROM ${quoteQualified(fuller.name)} WHERE ${where}
-            ORDER BY ${keyOrder(input.table)} OFFSET ${Math.floor(fuller.rows / 2)} LIMIT 1`,
-          binder.params,
-        );
-        const mid = rows.length ? keyFromRow(rows[0], input.table) : null;
-        if (!mid || (range.lower && sameKey(mid, range.lower))) {
-          mismatches.push(range);
-          return;
-        }
-        const halves: KeyRange[] = [
-          { lower: range.lower, upper: mid },
-          { lower: mid, upper: range.upper },
-        ];
-        for (const half of halves) {
-          const [hs, ht] = await compare(half);
-          await narrow(half, hs, ht, depth + 1);
-        }
-      };
-      await narrow(input.range, s, t, 0);
-      const tooMany = mismatches.length >= maxRanges;
-      return { match: false, sourceRows: s.rows, targetRows: t.rows, mismatches: tooMany ? [input.range] : mismatches, excluded };
+      const comparison = new RangeComparison(connections, ctx, input, source, target, logical, limits);
+      const [s, t] = await comparison.compare(input.range);
+      if (same(s, t)) return { match: true, sourceRows: s.rows, targetRows: t.rows, mismatches: [], excluded: comparison.excluded };
+      const mismatches = await comparison.narrow(input.range, s, t);
+      const tooMany = mismatches.length >= limits.maxRanges;
+      return { match: false, sourceRows: s.rows, targetRows: t.rows, mismatches: tooMany ? [input.range] : mismatches, excluded: comparison.excluded };
     } finally {
       await Promise.all([source?.end().catch(() => undefined), target?.end().catch(() => undefined)]);
     }
   };
+}
+
+/** One validation's two sessions: a range's summaries on both sides, and the bisection of a mismatch. */
+class RangeComparison {
+  /** The most keys one comparison left out for waiting in the change log (online mode). */
+  excluded = 0;
+
+  constructor(
+    private readonly connections: ConnectionRegistry,
+    private readonly ctx: Context,
+    private readonly input: ValidateChunkInput,
+    private readonly source: Client,
+    private readonly target: Client,
+    private readonly logical: boolean,
+    private readonly limits: { leafRows: number; maxRanges: number },
+  ) {}
+
+  /** Source and target summaries of a range. */
+  async compare(range: KeyRange): Promise<[RangeSummary, RangeSummary]> {
+    this.ctx.heartbeat();
+    const { table, mode, live } = this.input;
+    if (!live) return Promise.all([summarise(this.source, table, table.source, range, mode, []), summarise(this.target, table, table.target, range, mode, [])]);
+    // Online: one short snapshot per range, starting with the log read, so "waiting" and
+    // "compared" cannot overlap — and no snapshot lives through the whole bisection (it
+    // would hold back vacuum on a hot table).
+    const [exclude, sourceSummary] = await inTransaction(this.source, async () => {
+      await this.source.query('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY');
+      const waiting = await this.waitingKeys(live.migrationId);
+      return [waiting, await summarise(this.source, table, table.source, range, mode, waiting)] as const;
+    });
+    this.excluded = Math.max(this.excluded, exclude.length);
+    return [sourceSummary, await summarise(this.target, table, table.target, range, mode, exclude)];
+  }
+
+  /** The keys waiting in the table's change log, as of the source transaction just begun. */
+  private async waitingKeys(migrationId: string): Promise<Key[]> {
+    const log = quoteQualified(captureNames(migrationId, this.input.table.index).log);
+    const readLog = async (db: ClientBase) => distinctKeys((await db.query(`SELECT pk FROM ${log}`)).rows.map((r) => r.pk as Key));
+    if (!this.logical) return readLog(this.source);
+    // The consumer lags behind the commits: the snapshot first, then a mark after it; once
+    // the consumer is past the mark, every change the snapshot sees and the target lacks
+    // has its key in the log (read now, outside the snapshot; the table's sync is paused).
+    await this.source.query('SELECT 1');
+    return this.connections.withClient(this.input.source, async (db) => {
+      await awaitConfirmed(db, migrationId, 60_000, () => this.ctx.heartbeat());
+      return readLog(db);
+    });
+  }
+
+  /** The differing pieces of a range: bisected at the median key of the fuller side until they are small. */
+  async narrow(range: KeyRange, a: RangeSummary, b: RangeSummary, depth = 0, mismatches: KeyRange[] = []): Promise<KeyRange[]> {
+    if (same(a, b)) return mismatches;
+    if (Math.max(a.rows, b.rows) <= this.limits.leafRows || depth >= 32 || mismatches.length >= this.limits.maxRanges) {
+      mismatches.push(range);
+      return mismatches;
+    }
+    const mid = await this.medianKey(range, a, b);
+    if (!mid || (range.lower && sameKey(mid, range.lower))) {
+      mismatches.push(range);
+      return mismatches;
+    }
+    const halves: KeyRange[] = [
+      { lower: range.lower, upper: mid },
+      { lower: mid, upper: range.upper },
+    ];
+    for (const half of halves) {
+      const [hs, ht] = await this.compare(half);
+      await this.narrow(half, hs, ht, depth + 1, mismatches);
+    }
+    return mismatches;
+  }
+
+  /** The median key of the range on the side with more rows; null when that side has none. */
+  private async medianKey(range: KeyRange, a: RangeSummary, b: RangeSummary): Promise<Key | null> {
+    const { table } = this.input;
+    const fuller = a.rows >= b.rows ? { db: this.source, name: table.source, rows: a.rows } : { db: this.target, name: table.target, rows: b.rows };
+    const binder = new ParamBinder();
+    const where = keyPredicate(table, rangeBounds(range), binder);
+    const { rows } = await fuller.db.query(
+      `SELECT ${keyAsText(table)} FROM ${quoteQualified(fuller.name)} WHERE ${where}
+        ORDER BY ${keyOrder(table)} OFFSET ${Math.floor(fuller.rows / 2)} LIMIT 1`,
+      binder.params,
+    );
+    return rows.length ? keyFromRow(rows[0], table) : null;
+  }
 }
 
 export function createRepairRange({ connections, logger }: ActivityDeps) {

@@ -104,6 +104,62 @@ async function sameRows(dbs: TestDatabases, tables: [string, string][]): Promise
   }
 }
 
+/** ONLINE_SCHEMA's tables with their keys, compared after an online scenario. */
+const ONLINE_TABLES: [string, string][] = [
+  ['public.accounts', 'id'],
+  ['public.items', 'a, b'],
+];
+
+/**
+ * A full load run to its end: start the spec, act on the migration while it copies, take its
+ * result, and check that every table of FULL_SCHEMA arrived row for row.
+ */
+function fullLoad(spec: (ctx: Context) => Record<string, unknown>, during?: (ctx: Context) => Promise<void>): Scenario['run'] {
+  return async (ctx) => {
+    await ctx.stack.ferry.start(spec(ctx), { id: ctx.id });
+    await during?.(ctx);
+    const result = await resultWithin(ctx.stack.ferry, ctx.id);
+    await sameRows(ctx.dbs, FULL_TABLES);
+    return result;
+  };
+}
+
+/**
+ * An online migration up to its approval, with ONLINE_WRITES made on the source and synced to
+ * the target; `afterWrites` waits for whatever else should happen in between.
+ */
+async function syncedAtApproval(ctx: Context, spec: Record<string, unknown>, startOptions: { tableHistoryLimit?: number } = {}, afterWrites?: () => Promise<unknown>): Promise<void> {
+  await ctx.stack.ferry.start(spec, { id: ctx.id, ...startOptions });
+  await waitForPhase(ctx.stack.ferry, ctx.id, 'AWAITING_APPROVAL');
+  await ctx.dbs.exec('source', ONLINE_WRITES);
+  await afterWrites?.();
+  await writesSynced(ctx.dbs);
+}
+
+interface ChangeRun {
+  /** The plan's own fields: kind, id and database (`src`) are filled in. */
+  plan: Record<string, unknown>;
+  /** Result callback with event webhooks to the receiver. */
+  callback?: boolean;
+  startOptions?: { historyLimit?: number };
+  /** What the operator does while the plan runs. */
+  during?: (ctx: Context) => Promise<void>;
+  /** What the operator does once the plan ended (the scenario's result is still the plan's). */
+  after?: (ctx: Context) => Promise<void>;
+}
+
+/** A change plan run to its end: start it, act on it while it runs, take its result, act after it. */
+function changePlan({ plan, callback, startOptions, during, after }: ChangeRun): Scenario['run'] {
+  return async (ctx) => {
+    const callbackField = callback ? { callback: { url: `${ctx.receiver.url}/change`, events: true } } : {};
+    await ctx.stack.ferry.startChange({ kind: 'change', id: ctx.id, database: 'src', ...plan, ...callbackField }, startOptions);
+    await during?.(ctx);
+    const result = await ctx.stack.ferry.changeResult(ctx.id);
+    await after?.(ctx);
+    return result;
+  };
+}
+
 /** ONLINE_SCHEMA plus a unique column, a foreign key and a plain index: built before the cutover. */
 const ONLINE_SCHEMA_WITH_CONSTRAINTS = `${ONLINE_SCHEMA}
 CREATE TABLE public.teams (id int PRIMARY KEY, name text NOT NULL UNIQUE);
@@ -119,40 +175,29 @@ const SCENARIOS: Scenario[] = [
     description: 'full load of two tables (one in two chunks), checksum validation, result callback with event webhooks',
     schema: FULL_SCHEMA,
     expected: 'SUCCEEDED',
-    async run({ id, stack, dbs, receiver }) {
-      const spec = {
-        source: 'src',
-        target: 'dst',
-        batchRows: 100,
-        validation: 'checksum',
-        tables: ['public.customers', { name: 'public.orders', chunks: 2 }],
-        callback: { url: `${receiver.url}/full`, events: true },
-        metadata: { recordedBy: 'scripts/record-histories.ts' },
-      };
-      await stack.ferry.start(spec, { id });
-      const result = await resultWithin(stack.ferry, id);
-      await sameRows(dbs, FULL_TABLES);
-      return result;
-    },
+    run: fullLoad(({ receiver }) => ({
+      source: 'src',
+      target: 'dst',
+      batchRows: 100,
+      validation: 'checksum',
+      tables: ['public.customers', { name: 'public.orders', chunks: 2 }],
+      callback: { url: `${receiver.url}/full`, events: true },
+      metadata: { recordedBy: 'scripts/record-histories.ts' },
+    })),
   },
   {
     name: 'online',
     description: 'online, manual approval, writes during sync, approve; keep-frozen, then `ferry unfreeze` (the unfreeze helper)',
     schema: ONLINE_SCHEMA,
     expected: 'SUCCEEDED',
-    async run({ id, stack, dbs }) {
-      await stack.ferry.start(onlineSpec({ cutover: { approval: 'manual', approvalTimeout: '10m' } }), { id });
-      await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL');
-      await dbs.exec('source', ONLINE_WRITES);
-      await writesSynced(dbs);
+    async run(ctx) {
+      const { id, stack, dbs } = ctx;
+      await syncedAtApproval(ctx, onlineSpec({ cutover: { approval: 'manual', approvalTimeout: '10m' } }));
       await stack.ferry.approve(id);
       const result = await resultWithin(stack.ferry, id);
       if (result.state === 'SUCCEEDED') {
         await stack.ferry.unfreeze(id);
-        await sameRows(dbs, [
-          ['public.accounts', 'id'],
-          ['public.items', 'a, b'],
-        ]);
+        await sameRows(dbs, ONLINE_TABLES);
       }
       return result;
     },
@@ -163,19 +208,12 @@ const SCENARIOS: Scenario[] = [
     schema: ONLINE_SCHEMA,
     expected: 'SUCCEEDED',
     logical: true,
-    async run({ id, stack, dbs }) {
-      await stack.ferry.start(onlineSpec({ capture: 'logical', cutover: { approval: 'manual', approvalTimeout: '10m', afterwards: 'unfreeze' } }), { id });
-      await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL');
-      await dbs.exec('source', ONLINE_WRITES);
-      await writesSynced(dbs);
+    async run(ctx) {
+      const { id, stack, dbs } = ctx;
+      await syncedAtApproval(ctx, onlineSpec({ capture: 'logical', cutover: { approval: 'manual', approvalTimeout: '10m', afterwards: 'unfreeze' } }));
       await stack.ferry.approve(id);
       const result = await resultWithin(stack.ferry, id);
-      if (result.state === 'SUCCEEDED') {
-        await sameRows(dbs, [
-          ['public.accounts', 'id'],
-          ['public.items', 'a, b'],
-        ]);
-      }
+      if (result.state === 'SUCCEEDED') await sameRows(dbs, ONLINE_TABLES);
       return result;
     },
   },
@@ -214,20 +252,18 @@ ANALYZE;`,
     description: 'full load of two tables under one rate cap; the cap is re-shared when the smaller table finishes copying (patch share-rate-cap-across-tables)',
     schema: FULL_SCHEMA,
     expected: 'SUCCEEDED',
-    async run({ id, stack, dbs }) {
-      const spec = {
+    run: fullLoad(
+      () => ({
         source: 'src',
         target: 'dst',
         batchRows: 100,
         parallelism: { tables: 2, chunks: 2 },
         tables: ['public.customers', { name: 'public.orders', chunks: 2 }],
-      };
-      await stack.ferry.start(spec, { id });
-      await stack.ferry.throttle(id, { rowsPerSecond: 300 });
-      const result = await resultWithin(stack.ferry, id);
-      await sameRows(dbs, FULL_TABLES);
-      return result;
-    },
+      }),
+      async ({ id, stack }) => {
+        await stack.ferry.throttle(id, { rowsPerSecond: 300 });
+      },
+    ),
   },
   {
     name: 'rolled-back',
@@ -253,23 +289,20 @@ ANALYZE;`,
     description: 'online with tableHistoryLimit 40: table workflows continue as new during sync; approve; cutover.afterwards unfreeze',
     schema: ONLINE_SCHEMA,
     expected: 'SUCCEEDED',
-    async run({ id, stack, dbs }) {
-      await stack.ferry.start(onlineSpec({ cutover: { approval: 'manual', approvalTimeout: '10m', afterwards: 'unfreeze' } }), { id, tableHistoryLimit: 40 });
-      await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL');
-      await dbs.exec('source', ONLINE_WRITES);
-      await eventually(async () => {
-        for await (const w of stack.client.workflow.list({ query: `WorkflowId = '${id}/table-0'` })) {
-          if (w.status.name === 'CONTINUED_AS_NEW') return true;
-        }
-        return false;
-      }, 90_000);
-      await writesSynced(dbs);
+    async run(ctx) {
+      const { id, stack, dbs } = ctx;
+      const spec = onlineSpec({ cutover: { approval: 'manual', approvalTimeout: '10m', afterwards: 'unfreeze' } });
+      await syncedAtApproval(ctx, spec, { tableHistoryLimit: 40 }, () =>
+        eventually(async () => {
+          for await (const w of stack.client.workflow.list({ query: `WorkflowId = '${id}/table-0'` })) {
+            if (w.status.name === 'CONTINUED_AS_NEW') return true;
+          }
+          return false;
+        }, 90_000),
+      );
       await stack.ferry.approve(id);
       const result = await resultWithin(stack.ferry, id);
-      await sameRows(dbs, [
-        ['public.accounts', 'id'],
-        ['public.items', 'a, b'],
-      ]);
+      await sameRows(dbs, ONLINE_TABLES);
       return result;
     },
   },
@@ -278,13 +311,7 @@ ANALYZE;`,
     description: 'full load; each table builds its indexes once validated, then foreign keys are added NOT VALID and validated (patch target-ready-before-cutover)',
     schema: FULL_SCHEMA,
     expected: 'SUCCEEDED',
-    async run({ id, stack, dbs }) {
-      const spec = { source: 'src', target: 'dst', batchRows: 100, tables: ['public.customers', { name: 'public.orders', chunks: 2 }] };
-      await stack.ferry.start(spec, { id });
-      const result = await resultWithin(stack.ferry, id);
-      await sameRows(dbs, FULL_TABLES);
-      return result;
-    },
+    run: fullLoad(() => ({ source: 'src', target: 'dst', batchRows: 100, tables: ['public.customers', { name: 'public.orders', chunks: 2 }] })),
   },
   {
     name: 'online-armed-freeze',
@@ -294,15 +321,13 @@ ANALYZE;`,
       'dropped, so the cleanup helper removes it in the background once the reader ends (afterwards: unfreeze)',
     schema: ONLINE_SCHEMA_WITH_CONSTRAINTS,
     expected: 'SUCCEEDED',
-    async run({ id, stack, dbs }) {
+    async run(ctx) {
+      const { id, stack, dbs } = ctx;
       const spec = onlineSpec({
         tables: [{ name: 'public.accounts', chunks: 2 }, 'public.items', 'public.teams', 'public.members'],
         cutover: { approval: 'manual', approvalTimeout: '10m', maxWait: '3s', onBlocked: 'terminate', afterwards: 'unfreeze' },
       });
-      await stack.ferry.start(spec, { id });
-      await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL');
-      await dbs.exec('source', ONLINE_WRITES);
-      await writesSynced(dbs);
+      await syncedAtApproval(ctx, spec);
       const blocker = new PgClient({ connectionString: dbs.url('source'), application_name: 'recording-blocker' });
       const reader = new PgClient({ connectionString: dbs.url('source'), application_name: 'recording-reader' });
       await Promise.all([blocker.connect(), reader.connect()]);
@@ -315,8 +340,7 @@ ANALYZE;`,
         await stack.ferry.approve(id);
         const result = await resultWithin(stack.ferry, id);
         await sameRows(dbs, [
-          ['public.accounts', 'id'],
-          ['public.items', 'a, b'],
+          ...ONLINE_TABLES,
           ['public.teams', 'id'],
           ['public.members', 'id'],
         ]);
@@ -354,11 +378,8 @@ SCENARIOS.push(
       'a change plan (changeWorkflow): add a column with down:, a throttled backfill with until: all paused and resumed, a concurrent index, SET NOT NULL the safe way, validate, result callback with event webhooks',
     schema: CHANGE_SCHEMA,
     expected: 'SUCCEEDED',
-    async run({ id, stack, receiver }) {
-      await stack.ferry.startChange({
-        kind: 'change',
-        id,
-        database: 'src',
+    run: changePlan({
+      plan: {
         throttle: { rowsPerSecond: 1000 },
         steps: [
           { sql: 'ALTER TABLE shop.orders ADD COLUMN note text', down: 'ALTER TABLE shop.orders DROP COLUMN note' },
@@ -368,72 +389,62 @@ SCENARIOS.push(
           { sql: 'ALTER TABLE shop.orders ADD CONSTRAINT total_small CHECK (total < 1000) NOT VALID' },
           { validate: { table: 'shop.orders', constraint: 'total_small' } },
         ],
-        callback: { url: `${receiver.url}/change`, events: true },
-      });
-      await eventually(async () => ((await stack.ferry.changeStatus(id)).steps[1].progress?.done ?? 0) > 0, 60_000);
-      await stack.ferry.pause(id);
-      await eventually(async () => (await stack.ferry.changeStatus(id)).waiting?.startsWith('paused'), 60_000);
-      await stack.ferry.throttle(id, { rowsPerSecond: 0 });
-      await stack.ferry.resume(id);
-      return stack.ferry.changeResult(id);
-    },
+      },
+      callback: true,
+      async during({ id, stack }) {
+        await eventually(async () => ((await stack.ferry.changeStatus(id)).steps[1].progress?.done ?? 0) > 0, 60_000);
+        await stack.ferry.pause(id);
+        await eventually(async () => (await stack.ferry.changeStatus(id)).waiting?.startsWith('paused'), 60_000);
+        await stack.ferry.throttle(id, { rowsPerSecond: 0 });
+        await stack.ferry.resume(id);
+      },
+    }),
   },
   {
     name: 'change-audited',
     description: 'a change plan whose control signals carry who sent them and why (audited-change-controls): a backfill paused, throttled, resumed, then cancelled',
     schema: CHANGE_SCHEMA,
     expected: 'CANCELLED',
-    async run({ id, stack, receiver }) {
-      await stack.ferry.startChange({
-        kind: 'change',
-        id,
-        database: 'src',
+    run: changePlan({
+      plan: {
         throttle: { rowsPerSecond: 300 },
         steps: [{ backfill: { table: 'shop.orders', set: { total: 'total' }, batchRows: 100 } }],
-        callback: { url: `${receiver.url}/change`, events: true },
-      });
-      await eventually(async () => ((await stack.ferry.changeStatus(id)).steps[0].progress?.done ?? 0) > 0, 60_000);
-      await stack.ferry.pause(id, { actor: 'recorder', reason: 'a quiet hour' });
-      await eventually(async () => (await stack.ferry.changeStatus(id)).waiting?.startsWith('paused'), 60_000);
-      await stack.ferry.throttle(id, { rowsPerSecond: 600 }, { actor: 'recorder' });
-      await stack.ferry.resume(id, { reason: 'quiet hour over' });
-      await stack.ferry.cancel(id, 'recording over', 'recorder');
-      return stack.ferry.changeResult(id);
-    },
+      },
+      callback: true,
+      async during({ id, stack }) {
+        await eventually(async () => ((await stack.ferry.changeStatus(id)).steps[0].progress?.done ?? 0) > 0, 60_000);
+        await stack.ferry.pause(id, { actor: 'recorder', reason: 'a quiet hour' });
+        await eventually(async () => (await stack.ferry.changeStatus(id)).waiting?.startsWith('paused'), 60_000);
+        await stack.ferry.throttle(id, { rowsPerSecond: 600 }, { actor: 'recorder' });
+        await stack.ferry.resume(id, { reason: 'quiet hour over' });
+        await stack.ferry.cancel(id, 'recording over', 'recorder');
+      },
+    }),
   },
   {
     name: 'change-continued-as-new',
     description: 'a change plan with historyLimit 25 (change-continue-as-new): its backfill continues as new between slices and the next run takes the step up where it stopped',
     schema: CHANGE_SCHEMA,
     expected: 'SUCCEEDED',
-    async run({ id, stack, receiver }) {
-      await stack.ferry.startChange(
-        {
-          kind: 'change',
-          id,
-          database: 'src',
-          throttle: { rowsPerSecond: 150 },
-          steps: [
-            { sql: 'ALTER TABLE shop.orders ADD COLUMN note text', down: 'ALTER TABLE shop.orders DROP COLUMN note' },
-            { backfill: { table: 'shop.orders', set: { note: "'n/a'" }, batchRows: 100 } },
-          ],
-          callback: { url: `${receiver.url}/change`, events: true },
-        },
-        { historyLimit: 25 },
-      );
-      return stack.ferry.changeResult(id);
-    },
+    run: changePlan({
+      plan: {
+        throttle: { rowsPerSecond: 150 },
+        steps: [
+          { sql: 'ALTER TABLE shop.orders ADD COLUMN note text', down: 'ALTER TABLE shop.orders DROP COLUMN note' },
+          { backfill: { table: 'shop.orders', set: { note: "'n/a'" }, batchRows: 100 } },
+        ],
+      },
+      callback: true,
+      startOptions: { historyLimit: 25 },
+    }),
   },
   {
     name: 'change-rolled-back',
     description: 'a change plan whose VALIDATE fails: onFailure: rollback drops the index, the constraint and the column, newest first',
     schema: CHANGE_SCHEMA,
     expected: 'FAILED',
-    async run({ id, stack }) {
-      await stack.ferry.startChange({
-        kind: 'change',
-        id,
-        database: 'src',
+    run: changePlan({
+      plan: {
         onFailure: 'rollback',
         steps: [
           { sql: 'ALTER TABLE shop.orders ADD COLUMN note text', down: 'ALTER TABLE shop.orders DROP COLUMN note' },
@@ -441,9 +452,8 @@ SCENARIOS.push(
           { sql: 'ALTER TABLE shop.orders ADD CONSTRAINT total_big CHECK (total > 50) NOT VALID', down: 'ALTER TABLE shop.orders DROP CONSTRAINT total_big' },
           { validate: { table: 'shop.orders', constraint: 'total_big' } },
         ],
-      });
-      return stack.ferry.changeResult(id);
-    },
+      },
+    }),
   },
 );
 
@@ -463,11 +473,8 @@ SCENARIOS.push({
     'a change plan with a rewrite step: total int → bigint and note dropped through a shadow copy, writes during the copy, approval: manual approved, the swap moving a view and a foreign key, the old table dropped by rewriteRetireWorkflow after keepOld',
   schema: REWRITE_SCHEMA,
   expected: 'SUCCEEDED',
-  async run({ id, stack, dbs }) {
-    await stack.ferry.startChange({
-      kind: 'change',
-      id,
-      database: 'src',
+  run: changePlan({
+    plan: {
       throttle: { rowsPerSecond: 3000 },
       steps: [
         {
@@ -480,13 +487,14 @@ SCENARIOS.push({
           },
         },
       ],
-    });
-    await eventually(async () => (await stack.ferry.changeStatus(id)).steps[0].note === 'copying', 60_000);
-    await dbs.exec('source', `UPDATE shop.orders SET total = total + 1 WHERE id <= 50; INSERT INTO shop.orders VALUES (5001, 7, 'new'); DELETE FROM shop.orders WHERE id = 3000;`);
-    await eventually(async () => (await stack.ferry.changeStatus(id)).waiting?.includes('awaiting approval'), 60_000);
-    await stack.ferry.approve(id);
-    return stack.ferry.changeResult(id);
-  },
+    },
+    async during({ id, stack, dbs }) {
+      await eventually(async () => (await stack.ferry.changeStatus(id)).steps[0].note === 'copying', 60_000);
+      await dbs.exec('source', `UPDATE shop.orders SET total = total + 1 WHERE id <= 50; INSERT INTO shop.orders VALUES (5001, 7, 'new'); DELETE FROM shop.orders WHERE id = 3000;`);
+      await eventually(async () => (await stack.ferry.changeStatus(id)).waiting?.includes('awaiting approval'), 60_000);
+      await stack.ferry.approve(id);
+    },
+  }),
 });
 
 SCENARIOS.push({
@@ -495,19 +503,14 @@ SCENARIOS.push({
     'a rewrite step swapped, then `ferry revert` within keepOld (revertible-rewrite): writes to the new table carried back, the swap back, the new table dropped after keepOld',
   schema: REWRITE_SCHEMA,
   expected: 'SUCCEEDED',
-  async run({ id, stack, dbs }) {
-    await stack.ferry.startChange({
-      kind: 'change',
-      id,
-      database: 'src',
-      steps: [{ rewrite: { table: 'shop.orders', alter: ['ALTER COLUMN total TYPE bigint', 'DROP COLUMN note'], approval: 'auto', keepOld: '15s' } }],
-    });
-    const result = await stack.ferry.changeResult(id);
-    await dbs.exec('source', `UPDATE shop.orders SET total = total + 1 WHERE id <= 50; INSERT INTO shop.orders (id, total) VALUES (5001, 7); DELETE FROM shop.orders WHERE id = 3000;`);
-    const reverted = await stack.ferry.revert(id, 1, { actor: 'recorder', reason: 'recording' });
-    if (reverted.phase !== 'REVERTED') throw new Error(`the revert failed: ${JSON.stringify(reverted)}`);
-    return result;
-  },
+  run: changePlan({
+    plan: { steps: [{ rewrite: { table: 'shop.orders', alter: ['ALTER COLUMN total TYPE bigint', 'DROP COLUMN note'], approval: 'auto', keepOld: '15s' } }] },
+    async after({ id, stack, dbs }) {
+      await dbs.exec('source', `UPDATE shop.orders SET total = total + 1 WHERE id <= 50; INSERT INTO shop.orders (id, total) VALUES (5001, 7); DELETE FROM shop.orders WHERE id = 3000;`);
+      const reverted = await stack.ferry.revert(id, 1, { actor: 'recorder', reason: 'recording' });
+      if (reverted.phase !== 'REVERTED') throw new Error(`the revert failed: ${JSON.stringify(reverted)}`);
+    },
+  }),
 });
 
 SCENARIOS.push({
@@ -515,20 +518,17 @@ SCENARIOS.push({
   description: 'a change plan with a rewrite step cancelled while awaiting approval, then `ferry cleanup` (changeCleanupWorkflow): capture released, no shadow left to drop, bookkeeping forgotten',
   schema: REWRITE_SCHEMA,
   expected: 'CANCELLED',
-  async run({ id, stack }) {
-    await stack.ferry.startChange({
-      kind: 'change',
-      id,
-      database: 'src',
-      steps: [{ rewrite: { table: 'shop.orders', alter: ['ALTER COLUMN total TYPE bigint'], approval: 'manual' } }],
-    });
-    await eventually(async () => (await stack.ferry.changeStatus(id)).waiting?.includes('awaiting approval'), 60_000);
-    await stack.ferry.cancel(id, 'recording a cleanup');
-    const result = await stack.ferry.changeResult(id);
-    const cleaned = await stack.ferry.cleanup(id);
-    if (!cleaned.done) throw new Error('the cleanup did not finish');
-    return result;
-  },
+  run: changePlan({
+    plan: { steps: [{ rewrite: { table: 'shop.orders', alter: ['ALTER COLUMN total TYPE bigint'], approval: 'manual' } }] },
+    async during({ id, stack }) {
+      await eventually(async () => (await stack.ferry.changeStatus(id)).waiting?.includes('awaiting approval'), 60_000);
+      await stack.ferry.cancel(id, 'recording a cleanup');
+    },
+    async after({ id, stack }) {
+      const cleaned = await stack.ferry.cleanup(id);
+      if (!cleaned.done) throw new Error('the cleanup did not finish');
+    },
+  }),
 });
 
 interface ManifestEntry {

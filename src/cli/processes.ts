@@ -21,29 +21,7 @@ export function registerProcessCommands(program: Command): void {
     .option('--db-file <path>', 'persist to this SQLite file (in memory otherwise)')
     .option('--headless', 'no Web UI')
     .option('--codec-endpoint <url>', 'payload codec endpoint for the Web UI (see `ferry codec-server`)', httpUrl)
-    .action(async (opts: { port: number; uiPort: number; dbFile?: string; headless?: boolean; codecEndpoint?: string }) => {
-      // Loaded on demand: the worker SDK and its dependencies make every other verb slower to start.
-      const { startDevServer } = require('../dev/dev-server') as typeof import('../dev/dev-server');
-      const server = await startDevServer({
-        port: opts.port,
-        uiPort: opts.uiPort,
-        dbFile: opts.dbFile,
-        headless: opts.headless,
-        codecEndpoint: opts.codecEndpoint,
-        logLevel: 'warn',
-        inheritOutput: true,
-        report: (line) => process.stderr.write(`${line}\n`),
-      });
-      process.stdout.write(`Temporal dev server on ${server.address}${server.uiUrl ? `, Web UI ${server.uiUrl}` : ''}\n`);
-      if (opts.codecEndpoint) {
-        process.stdout.write(
-          `payload codec endpoint: ${opts.codecEndpoint}${server.uiUrl ? ' (the Web UI decodes through it' : ' (no Web UI'}; the temporal CLI takes --codec-endpoint ${opts.codecEndpoint})\n`,
-        );
-      }
-      process.stdout.write(`workers and clients: TEMPORAL_ADDRESS=${server.address}\n`);
-      const reason = await Promise.race([untilSignal(), server.exited.then(() => 'exit' as const)]);
-      if (reason !== 'exit') await server.stop();
-    });
+    .action(serverCommand);
 
   program
     .command('demo')
@@ -68,53 +46,7 @@ export function registerProcessCommands(program: Command): void {
     .option('--shutdown-grace <duration>', 'how long SIGTERM waits for in-flight activities (FERRY_SHUTDOWN_GRACE, default 30s)', duration)
     .option('--metrics-port <port>', 'serve /metrics, /healthz and /readyz on this port (FERRY_METRICS_PORT)', positiveInt)
     .option('--identity <name>', 'worker identity shown in Temporal')
-    .action(async (flags: WorkerFlags) => {
-      const opts = workerSettings(flags, process.env);
-      const { createFerryWorker } = require('../worker') as typeof import('../worker');
-      const { createLogger } = require('../logger') as typeof import('../logger');
-      const telemetry = require('../telemetry') as typeof import('../telemetry');
-      const logger = createLogger({ name: 'ferry-worker' });
-      const temporal = temporalConfig();
-      const metrics = opts.metricsPort ? telemetry.createMetrics() : undefined;
-      const sdkMetricsUrl = await telemetry.installRuntime({ logger, metrics: Boolean(metrics) });
-      const worker = await createFerryWorker({
-        temporal,
-        logger,
-        metrics,
-        maxConcurrentActivityTaskExecutions: opts.concurrency,
-        maxConcurrentWorkflowTaskExecutions: opts.workflowConcurrency,
-        maxActivitiesPerSecond: opts.maxActivitiesPerSecond,
-        maxTaskQueueActivitiesPerSecond: opts.taskQueueActivitiesPerSecond,
-        shutdownGraceTime: opts.shutdownGrace,
-        identity: flags.identity,
-      });
-      const http =
-        metrics && opts.metricsPort
-          ? await telemetry.serveTelemetry({
-              port: opts.metricsPort,
-              metrics,
-              sdkMetricsUrl,
-              ready: () => worker.worker.getState() === 'RUNNING',
-              live: () => worker.worker.getState() !== 'FAILED',
-            })
-          : undefined;
-      const onSignal = (signal: NodeJS.Signals) => {
-        logger.info({ signal }, 'shutting down: finishing or checkpointing in-flight work');
-        worker.shutdown();
-      };
-      process.once('SIGINT', onSignal);
-      process.once('SIGTERM', onSignal);
-      logger.info(
-        { address: temporal.address, namespace: temporal.namespace, taskQueue: temporal.taskQueue, ...opts },
-        'worker started',
-      );
-      try {
-        await worker.run();
-      } finally {
-        http?.close();
-      }
-      logger.info('worker stopped');
-    });
+    .action(workerCommand);
 }
 
 interface WorkerFlags {
@@ -146,4 +78,78 @@ export function workerSettings(flags: WorkerFlags, env: NodeJS.ProcessEnv): Omit
     shutdownGrace: flags.shutdownGrace ?? fromEnv('FERRY_SHUTDOWN_GRACE', duration) ?? 30_000,
     metricsPort: flags.metricsPort ?? fromEnv('FERRY_METRICS_PORT', positiveInt),
   };
+}
+
+/** `ferry server`: the dev server in the foreground until SIGINT or SIGTERM (or until it exits). */
+async function serverCommand(opts: { port: number; uiPort: number; dbFile?: string; headless?: boolean; codecEndpoint?: string }): Promise<void> {
+  // Loaded on demand: the worker SDK and its dependencies make every other verb slower to start.
+  const { startDevServer } = require('../dev/dev-server') as typeof import('../dev/dev-server');
+  const server = await startDevServer({
+    port: opts.port,
+    uiPort: opts.uiPort,
+    dbFile: opts.dbFile,
+    headless: opts.headless,
+    codecEndpoint: opts.codecEndpoint,
+    logLevel: 'warn',
+    inheritOutput: true,
+    report: (line) => process.stderr.write(`${line}\n`),
+  });
+  process.stdout.write(`Temporal dev server on ${server.address}${server.uiUrl ? `, Web UI ${server.uiUrl}` : ''}\n`);
+  if (opts.codecEndpoint) {
+    process.stdout.write(
+      `payload codec endpoint: ${opts.codecEndpoint}${server.uiUrl ? ' (the Web UI decodes through it' : ' (no Web UI'}; the temporal CLI takes --codec-endpoint ${opts.codecEndpoint})\n`,
+    );
+  }
+  process.stdout.write(`workers and clients: TEMPORAL_ADDRESS=${server.address}\n`);
+  const reason = await Promise.race([untilSignal(), server.exited.then(() => 'exit' as const)]);
+  if (reason !== 'exit') await server.stop();
+}
+
+/** `ferry worker`: one worker of the pool, with its metrics endpoint when asked, until SIGINT or SIGTERM. */
+async function workerCommand(flags: WorkerFlags): Promise<void> {
+  const opts = workerSettings(flags, process.env);
+  const { createFerryWorker } = require('../worker') as typeof import('../worker');
+  const { createLogger } = require('../logger') as typeof import('../logger');
+  const telemetry = require('../telemetry') as typeof import('../telemetry');
+  const logger = createLogger({ name: 'ferry-worker' });
+  const temporal = temporalConfig();
+  const metrics = opts.metricsPort ? telemetry.createMetrics() : undefined;
+  const sdkMetricsUrl = await telemetry.installRuntime({ logger, metrics: Boolean(metrics) });
+  const worker = await createFerryWorker({
+    temporal,
+    logger,
+    metrics,
+    maxConcurrentActivityTaskExecutions: opts.concurrency,
+    maxConcurrentWorkflowTaskExecutions: opts.workflowConcurrency,
+    maxActivitiesPerSecond: opts.maxActivitiesPerSecond,
+    maxTaskQueueActivitiesPerSecond: opts.taskQueueActivitiesPerSecond,
+    shutdownGraceTime: opts.shutdownGrace,
+    identity: flags.identity,
+  });
+  const http =
+    metrics && opts.metricsPort
+      ? await telemetry.serveTelemetry({
+          port: opts.metricsPort,
+          metrics,
+          sdkMetricsUrl,
+          ready: () => worker.worker.getState() === 'RUNNING',
+          live: () => worker.worker.getState() !== 'FAILED',
+        })
+      : undefined;
+  const onSignal = (signal: NodeJS.Signals) => {
+    logger.info({ signal }, 'shutting down: finishing or checkpointing in-flight work');
+    worker.shutdown();
+  };
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  logger.info(
+    { address: temporal.address, namespace: temporal.namespace, taskQueue: temporal.taskQueue, ...opts },
+    'worker started',
+  );
+  try {
+    await worker.run();
+  } finally {
+    http?.close();
+  }
+  logger.info('worker stopped');
 }

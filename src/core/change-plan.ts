@@ -326,80 +326,14 @@ export function parseChangePlan(input: unknown): ChangePlan {
   const early = stepShapeProblems(input);
   if (early.length) throw new SpecError(early);
   const result = changePlanSchema.safeParse(input, { error: plainMessage });
-  if (!result.success) {
-    throw new SpecError(
-      flatten(result.error.issues).map(({ path, issue }) => ({
-        path: formatPath(path),
-        message:
-          issue.code === 'unrecognized_keys'
-            ? `unknown key${issue.keys.length > 1 ? 's' : ''} ${issue.keys.map((k) => `"${k}"`).join(', ')}; see schema/ferry-change.schema.json`
-            : issue.message,
-      })),
-    );
-  }
+  if (!result.success) throw new SpecError(schemaProblems(result.error.issues));
   const p = result.data;
   const planTimeout = parseDuration(p.timeout)!;
-  const steps = p.steps.map((step, index): ChangeStep => {
-    const base = {
-      index,
-      timeoutMs: step.timeout === undefined ? planTimeout : parseDuration(step.timeout)!,
-      onFailure: step.onFailure ?? p.onFailure,
-    };
-    if ('sql' in step) {
-      return { ...base, kind: 'sql', sql: step.sql, down: step.down, lockTimeoutMs: parseDuration(step.lockTimeout)!, maxWaitMs: parseDuration(step.maxWait)! };
-    }
-    if ('backfill' in step) {
-      const b = step.backfill;
-      return {
-        ...base,
-        kind: 'backfill',
-        table: parseQualifiedName(b.table) as QualifiedName,
-        set: Object.entries(b.set).map(([column, expression]) => ({ column: identifierName(column), expression })),
-        where: b.where,
-        batchRows: b.batchRows,
-        until: b.until,
-      };
-    }
-    if ('index' in step) {
-      const i = step.index;
-      return {
-        ...base,
-        kind: 'index',
-        table: parseQualifiedName(i.table) as QualifiedName,
-        name: identifierName(i.name),
-        columns: (i.columns ?? []).map(identifierName),
-        unique: i.unique,
-        using: i.using,
-        where: i.where,
-        rebuild: i.rebuild,
-      };
-    }
-    if ('rewrite' in step) {
-      const r = step.rewrite;
-      return {
-        ...base,
-        kind: 'rewrite',
-        table: parseQualifiedName(r.table) as QualifiedName,
-        alter: r.alter,
-        columns: Object.entries(r.columns ?? {}).map(([column, expression]) => ({ column: identifierName(column), expression })),
-        approval: r.approval,
-        keepOldMs: parseDuration(r.keepOld)!,
-        lockTimeoutMs: parseDuration(r.lockTimeout)!,
-        maxWaitMs: parseDuration(r.maxWait)!,
-      };
-    }
-    return {
-      ...base,
-      kind: 'validate',
-      table: parseQualifiedName(step.validate.table) as QualifiedName,
-      constraint: identifierName(step.validate.constraint),
-    };
-  });
   return {
     kind: 'change',
     id: p.id,
     database: p.database,
-    steps,
+    steps: p.steps.map((step, index) => normaliseStep(step, index, planTimeout, p.onFailure)),
     throttle: {
       rowsPerSecond: p.throttle?.rowsPerSecond || undefined,
       maxReplicaLagMs: p.throttle?.maxReplicaLag === undefined ? undefined : parseDuration(p.throttle.maxReplicaLag),
@@ -408,6 +342,77 @@ export function parseChangePlan(input: unknown): ChangePlan {
     onFailure: p.onFailure,
     callback: p.callback,
     metadata: p.metadata,
+  };
+}
+
+/** The schema's issues as problems: one per path, an unknown key pointing at the published schema. */
+function schemaProblems(issues: readonly Issue[]): SpecProblem[] {
+  return flatten(issues).map(({ path, issue }) => ({
+    path: formatPath(path),
+    message:
+      issue.code === 'unrecognized_keys'
+        ? `unknown key${issue.keys.length > 1 ? 's' : ''} ${issue.keys.map((k) => `"${k}"`).join(', ')}; see schema/ferry-change.schema.json`
+        : issue.message,
+  }));
+}
+
+type ParsedStep = z.output<typeof stepSchema>;
+
+/** A parsed step in its normalised form: durations in milliseconds, names parsed, the plan's defaults filled in. */
+function normaliseStep(step: ParsedStep, index: number, planTimeout: number, planOnFailure: OnFailure): ChangeStep {
+  const base = {
+    index,
+    timeoutMs: step.timeout === undefined ? planTimeout : parseDuration(step.timeout)!,
+    onFailure: step.onFailure ?? planOnFailure,
+  };
+  if ('sql' in step) {
+    return { ...base, kind: 'sql', sql: step.sql, down: step.down, lockTimeoutMs: parseDuration(step.lockTimeout)!, maxWaitMs: parseDuration(step.maxWait)! };
+  }
+  if ('backfill' in step) {
+    const b = step.backfill;
+    return {
+      ...base,
+      kind: 'backfill',
+      table: parseQualifiedName(b.table) as QualifiedName,
+      set: Object.entries(b.set).map(([column, expression]) => ({ column: identifierName(column), expression })),
+      where: b.where,
+      batchRows: b.batchRows,
+      until: b.until,
+    };
+  }
+  if ('index' in step) {
+    const i = step.index;
+    return {
+      ...base,
+      kind: 'index',
+      table: parseQualifiedName(i.table) as QualifiedName,
+      name: identifierName(i.name),
+      columns: (i.columns ?? []).map(identifierName),
+      unique: i.unique,
+      using: i.using,
+      where: i.where,
+      rebuild: i.rebuild,
+    };
+  }
+  if ('rewrite' in step) {
+    const r = step.rewrite;
+    return {
+      ...base,
+      kind: 'rewrite',
+      table: parseQualifiedName(r.table) as QualifiedName,
+      alter: r.alter,
+      columns: Object.entries(r.columns ?? {}).map(([column, expression]) => ({ column: identifierName(column), expression })),
+      approval: r.approval,
+      keepOldMs: parseDuration(r.keepOld)!,
+      lockTimeoutMs: parseDuration(r.lockTimeout)!,
+      maxWaitMs: parseDuration(r.maxWait)!,
+    };
+  }
+  return {
+    ...base,
+    kind: 'validate',
+    table: parseQualifiedName(step.validate.table) as QualifiedName,
+    constraint: identifierName(step.validate.constraint),
   };
 }
 

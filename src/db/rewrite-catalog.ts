@@ -5,7 +5,7 @@
  * transaction — preflight runs it and rolls back, the step runs it and commits. Ferry's sessions
  * have an empty search_path, so every definition read here comes back schema-qualified.
  */
-import { ClientBase } from 'pg';
+import { ClientBase, QueryResultRow } from 'pg';
 import { parseStatements } from '../change/statements';
 import { ColumnMapping, RewriteKey, RewriteNames } from '../change/rewrite-sql';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified } from '../core/identifiers';
@@ -27,42 +27,86 @@ export interface OriginalTable {
 /** Everything that stops a rewrite of the table, each naming its object; empty when it can run. */
 export async function inspectOriginal(db: ClientBase, table: QualifiedName, ownTriggers: string[]): Promise<{ problems: string[]; original?: OriginalTable }> {
   const name = displayQualified(table);
+  const rel = await readRelation(db, table);
+  if (!rel) return { problems: [`${name} does not exist`] };
+  if (rel.relkind === 'p') return { problems: [`${name} is partitioned: a rewrite of a partitioned table is not supported (rewrite its partitions' shape with a migration instead)`] };
+  if (rel.relkind !== 'r') return { problems: [`${name} is not an ordinary table`] };
+  const list: RowsOf = async (sql, params = [rel.relid]) => (await db.query(sql, params)).rows;
+  const problems = [...(await ownObjectProblems(list, rel, name, ownTriggers)), ...(await dependentProblems(db, list, rel.relid, name))];
+  const key = await readKey(list);
+  if (!key.length) problems.push(`${name} has no primary key: a rewrite copies and syncs by key`);
+  const carried = await readCarried(list);
+  return {
+    problems,
+    original: {
+      relid: rel.relid,
+      key,
+      columns: carried.columns,
+      indexes: carried.indexes,
+      outgoingForeignKeys: carried.outgoingForeignKeys,
+      owner: rel.owner,
+      grants: carried.grants,
+      comment: rel.comment,
+      reloptions: rel.reloptions,
+    },
+  };
+}
+
+/** The rows of a catalog query about the table (its oid is the default parameter). */
+type RowsOf = (sql: string, params?: unknown[]) => Promise<QueryResultRow[]>;
+
+interface Relation {
+  relid: number;
+  relkind: string;
+  relrowsecurity: boolean;
+  relreplident: string;
+  owner: string;
+  comment: string | null;
+  reloptions: string[];
+}
+
+async function readRelation(db: ClientBase, table: QualifiedName): Promise<Relation | null> {
   const rel = await db.query(
     `SELECT c.oid::int8 AS relid, c.relkind, c.relrowsecurity, c.relreplident, pg_catalog.pg_get_userbyid(c.relowner) AS owner,
             pg_catalog.obj_description(c.oid, 'pg_class') AS comment, coalesce(c.reloptions, '{}') AS reloptions
        FROM pg_catalog.pg_class c WHERE c.oid = to_regclass($1)`,
     [quoteQualified(table)],
   );
-  if (!rel.rowCount) return { problems: [`${name} does not exist`] };
-  const r = rel.rows[0];
-  const relid = Number(r.relid);
-  if (r.relkind === 'p') return { problems: [`${name} is partitioned: a rewrite of a partitioned table is not supported (rewrite its partitions' shape with a migration instead)`] };
-  if (r.relkind !== 'r') return { problems: [`${name} is not an ordinary table`] };
-  const problems: string[] = [];
-  const list = async (sql: string, params: unknown[] = [relid]) => (await db.query(sql, params)).rows;
+  if (!rel.rowCount) return null;
+  return { ...rel.rows[0], relid: Number(rel.rows[0].relid) };
+}
 
+/** What the table itself has that a rewrite does not carry: inheritance, triggers, rules, policies, publications, replica identity, column grants. */
+async function ownObjectProblems(list: RowsOf, rel: Relation, name: string, ownTriggers: string[]): Promise<string[]> {
+  const problems: string[] = [];
   for (const i of await list(
     `SELECT inhparent::regclass::text AS parent, inhrelid::regclass::text AS child FROM pg_catalog.pg_inherits WHERE inhrelid = $1 OR inhparent = $1`,
   )) {
     problems.push(`${name} takes part in inheritance (${i.child} inherits from ${i.parent}): not carried by a rewrite`);
   }
-  for (const t of await list(`SELECT tgname FROM pg_catalog.pg_trigger WHERE tgrelid = $1 AND NOT tgisinternal AND NOT (tgname = ANY ($2))`, [relid, ownTriggers])) {
+  for (const t of await list(`SELECT tgname FROM pg_catalog.pg_trigger WHERE tgrelid = $1 AND NOT tgisinternal AND NOT (tgname = ANY ($2))`, [rel.relid, ownTriggers])) {
     problems.push(`trigger ${t.tgname} on ${name}: triggers are not carried to the new table in this version; drop it first and recreate it after the swap`);
   }
   for (const rule of await list(`SELECT rulename FROM pg_catalog.pg_rewrite WHERE ev_class = $1 AND rulename <> '_RETURN'`)) {
     problems.push(`rule ${rule.rulename} on ${name}: rules are not carried by a rewrite`);
   }
-  if (r.relrowsecurity) problems.push(`${name} has row level security enabled: policies are not carried in this version`);
+  if (rel.relrowsecurity) problems.push(`${name} has row level security enabled: policies are not carried in this version`);
   for (const p of await list(`SELECT polname FROM pg_catalog.pg_policy WHERE polrelid = $1`)) {
     problems.push(`policy ${p.polname} on ${name}: row level security policies are not carried in this version`);
   }
   for (const p of await list(`SELECT p.pubname FROM pg_catalog.pg_publication_rel r JOIN pg_catalog.pg_publication p ON p.oid = r.prpubid WHERE r.prrelid = $1`)) {
     problems.push(`publication ${p.pubname} lists ${name}: publication membership is not carried in this version`);
   }
-  if (r.relreplident !== 'd') problems.push(`${name} has a non-default REPLICA IDENTITY: not carried in this version`);
+  if (rel.relreplident !== 'd') problems.push(`${name} has a non-default REPLICA IDENTITY: not carried in this version`);
   for (const a of await list(`SELECT attname FROM pg_catalog.pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped AND attacl IS NOT NULL`)) {
     problems.push(`column privileges on ${name}.${a.attname}: not carried in this version`);
   }
+  return problems;
+}
+
+/** What depends on the table and would not follow it: views beyond the simple ones, SQL-standard functions, self-references. */
+async function dependentProblems(db: ClientBase, list: RowsOf, relid: number, name: string): Promise<string[]> {
+  const problems: string[] = [];
   for (const d of await dependentViews(db, relid)) {
     if (d.relkind !== 'v') problems.push(`materialized view ${d.name} depends on ${name}: not carried by a rewrite; drop it first`);
     else if (d.dependents.length) problems.push(`view ${d.name} depends on ${name} and has dependents of its own (${d.dependents.join(', ')}): only views directly on the table are carried`);
@@ -77,14 +121,22 @@ export async function inspectOriginal(db: ClientBase, table: QualifiedName, ownT
   for (const f of await list(`SELECT conname FROM pg_catalog.pg_constraint WHERE contype = 'f' AND conrelid = $1 AND confrelid = $1`)) {
     problems.push(`foreign key ${f.conname} of ${name} references the table itself: not carried in this version`);
   }
+  return problems;
+}
 
+/** The primary key's columns in key order; empty when the table has none. */
+async function readKey(list: RowsOf): Promise<KeyColumn[]> {
   const keyRows = await list(
     `SELECT a.attname AS name, pg_catalog.format_type(a.atttypid, a.atttypmod) AS type, a.attcollation <> 0 AS collatable
        FROM pg_catalog.pg_constraint c CROSS JOIN LATERAL unnest(c.conkey) WITH ORDINALITY AS k(attnum, n)
        JOIN pg_catalog.pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.attnum
       WHERE c.conrelid = $1 AND c.contype = 'p' ORDER BY k.n`,
   );
-  if (!keyRows.length) problems.push(`${name} has no primary key: a rewrite copies and syncs by key`);
+  return keyRows.map((k) => ({ name: k.name, type: k.type, collatable: k.collatable }));
+}
+
+/** What the shadow and the swap carry over: columns, indexes and key constraints, outgoing foreign keys, grants. */
+async function readCarried(list: RowsOf): Promise<Pick<OriginalTable, 'columns' | 'indexes' | 'outgoingForeignKeys' | 'grants'>> {
   const columns = new Set((await list(`SELECT attname FROM pg_catalog.pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped`)).map((a) => a.attname as string));
   const indexes = (
     await list(
@@ -114,20 +166,7 @@ export async function inspectOriginal(db: ClientBase, table: QualifiedName, ownT
          FROM pg_catalog.pg_class c CROSS JOIN LATERAL aclexplode(c.relacl) a WHERE c.oid = $1 AND a.grantee <> c.relowner`,
     )
   ).map((g) => ({ grantee: g.grantee as string, privilege: g.privilege as string, grantable: g.grantable as boolean }));
-  return {
-    problems,
-    original: {
-      relid,
-      key: keyRows.map((k) => ({ name: k.name, type: k.type, collatable: k.collatable })),
-      columns,
-      indexes,
-      outgoingForeignKeys,
-      owner: r.owner,
-      grants,
-      comment: r.comment,
-      reloptions: r.reloptions,
-    },
-  };
+  return { columns, indexes, outgoingForeignKeys, grants };
 }
 
 export interface DependentView {
@@ -197,6 +236,15 @@ export async function buildShadow(
   expressions: { column: string; expression: string }[],
 ): Promise<{ problems: string[]; mapping: ColumnMapping[]; key: RewriteKey }> {
   const shadow = quoteQualified(names.shadow);
+  const created = await createShadow(db, table, shadow, names, original, alter);
+  const given = new Map(expressions.map((e) => [e.column, e.expression]));
+  const columns = await mapColumns(db, shadow, original, expressions, given);
+  const key = await shadowKey(db, shadow, original, given);
+  return { problems: [...created, ...columns.problems, ...key.problems], mapping: columns.mapping, key: key.key };
+}
+
+/** The shadow table with everything carried and the alters applied; a step that fails is rolled back to its savepoint and reported. */
+async function createShadow(db: ClientBase, table: QualifiedName, shadow: string, names: RewriteNames, original: OriginalTable, alter: string[]): Promise<string[]> {
   const problems: string[] = [];
   const run = async (label: string, sql: string): Promise<boolean> => {
     await db.query('SAVEPOINT ferry_shadow_step');
@@ -227,13 +275,23 @@ export async function buildShadow(
   await db.query(`ALTER TABLE ${shadow} OWNER TO ${quoteIdent(original.owner)}`);
   for (const g of original.grants) await db.query(`GRANT ${g.privilege} ON ${shadow} TO ${g.grantee}${g.grantable ? ' WITH GRANT OPTION' : ''}`);
   if (original.comment !== null) await db.query(`COMMENT ON TABLE ${shadow} IS ${db.escapeLiteral(original.comment)}`);
+  return problems;
+}
 
+/** Which shadow column is filled from what: a given expression, else the original column of that name; generated columns from nothing. */
+async function mapColumns(
+  db: ClientBase,
+  shadow: string,
+  original: OriginalTable,
+  expressions: { column: string; expression: string }[],
+  given: Map<string, string>,
+): Promise<{ problems: string[]; mapping: ColumnMapping[] }> {
   const { rows } = await db.query(
     `SELECT attname, pg_catalog.format_type(atttypid, atttypmod) AS type, attgenerated <> '' AS generated
        FROM pg_catalog.pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`,
     [shadow],
   );
-  const given = new Map(expressions.map((e) => [e.column, e.expression]));
+  const problems: string[] = [];
   const mapping: ColumnMapping[] = [];
   for (const c of rows) {
     const expression = given.get(c.attname) ?? (original.columns.has(c.attname) ? quoteIdent(c.attname) : undefined);
@@ -241,18 +299,23 @@ export async function buildShadow(
     if (expression !== undefined && !c.generated) mapping.push({ column: c.attname, type: c.type, expression });
   }
   for (const e of expressions) if (!rows.some((c) => c.attname === e.column)) problems.push(`.columns.${e.column}: the new table has no such column`);
+  return { problems, mapping };
+}
 
-  const shadowKey = await db.query(
+/** The shadow's primary key must be the original's, by column name; its types may change. */
+async function shadowKey(db: ClientBase, shadow: string, original: OriginalTable, given: Map<string, string>): Promise<{ problems: string[]; key: RewriteKey }> {
+  const found = await db.query(
     `SELECT a.attname AS name, pg_catalog.format_type(a.atttypid, a.atttypmod) AS type
        FROM pg_catalog.pg_constraint c CROSS JOIN LATERAL unnest(c.conkey) WITH ORDINALITY AS k(attnum, n)
        JOIN pg_catalog.pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.attnum
       WHERE c.conrelid = $1::regclass AND c.contype = 'p' ORDER BY k.n`,
     [shadow],
   );
-  const sameKey = shadowKey.rows.length === original.key.length && shadowKey.rows.every((k, i) => k.name === original.key[i].name);
+  const problems: string[] = [];
+  const sameKey = found.rows.length === original.key.length && found.rows.every((k, i) => k.name === original.key[i].name);
   if (!sameKey) problems.push(`: the alters change or drop the primary key (${original.key.map((k) => k.name).join(', ')}): a new primary key is not carried in this version`);
   // The sync finds a key's rows in both tables by its value: key columns are copied as they are
   // (their type may change), never through an expression.
   for (const k of original.key) if (given.has(k.name)) problems.push(`.columns.${k.name}: a primary key column is copied as it is (the alters may change its type), not through an expression`);
-  return { problems, mapping, key: { columns: original.key, shadowTypes: shadowKey.rows.map((k) => k.type) } };
+  return { problems, key: { columns: original.key, shadowTypes: found.rows.map((k) => k.type) } };
 }

@@ -236,46 +236,13 @@ export async function runDemo(options: DemoOptions = {}): Promise<number> {
     const receiver = await callbackReceiver(secret);
     cleanups.unshift(async () => receiver.close());
     const taskQueue = `ferry-demo-${tag}`;
-    const env = {
-      ...process.env,
-      [connectionEnvVar('shop_legacy')]: dbs.source,
-      [connectionEnvVar('shop_v2')]: dbs.target,
-      [HOOK_SECRET_VAR]: secret,
-      // The demo's receiver listens on 127.0.0.1, which workers refuse as a callback target unless allowed.
-      FERRY_CALLBACK_ALLOW_PRIVATE: 'true',
-    };
-    const workers = await Promise.all(
-      [1, 2].map((n) =>
-        createFerryWorker({
-          temporal: { address: temporal.address, namespace: temporal.namespace, taskQueue },
-          logger: silentLogger(),
-          env,
-          identity: `demo-worker-${n}`,
-          shutdownGraceTime: '5 seconds',
-        }),
-      ),
-    );
-    const runs = workers.map((w) => w.run());
-    cleanups.unshift(async () => {
-      workers.forEach((w) => w.shutdown());
-      await Promise.allSettled(runs);
-    });
+    cleanups.unshift(await startWorkers(temporal, taskQueue, workerEnv(dbs, secret)));
     say('Workers: 2 running in this process (the pool; `ferry worker` runs one per process)');
 
     const connection = await Connection.connect({ address: temporal.address });
     cleanups.unshift(() => connection.close());
     const ferry = FerryClient.fromClient(new TemporalClient({ connection, namespace: temporal.namespace }), { taskQueue });
-    const spec = {
-      id: `demo-${tag}`,
-      source: 'shop_legacy',
-      target: 'shop_v2',
-      mode: 'online',
-      batchRows: 10_000,
-      tables: ['shop.customers', 'shop.orders', 'shop.order_items'],
-      cutover: { approval: 'manual', approvalTimeout: '10m' },
-      callback: { url: receiver.url, secret: HOOK_SECRET_VAR },
-      metadata: { team: 'demo' },
-    };
+    const spec = demoSpec(tag, receiver.url);
     say(`\nferry start: ${JSON.stringify(spec)}`);
     const writer = startWriter(dbs.source);
     cleanups.unshift(() => writer.stop());
@@ -283,17 +250,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<number> {
     say(`migration ${started.id} passed preflight and is running; a writer keeps changing the source`);
     if (temporal.uiUrl) say(`watch it in the Web UI: ${temporal.uiUrl}/namespaces/${temporal.namespace}/workflows/${started.id}`);
 
-    let approvedAt = 0;
-    await watch(ferry, started.id, {
-      intervalMs: 500,
-      onStatus: async (s) => {
-        if (s.phase !== 'AWAITING_APPROVAL' || approvedAt) return undefined;
-        approvedAt = Date.now();
-        await ferry.approve(started.id);
-        const lag = s.tables.map((t) => `${t.source} lag ${t.lag?.pendingChanges ?? 0}`).join(', ');
-        return `every table caught up and validated (${lag}): ferry approve ${started.id}`;
-      },
-    });
+    await watchAndApprove(ferry, started.id);
     await writer.stop();
     const result = await ferry.result(started.id);
     say(`\n${formatResult(result)}`);
@@ -301,35 +258,110 @@ export async function runDemo(options: DemoOptions = {}): Promise<number> {
       `writer: ${writer.stats.transactions} transactions committed during the migration` +
         `${writer.stats.retried ? ` (${writer.stats.retried} retried)` : ''}; then the source refused writes: ${writer.stats.stoppedBy || '(writer stopped first)'}`,
     );
-
-    say('\ncallback received by the local receiver:');
-    for (const r of receiver.received) {
-      const body = JSON.parse(r.body) as { task_id: string; state: string; duration: string };
-      say(`  POST ${receiver.url}  Idempotency-Key: ${r.headers['idempotency-key']}`);
-      say(`  X-Ferry-Signature: ${r.headers['x-ferry-signature']}  (${r.verified ? 'verified with the shared secret' : 'DOES NOT VERIFY'})`);
-      say(`  body: task_id=${body.task_id} state=${body.state} duration=${body.duration} …`);
-    }
-    const callbackOk = receiver.received.length === 1 && receiver.received[0].verified;
-
-    say('\nchecking with SQL on both databases (the source is frozen now, so both are final):');
-    let equal = result.state === 'SUCCEEDED';
-    for (const [table, key] of TABLES) {
-      const [[s], [t]] = await Promise.all([sql(dbs.source, FINGERPRINT(table, key)), sql(dbs.target, FINGERPRINT(table, key))]);
-      const same = s.rows === t.rows && s.digest === t.digest;
-      equal &&= same;
-      say(`  ${table}: source ${s.rows} rows, target ${t.rows} rows, ${same ? 'identical' : 'DIFFERENT'}`);
-    }
+    const callbackOk = reportCallbacks(receiver);
+    const equal = await reportTables(dbs, result.state === 'SUCCEEDED');
     if (temporal.uiUrl) say(`\nWeb UI: ${temporal.uiUrl}/namespaces/${temporal.namespace}/workflows/${started.id}`);
-    if (options.keep) {
-      say(`\n--keep: leaving everything running. Temporal ${temporal.address}; databases on ${dbs.kind}:`);
-      // Full URLs: embedded PostgreSQL has a random password, and psql needs it to look around.
-      say(`  source ${dbs.source}\n  target ${dbs.target}`);
-      say('Press Ctrl-C to stop and clean up.');
-      await new Promise((resolve) => process.once('SIGINT', resolve));
-    }
+    if (options.keep) await keepRunning(temporal, dbs);
     return equal && callbackOk ? 0 : 1;
   } finally {
     for (const cleanup of cleanups) await cleanup().catch(() => undefined);
   }
+}
+
+type DemoTemporal = Awaited<ReturnType<typeof temporalServer>>;
+
+/** What the workers see: the two connections, the callback's secret, and leave to call the receiver on 127.0.0.1. */
+function workerEnv(dbs: DemoDatabases, secret: string): NodeJS.ProcessEnv {
+  return {
+    ...process.env,
+    [connectionEnvVar('shop_legacy')]: dbs.source,
+    [connectionEnvVar('shop_v2')]: dbs.target,
+    [HOOK_SECRET_VAR]: secret,
+    // The demo's receiver listens on 127.0.0.1, which workers refuse as a callback target unless allowed.
+    FERRY_CALLBACK_ALLOW_PRIVATE: 'true',
+  };
+}
+
+/** Two workers in this process, the demo's pool; the returned function shuts them down. */
+async function startWorkers(temporal: DemoTemporal, taskQueue: string, env: NodeJS.ProcessEnv): Promise<() => Promise<void>> {
+  const workers = await Promise.all(
+    [1, 2].map((n) =>
+      createFerryWorker({
+        temporal: { address: temporal.address, namespace: temporal.namespace, taskQueue },
+        logger: silentLogger(),
+        env,
+        identity: `demo-worker-${n}`,
+        shutdownGraceTime: '5 seconds',
+      }),
+    ),
+  );
+  const runs = workers.map((w) => w.run());
+  return async () => {
+    workers.forEach((w) => w.shutdown());
+    await Promise.allSettled(runs);
+  };
+}
+
+function demoSpec(tag: string, callbackUrl: string) {
+  return {
+    id: `demo-${tag}`,
+    source: 'shop_legacy',
+    target: 'shop_v2',
+    mode: 'online',
+    batchRows: 10_000,
+    tables: ['shop.customers', 'shop.orders', 'shop.order_items'],
+    cutover: { approval: 'manual', approvalTimeout: '10m' },
+    callback: { url: callbackUrl, secret: HOOK_SECRET_VAR },
+    metadata: { team: 'demo' },
+  };
+}
+
+/** Live progress until the migration ends; approves the cutover once every table caught up and validated. */
+async function watchAndApprove(ferry: FerryClient, id: string): Promise<void> {
+  let approvedAt = 0;
+  await watch(ferry, id, {
+    intervalMs: 500,
+    onStatus: async (s) => {
+      if (s.phase !== 'AWAITING_APPROVAL' || approvedAt) return undefined;
+      approvedAt = Date.now();
+      await ferry.approve(id);
+      const lag = s.tables.map((t) => `${t.source} lag ${t.lag?.pendingChanges ?? 0}`).join(', ');
+      return `every table caught up and validated (${lag}): ferry approve ${id}`;
+    },
+  });
+}
+
+/** Shows the callbacks the receiver got; true when exactly one came and its signature verifies. */
+function reportCallbacks(receiver: Awaited<ReturnType<typeof callbackReceiver>>): boolean {
+  say('\ncallback received by the local receiver:');
+  for (const r of receiver.received) {
+    const body = JSON.parse(r.body) as { task_id: string; state: string; duration: string };
+    say(`  POST ${receiver.url}  Idempotency-Key: ${r.headers['idempotency-key']}`);
+    say(`  X-Ferry-Signature: ${r.headers['x-ferry-signature']}  (${r.verified ? 'verified with the shared secret' : 'DOES NOT VERIFY'})`);
+    say(`  body: task_id=${body.task_id} state=${body.state} duration=${body.duration} …`);
+  }
+  return receiver.received.length === 1 && receiver.received[0].verified;
+}
+
+/** Compares every table's fingerprint on both sides with SQL; true when the migration succeeded and all are identical. */
+async function reportTables(dbs: DemoDatabases, succeeded: boolean): Promise<boolean> {
+  say('\nchecking with SQL on both databases (the source is frozen now, so both are final):');
+  let equal = succeeded;
+  for (const [table, key] of TABLES) {
+    const [[s], [t]] = await Promise.all([sql(dbs.source, FINGERPRINT(table, key)), sql(dbs.target, FINGERPRINT(table, key))]);
+    const same = s.rows === t.rows && s.digest === t.digest;
+    equal &&= same;
+    say(`  ${table}: source ${s.rows} rows, target ${t.rows} rows, ${same ? 'identical' : 'DIFFERENT'}`);
+  }
+  return equal;
+}
+
+/** `--keep`: says where everything is and waits for Ctrl-C. */
+async function keepRunning(temporal: DemoTemporal, dbs: DemoDatabases): Promise<void> {
+  say(`\n--keep: leaving everything running. Temporal ${temporal.address}; databases on ${dbs.kind}:`);
+  // Full URLs: embedded PostgreSQL has a random password, and psql needs it to look around.
+  say(`  source ${dbs.source}\n  target ${dbs.target}`);
+  say('Press Ctrl-C to stop and clean up.');
+  await new Promise((resolve) => process.once('SIGINT', resolve));
 }
 

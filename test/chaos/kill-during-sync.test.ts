@@ -10,46 +10,22 @@
 import { captureNames } from '../../src/db/capture-sql';
 import { quoteQualified } from '../../src/core/identifiers';
 import { runningActivities } from '../helpers/chaos';
-import { rowsAsText, TestDatabases } from '../helpers/databases';
 import { awaitRetry, HeldLock, Killed, lastAttempt } from '../helpers/kills';
-import { eventually, resultWithin, TestStack, waitForPhase } from '../helpers/stack';
-import { startWriters } from '../helpers/writers';
+import { onlineSuite } from '../helpers/online-suite';
+import { eventually, resultWithin, waitForPhase } from '../helpers/stack';
 
 describe('a worker killed with SIGKILL during incremental sync', () => {
-  let dbs: TestDatabases;
-  let stack: TestStack;
-
-  beforeAll(async () => {
-    dbs = await TestDatabases.create('killsync', ['source', 'target']);
-    await dbs.exec(
-      'source',
-      `CREATE TABLE public.accounts (id bigint PRIMARY KEY, balance numeric(12,2), note text);
-       INSERT INTO public.accounts SELECT g, g / 10.0, 'seed ' || g FROM generate_series(1, 30000) g;
-       CREATE TABLE public.items (a int, b text, v int NOT NULL, PRIMARY KEY (a, b));
-       INSERT INTO public.items SELECT g % 40, 'k' || g, 0 FROM generate_series(1, 4000) g;
-       ANALYZE;`,
-    );
-    stack = await TestStack.start({ connections: { live: dbs.url('source'), next: dbs.url('target') }, workers: 0 });
-  });
-
-  afterAll(async () => {
-    await stack?.teardown();
-    await dbs?.drop();
-  });
+  const suite = onlineSuite({ name: 'killsync', accounts: 30000, workers: 0 });
 
   it('loses no change: the sync slice is retried on the surviving worker, which resumes from the change log', async () => {
+    const { stack, dbs } = suite;
     const workers = [await stack.startWorkerProcessReady('w1'), await stack.startWorkerProcessReady('w2')];
-    const { id } = await stack.ferry.start(
-      { source: 'live', target: 'next', mode: 'online', cutover: { approval: 'manual', approvalTimeout: '10m' }, tables: ['public.accounts', 'public.items'] },
-      { id: 'kill-during-sync' },
-    );
+    const { id } = await suite.start('kill-during-sync');
     const log = quoteQualified(captureNames(id, 0).log);
-    const writers = await startWriters(dbs.url('source'), 3);
-    let result;
-    let killed: Killed;
-    let waiting: string[];
-    try {
+    const { result, writers } = await suite.underWriters(async () => {
       await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL', 120_000);
+      let killed: Killed;
+      let waiting: string[];
       // The writers keep accounts' log filling; its next sync slice waits for this lock.
       const hold = await HeldLock.take(dbs.url('target'), 'accounts', ['LOCK TABLE public.accounts IN SHARE MODE']);
       try {
@@ -89,18 +65,8 @@ describe('a worker killed with SIGKILL during incremental sync', () => {
       expect(await lastAttempt(stack.ferry, killed)).toEqual({ attempt: killed.attempt + 1, worker: survivor.identity, completed: true });
 
       await stack.ferry.approve(id);
-      result = await resultWithin(stack.ferry, id, 120_000);
-    } finally {
-      await writers.stop();
-    }
-    expect(result.error).toBeNull();
-    expect(result.state).toBe('SUCCEEDED');
-    expect(writers.stats.otherErrors).toEqual([]);
-    for (const [table, key] of [
-      ['public.accounts', 'id'],
-      ['public.items', 'a, b'],
-    ]) {
-      expect(await rowsAsText(dbs, 'target', table, key)).toEqual(await rowsAsText(dbs, 'source', table, key));
-    }
+      return resultWithin(stack.ferry, id, 120_000);
+    });
+    await suite.expectCompleted(result, writers);
   }, 300_000);
 });
