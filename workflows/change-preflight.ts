@@ -9,11 +9,11 @@ import { parseChangePlan } from '../src/core/change-plan';
 import { FAILURE } from '../src/core/failure-types';
 import type { PreflightRefusal } from '../src/core/failures';
 import { SpecError } from '../src/core/spec';
-import { refusalsAsResult } from './preflight';
+import { PreflightOptions, refusalsAsResult } from './preflight';
 import { checks } from './proxies';
 
-export async function changePreflightWorkflow(planInput: unknown, changeId: string): Promise<ChangePreflightResult | PreflightRefusal> {
-  return refusalsAsResult(async () => {
+export async function changePreflightWorkflow(planInput: unknown, changeId: string, options: PreflightOptions = {}): Promise<ChangePreflightResult | PreflightRefusal> {
+  return refusalsAsResult(options, async () => {
     let plan;
     try {
       plan = parseChangePlan(planInput);

@@ -3,6 +3,7 @@
  * machine per step with every move recorded, the event log (capped), and the status document
  * built from them. Search attributes follow state and phase, upserted only when they change.
  */
+import { forWebUi } from '../src/core/details';
 import { setCurrentDetails, upsertSearchAttributes } from '@temporalio/workflow';
 import { ChangeStep, stepLabel } from '../src/core/change-plan';
 import {
@@ -182,7 +183,9 @@ export class ChangeTracker {
     }
     const lines = this.steps.map((s) => `- ${s.index + 1}. ${s.label}: ${s.state}${s.progress ? ` ${s.progress.done}/${s.progress.total} ${s.progress.unit}` : ''}`);
     setCurrentDetails(
-      [`**${this.state.state}** · ${this.phase.state}${this.paused ? ' · paused' : ''}${this.waiting ? ` · waiting: ${this.waiting}` : ''}`, `database ${this.database}`, ...lines].join('\n'),
+      forWebUi(
+        [`**${this.state.state}** · ${this.phase.state}${this.paused ? ' · paused' : ''}${this.waiting ? ` · waiting: ${this.waiting}` : ''}`, `database ${this.database}`, ...lines].join('\n'),
+      ),
     );
   }
 

@@ -22,8 +22,17 @@ const { preflight } = proxyActivities<Activities>({
   retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '5 seconds', maximumAttempts: 3 },
 });
 
-export async function preflightWorkflow(specInput: unknown, migrationId: string): Promise<MigrationPlan | PreflightRefusal> {
-  return refusalsAsResult(async () => {
+/**
+ * How a caller wants a refusal: as the result ({refused}) only when it says it understands one.
+ * A caller that does not (an older FerryClient, another SDK) gets the failing helper it knew,
+ * so it never takes a refusal for a plan.
+ */
+export interface PreflightOptions {
+  refusalAsResult?: boolean;
+}
+
+export async function preflightWorkflow(specInput: unknown, migrationId: string, options: PreflightOptions = {}): Promise<MigrationPlan | PreflightRefusal> {
+  return refusalsAsResult(options, async () => {
     let spec;
     try {
       spec = parseWorkflowSpec(specInput);
@@ -36,11 +45,12 @@ export async function preflightWorkflow(specInput: unknown, migrationId: string)
 
 /**
  * Runs a preflight helper's body; a refusal (a non-retryable failure of the spec check or of the
- * preflight activity) becomes the result. Other failures (a worker lost past its retries, a
+ * preflight activity) becomes the result when the caller asked for that. Other failures (a worker lost past its retries, a
  * database unreachable past its retries) still fail the helper: something broke.
  */
-export async function refusalsAsResult<T>(body: () => Promise<T>): Promise<T | PreflightRefusal> {
-  const asResult = patched(PATCHES.preflightRefusalAsResult);
+export async function refusalsAsResult<T>(options: PreflightOptions, body: () => Promise<T>): Promise<T | PreflightRefusal> {
+  // The marker is recorded whatever the caller asked, so every new execution replays alike.
+  const asResult = patched(PATCHES.preflightRefusalAsResult) && options.refusalAsResult === true;
   try {
     return await body();
   } catch (err) {

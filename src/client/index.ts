@@ -125,7 +125,8 @@ export class FerryClient {
       result = await this.client.workflow.execute(workflowType, {
         taskQueue: this.config.taskQueue,
         workflowId: `${id}.preflight.${randomBytes(4).toString('hex')}`,
-        args: [input, id],
+        // This client understands a refusal returned as the result (preflight.ts PreflightOptions).
+        args: [input, id, { refusalAsResult: true }],
         workflowExecutionTimeout: '10 minutes',
         staticSummary: `Ferry preflight of ${workflowType === CHANGE_PREFLIGHT_WORKFLOW ? 'change plan' : 'migration'} ${id}: checks before it starts; starts and changes nothing`,
       });

@@ -15,10 +15,17 @@ function nextAction(s: StatusDocument): string | undefined {
   if (s.paused) return `paused: \`ferry resume ${s.id}\` goes on`;
   if (s.phase === 'AWAITING_APPROVAL') return `waiting for approval: \`ferry approve ${s.id}\` starts the cutover (\`ferry cancel ${s.id}\` rolls back)`;
   if (s.state === 'FAILED') {
+    // Kept work first: a kept online migration may still have undone one step (the freeze).
+    if (keptWork(s)) return `\`ferry retry ${s.id}\` resumes from the checkpoints it kept (onFailure: keep); \`ferry cleanup ${s.id}\` removes what it left`;
     if (rolledBack(s)) return `fix the cause, then \`ferry retry ${s.id}\` starts it again (the rollback left nothing to resume from)`;
-    return `\`ferry retry ${s.id}\` resumes from the checkpoints it kept (onFailure: keep); \`ferry cleanup ${s.id}\` removes what it left`;
+    return `fix the cause, then \`ferry retry ${s.id}\` starts it again; \`ferry cleanup ${s.id}\` removes anything it left`;
   }
   return undefined;
+}
+
+/** Whether the migration ended with its work left in place (onFailure: keep says so in a warning). */
+function keptWork(s: StatusDocument): boolean {
+  return s.warnings?.some((w) => w.startsWith('onFailure: keep')) ?? false;
 }
 
 /** Whether the ending undid the migration's work: a RolledBack event, and which undo steps failed. */
@@ -44,8 +51,8 @@ function headline(s: StatusDocument): string {
   const where = stoppedIn(s);
   if (where) parts.push(`stopped in ${where}`);
   const undone = rolledBack(s);
-  if (undone) parts.push(undone.failedSteps.length ? `rolled back, except: ${undone.failedSteps.join(', ')}` : 'rolled back');
-  else if (s.warnings?.some((w) => w.startsWith('onFailure: keep'))) parts.push('its work kept (onFailure: keep)');
+  if (keptWork(s)) parts.push('its work kept (onFailure: keep)');
+  else if (undone) parts.push(undone.failedSteps.length ? `rolled back, except: ${undone.failedSteps.join(', ')}` : 'rolled back');
   return parts.join(' · ');
 }
 

@@ -2,32 +2,23 @@
  * Finds the Chromium that the Web UI test drives through playwright-core (README: Reliability):
  * FERRY_CHROMIUM_BIN → PATH (`chromium`, `chromium-browser`) → /usr/bin/chromium. When none is
  * there and this process is root on a machine with apt-get, it installs Debian's `chromium`
- * package (running `apt-get update` first only when the package lists are missing or stale).
+ * package (running `apt-get update` and the install again only when the install failed because
+ * the package lists lack it).
  * Otherwise it fails with a message naming the package. Nothing is downloaded from elsewhere.
  */
 import { spawnSync } from 'node:child_process';
-import { accessSync, constants } from 'node:fs';
-import { findOnPath } from './temporal-binary';
+import { findOnPath, isExecutable } from './temporal-binary';
 
 /** The Debian package that provides /usr/bin/chromium. */
 export const CHROMIUM_PACKAGE = 'chromium';
 const NAMES = ['chromium', 'chromium-browser'];
 const DEBIAN_PATH = '/usr/bin/chromium';
 
-function isExecutable(path: string): boolean {
-  try {
-    accessSync(path, constants.X_OK);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 /** The executable's path, or null when this machine has none. */
 export function locateChromium(env: NodeJS.ProcessEnv = process.env): string | null {
   if (env.FERRY_CHROMIUM_BIN && isExecutable(env.FERRY_CHROMIUM_BIN)) return env.FERRY_CHROMIUM_BIN;
   for (const name of NAMES) {
-    const found = findOnPath(name);
+    const found = findOnPath(name, env.PATH ?? '');
     if (found) return found;
   }
   return isExecutable(DEBIAN_PATH) ? DEBIAN_PATH : null;

@@ -21,7 +21,7 @@ export function cachedBinaryPath(): string {
   return join(cacheDir(), 'bin', 'temporal');
 }
 
-function isExecutable(path: string): boolean {
+export function isExecutable(path: string): boolean {
   try {
     accessSync(path, constants.X_OK);
     return true;
@@ -30,8 +30,8 @@ function isExecutable(path: string): boolean {
   }
 }
 
-export function findOnPath(name: string): string | null {
-  for (const dir of (process.env.PATH ?? '').split(delimiter)) {
+export function findOnPath(name: string, path: string = process.env.PATH ?? ''): string | null {
+  for (const dir of path.split(delimiter)) {
     if (dir && isExecutable(join(dir, name))) return join(dir, name);
   }
   return null;

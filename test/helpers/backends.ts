@@ -107,7 +107,7 @@ export const FerryStatements = {
   /** syncChanges: reading, deleting and measuring the change log. */
   syncLog: (b: Backend) => /^(SELECT id, pk FROM|DELETE FROM|SELECT \(SELECT count\(\*\) FROM \(SELECT 1 FROM) "_ferry_capture"\."log_/.test(b.query),
   /** validateChunk: the count-and-checksum query, either side. */
-  checksum: (b: Backend) => /md5\(ROW\(/.test(b.query),
+  checksum: (b: Backend) => /hashtextextended\(ROW\(/.test(b.query),
 };
 
 /**

@@ -50,6 +50,8 @@ async function startServer(dir: string, data: string, port: number, settings: Re
     await appendConf(dir, data, { listen_addresses: "'127.0.0.1'", port: String(port), unix_socket_directories: `'${dir}'`, ...settings });
     await pg('pg_ctl', ['-D', data, '-l', join(dir, 'server.log'), '-w', '-t', '60', 'start']);
   } catch (err) {
+    // A start that timed out may have left a postmaster running on the directory.
+    await pg('pg_ctl', ['-D', data, '-m', 'immediate', '-w', 'stop']).catch(() => undefined);
     rmSync(dir, { recursive: true, force: true });
     throw err;
   }

@@ -6,7 +6,7 @@
  * UI renders markdown into), never through pixels; full-page screenshots go to a folder the test
  * prints, for a person to look at.
  */
-import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Browser, chromium, FrameLocator, Locator, Page } from 'playwright-core';
@@ -181,7 +181,7 @@ describe('the Web UI in headless Chromium', () => {
   it('a refused preflight: ferry start exits 2 with the refusal, and its helper workflow is Completed, not Failed, in the list', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'ferry-webui-spec-'));
     writeFileSync(join(dir, 'keyless.yaml'), 'id: keyless-move\nsource: src\ntarget: dst\ntables: [public.keyless]\n');
-    const run = await stack.runCli(['start', join(dir, 'keyless.yaml')]);
+    const run = await stack.runCli(['start', join(dir, 'keyless.yaml')]).finally(() => rmSync(dir, { recursive: true, force: true }));
     expect(run.code).toBe(2);
     expect(run.stderr).toContain('refused (NoPrimaryKey)');
     expect(run.stderr).toContain('table public.keyless has no primary key');

@@ -4,6 +4,9 @@
  * replaced by a recorder here; the Web UI test runs the real one.
  */
 import { CHROMIUM_PACKAGE, ensureChromium, InstallRun, listsMissing, locateChromium } from '../../src/dev/chromium';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 
 function fakeApt(answers: InstallRun[]) {
   const calls: string[][] = [];
@@ -78,5 +81,15 @@ describe('ensureChromium', () => {
   it('takes FERRY_CHROMIUM_BIN first when it names an executable', () => {
     expect(locateChromium({ FERRY_CHROMIUM_BIN: process.execPath, PATH: '' })).toBe(process.execPath);
     expect(locateChromium({ FERRY_CHROMIUM_BIN: '/nonexistent/chromium', PATH: '' })).not.toBe('/nonexistent/chromium');
+  });
+
+  it('looks on the PATH it is given before /usr/bin/chromium', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'ferry-chromium-path-'));
+    try {
+      writeFileSync(join(dir, 'chromium-browser'), '#!/bin/sh\n', { mode: 0o755 });
+      expect(locateChromium({ PATH: dir })).toBe(join(dir, 'chromium-browser'));
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

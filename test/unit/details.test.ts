@@ -97,6 +97,25 @@ describe('current details (markdown for the Web UI)', () => {
     expect(text).toContain('**Next:** `ferry retry shop-move` resumes from the checkpoints it kept (onFailure: keep); `ferry cleanup shop-move` removes what it left');
   });
 
+  it('failed in an online cutover with onFailure: keep: its work kept, though the freeze was undone (a RolledBack event)', () => {
+    const text = migrationDetails(
+      failedAt('FAILED', {
+        error: { message: 'cutover failed', type: 'ConsistencyBreach' },
+        events: [{ seq: 1, type: 'RolledBack', at: '2026-12-01T10:04:59.000Z' }],
+        warnings: ['onFailure: keep — target tables, checkpoints and change capture were left: capture logs every write to the source tables'],
+      }),
+    );
+    expect(body(text)[0]).toBe('**FAILED** · stopped in FULL_MIGRATING · its work kept (onFailure: keep)');
+    expect(text).toContain('**Next:** `ferry retry shop-move` resumes from the checkpoints it kept (onFailure: keep)');
+    expect(text).not.toContain('left nothing to resume from');
+  });
+
+  it('failed before anything was undone or kept: no promise of checkpoints', () => {
+    const text = migrationDetails(failedAt('FAILED', { error: { message: 'preflight data changed', type: 'SchemaChanged' } }));
+    expect(text).toContain('**Next:** fix the cause, then `ferry retry shop-move` starts it again; `ferry cleanup shop-move` removes anything it left');
+    expect(text).not.toContain('resumes from the checkpoints');
+  });
+
   it('timed out: says the deadline passed, where, and what was undone (or what failed to be)', () => {
     const text = migrationDetails(
       failedAt('TIMED_OUT', {
