@@ -104,6 +104,19 @@ function run(command: string, argv: string[], env: NodeJS.ProcessEnv = process.e
   });
 }
 
+/**
+ * From `ferry start --wait --json` output: the result's timeline (ms per step of the migration
+ * workflow), and what the run spent outside it (CLI start, the preflight helper, the wait for the
+ * result) out of `totalMs`.
+ */
+function timelineText(out: string, totalMs: number): string {
+  const result = JSON.parse(out.slice(out.indexOf('{\n'))) as { timeline?: { step: string; startedAt: string; endedAt?: string; ms?: number }[] };
+  const steps = result.timeline ?? [];
+  if (steps.length === 0) return 'no timeline in the result';
+  const inWorkflow = Date.parse(steps.at(-1)!.endedAt ?? steps.at(-1)!.startedAt) - Date.parse(steps[0].startedAt);
+  return `${steps.map((t) => `${t.step} ${t.ms ?? '?'} ms`).join(', ')}; outside the workflow ${totalMs - inWorkflow} ms of ${totalMs} ms`;
+}
+
 /** From `ferry start --wait --json` output: milliseconds from MigrationStarted to the last TableCopied. */
 function copyPhaseMs(out: string): number {
   const result = JSON.parse(out.slice(out.indexOf('{\n'))) as { events: { type: string; at: string }[] };
@@ -238,12 +251,15 @@ async function main(): Promise<void> {
         const specFile = join(tmpdir(), `ferry-bench-${name}-${tag}.json`);
         writeFileSync(specFile, JSON.stringify({ source: 'bench_src', target, validation, tables: ['public.bench_rows'] }));
         const phases: number[] = [];
+        const timelines: string[] = [];
         results[name] = await repeated(
           () => recreate(db),
           async () => {
+            const started = Date.now();
             const r = await run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'start', specFile, '--wait', '--json'], env);
             if (r.code !== 0) throw new Error(`ferry failed: ${r.out}\n${workerLog}`);
             phases.push(copyPhaseMs(r.out));
+            timelines.push(timelineText(r.out, Date.now() - started));
           },
           async () => {
             const [count] = await sql(url(db), 'SELECT count(*)::int AS n FROM public.bench_rows');
@@ -251,6 +267,7 @@ async function main(): Promise<void> {
           },
         );
         process.stdout.write(line(`(c) ferry start --wait, validation ${name}`, results[name]));
+        process.stdout.write(`      where each run's time went: ${timelines.join('\n                                  ')}\n`);
         phases.sort((a, b) => a - b);
         copyPhase[name] = phases[Math.floor(phases.length / 2)];
       }
