@@ -40,17 +40,23 @@ describe('logical capture under pgbench', () => {
       { id: 'logical-pgbench' },
     );
     const load = startPgbenchLoad(dbs.url('source'), 2);
+    const started = Date.now();
+    // Where this suite's time goes (alone here it takes seconds; one CI run saw five minutes).
+    const took = (what: string) => process.stderr.write(`logical-pgbench: ${what} after ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
     let result;
     try {
       await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL', 240_000);
+      took('AWAITING_APPROVAL');
       // auto chose logical here: a slot, no capture trigger.
       expect(await dbs.query('source', `SELECT tgname FROM pg_trigger WHERE tgname LIKE 'ferry\\_capture\\_%'`)).toEqual([]);
       expect(await dbs.query('source', 'SELECT count(*)::int AS n FROM pg_replication_slots')).toEqual([{ n: 1 }]);
       // pgbench keeps writing while the sync keeps up.
       const before = (await dbs.query<{ n: number }>('source', 'SELECT count(*)::int AS n FROM pgbench_history'))[0].n;
       await eventually(async () => (await dbs.query<{ n: number }>('source', 'SELECT count(*)::int AS n FROM pgbench_history'))[0].n > before + 500, 60_000);
+      took('500 pgbench transactions more');
       await stack.ferry.approve(id);
       result = await resultWithin(stack.ferry, id, 180_000);
+      took(`the result (${result.state})`);
     } finally {
       await load.stop();
     }
