@@ -181,14 +181,28 @@ describe('online validation and the sync metrics', () => {
        INSERT INTO public.slow_once VALUES (15300);`,
     );
     await stack.ferry.resume(id);
+    // A caught-up table looks at its log at most every 30 s, and a resume does not cut that wait
+    // short: the round that sleeps may begin up to 30 s after the resume.
     await eventually(
       async () => (await dbs.query('target', `SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'PgSleep'`)).length > 0,
-      30_000,
-    );
+      75_000,
+    ).catch((err: Error) => {
+      throw new Error(`${err.message}; slices since the pause: ${JSON.stringify(slices.slice(seen))}`);
+    });
     await dbs.exec('source', 'UPDATE public.lagged SET v = v + 1 WHERE id > 1500');
     // Caught up again: a slice left 500 in the log, a later one none.
     await eventually(async () => logs().includes(500) && logs()[logs().length - 1] === 0, 60_000);
-    await eventually(async () => 'began' in slices[slices.length - 1], 30_000); // the gauge is read once more
+    // The gauge is read once more when a slice begins after the one that caught up. A caught-up
+    // table's slices can be short (a look at an empty log), so look for such a slice in the
+    // record rather than for a slice still running.
+    const begunAfterCatchUp = () => {
+      const since = slices.slice(seen);
+      const caughtUp = since.findIndex((x, i) => 'log' in x && x.log === 0 && since.slice(0, i).some((y) => 'log' in y && y.log === 500));
+      return caughtUp >= 0 && since.slice(caughtUp + 1).some((x) => 'began' in x);
+    };
+    await eventually(async () => begunAfterCatchUp(), 75_000).catch((err: Error) => {
+      throw new Error(`${err.message}; slices since the pause: ${JSON.stringify(slices.slice(seen))}`);
+    });
 
     // Each slice began with the gauge holding what the source's log held when the last one ended.
     let last: number | undefined;
@@ -205,5 +219,5 @@ describe('online validation and the sync metrics', () => {
 
     await stack.ferry.cancel(id, 'test over');
     expect((await resultWithin(stack.ferry, id)).state).toBe('CANCELLED');
-  });
+  }, 240_000);
 });
