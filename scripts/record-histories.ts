@@ -203,6 +203,27 @@ const SCENARIOS: Scenario[] = [
     },
   },
   {
+    name: 'online-paused',
+    description: 'online, manual approval: paused and resumed back to back five times while the tables wait (numbered control, patch sequenced-control), writes synced after the resume, approve',
+    schema: ONLINE_SCHEMA,
+    expected: 'SUCCEEDED',
+    async run(ctx) {
+      const { id, stack, dbs } = ctx;
+      await stack.ferry.start(onlineSpec({ cutover: { approval: 'manual', approvalTimeout: '10m' } }), { id });
+      await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL');
+      for (let i = 0; i < 5; i += 1) {
+        await stack.ferry.pause(id);
+        await stack.ferry.resume(id);
+      }
+      await dbs.exec('source', ONLINE_WRITES);
+      await writesSynced(dbs);
+      await stack.ferry.approve(id);
+      const result = await resultWithin(stack.ferry, id);
+      if (result.state === 'SUCCEEDED') await sameRows(dbs, ONLINE_TABLES);
+      return result;
+    },
+  },
+  {
     name: 'online-logical',
     description: 'online with capture: logical on a private wal_level=logical cluster: the slot consumer beside the tables, writes during sync, manual approval, the cutover waiting for the consumer before the drain, afterwards: unfreeze',
     schema: ONLINE_SCHEMA,

@@ -17,13 +17,18 @@ import { Tracker } from './tracker';
 export class ControlDesk {
   private control: Control = { paused: false };
   private sharingSent: number | undefined;
+  /** The number of the last control forwarded (Control.seq); undefined before the patch. */
+  private seq: number | undefined;
   approved = false;
   readonly children = new Map<number, ChildWorkflowHandle<typeof tableMigrationWorkflow>>();
 
   constructor(
     private readonly spec: Spec,
     private readonly tracker: Tracker,
-  ) {}
+  ) {
+    // (Executions begun before it forwarded control unnumbered.)
+    if (patched(PATCHES.sequencedControl)) this.seq = 0;
+  }
 
   /** Registers the control signals' handlers. */
   listen(): void {
@@ -61,9 +66,10 @@ export class ControlDesk {
     this.tracker.control(signal, from, to, checkedAudit(audit), true);
   }
 
-  /** The control a table workflow gets: the cap with its current share. */
+  /** The control a table workflow gets: the cap with its current share, and its number. */
   forwarded(): Control {
-    return this.control.rowsPerSecond ? { ...this.control, tablesSharing: this.sharing() } : this.control;
+    const c = this.control.rowsPerSecond ? { ...this.control, tablesSharing: this.sharing() } : this.control;
+    return this.seq === undefined ? c : { ...c, seq: this.seq };
   }
 
   /** A table moved: re-send the cap when the number of tables sharing it changed. */
@@ -83,6 +89,7 @@ export class ControlDesk {
   }
 
   private forward(): void {
+    if (this.seq !== undefined) this.seq += 1;
     const c = this.forwarded();
     this.sharingSent = c.tablesSharing;
     for (const child of this.children.values()) void child.signal(controlSignal, c).catch(() => undefined);

@@ -52,6 +52,12 @@ export interface Control {
   batchRows?: number;
   /** How many tables copy at once and so share rowsPerSecond (absent: 1). */
   tablesSharing?: number;
+  /**
+   * The order the parent sent it in. Signals to a table can arrive out of order (a pause and a
+   * resume sent back to back were seen delivered resume first): a table applies no control
+   * older than the one it holds. Absent in executions begun before patch `sequenced-control`.
+   */
+  seq?: number;
 }
 
 /** A table workflow's live progress, read by `ferry status` rather than pushed to the parent. */

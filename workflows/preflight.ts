@@ -32,21 +32,23 @@ export interface PreflightOptions {
 }
 
 export async function preflightWorkflow(specInput: unknown, migrationId: string, options: PreflightOptions = {}): Promise<MigrationPlan | PreflightRefusal> {
-  return refusalsAsResult(options, async () => {
-    let spec;
-    try {
-      spec = parseWorkflowSpec(specInput);
-    } catch (err) {
-      throw ApplicationFailure.nonRetryable(err instanceof SpecError ? err.message : String(err), FAILURE.InvalidSpec);
-    }
-    return preflight({ migrationId, spec });
-  });
+  return refusalsAsResult(options, async () => preflight({ migrationId, spec: parsedOrRefused(parseWorkflowSpec, specInput) }));
+}
+
+/** The spec (or plan) parsed; one that does not parse is refused as InvalidSpec, for good. */
+export function parsedOrRefused<T>(parse: (input: unknown) => T, input: unknown): T {
+  try {
+    return parse(input);
+  } catch (err) {
+    throw ApplicationFailure.nonRetryable(err instanceof SpecError ? err.message : String(err), FAILURE.InvalidSpec);
+  }
 }
 
 /**
  * Runs a preflight helper's body; a refusal (a non-retryable failure of the spec check or of the
- * preflight activity) becomes the result when the caller asked for that. Other failures (a worker lost past its retries, a
- * database unreachable past its retries) still fail the helper: something broke.
+ * preflight activity) becomes the result when the caller asked for that. Other failures (a
+ * worker lost past its retries, a database unreachable past its retries) still fail the
+ * helper: something broke.
  */
 export async function refusalsAsResult<T>(options: PreflightOptions, body: () => Promise<T>): Promise<T | PreflightRefusal> {
   // The marker is recorded whatever the caller asked, so every new execution replays alike.

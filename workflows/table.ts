@@ -156,6 +156,8 @@ class TableRun {
   private control: Control;
   private copyAllowed: boolean;
   private finishRequested = false;
+  /** Control changed since the idle wait began (it ends the wait: a resume acts at once). */
+  private controlChanged = false;
 
   constructor(private readonly input: TableWorkflowInput) {
     const carried = input.carried;
@@ -183,7 +185,10 @@ class TableRun {
 
   private listen(): void {
     setHandler(controlSignal, (c) => {
+      // Signals can arrive out of order: one older than the control held is stale.
+      if (c.seq !== undefined && this.control.seq !== undefined && c.seq < this.control.seq) return;
       this.control = c;
+      this.controlChanged = true;
       // Executions begun before control changes interrupted copy slices too: there, only a pause
       // stopped a running sync slice (replaying their histories must issue the same commands).
       if (patched(PATCHES.interruptSlicesOnControl)) this.slices.interrupt(['copy', 'sync']);
@@ -332,7 +337,13 @@ class TableRun {
       const { sync } = this;
       const longest = quiet ? MAX_IDLE_MS : LEGACY_MAX_IDLE_MS;
       sync.idleMs = !this.progressByQuery ? IDLE_POLL_MS : result.applied > 0 ? IDLE_POLL_MS : Math.min(longest, (sync.idleMs ?? IDLE_POLL_MS) * 2);
-      await condition(() => this.finishRequested, sync.idleMs);
+      // (Executions begun before the patch waited out the whole wait whatever control did.)
+      if (patched(PATCHES.sequencedControl)) {
+        this.controlChanged = false;
+        await condition(() => this.finishRequested || this.controlChanged, sync.idleMs);
+      } else {
+        await condition(() => this.finishRequested, sync.idleMs);
+      }
     }
     if (this.machine.can('CUTTING_OVER')) await this.move('CUTTING_OVER', 'cutover: the parent drains the last changes');
     return { rowsCopied: this.rowsCopied(), repairedRanges: this.repairedRanges };

@@ -85,6 +85,11 @@ export const PATCHES = {
    * failed workflow in the Web UI's list.
    */
   preflightRefusalAsResult: 'preflight-refusal-as-result',
+  /**
+   * Control forwarded to the tables carries a sequence number (Control.seq), and a table waiting
+   * between looks at its log wakes when control changes: a resume acts at once.
+   */
+  sequencedControl: 'sequenced-control',
 } as const;
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);

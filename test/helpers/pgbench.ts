@@ -54,11 +54,16 @@ function startPgbench(argv: string[]): Load {
   };
 }
 
-/** pgbench with `clients` clients of TPC-B and churn, for up to `seconds`. */
-export function startPgbenchLoad(url: string, clients = 2, seconds = 600): Load {
+/**
+ * pgbench with `clients` clients of TPC-B and churn, for up to `seconds`; `ratePerSecond`, when
+ * given, caps its transactions per second (pgbench -R) so that a test of correctness under
+ * writes does not turn into a test of apply capacity against whatever else shares the machine.
+ */
+export function startPgbenchLoad(url: string, clients = 2, seconds = 600, ratePerSecond?: number): Load {
   const script = join(tmpdir(), `ferry-churn-${process.pid}.sql`);
   writeFileSync(script, CHURN_SCRIPT);
-  return startPgbench(['-n', '-c', String(clients), '-j', '1', '-T', String(seconds), '-b', 'tpcb-like@3', '-f', `${script}@1`, url]);
+  const rate = ratePerSecond ? ['-R', String(ratePerSecond)] : [];
+  return startPgbench(['-n', '-c', String(clients), '-j', '1', '-T', String(seconds), ...rate, '-b', 'tpcb-like@3', '-f', `${script}@1`, url]);
 }
 
 export interface BatchJob {

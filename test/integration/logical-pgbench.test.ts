@@ -39,9 +39,12 @@ describe('logical capture under pgbench', () => {
       { source: 'app', target: 'next', mode: 'online', tables: TABLES.map(([t]) => t), cutover: { approval: 'manual', approvalTimeout: '10m', afterwards: 'unfreeze' } },
       { id: 'logical-pgbench' },
     );
-    const load = startPgbenchLoad(dbs.url('source'), 2);
+    // Capped at 300 transactions/s: this suite proves correctness under steady writes. Uncapped,
+    // on two cores shared with other suites, pgbench outran the apply in one CI run (slot lag
+    // 137 s after four minutes); what the apply can take is measured by bench:online instead.
+    const load = startPgbenchLoad(dbs.url('source'), 2, 600, 300);
     const started = Date.now();
-    // Where this suite's time goes (alone here it takes seconds; one CI run saw five minutes).
+    // Where this suite's time goes (alone here it takes seconds).
     const took = (what: string) => process.stderr.write(`logical-pgbench: ${what} after ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
     let result;
     try {

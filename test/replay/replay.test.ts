@@ -42,6 +42,9 @@ const SCENARIOS: Record<string, { failureType?: string; change?: boolean; runs?:
   // terminate, and the background cleanup helper (cleanupWorkflow) after a long reader.
   'full-indexes-per-table': {},
   'online-armed-freeze': {},
+  // Paused and resumed back to back while the tables wait: numbered control signals (delivered
+  // out of order, some of them) and waits cut short by them, behind patched('sequenced-control').
+  'online-paused': {},
   // capture: logical on a private wal_level=logical cluster: the slot consumer beside the tables
   // and the cutover's wait for it, behind patched('logical-capture').
   'online-logical': {},
@@ -138,7 +141,7 @@ describe('recorded workflow histories', () => {
 
     const all = [...fixtures.values()].flat();
     // The README's determinism row counts them.
-    expect(all).toHaveLength(72);
+    expect(all).toHaveLength(76);
     expect([...new Set(all.map((f) => f.workflowType))].sort()).toEqual([MIGRATION_WORKFLOW, TABLE_WORKFLOW, CHANGE_WORKFLOW, ...HELPER_WORKFLOW_TYPES].sort());
     expect(fixtures.get('online')!.map((f) => f.workflowType)).toContain(UNFREEZE_WORKFLOW);
     expect(fixtures.get('online-armed-freeze')!.map((f) => f.workflowType)).toContain(CLEANUP_WORKFLOW);

@@ -7,6 +7,7 @@
 import { readFileSync } from 'node:fs';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import type { Activities } from '../../activities';
+import { controlSignal } from '../../workflows/definitions';
 import type { MigrationPlan } from '../../src/core/plan';
 import { HEARTBEAT_THROTTLE } from '../../src/worker';
 import { eventually, resultWithin, TestStack, waitForPhase } from '../helpers/stack';
@@ -215,6 +216,41 @@ describe('the online chain, with fake activities', () => {
     await stack.ferry.approve(id);
     expect((await resultWithin(stack.ferry, id, 60_000)).state).toBe('SUCCEEDED');
   }, 180_000);
+
+  it('syncs again at once after pause and resume sent back to back, however often', async () => {
+    const { id } = await start('pause-resume', { approval: 'manual' });
+    await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL', 60_000);
+    // Caught up and idle: its looks at the log space out towards 30 s.
+    const idle = count('syncChanges');
+    await eventually(async () => count('syncChanges') >= idle + 5, 60_000);
+    const resumed = count('syncChanges');
+    for (let i = 0; i < 10; i += 1) {
+      await stack.ferry.pause(id);
+      await stack.ferry.resume(id);
+    }
+    // A resume wakes a waiting table (a slice within seconds, not at the end of a 30 s wait),
+    // and the last control it applies is the resume, whatever order the signals arrived in:
+    // with writes coming in again it syncs slice after slice.
+    script.appliedPerSlice = 3;
+    await eventually(async () => count('syncChanges') >= resumed + 5, 15_000);
+    const status = await stack.ferry.status(id);
+    expect(status.paused).toBe(false);
+    await stack.ferry.cancel(id, 'test over');
+    expect((await resultWithin(stack.ferry, id, 60_000)).state).toBe('CANCELLED');
+  }, 120_000);
+
+  it('applies no control older than the one it holds (signals to a table can arrive out of order)', async () => {
+    const { id } = await start('control-order', { approval: 'manual' });
+    await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL', 60_000);
+    const table = stack.ferry.handle(`${id}/table-0`);
+    // A pause and the resume after it, as the parent numbers them, delivered resume first.
+    await table.signal(controlSignal, { paused: false, seq: 1001 });
+    await table.signal(controlSignal, { paused: true, seq: 1000 });
+    const before = count('syncChanges');
+    await eventually(async () => count('syncChanges') > before, 10_000);
+    await stack.ferry.cancel(id, 'test over');
+    expect((await resultWithin(stack.ferry, id, 60_000)).state).toBe('CANCELLED');
+  }, 120_000);
 
   it('rolls back a cutover blocked past maxWait, lifting the freeze before releasing the source', async () => {
     script.blockedSlices = 1000;
