@@ -93,7 +93,10 @@ async function lagSeconds(db: string): Promise<number> {
   const logs = await logTables(db);
   let worst = 0;
   for (const { t } of logs) {
-    const [row] = await sql(url(db), `SELECT coalesce(extract(epoch FROM clock_timestamp() - min(logged_at)), 0)::float8 AS lag FROM ${t}`);
+    // The oldest entry by id, through the log's key (as the sync reads it): min(logged_at) would
+    // scan the whole log, which after a drained backlog is mostly dead rows, and the scans of this
+    // probe then weighed on the very TPS it measures beside (one 5-minute run: 131 readings, not 1,200).
+    const [row] = await sql(url(db), `SELECT coalesce(extract(epoch FROM clock_timestamp() - (SELECT logged_at FROM ${t} ORDER BY id LIMIT 1)), 0)::float8 AS lag`);
     worst = Math.max(worst, Number(row.lag));
   }
   return worst;

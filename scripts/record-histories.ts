@@ -239,6 +239,21 @@ const SCENARIOS: Scenario[] = [
     },
   },
   {
+    name: 'online-logical-stop-after',
+    description: 'online with capture: logical after patch consumer-stop-outside-outage: the consumer is stopped after the drain and its acknowledgement awaited past the point of no return, writes during sync, manual approval, keep-frozen',
+    schema: ONLINE_SCHEMA,
+    expected: 'SUCCEEDED',
+    logical: true,
+    async run(ctx) {
+      const { id, stack, dbs } = ctx;
+      await syncedAtApproval(ctx, onlineSpec({ capture: 'logical', cutover: { approval: 'manual', approvalTimeout: '10m' } }));
+      await stack.ferry.approve(id);
+      const result = await resultWithin(stack.ferry, id);
+      if (result.state === 'SUCCEEDED') await sameRows(dbs, ONLINE_TABLES);
+      return result;
+    },
+  },
+  {
     name: 'cancelled',
     description: 'full load throttled, paused and resumed, then the cancel signal during the copy; compensation and the callback',
     schema: `

@@ -45,7 +45,7 @@ export interface CutoverInput {
   foreignKeysAfterDrain: boolean;
   /** Foreign keys whose validation waits until after the point of no return. */
   unvalidatedForeignKeys: { table: TablePlan['target']; name: string }[];
-  /** Logical capture's consumer: the drain waits for it, and it ends before the point of no return. */
+  /** Logical capture's consumer: the drain waits for it; it is stopped after the drain and awaited past the point of no return. */
   capture?: CaptureStream;
 }
 
@@ -64,7 +64,12 @@ export async function cutOver(input: CutoverInput): Promise<CutoverReport> {
   await Promise.all(input.tables.map((table) => table.signal(finishSyncSignal)));
   await Promise.all(input.tables.map((t) => t.result()));
   const dirtyRowsChecked = await drainAndCheck(ctx);
-  await input.capture?.stop();
+  // The consumer's work is done (the drain had all it captured). Its activity hears of the stop
+  // at its next heartbeat, up to the worker's 2 s heartbeat throttle later: that wait stays out
+  // of the write outage, awaited past the point of no return (executions begun before the patch
+  // awaited it here, and replay so).
+  const consumerStopped = input.capture?.stop();
+  if (input.capture && !patched(PATCHES.consumerStopOutsideOutage)) await consumerStopped;
   const unvalidated = [...input.unvalidatedForeignKeys];
   if (input.foreignKeysAfterDrain) {
     // NOT VALID: no scan inside the outage; validated after the point of no return.
@@ -80,6 +85,8 @@ export async function cutOver(input: CutoverInput): Promise<CutoverReport> {
   const afterwards = spec.cutover!.afterwards;
   tracker.completeTables();
   tracker.event('CutoverCompleted', undefined, { writeOutageMs, dirtyRowsChecked, afterwards });
+  // Before capture is released: a consumer still streaming would fail on its dropped slot.
+  await consumerStopped;
   tracker.step('afterwards');
   await CancellationScope.nonCancellable(() => afterPointOfNoReturn(ctx, unvalidated));
   return { frozenAt, writeOutageMs, dirtyRowsChecked, afterwards };

@@ -90,6 +90,12 @@ export const PATCHES = {
    * between looks at its log wakes when control changes: a resume acts at once.
    */
   sequencedControl: 'sequenced-control',
+  /**
+   * Logical capture: the cutover stops the consumer after the drain without waiting, inside the
+   * write outage, for its activity to acknowledge (up to the heartbeat throttle); the stop is
+   * awaited past the point of no return, before capture is released.
+   */
+  consumerStopOutsideOutage: 'consumer-stop-outside-outage',
 } as const;
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);

@@ -48,6 +48,9 @@ const SCENARIOS: Record<string, { failureType?: string; change?: boolean; runs?:
   // capture: logical on a private wal_level=logical cluster: the slot consumer beside the tables
   // and the cutover's wait for it, behind patched('logical-capture').
   'online-logical': {},
+  // The same after patched('consumer-stop-outside-outage'): the consumer's stop is awaited past
+  // the point of no return instead of inside the write outage.
+  'online-logical-stop-after': {},
   // Recorded under the callback.secret rule before FERRY_SECRET_* names (any variable name, here
   // HOOK_SECRET), which the spec now refuses: it replays only because executions without the
   // ferry-secret-names patch marker keep the old rule (workflows/spec-input.ts).
@@ -141,7 +144,7 @@ describe('recorded workflow histories', () => {
 
     const all = [...fixtures.values()].flat();
     // The README's determinism row counts them.
-    expect(all).toHaveLength(76);
+    expect(all).toHaveLength(80);
     expect([...new Set(all.map((f) => f.workflowType))].sort()).toEqual([MIGRATION_WORKFLOW, TABLE_WORKFLOW, CHANGE_WORKFLOW, ...HELPER_WORKFLOW_TYPES].sort());
     expect(fixtures.get('online')!.map((f) => f.workflowType)).toContain(UNFREEZE_WORKFLOW);
     expect(fixtures.get('online-armed-freeze')!.map((f) => f.workflowType)).toContain(CLEANUP_WORKFLOW);
