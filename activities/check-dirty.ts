@@ -2,10 +2,9 @@
  * checkDirtyKeys: online mode's re-check of the keys applied since a table's validation began
  * (the dirty set), a page at a time. In one source snapshot per page, keys still waiting in the
  * change log are skipped; every other dirty key's row is compared, source against target, by
- * its full text. Matching
- * keys leave the dirty set; differing ones go back into the log for the sync to repair. Before
- * cutover (source frozen, log drained) this is the final proof, and its cost follows the number
- * of changed rows, not the size of the table.
+ * its full text. Matching keys leave the dirty set; differing ones go back into the log for the
+ * sync to repair. Before cutover (source frozen, log drained) this is the final proof, and its
+ * cost follows the number of changed rows, not the size of the table.
  */
 import { Context } from '@temporalio/activity';
 import { Client } from 'pg';
@@ -67,8 +66,8 @@ export function createCheckDirty({ connections }: ActivityDeps) {
         after = page.rows[page.rows.length - 1].pk;
         // One source snapshot per page, never one for the whole check: the log and the source
         // rows are read in the same one (a key waiting in the log is skipped), and a check of a
-        // million keys does not hold back the source's vacuum for minutes (in a 5-minute
-        // bench:online run, pgbench's own tables bloated behind it: 0.2x the TPS).
+        // million keys (after a large backlog) does not hold back the source's vacuum for as
+        // long as it runs.
         await source.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
         const waitingKeys = new Set((await source.query(`SELECT DISTINCT pk FROM ${log}`)).rows.map((r) => JSON.stringify(r.pk)));
         const keys = page.rows.map((r) => r.pk).filter((k) => !waitingKeys.has(JSON.stringify(k)));
