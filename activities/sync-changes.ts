@@ -141,8 +141,9 @@ export function nextRoundKeys(size: number, found: number, ms: number, base: num
   return size;
 }
 
-/** Nothing in the table's change log. */
+/** Capture intact (or the sync fails as it would in a slice) and nothing in the table's log. */
 async function logIsEmpty(source: ClientBase, input: SyncInput): Promise<boolean> {
+  await assertCaptureIntact(source, input);
   const log = quoteQualified(captureNames(input.migrationId, input.table.index).log);
   const { rows } = await source.query(`SELECT NOT EXISTS (SELECT 1 FROM ${log}) AS empty`);
   return rows[0].empty === true;
@@ -225,18 +226,11 @@ export function createSyncActivities({ connections, logger }: ActivityDeps) {
       // is checked and the log looked at on a pooled connection, without the two new sessions
       // and the fence committed on the target that applying takes (in a 100-table run, such
       // looks were most of the workers' time).
-      // Capture is checked once per slice, there or in the fenced sessions.
-      let captureChecked = false;
-      if (input.returnWhenCaughtUp) {
-        const empty = await connections.withClient(input.source, async (db) => {
-          await assertCaptureIntact(db, input);
-          return logIsEmpty(db, input);
-        });
-        if (empty) return { applied: 0, rounds: 0, caughtUp: true, pending: 0, lagSeconds: 0 };
-        captureChecked = true;
+      if (input.returnWhenCaughtUp && (await connections.withClient(input.source, (db) => logIsEmpty(db, input)))) {
+        return { applied: 0, rounds: 0, caughtUp: true, pending: 0, lagSeconds: 0 };
       }
       return await withFencedSessions(connections, input, SYNC_CHUNK, async (sessions) => {
-        if (!captureChecked) await assertCaptureIntact(sessions.source, { ...input, table: sessions.table });
+        await assertCaptureIntact(sessions.source, { ...input, table: sessions.table });
         return await syncSlice({ ...input, table: sessions.table }, sessions);
       });
     } catch (err) {
