@@ -5,15 +5,10 @@
  * of both tables with manual approval; three writers around the scenario; and the end every
  * scenario expects. `onlineSuite()` registers the set-up and teardown with jest.
  */
-import { randomBytes } from 'node:crypto';
-import { rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { freePort } from '../../src/dev/dev-server';
 import type { ResultDocument } from '../../src/core/status';
-import { rowsAsText, TestDatabases } from './databases';
-import { LogicalCluster, startLogicalCluster } from './logical-cluster';
-import { TestStack } from './stack';
+import { accounts, items, seedSql } from '../fixtures/seeds';
+import { rowsAsText } from './databases';
+import { registered, StackSuite } from './suite';
 import { startWriters, WriterStats } from './writers';
 
 export interface OnlineSuiteOptions {
@@ -35,40 +30,16 @@ const TABLES = [
   ['public.items', 'a, b'],
 ] as const;
 
-function seedSql(accounts: number): string {
-  return `CREATE TABLE public.accounts (id bigint PRIMARY KEY, balance numeric(12,2), note text);
-       INSERT INTO public.accounts SELECT g, g / 10.0, 'seed ' || g FROM generate_series(1, ${accounts}) g;
-       CREATE TABLE public.items (a int, b text, v int NOT NULL, PRIMARY KEY (a, b));
-       INSERT INTO public.items SELECT g % 40, 'k' || g, 0 FROM generate_series(1, 4000) g;
-       ANALYZE;`;
-}
-
-export class OnlineSuite {
-  cluster?: LogicalCluster;
-  dbs!: TestDatabases;
-  stack!: TestStack;
-  private readonly dbFile?: string;
-
-  constructor(private readonly options: OnlineSuiteOptions) {
-    if (options.restartableServer) this.dbFile = join(tmpdir(), `ferry-${options.name}-${randomBytes(4).toString('hex')}.db`);
-  }
-
-  async setUp(): Promise<void> {
-    if (this.options.logical) this.cluster = await startLogicalCluster();
-    this.dbs = await TestDatabases.create(this.options.name, ['source', 'target'], this.cluster?.url);
-    await this.dbs.exec('source', seedSql(this.options.accounts));
-    this.stack = await TestStack.start({
-      connections: { live: this.dbs.url('source'), next: this.dbs.url('target') },
-      workers: this.options.workers,
-      ...(this.dbFile ? { server: { port: await freePort(), dbFile: this.dbFile } } : {}),
+export class OnlineSuite extends StackSuite {
+  constructor(private readonly online: OnlineSuiteOptions) {
+    super({
+      name: online.name,
+      databases: { source: seedSql(accounts(online.accounts), items()), target: '' },
+      connections: { live: 'source', next: 'target' },
+      workers: online.workers,
+      logical: online.logical,
+      restartableServer: online.restartableServer,
     });
-  }
-
-  async tearDown(): Promise<void> {
-    await this.stack?.teardown();
-    await this.dbs?.drop();
-    await this.cluster?.stop();
-    if (this.dbFile) for (const suffix of ['', '-wal', '-shm', '-journal']) rmSync(`${this.dbFile}${suffix}`, { force: true });
   }
 
   /** Starts the online migration of accounts and items, to wait for manual approval. */
@@ -78,7 +49,7 @@ export class OnlineSuite {
         source: 'live',
         target: 'next',
         mode: 'online',
-        ...(this.options.logical ? { capture: 'logical' } : {}),
+        ...(this.online.logical ? { capture: 'logical' } : {}),
         cutover: { approval: 'manual', approvalTimeout: '10m' },
         tables: TABLES.map(([table]) => table),
       },
@@ -107,7 +78,7 @@ export class OnlineSuite {
     for (const [table, key] of TABLES) {
       expect(await rowsAsText(this.dbs, 'target', table, key)).toEqual(await rowsAsText(this.dbs, 'source', table, key));
     }
-    if (!this.options.logical) return;
+    if (!this.online.logical) return;
     expect(await this.dbs.query('source', 'SELECT slot_name FROM pg_replication_slots')).toEqual([]);
     expect(await this.dbs.query('source', 'SELECT pubname FROM pg_publication')).toEqual([]);
   }
@@ -125,8 +96,5 @@ export class OnlineSuite {
 
 /** An OnlineSuite whose set-up and teardown jest runs before and after the suite's tests. */
 export function onlineSuite(options: OnlineSuiteOptions): OnlineSuite {
-  const suite = new OnlineSuite(options);
-  beforeAll(() => suite.setUp());
-  afterAll(() => suite.tearDown());
-  return suite;
+  return registered(new OnlineSuite(options));
 }
