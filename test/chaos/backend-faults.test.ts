@@ -12,25 +12,14 @@
  */
 import { ResultDocument } from '../../src/core/status';
 import { freePort } from '../../src/dev/dev-server';
+import { accounts, items, seedSql, wide } from '../fixtures/seeds';
 import { BackendTerminator, FerryStatements, refuseConnections } from '../helpers/backends';
 import { compareTable, sleep } from '../helpers/chaos';
 import { TestDatabases } from '../helpers/databases';
 import { activityStarts } from '../helpers/history';
-import { eventually, resultWithin, TestStack, waitForPhase } from '../helpers/stack';
+import { eventually, resultWithin, waitForPhase } from '../helpers/stack';
+import { stackSuite } from '../helpers/suite';
 import { startWriters } from '../helpers/writers';
-
-const WIDE = (rows: number) => `
-CREATE TABLE public.wide (id bigint PRIMARY KEY, grp int NOT NULL, payload text, at timestamptz);
-INSERT INTO public.wide SELECT g, g % 101, repeat(md5(g::text), 6), '2024-01-01'::timestamptz + g * interval '1 minute'
-  FROM generate_series(1, ${rows}) g;
-ANALYZE;`;
-
-const ONLINE = `
-CREATE TABLE public.accounts (id bigint PRIMARY KEY, balance numeric(12,2), note text);
-INSERT INTO public.accounts SELECT g, g / 10.0, 'seed ' || repeat(md5(g::text), 4) FROM generate_series(1, 60000) g;
-CREATE TABLE public.items (a int, b text, v int NOT NULL, PRIMARY KEY (a, b));
-INSERT INTO public.items SELECT g % 40, 'k' || g, 0 FROM generate_series(1, 4000) g;
-ANALYZE;`;
 
 async function expectEqual(dbs: TestDatabases, source: string, target: string, tables: [string, string][]): Promise<void> {
   for (const [table, key] of tables) {
@@ -50,43 +39,42 @@ function counts(t: BackendTerminator): Record<string, number> {
 }
 
 describe('database and callback faults', () => {
-  let dbs: TestDatabases;
-  let stack: TestStack;
   let callbackRun: { id: string; result: Promise<ResultDocument>; closedPort: number };
 
-  beforeAll(async () => {
-    dbs = await TestDatabases.create('bfault', ['a1_src', 'a1_tgt', 'a2_src', 'a2_tgt', 'b_src', 'b_tgt', 'c_src', 'c_tgt']);
-    await Promise.all([
-      dbs.exec('a1_src', WIDE(120_000)),
-      dbs.exec('a2_src', ONLINE),
-      dbs.exec('b_src', WIDE(100_000)),
-      dbs.exec('c_src', WIDE(2_000)),
-    ]);
-    const connections: Record<string, string> = {};
-    for (const role of Object.keys(dbs.names)) connections[role.replace('_', '')] = dbs.url(role);
+  const suite = stackSuite({
+    name: 'bfault',
+    databases: {
+      a1_src: seedSql(wide(120_000)),
+      a1_tgt: '',
+      a2_src: seedSql(accounts(60000, `'seed ' || repeat(md5(g::text), 4)`), items()),
+      a2_tgt: '',
+      b_src: seedSql(wide(100_000)),
+      b_tgt: '',
+      c_src: seedSql(wide(2_000)),
+      c_tgt: '',
+    },
+    connections: { a1src: 'a1_src', a1tgt: 'a1_tgt', a2src: 'a2_src', a2tgt: 'a2_tgt', bsrc: 'b_src', btgt: 'b_tgt', csrc: 'c_src', ctgt: 'c_tgt' },
+    workers: 0,
     // (c)'s receiver address is on 127.0.0.1, a target workers refuse unless allowed.
-    stack = await TestStack.start({ connections, workers: 0, extraEnv: { FERRY_CALLBACK_ALLOW_PRIVATE: 'true' } });
-    await Promise.all([stack.startWorkerProcessReady('w1'), stack.startWorkerProcessReady('w2')]);
-
-    // (c) first: its callback retries take about two minutes, during the other cases.
-    const closedPort = await freePort();
-    const { id } = await stack.ferry.start(
-      { source: 'csrc', target: 'ctgt', tables: ['public.wide'], callback: { url: `http://127.0.0.1:${closedPort}/hook` } },
-      { id: 'bfault-callback-down' },
-    );
-    const result = resultWithin(stack.ferry, id, 400_000);
-    result.catch(() => undefined);
-    callbackRun = { id, result, closedPort };
-  }, 120_000);
-
-  afterAll(async () => {
-    await stack?.teardown();
-    await dbs?.drop();
+    extraEnv: { FERRY_CALLBACK_ALLOW_PRIVATE: 'true' },
+    workerProcesses: ['w1', 'w2'],
+    setUpTimeoutMs: 120_000,
+    ready: async ({ stack }) => {
+      // (c) first: its callback retries take about two minutes, during the other cases.
+      const closedPort = await freePort();
+      const { id } = await stack.ferry.start(
+        { source: 'csrc', target: 'ctgt', tables: ['public.wide'], callback: { url: `http://127.0.0.1:${closedPort}/hook` } },
+        { id: 'bfault-callback-down' },
+      );
+      const result = resultWithin(stack.ferry, id, 400_000);
+      result.catch(() => undefined);
+      callbackRun = { id, result, closedPort };
+    },
   });
 
   it('(a) full load: survives its sessions being terminated again and again while copying and while validating', async () => {
     const terminator = await BackendTerminator.start(
-      [dbs.names.a1_src, dbs.names.a1_tgt],
+      [suite.dbs.names.a1_src, suite.dbs.names.a1_tgt],
       [
         { label: 'copy', matches: FerryStatements.rangeCopy, times: 4, gapMs: 1000 },
         { label: 'validation', matches: FerryStatements.checksum, times: 3, gapMs: 300 },
@@ -94,11 +82,11 @@ describe('database and callback faults', () => {
     );
     let result: ResultDocument;
     try {
-      const { id } = await stack.ferry.start({ source: 'a1src', target: 'a1tgt', batchRows: 5000, tables: [{ name: 'public.wide', chunks: 2 }] }, { id: 'bfault-full' });
+      const { id } = await suite.stack.ferry.start({ source: 'a1src', target: 'a1tgt', batchRows: 5000, tables: [{ name: 'public.wide', chunks: 2 }] }, { id: 'bfault-full' });
       // Slow enough that the copy outlasts four rounds (a fast machine copies 120,000 rows
       // sooner), and never changed again: a control change would end the retried slices.
-      await stack.ferry.throttle(id, { rowsPerSecond: 12_000 });
-      result = await resultWithin(stack.ferry, id, 240_000);
+      await suite.stack.ferry.throttle(id, { rowsPerSecond: 12_000 });
+      result = await resultWithin(suite.stack.ferry, id, 240_000);
     } finally {
       await terminator.stop();
     }
@@ -107,27 +95,27 @@ describe('database and callback faults', () => {
     expect(result.state).toBe('SUCCEEDED');
     // Rounds of terminations (each round: every matching session at that moment), as the README counts them.
     expect(counts(terminator)).toEqual({ copy: 4, validation: 3 });
-    await expectEqual(dbs, 'a1_src', 'a1_tgt', [['public.wide', 'id']]);
+    await expectEqual(suite.dbs, 'a1_src', 'a1_tgt', [['public.wide', 'id']]);
     expect(result.tables[0].rowsCopied).toBe(120_000);
     // Temporal retried the failed activities (history keeps each activity's last attempt).
-    const starts = await activityStarts(stack.client, 'bfault-full/table-0');
+    const starts = await activityStarts(suite.stack.client, 'bfault-full/table-0');
     expect(starts.some((s) => s.activityType === 'copyChunk' && s.attempt >= 2)).toBe(true);
     expect(starts.some((s) => s.activityType === 'validateChunk' && s.attempt >= 2)).toBe(true);
   }, 300_000);
 
   it('(a) online: survives its sessions being terminated while copying, applying the change log and validating, under live writers', async () => {
     const terminator = await BackendTerminator.start(
-      [dbs.names.a2_src, dbs.names.a2_tgt],
+      [suite.dbs.names.a2_src, suite.dbs.names.a2_tgt],
       [
         { label: 'copy', matches: FerryStatements.rangeCopy, times: 2, gapMs: 1000 },
         { label: 'sync', matches: FerryStatements.syncLog, times: 3, gapMs: 1500 },
         { label: 'validation', matches: FerryStatements.checksum, times: 2, gapMs: 300 },
       ],
     );
-    const writers = await startWriters(dbs.url('a2_src'), 2);
+    const writers = await startWriters(suite.dbs.url('a2_src'), 2);
     let result: ResultDocument;
     try {
-      const { id } = await stack.ferry.start(
+      const { id } = await suite.stack.ferry.start(
         {
           source: 'a2src',
           target: 'a2tgt',
@@ -140,14 +128,14 @@ describe('database and callback faults', () => {
       );
       // Slow the copy down until it has lost its sessions twice (a fast machine copies 60,000
       // rows before the second round), then let it run at full speed.
-      await stack.ferry.throttle(id, { rowsPerSecond: 8000 });
+      await suite.stack.ferry.throttle(id, { rowsPerSecond: 8000 });
       await eventually(async () => terminator.count('copy') === 2, 60_000);
-      await stack.ferry.throttle(id, { rowsPerSecond: 0 });
-      await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL', 180_000);
+      await suite.stack.ferry.throttle(id, { rowsPerSecond: 0 });
+      await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL', 180_000);
       // Sync goes on through the approval wait: let the terminations of the log reader happen.
       await eventually(async () => terminator.count('sync') >= 3, 90_000);
-      await stack.ferry.approve(id);
-      result = await resultWithin(stack.ferry, id, 180_000);
+      await suite.stack.ferry.approve(id);
+      result = await resultWithin(suite.stack.ferry, id, 180_000);
     } finally {
       await terminator.stop();
       await writers.stop();
@@ -161,42 +149,42 @@ describe('database and callback faults', () => {
     expect(counts(terminator)).toEqual({ copy: 2, sync: 3, validation: 2 });
     expect(writers.stats.otherErrors).toEqual([]);
     expect(writers.stats.frozenErrors.length).toBe(2);
-    await expectEqual(dbs, 'a2_src', 'a2_tgt', [
+    await expectEqual(suite.dbs, 'a2_src', 'a2_tgt', [
       ['public.accounts', 'id'],
       ['public.items', 'a, b'],
     ]);
   }, 400_000);
 
   it('(b) completes when the target refuses every connection for 30 s during the copy', async () => {
-    const { id } = await stack.ferry.start({ source: 'bsrc', target: 'btgt', batchRows: 2000, tables: [{ name: 'public.wide', chunks: 2 }] }, { id: 'bfault-outage' });
-    await stack.ferry.throttle(id, { rowsPerSecond: 8_000 });
+    const { id } = await suite.stack.ferry.start({ source: 'bsrc', target: 'btgt', batchRows: 2000, tables: [{ name: 'public.wide', chunks: 2 }] }, { id: 'bfault-outage' });
+    await suite.stack.ferry.throttle(id, { rowsPerSecond: 8_000 });
     // Wait for committed batches (the copy is under way), then take the target away.
     await eventually(async () => {
-      const [row] = await dbs.query<{ n: number }>('b_tgt', 'SELECT coalesce(sum(rows_copied), 0)::int AS n FROM _ferry.checkpoints').catch(() => [{ n: 0 }]);
+      const [row] = await suite.dbs.query<{ n: number }>('b_tgt', 'SELECT coalesce(sum(rows_copied), 0)::int AS n FROM _ferry.checkpoints').catch(() => [{ n: 0 }]);
       return row.n > 0;
     }, 60_000, 100);
-    const outage = await refuseConnections(dbs.names.b_tgt);
+    const outage = await refuseConnections(suite.dbs.names.b_tgt);
     const seen = new Set<string>();
     try {
       const until = Date.now() + 30_000;
       while (Date.now() < until) {
         // What Ferry's retrying activities report while the target is gone.
-        const d = await stack.ferry.handle(`${id}/table-0`).describe().catch(() => undefined);
+        const d = await suite.stack.ferry.handle(`${id}/table-0`).describe().catch(() => undefined);
         for (const a of d?.raw.pendingActivities ?? []) if ((a.attempt ?? 1) > 1 && a.lastFailure?.message) seen.add(a.lastFailure.message);
         await sleep(1000);
       }
     } finally {
       await outage.restore();
     }
-    await stack.ferry.throttle(id, { rowsPerSecond: 0 });
-    const result = await resultWithin(stack.ferry, id, 240_000);
+    await suite.stack.ferry.throttle(id, { rowsPerSecond: 0 });
+    const result = await resultWithin(suite.stack.ferry, id, 240_000);
     console.log(`(b) target outage: ${outage.terminated} session(s) cut; retrying activities reported ${JSON.stringify([...seen])} → ${result.state}`);
     expect(result.error).toBeNull();
     expect(result.state).toBe('SUCCEEDED');
     expect(outage.terminated).toBeGreaterThan(0);
     // The refusal itself, not only the sessions cut when it began.
     expect([...seen].some((m) => /not currently accepting connections/.test(m))).toBe(true);
-    await expectEqual(dbs, 'b_src', 'b_tgt', [['public.wide', 'id']]);
+    await expectEqual(suite.dbs, 'b_src', 'b_tgt', [['public.wide', 'id']]);
     expect(result.tables[0].rowsCopied).toBe(100_000);
   }, 300_000);
 
@@ -208,12 +196,12 @@ describe('database and callback faults', () => {
     expect(result.callback?.delivered).toBe(false);
     // Why it failed stays in the workers' logs: no address, port or system error goes back.
     expect(result.callback?.error).toBe('callback delivery failed (network error)');
-    await expectEqual(dbs, 'c_src', 'c_tgt', [['public.wide', 'id']]);
+    await expectEqual(suite.dbs, 'c_src', 'c_tgt', [['public.wide', 'id']]);
     // The delivery was retried as the README says (8 attempts, waits of 1 s doubling up to a
     // minute: at least 1+2+4+8+16+32+60 s between the first and the last) before it was given up.
-    const starts = (await activityStarts(stack.client, callbackRun.id)).filter((s) => s.activityType === 'sendCallback');
+    const starts = (await activityStarts(suite.stack.client, callbackRun.id)).filter((s) => s.activityType === 'sendCallback');
     expect(starts.map((s) => s.attempt)).toEqual([8]);
-    const events = (await stack.client.workflow.getHandle(callbackRun.id).fetchHistory()).events ?? [];
+    const events = (await suite.stack.client.workflow.getHandle(callbackRun.id).fetchHistory()).events ?? [];
     const at = (e: (typeof events)[number]) => Number(String(e.eventTime?.seconds ?? 0)) * 1000 + Math.floor((e.eventTime?.nanos ?? 0) / 1e6);
     const scheduled = events.find((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'sendCallback')!;
     const failed = events.find((e) => String(e.activityTaskFailedEventAttributes?.scheduledEventId) === String(scheduled.eventId))!;

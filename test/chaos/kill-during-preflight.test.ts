@@ -8,43 +8,36 @@
 import { temporal } from '@temporalio/proto';
 import { Client } from 'pg';
 import { compareTable, snapshotWork } from '../helpers/chaos';
-import { TestDatabases } from '../helpers/databases';
-import { eventually, resultWithin, TestStack } from '../helpers/stack';
+import { eventually, resultWithin } from '../helpers/stack';
+import { stackSuite } from '../helpers/suite';
 
 describe('a worker killed with SIGKILL during preflight', () => {
-  let dbs: TestDatabases;
-  let stack: TestStack;
-
-  beforeAll(async () => {
-    dbs = await TestDatabases.create('killpre', ['source', 'target']);
-    await dbs.exec(
-      'source',
-      `CREATE TABLE public.orders (id bigint PRIMARY KEY, customer int NOT NULL, total numeric(12,2));
+  const suite = stackSuite({
+    name: 'killpre',
+    databases: {
+      source: `CREATE TABLE public.orders (id bigint PRIMARY KEY, customer int NOT NULL, total numeric(12,2));
        INSERT INTO public.orders SELECT g, g % 311, g / 7.0 FROM generate_series(1, 5000) g;
        ANALYZE;`,
-    );
-    stack = await TestStack.start({ connections: { old: dbs.url('source'), new: dbs.url('target') }, workers: 0 });
-  });
-
-  afterAll(async () => {
-    await stack?.teardown();
-    await dbs?.drop();
+      target: '',
+    },
+    connections: { old: 'source', new: 'target' },
+    workers: 0,
   });
 
   it('is noticed by the heartbeat timeout: preflight runs again on the other worker and the migration completes', async () => {
-    const workers = await Promise.all([stack.startWorkerProcessReady('w1'), stack.startWorkerProcessReady('w2')]);
+    const workers = await Promise.all([suite.stack.startWorkerProcessReady('w1'), suite.stack.startWorkerProcessReady('w2')]);
     // An application transaction holding the table keeps preflight's read of it waiting (for
     // less than the session's 5 s lock_timeout): long enough to see which worker runs it.
-    const app = new Client({ connectionString: dbs.url('source') });
+    const app = new Client({ connectionString: suite.dbs.url('source') });
     await app.connect();
     await app.query('BEGIN');
     await app.query('LOCK TABLE public.orders IN ACCESS EXCLUSIVE MODE');
     const id = 'kill-during-preflight';
-    const starting = stack.ferry.start({ source: 'old', target: 'new', tables: ['public.orders'] }, { id });
+    const starting = suite.stack.ferry.start({ source: 'old', target: 'new', tables: ['public.orders'] }, { id });
     starting.catch(() => undefined);
     let running;
     try {
-      running = await eventually(async () => (await snapshotWork(stack.ferry, id, false)).running.find((a) => a.activity === 'preflight'), 4_000, 50);
+      running = await eventually(async () => (await snapshotWork(suite.stack.ferry, id, false)).running.find((a) => a.activity === 'preflight'), 4_000, 50);
       const victim = workers.find((w) => w.identity === running!.worker)!;
       victim.process.kill('SIGKILL');
       expect(await victim.exited).toBeNull();
@@ -54,13 +47,13 @@ describe('a worker killed with SIGKILL during preflight', () => {
     }
 
     await starting;
-    const result = await resultWithin(stack.ferry, id, 60_000);
+    const result = await resultWithin(suite.stack.ferry, id, 60_000);
     expect(result.state).toBe('SUCCEEDED');
-    const cmp = await compareTable(dbs, 'source', 'target', 'public.orders', 'id');
+    const cmp = await compareTable(suite.dbs, 'source', 'target', 'public.orders', 'id');
     expect({ equal: cmp.equal, rows: cmp.targetRows, duplicateKeys: cmp.duplicateKeys }).toEqual({ equal: true, rows: 5000, duplicateKeys: 0 });
 
     // The preflight that finished was a retry after a heartbeat timeout, on the surviving worker.
-    const history = await stack.client.workflow.getHandle(running.workflowId).fetchHistory();
+    const history = await suite.stack.client.workflow.getHandle(running.workflowId).fetchHistory();
     const started = (history.events ?? []).map((e) => e.activityTaskStartedEventAttributes).filter((a) => a);
     expect(started).toHaveLength(1);
     expect(started[0]!.attempt).toBeGreaterThanOrEqual(2);

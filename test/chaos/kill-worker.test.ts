@@ -6,7 +6,8 @@
 import { ledgerSql, runningActivities } from '../helpers/chaos';
 import { TestDatabases } from '../helpers/databases';
 import { awaitRetry, Killed, lastAttempt } from '../helpers/kills';
-import { eventually, TestStack } from '../helpers/stack';
+import { eventually } from '../helpers/stack';
+import { stackSuite } from '../helpers/suite';
 
 const ROWS = 300_000;
 
@@ -19,38 +20,28 @@ async function fingerprint(dbs: TestDatabases, role: string): Promise<{ n: numbe
 }
 
 describe('a worker killed with SIGKILL mid-chunk', () => {
-  let dbs: TestDatabases;
-  let stack: TestStack;
-
-  beforeAll(async () => {
-    dbs = await TestDatabases.create('kill', ['source', 'target']);
-    await dbs.exec(
-      'source',
-      ledgerSql(ROWS),
-    );
-    stack = await TestStack.start({ connections: { old: dbs.url('source'), new: dbs.url('target') }, workers: 0 });
-  });
-
-  afterAll(async () => {
-    await stack?.teardown();
-    await dbs?.drop();
+  const suite = stackSuite({
+    name: 'kill',
+    databases: { source: ledgerSql(ROWS), target: '' },
+    connections: { old: 'source', new: 'target' },
+    workers: 0,
   });
 
   it('loses and duplicates nothing: the other worker resumes from the checkpoint', async () => {
-    const { id } = await stack.ferry.start(
+    const { id } = await suite.stack.ferry.start(
       { source: 'old', target: 'new', batchRows: 2000, parallelism: { tables: 1, chunks: 2 }, tables: [{ name: 'public.ledger', chunks: 2 }] },
       { id: 'kill-mid-chunk', skipPreflight: true },
     );
-    await stack.ferry.throttle(id, { rowsPerSecond: 20_000 });
-    const workers = [await stack.startWorkerProcessReady('w1'), await stack.startWorkerProcessReady('w2')];
+    await suite.stack.ferry.throttle(id, { rowsPerSecond: 20_000 });
+    const workers = [await suite.stack.startWorkerProcessReady('w1'), await suite.stack.startWorkerProcessReady('w2')];
 
     // Wait until a chunk has committed batches in the target and is still copying, then kill
     // the worker that runs it (its checkpoint row names the activity that owns the chunk).
     const owner = await eventually(async () => {
-      const owners = await dbs
+      const owners = await suite.dbs
         .query<{ owner: string }>('target', `SELECT owner FROM _ferry.checkpoints WHERE rows_copied > 0 AND NOT done`)
         .catch(() => []);
-      const running = await runningActivities(stack.ferry, [`${id}/table-0`]);
+      const running = await runningActivities(suite.stack.ferry, [`${id}/table-0`]);
       return running.find((a) => a.activity === 'copyChunk' && a.heartbeating && owners.some((o) => o.owner === `${a.activityId}#${a.attempt}`));
     }, 60_000);
     const victim = workers.find((w) => w.identity === owner.worker)!;
@@ -61,15 +52,15 @@ describe('a worker killed with SIGKILL mid-chunk', () => {
     // The throttle stays as it was: changing it now would end the interrupted slice and dispatch
     // a fresh one, and this test is about Temporal retrying the lost attempt elsewhere.
     const survivor = workers.find((w) => w !== victim)!;
-    const result = await stack.ferry.result(id);
+    const result = await suite.stack.ferry.result(id);
     expect(result.state).toBe('SUCCEEDED');
 
-    expect(await fingerprint(dbs, 'target')).toEqual(await fingerprint(dbs, 'source'));
-    expect((await fingerprint(dbs, 'target')).n).toBe(ROWS);
+    expect(await fingerprint(suite.dbs, 'target')).toEqual(await fingerprint(suite.dbs, 'source'));
+    expect((await fingerprint(suite.dbs, 'target')).n).toBe(ROWS);
     // Checkpoints counted each committed row once, across the kill.
     expect(result.tables[0].rowsCopied).toBe(ROWS);
     // The interrupted slice ended in a heartbeat timeout and its next attempt ran on the survivor.
-    expect(await awaitRetry(stack.ferry, killed)).toEqual({ attempt: killed.attempt + 1, endedBy: 'heartbeat timeout' });
-    expect(await lastAttempt(stack.ferry, killed)).toEqual({ attempt: killed.attempt + 1, worker: survivor.identity, completed: true });
+    expect(await awaitRetry(suite.stack.ferry, killed)).toEqual({ attempt: killed.attempt + 1, endedBy: 'heartbeat timeout' });
+    expect(await lastAttempt(suite.stack.ferry, killed)).toEqual({ attempt: killed.attempt + 1, worker: survivor.identity, completed: true });
   });
 });

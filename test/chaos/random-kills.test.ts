@@ -28,9 +28,10 @@ import { CAPTURE_LOCK } from '../../activities/capture';
 import { FerryClient } from '../../src/client';
 import { BOOKKEEPING_LOCK } from '../../src/db/bookkeeping';
 import { chaosSeed, compareTable, ferryTriggers, ledgerSql, preflightHelpers, prng, runningActivities, RunningActivity, sleep, trialSeed } from '../helpers/chaos';
-import { objectInventory, TestDatabases, withClient } from '../helpers/databases';
+import { objectInventory, withClient } from '../helpers/databases';
 import { awaitRetry, HeldLock, Killed, lastAttempt, Retry } from '../helpers/kills';
-import { diagnose, eventually, resultWithin, RunningProcessWorker, TestStack } from '../helpers/stack';
+import { diagnose, eventually, resultWithin, RunningProcessWorker } from '../helpers/stack';
+import { stackSuite } from '../helpers/suite';
 import { startWriters } from '../helpers/writers';
 
 type Mode = 'full' | 'online';
@@ -120,37 +121,17 @@ const LANES: Lane[] = [
 ];
 
 describe('workers SIGKILLed while they run a chosen activity', () => {
-  let dbs: TestDatabases;
-  let stack: TestStack;
   const pools: Record<string, RunningProcessWorker[]> = {};
   const ferries: Record<string, FerryClient> = {};
   const laneEnv: Record<string, Record<string, string>> = {};
   let spawned = 0;
 
-  beforeAll(async () => {
+  // Before the suite's set-up and before its teardown (jest runs hooks in the order they are declared).
+  beforeAll(() => {
     console.log(`random-kills: seed ${SEED} (rerun with FERRY_CHAOS_SEED=${SEED}), ${TRIALS} trial(s) per mode`);
-    const roles: string[] = [];
-    for (let i = 0; i < TRIALS; i += 1) roles.push(`full_source_${i}`, `full_target_${i}`, `online_source_${i}`, `online_target_${i}`);
-    dbs = await TestDatabases.create('rkill', roles);
-    const connections: Record<string, string> = {};
-    for (let i = 0; i < TRIALS; i += 1) {
-      connections[`fsrc${i}`] = dbs.url(`full_source_${i}`);
-      connections[`ftgt${i}`] = dbs.url(`full_target_${i}`);
-      connections[`osrc${i}`] = dbs.url(`online_source_${i}`);
-      connections[`otgt${i}`] = dbs.url(`online_target_${i}`);
-    }
-    stack = await TestStack.start({ connections, workers: 0 });
-    const lanes = LANES.filter((l) => l.trials.length > 0);
-    for (const { name } of lanes) {
-      const taskQueue = `${stack.taskQueue}-${name}`;
-      laneEnv[name] = { FERRY_TASK_QUEUE: taskQueue };
-      ferries[name] = FerryClient.fromClient(stack.client, { address: stack.server.address, taskQueue });
-      pools[name] = [];
-    }
-    await Promise.all(lanes.flatMap(({ name }) => [0, 1].map(async () => pools[name].push(await startWorker(name)))));
-  }, 120_000);
+  });
 
-  afterAll(async () => {
+  afterAll(() => {
     const byKind = new Map<string, number>();
     for (const k of kills) byKind.set(`${k.mode} ${k.kind}`, (byKind.get(`${k.mode} ${k.kind}`) ?? 0) + 1);
     const list = (m: Map<string, number>) => [...m].map(([k, n]) => `${k} ${n}`).join(', ') || 'none';
@@ -159,18 +140,48 @@ describe('workers SIGKILLed while they run a chosen activity', () => {
         `${kills.length} SIGKILL(s), each while the victim ran: ${list(byKind)}; ` +
         `${kills.filter((k) => k.retry.endedBy === 'heartbeat timeout' && k.last.completed && k.last.worker !== k.killed.worker).length} retried elsewhere after a heartbeat timeout; seed ${SEED}`,
     );
-    await stack?.teardown();
-    await dbs?.drop();
+  });
+
+  // Each trial's own databases, empty until the trial seeds its source, and their connection names.
+  const databases: Record<string, string> = {};
+  const connections: Record<string, string> = {};
+  for (let i = 0; i < TRIALS; i += 1) {
+    for (const [name, role] of [
+      [`fsrc${i}`, `full_source_${i}`],
+      [`ftgt${i}`, `full_target_${i}`],
+      [`osrc${i}`, `online_source_${i}`],
+      [`otgt${i}`, `online_target_${i}`],
+    ]) {
+      databases[role] = '';
+      connections[name] = role;
+    }
+  }
+  const suite = stackSuite({
+    name: 'rkill',
+    databases,
+    connections,
+    workers: 0,
+    setUpTimeoutMs: 120_000,
+    ready: async ({ stack }) => {
+      const lanes = LANES.filter((l) => l.trials.length > 0);
+      for (const { name } of lanes) {
+        const taskQueue = `${stack.taskQueue}-${name}`;
+        laneEnv[name] = { FERRY_TASK_QUEUE: taskQueue };
+        ferries[name] = FerryClient.fromClient(stack.client, { address: stack.server.address, taskQueue });
+        pools[name] = [];
+      }
+      await Promise.all(lanes.flatMap(({ name }) => [0, 1].map(async () => pools[name].push(await startWorker(name)))));
+    },
   });
 
   function startWorker(lane: string): Promise<RunningProcessWorker> {
     spawned += 1;
-    return stack.startWorkerProcessReady(`${lane}-w${spawned}`, [], laneEnv[lane]);
+    return suite.stack.startWorkerProcessReady(`${lane}-w${spawned}`, [], laneEnv[lane]);
   }
 
   /** Whether a copyChunk attempt owns its chunk's checkpoint row (it has committed batches and is not done). */
   async function ownsCheckpoint(target: string, migrationId: string, a: RunningActivity): Promise<boolean> {
-    const rows = await dbs
+    const rows = await suite.dbs
       .query<{ owner: string }>(target, 'SELECT owner FROM _ferry.checkpoints WHERE migration_id = $1 AND chunk_index >= 0 AND rows_copied > 0 AND NOT done', [
         migrationId,
       ])
@@ -258,26 +269,26 @@ describe('workers SIGKILLed while they run a chosen activity', () => {
     return {
       /** Before `ferry start`. */
       async before() {
-        if (kind === 'preflight') holds.push(await HeldLock.take(dbs.url(source), 'source table', [`LOCK TABLE ${tables[0]} IN ACCESS EXCLUSIVE MODE`]));
-        if (kind === 'prepareTarget') holds.push(await HeldLock.take(dbs.url(target), 'bookkeeping lock', [`SELECT pg_advisory_xact_lock(hashtext('${BOOKKEEPING_LOCK}'))`]));
-        if (kind === 'installCapture') holds.push(await HeldLock.take(dbs.url(source), 'capture lock', [`SELECT pg_advisory_xact_lock(hashtext('${CAPTURE_LOCK}'))`]));
+        if (kind === 'preflight') holds.push(await HeldLock.take(suite.dbs.url(source), 'source table', [`LOCK TABLE ${tables[0]} IN ACCESS EXCLUSIVE MODE`]));
+        if (kind === 'prepareTarget') holds.push(await HeldLock.take(suite.dbs.url(target), 'bookkeeping lock', [`SELECT pg_advisory_xact_lock(hashtext('${BOOKKEEPING_LOCK}'))`]));
+        if (kind === 'installCapture') holds.push(await HeldLock.take(suite.dbs.url(source), 'capture lock', [`SELECT pg_advisory_xact_lock(hashtext('${CAPTURE_LOCK}'))`]));
       },
       /** Once the migration runs (`ferry start` may still be waiting for its preflight). */
       watch() {
         if (kind === 'validateChunk' || kind === 'syncChanges') {
           // A copied table, locked before its validation or sync begins: either waits for the lock.
           const mode = kind === 'validateChunk' ? 'ACCESS EXCLUSIVE' : 'SHARE';
-          tables.forEach((t, i) => when(dbs.url(target), copied, [migrationId, i, t], `${t} copied`, [`LOCK TABLE ${t} IN ${mode} MODE`]));
+          tables.forEach((t, i) => when(suite.dbs.url(target), copied, [migrationId, i, t], `${t} copied`, [`LOCK TABLE ${t} IN ${mode} MODE`]));
         }
         if (kind === 'buildIndex') {
           // Writers' lock from the moment the table has its primary key: sync and validation go on, CREATE INDEX waits.
-          when(dbs.url(target), 'SELECT EXISTS (SELECT 1 FROM pg_index WHERE indrelid = to_regclass($1) AND indisprimary) AS ok', [INDEXED[mode]], 'indexed table', [
+          when(suite.dbs.url(target), 'SELECT EXISTS (SELECT 1 FROM pg_index WHERE indrelid = to_regclass($1) AND indisprimary) AS ok', [INDEXED[mode]], 'indexed table', [
             `LOCK TABLE ${INDEXED[mode]} IN ROW EXCLUSIVE MODE`,
           ]);
         }
         if (kind === 'awaitWriters') {
           // A write transaction open across the freeze: the cutover waits for it to end.
-          when(dbs.url(source), `SELECT to_regclass('_ferry_capture.captures') IS NOT NULL AS ok`, [], 'open write', [
+          when(suite.dbs.url(source), `SELECT to_regclass('_ferry_capture.captures') IS NOT NULL AS ok`, [], 'open write', [
             `UPDATE public.accounts SET note = 'held open by the test' WHERE id = ${HELD_ROW}`,
           ]);
         }
@@ -317,13 +328,13 @@ describe('workers SIGKILLed while they run a chosen activity', () => {
     const label = `[${mode} ${trial + 1}/${TRIALS} ${kind}${mode === 'online' ? ` ${afterwards}` : ''}]`;
     const rerun = `FERRY_CHAOS_SEED=${SEED} FERRY_CHAOS_ONLY=${mode}:${trial}`;
 
-    await dbs.exec(source, mode === 'full' ? FULL_SOURCE : ONLINE_SOURCE);
-    const inventoryBefore = await objectInventory(dbs, source);
+    await suite.dbs.exec(source, mode === 'full' ? FULL_SOURCE : ONLINE_SOURCE);
+    const inventoryBefore = await objectInventory(suite.dbs, source);
     const id = `rkill-${mode}-${trial}-${SEED}`;
     const hold = holdFor(kind, mode, id, source, target);
     await hold.before();
-    const beforeCopy = kind === 'copyChunk' ? await HeldLock.take(dbs.url(target), 'bookkeeping lock', [`SELECT pg_advisory_xact_lock(hashtext('${BOOKKEEPING_LOCK}'))`]) : undefined;
-    const writers = mode === 'online' ? await startWriters(dbs.url(source), WRITERS) : undefined;
+    const beforeCopy = kind === 'copyChunk' ? await HeldLock.take(suite.dbs.url(target), 'bookkeeping lock', [`SELECT pg_advisory_xact_lock(hashtext('${BOOKKEEPING_LOCK}'))`]) : undefined;
+    const writers = mode === 'online' ? await startWriters(suite.dbs.url(source), WRITERS) : undefined;
     const t0 = Date.now();
     const starting = ferry.start(spec, { id });
     starting.catch(() => undefined);
@@ -365,7 +376,7 @@ describe('workers SIGKILLed while they run a chosen activity', () => {
       }
 
       for (const [table, key] of tables) {
-        const cmp = await compareTable(dbs, source, target, table, key);
+        const cmp = await compareTable(suite.dbs, source, target, table, key);
         if (!cmp.equal || cmp.duplicateKeys > 0) throw new Error(`${context}: ${table} differs: ${JSON.stringify(cmp)}`);
         if (mode === 'full') {
           // Checkpoints counted every committed row exactly once, across the kill.
@@ -380,10 +391,10 @@ describe('workers SIGKILLed while they run a chosen activity', () => {
           throw new Error(`${context}: only ${writers!.stats.frozenErrors.length} of ${WRITERS} writers met the freeze`);
         }
         // What the migration left on the source, against what was there before it.
-        const after = await objectInventory(dbs, source);
+        const after = await objectInventory(suite.dbs, source);
         const added = after.filter((o) => !inventoryBefore.includes(o)).map((o) => o.replace(/_[0-9a-f]{12}(?=( [a-zA-Z])?$)/, ''));
         const removed = inventoryBefore.filter((o) => !after.includes(o));
-        const triggers = await ferryTriggers(dbs, source);
+        const triggers = await ferryTriggers(suite.dbs, source);
         const left = JSON.stringify({ triggers, added, removed });
         const expected =
           afterwards === 'keep-frozen'
@@ -396,7 +407,7 @@ describe('workers SIGKILLed while they run a chosen activity', () => {
             : { triggers: [], added: [], removed: [] };
         if (left !== JSON.stringify(expected)) throw new Error(`${context}: the source was left with ${left}, expected ${JSON.stringify(expected)}`);
         if (afterwards === 'keep-frozen') {
-          const write = await dbs.exec(source, 'DELETE FROM public.items').then(() => 'accepted', (err: Error) => err.message);
+          const write = await suite.dbs.exec(source, 'DELETE FROM public.items').then(() => 'accepted', (err: Error) => err.message);
           if (!/frozen/.test(write)) throw new Error(`${context}: a write to the kept-frozen source was ${write}`);
         }
       }

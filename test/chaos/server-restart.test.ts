@@ -7,58 +7,38 @@
  * row (SQL on both databases). The checkpoints, read in the target, show the copy going on while
  * the server is down and again after it is back; and every row was counted once.
  */
-import { randomBytes } from 'node:crypto';
-import { rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { freePort } from '../../src/dev/dev-server';
 import { compareTable, ledgerSql, sleep } from '../helpers/chaos';
-import { TestDatabases } from '../helpers/databases';
-import { eventually, resultWithin, RunningProcessWorker, TestStack } from '../helpers/stack';
+import { eventually, resultWithin, RunningProcessWorker } from '../helpers/stack';
+import { stackSuite } from '../helpers/suite';
 
 const ROWS = 150_000;
 const DOWN_MS = 5_000;
 
 describe('a Temporal server restart during the copy', () => {
-  let dbs: TestDatabases;
-  let stack: TestStack;
-  const dbFile = join(tmpdir(), `ferry-restart-${randomBytes(4).toString('hex')}.db`);
-
-  beforeAll(async () => {
-    dbs = await TestDatabases.create('srvrestart', ['source', 'target']);
-    await dbs.exec(
-      'source',
-      ledgerSql(ROWS),
-    );
-    stack = await TestStack.start({
-      connections: { old: dbs.url('source'), new: dbs.url('target') },
-      workers: 0,
-      server: { port: await freePort(), dbFile },
-    });
-  });
-
-  afterAll(async () => {
-    await stack?.teardown();
-    await dbs?.drop();
-    for (const suffix of ['', '-wal', '-shm', '-journal']) rmSync(`${dbFile}${suffix}`, { force: true });
+  const suite = stackSuite({
+    name: 'srvrestart',
+    databases: { source: ledgerSql(ROWS), target: '' },
+    connections: { old: 'source', new: 'target' },
+    workers: 0,
+    restartableServer: true,
   });
 
   const copied = async () =>
-    (await dbs.query<{ n: number }>('target', 'SELECT coalesce(sum(rows_copied), 0)::int AS n FROM _ferry.checkpoints').catch(() => [{ n: 0 }]))[0].n;
+    (await suite.dbs.query<{ n: number }>('target', 'SELECT coalesce(sum(rows_copied), 0)::int AS n FROM _ferry.checkpoints').catch(() => [{ n: 0 }]))[0].n;
 
   it('loses nothing: workers and client reconnect to the restarted server and the copy completes', async () => {
-    const workers: RunningProcessWorker[] = await Promise.all([stack.startWorkerProcessReady('w1'), stack.startWorkerProcessReady('w2')]);
-    const { id } = await stack.ferry.start(
+    const workers: RunningProcessWorker[] = await Promise.all([suite.stack.startWorkerProcessReady('w1'), suite.stack.startWorkerProcessReady('w2')]);
+    const { id } = await suite.stack.ferry.start(
       { source: 'old', target: 'new', batchRows: 2000, tables: [{ name: 'public.ledger', chunks: 2 }] },
       { id: 'server-restart' },
     );
-    await stack.ferry.throttle(id, { rowsPerSecond: 8_000 });
+    await suite.stack.ferry.throttle(id, { rowsPerSecond: 8_000 });
     await eventually(async () => (await copied()) > 0, 60_000, 100);
 
-    const firstServer = stack.server.process?.pid;
+    const firstServer = suite.stack.server.process?.pid;
     const stopping = Date.now();
     const outputBefore = workers.map((w) => w.output().length);
-    await stack.stopServer();
+    await suite.stack.stopServer();
     const atStop = await copied();
     const stopMs = Date.now() - stopping;
     await sleep(DOWN_MS);
@@ -67,19 +47,19 @@ describe('a Temporal server restart during the copy', () => {
     const atRestart = await copied();
     // The copy went on while Temporal was away: slices talk to PostgreSQL, not to the server.
     expect(atRestart).toBeGreaterThan(atStop);
-    await stack.startServer();
-    expect(stack.server.process?.pid).not.toBe(firstServer);
+    await suite.stack.startServer();
+    expect(suite.stack.server.process?.pid).not.toBe(firstServer);
 
     // The same client (one gRPC channel, reconnecting by itself) steers and waits.
     let signalAttempts = 0;
     await eventually(async () => {
       signalAttempts += 1;
-      await stack.ferry.throttle(id, { rowsPerSecond: 0 });
+      await suite.stack.ferry.throttle(id, { rowsPerSecond: 0 });
       return true;
     }, 60_000, 500);
     // And it goes on after the restart, from the checkpoints it had reached, not from the start.
     await eventually(async () => (await copied()) > atRestart, 60_000, 100);
-    const result = await resultWithin(stack.ferry, id, 240_000);
+    const result = await resultWithin(suite.stack.ferry, id, 240_000);
     const warnings = workers.flatMap((w, i) => w.output().slice(outputBefore[i]).split('\n').filter((l) => /"level":(40|50)/.test(l)));
     const whileDown = `${warnings.length} (${[...new Set(warnings.map((l) => String((JSON.parse(l) as { msg?: string }).msg).slice(0, 80)))].join(' | ')})`;
     console.log(
@@ -91,8 +71,8 @@ describe('a Temporal server restart during the copy', () => {
     expect(result.state).toBe('SUCCEEDED');
     // The same two worker processes did all of it.
     for (const w of workers) expect(w.process.exitCode).toBeNull();
-    expect(stack.processes).toHaveLength(2);
-    const cmp = await compareTable(dbs, 'source', 'target', 'public.ledger', 'id');
+    expect(suite.stack.processes).toHaveLength(2);
+    const cmp = await compareTable(suite.dbs, 'source', 'target', 'public.ledger', 'id');
     expect({ equal: cmp.equal, rows: cmp.targetRows, duplicateKeys: cmp.duplicateKeys, missing: cmp.missing, extra: cmp.extra }).toEqual({
       equal: true,
       rows: ROWS,

@@ -7,10 +7,11 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { locateTemporalBinary } from '../../src/dev/temporal-binary';
-import { objectInventory, rowsAsText, TestDatabases } from '../helpers/databases';
+import { objectInventory, rowsAsText } from '../helpers/databases';
 import { ActivityHold } from '../helpers/interceptors';
 import { Receiver } from '../helpers/receiver';
-import { eventually, resultWithin, TestStack, waitForPhase } from '../helpers/stack';
+import { eventually, resultWithin, waitForPhase } from '../helpers/stack';
+import { stackSuite } from '../helpers/suite';
 
 const SCHEMA = `
 CREATE TYPE public.mood AS ENUM ('calm', 'busy');
@@ -28,22 +29,20 @@ interface Snapshot {
 }
 
 describe('cancellation', () => {
-  let dbs: TestDatabases;
-  let stack: TestStack;
   let receiver: Receiver;
   let before: Snapshot;
   // Keeps the migration in the activity of the phase under test until the cancel reaches it.
   const hold = new ActivityHold();
 
   const snapshot = async (): Promise<Snapshot> => ({
-    source: await objectInventory(dbs, 'source'),
-    target: await objectInventory(dbs, 'target'),
-    orders: await rowsAsText(dbs, 'source', 'public.orders', 'id'),
+    source: await objectInventory(suite.dbs, 'source'),
+    target: await objectInventory(suite.dbs, 'target'),
+    orders: await rowsAsText(suite.dbs, 'source', 'public.orders', 'id'),
   });
 
   /** The `temporal` CLI against the test's dev server (asynchronously: the worker runs in this process). */
   const temporal = async (...args: string[]): Promise<string> => {
-    const { stdout } = await promisify(execFile)(locateTemporalBinary()!, [...args, '--address', stack.server.address, '--namespace', stack.server.namespace], {
+    const { stdout } = await promisify(execFile)(locateTemporalBinary()!, [...args, '--address', suite.stack.server.address, '--namespace', suite.stack.server.namespace], {
       encoding: 'utf8',
       timeout: 30_000,
     });
@@ -61,7 +60,7 @@ describe('cancellation', () => {
 
   /** Waits for the end, then checks the outcome, the callback and both databases. */
   async function expectCancelledAndClean(id: string, hook: string): Promise<void> {
-    const result = await resultWithin(stack.ferry, id);
+    const result = await resultWithin(suite.stack.ferry, id);
     expect(result.state).toBe('CANCELLED');
     expect(result.callback).toEqual({ delivered: true });
     const calls = receiver.to(`/${hook}`).filter((d) => d.headers['idempotency-key'] === id);
@@ -69,47 +68,44 @@ describe('cancellation', () => {
     expect(calls[0].json).toMatchObject({ task_id: id, state: 'CANCELLED' });
     expect(await snapshot()).toEqual(before);
     // The source still takes writes: no freeze, no capture trigger left behind.
-    await dbs.exec('source', "UPDATE public.orders SET mood = 'busy' WHERE id = 1; UPDATE public.orders SET mood = 'calm' WHERE id = 1");
+    await suite.dbs.exec('source', "UPDATE public.orders SET mood = 'busy' WHERE id = 1; UPDATE public.orders SET mood = 'calm' WHERE id = 1");
   }
 
-  beforeAll(async () => {
-    dbs = await TestDatabases.create('cancel', ['source', 'target']);
-    await dbs.exec('source', SCHEMA);
-    receiver = await Receiver.start();
+  const suite = stackSuite({
+    name: 'cancel',
+    databases: { source: SCHEMA, target: '' },
+    connections: { src: 'source', dst: 'target' },
+    workers: 0,
     // The receiver is on 127.0.0.1, a target workers refuse unless allowed.
-    stack = await TestStack.start({
-      connections: { src: dbs.url('source'), dst: dbs.url('target') },
-      workers: 0,
-      extraEnv: { FERRY_CALLBACK_ALLOW_PRIVATE: 'true' },
-    });
-    await stack.startWorker({ interceptors: hold.interceptors() });
-    before = await snapshot();
-  });
-
-  afterAll(async () => {
-    await stack?.teardown();
-    await receiver?.close();
-    await dbs?.drop();
+    extraEnv: { FERRY_CALLBACK_ALLOW_PRIVATE: 'true' },
+    ready: async ({ stack }) => {
+      receiver = await Receiver.start();
+      await stack.startWorker({ interceptors: hold.interceptors() });
+      before = await snapshot();
+    },
+    cleanup: async () => {
+      await receiver?.close();
+    },
   });
 
   it('during preflight (the cancel signal sent with the temporal CLI)', async () => {
     const held = hold.arm('preflight');
     try {
-      const { id } = await stack.ferry.start(spec('preflight'), { id: 'cancel-preflight', skipPreflight: true });
+      const { id } = await suite.stack.ferry.start(spec('preflight'), { id: 'cancel-preflight', skipPreflight: true });
       expect(await held).toMatchObject({ workflowId: id, activityType: 'preflight' });
-      expect(await stack.ferry.status(id)).toMatchObject({ state: 'RUNNING', phase: 'PENDING' });
+      expect(await suite.stack.ferry.status(id)).toMatchObject({ state: 'RUNNING', phase: 'PENDING' });
       await temporal('workflow', 'signal', '--workflow-id', id, '--name', 'cancel', '--input', '{"reason":"wrong tables"}');
       await expectCancelledAndClean(id, 'preflight');
-      expect((await stack.ferry.result(id)).error?.message).toMatch(/wrong tables/);
+      expect((await suite.stack.ferry.result(id)).error?.message).toMatch(/wrong tables/);
     } finally {
       hold.disarm('preflight');
     }
   });
 
   it('during the copy (Temporal\'s own cancellation, `temporal workflow cancel`)', async () => {
-    const { id } = await stack.ferry.start(spec('copy'), { id: 'cancel-copy' });
-    await stack.ferry.throttle(id, { rowsPerSecond: 4000 });
-    await eventually(async () => (await dbs.query<{ n: number }>('target', 'SELECT count(*)::int AS n FROM public.orders').catch(() => [{ n: 0 }]))[0].n > 0);
+    const { id } = await suite.stack.ferry.start(spec('copy'), { id: 'cancel-copy' });
+    await suite.stack.ferry.throttle(id, { rowsPerSecond: 4000 });
+    await eventually(async () => (await suite.dbs.query<{ n: number }>('target', 'SELECT count(*)::int AS n FROM public.orders').catch(() => [{ n: 0 }]))[0].n > 0);
     // The state query and the pause signal through the temporal CLI, as another program would.
     const state = JSON.parse(await temporal('workflow', 'query', '--workflow-id', id, '--type', 'state', '--output', 'json')) as {
       queryResult: [{ phase: string; tables: unknown[] }];
@@ -117,20 +113,20 @@ describe('cancellation', () => {
     expect(state.queryResult[0].phase).toBe('FULL_MIGRATING');
     expect(state.queryResult[0].tables).toHaveLength(2);
     await temporal('workflow', 'signal', '--workflow-id', id, '--name', 'pause');
-    await eventually(async () => (await stack.ferry.status(id)).paused);
+    await eventually(async () => (await suite.stack.ferry.status(id)).paused);
     await temporal('workflow', 'cancel', '--workflow-id', id);
     await expectCancelledAndClean(id, 'copy');
-    const described = await stack.client.workflow.getHandle(id).describe();
+    const described = await suite.stack.client.workflow.getHandle(id).describe();
     expect(described.status.name).toBe('CANCELLED');
   });
 
   it('during validation (`ferry cancel`)', async () => {
     const held = hold.arm('validateChunk');
     try {
-      const { id } = await stack.ferry.start(spec('validate'), { id: 'cancel-validate' });
+      const { id } = await suite.stack.ferry.start(spec('validate'), { id: 'cancel-validate' });
       expect((await held).workflowId).toMatch(new RegExp(`^${id}/table-`));
-      expect((await stack.ferry.status(id)).tables.map((t) => t.phase)).toContain('VALIDATING');
-      const cancel = await stack.runCli(['cancel', id, '--reason', 'maintenance window over']);
+      expect((await suite.stack.ferry.status(id)).tables.map((t) => t.phase)).toContain('VALIDATING');
+      const cancel = await suite.stack.runCli(['cancel', id, '--reason', 'maintenance window over']);
       expect(cancel.code).toBe(0);
       await expectCancelledAndClean(id, 'validate');
     } finally {
@@ -141,11 +137,11 @@ describe('cancellation', () => {
   it('during incremental sync of an online migration', async () => {
     const held = hold.arm('syncChanges');
     try {
-      const { id } = await stack.ferry.start(spec('sync', { mode: 'online', cutover: { approval: 'manual', approvalTimeout: '10m' } }), { id: 'cancel-sync' });
+      const { id } = await suite.stack.ferry.start(spec('sync', { mode: 'online', cutover: { approval: 'manual', approvalTimeout: '10m' } }), { id: 'cancel-sync' });
       const table = Number((await held).workflowId.split('/table-')[1]);
-      expect((await stack.ferry.status(id)).tables[table].phase).toBe('INCR_SYNCING');
-      await dbs.exec('source', 'UPDATE public.notes SET body = body WHERE id <= 50'); // changes are being captured
-      await stack.ferry.cancel(id, 'sync test');
+      expect((await suite.stack.ferry.status(id)).tables[table].phase).toBe('INCR_SYNCING');
+      await suite.dbs.exec('source', 'UPDATE public.notes SET body = body WHERE id <= 50'); // changes are being captured
+      await suite.stack.ferry.cancel(id, 'sync test');
       await expectCancelledAndClean(id, 'sync');
     } finally {
       hold.disarm('syncChanges');
@@ -153,9 +149,9 @@ describe('cancellation', () => {
   });
 
   it('while waiting for approval (the approveCutover gate), with the Temporal client\'s cancel', async () => {
-    const { id } = await stack.ferry.start(spec('approval', { mode: 'online', cutover: { approval: 'manual', approvalTimeout: '10m' } }), { id: 'cancel-approval' });
-    await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL');
-    await stack.client.workflow.getHandle(id).cancel();
+    const { id } = await suite.stack.ferry.start(spec('approval', { mode: 'online', cutover: { approval: 'manual', approvalTimeout: '10m' } }), { id: 'cancel-approval' });
+    await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL');
+    await suite.stack.client.workflow.getHandle(id).cancel();
     await expectCancelledAndClean(id, 'approval');
   });
 });

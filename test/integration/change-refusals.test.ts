@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CHANGE_WORKFLOW } from '../../src/core/names';
 import { objectInventory, TestDatabases } from '../helpers/databases';
-import { TestStack } from '../helpers/stack';
+import { stackSuite } from '../helpers/suite';
 
 /** Columns, constraints and indexes of shop.orders: what a schema change would alter. */
 async function schemaOf(dbs: TestDatabases): Promise<string[]> {
@@ -59,45 +59,36 @@ const HOSTILE: Record<string, { plan: unknown; says: RegExp }> = {
 };
 
 describe('change plans that must change nothing', () => {
-  let dbs: TestDatabases;
-  let stack: TestStack;
-
-  beforeAll(async () => {
-    dbs = await TestDatabases.create('change_refusals', ['app']);
-    await dbs.exec(
-      'app',
-      `CREATE SCHEMA shop;
+  const suite = stackSuite({
+    name: 'change_refusals',
+    databases: {
+      app: `CREATE SCHEMA shop;
        CREATE TABLE shop.customers (id int PRIMARY KEY);
        CREATE TABLE shop.orders (id bigint PRIMARY KEY, customer_id int, total int NOT NULL);
        INSERT INTO shop.customers SELECT g FROM generate_series(1, 10) g;
        INSERT INTO shop.orders SELECT g, 1 + g % 10, g % 100 FROM generate_series(1, 5000) g;`,
-    );
-    stack = await TestStack.start({ connections: { app: dbs.url('app') }, workers: 1 });
-  });
-
-  afterAll(async () => {
-    await stack?.teardown();
-    await dbs?.drop();
+    },
+    workers: 1,
   });
 
   it('refuses hostile and unsafe plans with exit 2, naming the problem, and changes nothing', async () => {
-    const before = await schemaOf(dbs);
+    const before = await schemaOf(suite.dbs);
     for (const [name, { plan, says }] of Object.entries(HOSTILE)) {
       const file = join(tmpdir(), `ferry-change-${process.pid}-${name.replace(/\W+/g, '-')}.json`);
       writeFileSync(file, JSON.stringify({ kind: 'change', database: 'app', ...(plan as object) }));
-      const out = await stack.runCli(['start', file]);
+      const out = await suite.stack.runCli(['start', file]);
       expect({ name, code: out.code }).toEqual({ name, code: 2 });
       expect({ name, stderr: out.stderr }).toEqual({ name, stderr: expect.stringMatching(says) });
     }
-    expect(await schemaOf(dbs)).toEqual(before);
+    expect(await schemaOf(suite.dbs)).toEqual(before);
     const started: string[] = [];
-    for await (const w of stack.client.workflow.list({ query: `WorkflowType = '${CHANGE_WORKFLOW}' AND TaskQueue = '${stack.taskQueue}'` })) started.push(w.workflowId);
+    for await (const w of suite.stack.client.workflow.list({ query: `WorkflowType = '${CHANGE_WORKFLOW}' AND TaskQueue = '${suite.stack.taskQueue}'` })) started.push(w.workflowId);
     expect(started).toEqual([]);
   });
 
   it('a failing step with onFailure: rollback undoes the completed steps in reverse and leaves the schema as it was', async () => {
-    const before = await schemaOf(dbs);
-    const { id } = await stack.ferry.startChange({
+    const before = await schemaOf(suite.dbs);
+    const { id } = await suite.stack.ferry.startChange({
       kind: 'change',
       id: 'rolled-back',
       database: 'app',
@@ -112,12 +103,12 @@ describe('change plans that must change nothing', () => {
         { sql: 'ALTER TABLE shop.orders ALTER COLUMN note SET NOT NULL' },
       ],
     });
-    const result = await stack.ferry.changeResult(id);
+    const result = await suite.stack.ferry.changeResult(id);
     expect(result.state).toBe('FAILED');
     expect(result.error?.type).toBe('PostgresError.23514');
     expect(result.steps.map((s) => s.state)).toEqual(['ROLLED_BACK', 'SUCCEEDED', 'ROLLED_BACK', 'ROLLED_BACK', 'FAILED', 'SKIPPED']);
     expect(result.warnings).toEqual(['step 2 (backfill): updated rows keep their new values']);
     expect(result.events.map((e) => e.type)).toEqual(expect.arrayContaining(['StepFailed', 'RollbackStarted', 'StepRolledBack', 'RolledBack']));
-    expect(await schemaOf(dbs)).toEqual(before);
+    expect(await schemaOf(suite.dbs)).toEqual(before);
   });
 });

@@ -8,10 +8,10 @@ import os from 'node:os';
 import { Client } from 'pg';
 import { runningActivities } from '../helpers/chaos';
 import { activityStarts } from '../helpers/history';
-import { TestDatabases } from '../helpers/databases';
 import { awaitRetry, HeldLock, Killed } from '../helpers/kills';
 import { initPgbench, PGBENCH } from '../helpers/pgbench';
-import { eventually, RunningProcessWorker, TestStack } from '../helpers/stack';
+import { eventually, RunningProcessWorker } from '../helpers/stack';
+import { stackSuite } from '../helpers/suite';
 import { spawn } from 'node:child_process';
 
 const ROWS = 200_000;
@@ -63,18 +63,19 @@ function startProbe(url: string): { stop: () => Promise<{ count: number; maxMs: 
 }
 
 describe('change plans under load, with workers killed', () => {
-  let dbs: TestDatabases;
-  let stack: TestStack;
   let workers: RunningProcessWorker[];
 
-  beforeAll(async () => {
-    dbs = await TestDatabases.create('change', ['app']);
-    await initPgbench(dbs.url('app'), 2);
-    // Counts, per row, the updates that changed `note` (the column the plan adds): the proof
-    // that the backfill touched every row exactly once. to_jsonb: it runs before the column exists.
-    await dbs.exec(
-      'app',
-      `CREATE TABLE public.note_writes (aid int PRIMARY KEY, n int NOT NULL);
+  const suite = stackSuite({
+    name: 'change',
+    databases: { app: '' },
+    workers: 0,
+    seed: async (dbs) => {
+      await initPgbench(dbs.url('app'), 2);
+      // Counts, per row, the updates that changed `note` (the column the plan adds): the proof
+      // that the backfill touched every row exactly once. to_jsonb: it runs before the column exists.
+      await dbs.exec(
+        'app',
+        `CREATE TABLE public.note_writes (aid int PRIMARY KEY, n int NOT NULL);
        CREATE FUNCTION public.count_note_writes() RETURNS trigger LANGUAGE plpgsql AS $$
        BEGIN
          IF to_jsonb(NEW) -> 'note' IS DISTINCT FROM to_jsonb(OLD) -> 'note' THEN
@@ -84,20 +85,17 @@ describe('change plans under load, with workers killed', () => {
        END $$;
        CREATE TRIGGER count_note_writes AFTER UPDATE ON public.pgbench_accounts FOR EACH ROW EXECUTE FUNCTION public.count_note_writes();
        ANALYZE public.pgbench_accounts;`,
-    );
-    stack = await TestStack.start({ connections: { app: dbs.url('app') }, workers: 0 });
-    workers = [await stack.startWorkerProcessReady('w1'), await stack.startWorkerProcessReady('w2')];
-  });
-
-  afterAll(async () => {
-    await stack?.teardown();
-    await dbs?.drop();
+      );
+    },
+    ready: async () => {
+      workers = [await suite.stack.startWorkerProcessReady('w1'), await suite.stack.startWorkerProcessReady('w2')];
+    },
   });
 
   /** Kills the worker that runs `activity` of `id` right now, heartbeating; returns what was killed. */
   async function killRunning(id: string, activity: string, ready: () => Promise<boolean> = async () => true): Promise<Killed> {
     const target = await eventually(async () => {
-      const running = await runningActivities(stack.ferry, [id]);
+      const running = await runningActivities(suite.stack.ferry, [id]);
       const a = running.find((r) => r.activity === activity && r.heartbeating);
       return a && (await ready()) ? a : undefined;
     }, 90_000, 100);
@@ -105,12 +103,12 @@ describe('change plans under load, with workers killed', () => {
     victim.process.kill('SIGKILL');
     await victim.exited;
     // A fresh worker takes the dead one's place, so two remain for the next kill.
-    workers = [...workers.filter((w) => w !== victim), await stack.startWorkerProcessReady(`${victim.identity}-again`)];
+    workers = [...workers.filter((w) => w !== victim), await suite.stack.startWorkerProcessReady(`${victim.identity}-again`)];
     return { ...target, at: Date.now() };
   }
 
   it('adds a column, backfills every row exactly once across a SIGKILL, builds the index concurrently and sets NOT NULL, writers never stalled', async () => {
-    const url = dbs.url('app');
+    const url = suite.dbs.url('app');
     const load = startTpcb(url);
     const probe = startProbe(url);
     let latency = { count: 0, maxMs: 0, lockWaitsOver2s: 0 };
@@ -126,7 +124,7 @@ describe('change plans under load, with workers killed', () => {
       await batch.end();
     });
     try {
-      const { id } = await stack.ferry.startChange({
+      const { id } = await suite.stack.ferry.startChange({
         kind: 'change',
         id: 'add-note',
         database: 'app',
@@ -142,11 +140,11 @@ describe('change plans under load, with workers killed', () => {
       });
       // Killed once a third of the rows are committed, while the slice is running.
       const killed = await killRunning(id, 'backfillSlice', async () => {
-        const rows = await dbs.query<{ n: string }>('app', 'SELECT coalesce(sum(rows_updated), 0) AS n FROM _ferry_change.backfills').catch(() => [{ n: '0' }]);
+        const rows = await suite.dbs.query<{ n: string }>('app', 'SELECT coalesce(sum(rows_updated), 0) AS n FROM _ferry_change.backfills').catch(() => [{ n: '0' }]);
         return Number(rows[0].n) > ROWS / 3;
       });
-      expect(await awaitRetry(stack.ferry, killed)).toMatchObject({ attempt: killed.attempt + 1, endedBy: 'heartbeat timeout' });
-      const result = await stack.ferry.changeResult(id);
+      expect(await awaitRetry(suite.stack.ferry, killed)).toMatchObject({ attempt: killed.attempt + 1, endedBy: 'heartbeat timeout' });
+      const result = await suite.stack.ferry.changeResult(id);
       expect(result.error).toBeNull();
       expect(result.state).toBe('SUCCEEDED');
       expect(result.steps.map((s) => s.state)).toEqual(['SUCCEEDED', 'SUCCEEDED', 'SUCCEEDED', 'SUCCEEDED']);
@@ -163,12 +161,12 @@ describe('change plans under load, with workers killed', () => {
     }
 
     // Every row backfilled, each exactly once.
-    const [counts] = await dbs.query<{ rows: string; min: number; max: number }>('app', 'SELECT count(*) AS rows, min(n) AS min, max(n) AS max FROM public.note_writes');
+    const [counts] = await suite.dbs.query<{ rows: string; min: number; max: number }>('app', 'SELECT count(*) AS rows, min(n) AS min, max(n) AS max FROM public.note_writes');
     expect({ rows: Number(counts.rows), min: counts.min, max: counts.max }).toEqual({ rows: ROWS, min: 1, max: 1 });
-    const [notes] = await dbs.query<{ missing: string; total: string }>('app', `SELECT count(*) FILTER (WHERE note IS DISTINCT FROM 'n/a') AS missing, count(*) AS total FROM public.pgbench_accounts`);
+    const [notes] = await suite.dbs.query<{ missing: string; total: string }>('app', `SELECT count(*) FILTER (WHERE note IS DISTINCT FROM 'n/a') AS missing, count(*) AS total FROM public.pgbench_accounts`);
     expect({ missing: Number(notes.missing), total: Number(notes.total) }).toEqual({ missing: 0, total: ROWS });
     // The index is valid, the column NOT NULL, the helper CHECK gone, the bookkeeping removed.
-    const [catalog] = await dbs.query<{ valid: boolean; not_null: boolean; checks: string; bookkeeping: boolean }>(
+    const [catalog] = await suite.dbs.query<{ valid: boolean; not_null: boolean; checks: string; bookkeeping: boolean }>(
       'app',
       `SELECT (SELECT indisvalid FROM pg_index WHERE indexrelid = 'public.accounts_note_idx'::regclass) AS valid,
               (SELECT attnotnull FROM pg_attribute WHERE attrelid = 'public.pgbench_accounts'::regclass AND attname = 'note') AS not_null,
@@ -186,29 +184,29 @@ describe('change plans under load, with workers killed', () => {
   it('an index build killed mid-way leaves an INVALID index, which the retry drops before building it valid', async () => {
     // An open write transaction keeps CREATE INDEX CONCURRENTLY waiting after its catalog entry
     // exists (as INVALID): the build is killed there.
-    const hold = await HeldLock.take(dbs.url('app'), 'open writer', ['UPDATE public.pgbench_accounts SET abalance = abalance WHERE aid = 1']);
+    const hold = await HeldLock.take(suite.dbs.url('app'), 'open writer', ['UPDATE public.pgbench_accounts SET abalance = abalance WHERE aid = 1']);
     let released = false;
     try {
-      const { id } = await stack.ferry.startChange({
+      const { id } = await suite.stack.ferry.startChange({
         kind: 'change',
         id: 'index-killed',
         database: 'app',
         steps: [{ index: { table: 'public.pgbench_accounts', name: 'accounts_bid_abalance_idx', columns: ['bid', 'abalance'] } }],
       });
       const invalid = () =>
-        dbs.query<{ valid: boolean }>('app', `SELECT i.indisvalid AS valid FROM pg_index i WHERE i.indexrelid = to_regclass('public.accounts_bid_abalance_idx')`);
+        suite.dbs.query<{ valid: boolean }>('app', `SELECT i.indisvalid AS valid FROM pg_index i WHERE i.indexrelid = to_regclass('public.accounts_bid_abalance_idx')`);
       const killed = await killRunning(id, 'buildChangeIndex', async () => (await invalid()).some((r) => r.valid === false));
       expect(await invalid()).toEqual([{ valid: false }]);
       await hold.release();
       released = true;
-      expect(await awaitRetry(stack.ferry, killed)).toMatchObject({ endedBy: 'heartbeat timeout' });
-      const result = await stack.ferry.changeResult(id);
+      expect(await awaitRetry(suite.stack.ferry, killed)).toMatchObject({ endedBy: 'heartbeat timeout' });
+      const result = await suite.stack.ferry.changeResult(id);
       expect(result.state).toBe('SUCCEEDED');
       expect(result.steps[0].note).toMatch(/dropped INVALID accounts_bid_abalance_idx/);
     } finally {
       if (!released) await hold.release();
     }
-    const indexes = await dbs.query<{ name: string; valid: boolean }>(
+    const indexes = await suite.dbs.query<{ name: string; valid: boolean }>(
       'app',
       `SELECT c.relname AS name, i.indisvalid AS valid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'public.pgbench_accounts'::regclass ORDER BY 1`,
     );
@@ -220,7 +218,7 @@ describe('change plans under load, with workers killed', () => {
   });
 
   it('shows each step with its progress in ferry status while a backfill runs, pause holds it, and every control signal is on record with who sent it and why', async () => {
-    const { id } = await stack.ferry.startChange({
+    const { id } = await suite.stack.ferry.startChange({
       kind: 'change',
       id: 'status-lines',
       database: 'app',
@@ -228,30 +226,30 @@ describe('change plans under load, with workers killed', () => {
       steps: [{ backfill: { table: 'public.pgbench_accounts', set: { abalance: 'abalance' }, batchRows: 1000 } }],
     });
     const running = await eventually(async () => {
-      const s = await stack.ferry.changeStatus(id);
+      const s = await suite.stack.ferry.changeStatus(id);
       return s.steps[0].state === 'RUNNING' && (s.steps[0].progress?.done ?? 0) > 0 ? s : undefined;
     });
     expect(running.steps[0].progress).toMatchObject({ unit: 'rows', total: expect.any(Number) });
-    const cli = await stack.runCli(['status', id]);
+    const cli = await suite.stack.runCli(['status', id]);
     expect(cli.code).toBe(0);
     expect(cli.stdout).toMatch(/1\. RUNNING\s+backfill public\.pgbench_accounts \(abalance\)\s+\d+\/\d+ rows/);
-    expect((await stack.runCli(['pause', id, '--reason', 'vacuum window'])).code).toBe(0);
+    expect((await suite.stack.runCli(['pause', id, '--reason', 'vacuum window'])).code).toBe(0);
     const paused = await eventually(async () => {
-      const s = await stack.ferry.changeStatus(id);
+      const s = await suite.stack.ferry.changeStatus(id);
       return s.waiting?.startsWith('paused') ? s : undefined;
     });
     expect(paused.paused).toBe(true);
     // Paused: the slice running at the pause ended, and no batch commits until resume (the
     // checkpoint table says so, before and after a throttle change has gone through).
-    await eventually(async () => !(await runningActivities(stack.ferry, [id])).some((a) => a.activity === 'backfillSlice'));
+    await eventually(async () => !(await runningActivities(suite.stack.ferry, [id])).some((a) => a.activity === 'backfillSlice'));
     const held = await checkpointRows();
-    await stack.ferry.throttle(id, { rowsPerSecond: 50_000 });
-    await eventually(async () => (await stack.ferry.changeStatus(id)).throttle.rowsPerSecond === 50_000);
+    await suite.stack.ferry.throttle(id, { rowsPerSecond: 50_000 });
+    await eventually(async () => (await suite.stack.ferry.changeStatus(id)).throttle.rowsPerSecond === 50_000);
     expect(await checkpointRows()).toBe(held);
-    expect((await stack.runCli(['resume', id, '--actor', 'oncall-bob'])).code).toBe(0);
+    expect((await suite.stack.runCli(['resume', id, '--actor', 'oncall-bob'])).code).toBe(0);
     await eventually(async () => (await checkpointRows()) > held);
-    await stack.ferry.cancel(id, 'test over', 'alice');
-    const result = await stack.ferry.changeResult(id);
+    await suite.stack.ferry.cancel(id, 'test over', 'alice');
+    const result = await suite.stack.ferry.changeResult(id);
     expect(result.state).toBe('CANCELLED');
     expect(result.error?.message).toBe('test over');
     expect(result.steps[0].state).toBe('FAILED');
@@ -266,7 +264,7 @@ describe('change plans under load, with workers killed', () => {
     expect(result.events.filter((e) => e.type === 'ControlReceived').map((e) => e.detail?.signal)).toEqual(['pause', 'throttle', 'resume', 'cancel']);
 
     async function checkpointRows(): Promise<number> {
-      const rows = await dbs.query<{ n: string }>('app', `SELECT coalesce(sum(rows_scanned), 0) AS n FROM _ferry_change.backfills WHERE change_id = $1`, [id]);
+      const rows = await suite.dbs.query<{ n: string }>('app', `SELECT coalesce(sum(rows_scanned), 0) AS n FROM _ferry_change.backfills WHERE change_id = $1`, [id]);
       return Number(rows[0].n);
     }
   });
@@ -275,14 +273,14 @@ describe('change plans under load, with workers killed', () => {
     // Six sessions of the test's own, busy in pg_sleep: more than the plan's limit of three.
     const busy = await Promise.all(
       Array.from({ length: 6 }, async () => {
-        const c = new Client({ connectionString: dbs.url('app'), application_name: 'ferry-test-busy' });
+        const c = new Client({ connectionString: suite.dbs.url('app'), application_name: 'ferry-test-busy' });
         await c.connect();
         c.on('error', () => undefined);
         return c;
       }),
     );
     const sleeping = busy.map((c) => c.query('SELECT pg_sleep(600)').catch(() => undefined));
-    const { id } = await stack.ferry.startChange({
+    const { id } = await suite.stack.ferry.startChange({
       kind: 'change',
       id: 'busy-database',
       database: 'app',
@@ -290,30 +288,30 @@ describe('change plans under load, with workers killed', () => {
       steps: [{ backfill: { table: 'public.pgbench_accounts', set: { filler: "'checked'" }, batchRows: 1000 } }],
     });
     try {
-      const held = await eventually(async () => (await stack.ferry.changeStatus(id)).waiting?.match(/^(\d+) active sessions > maxActiveSessions 3$/), 60_000);
+      const held = await eventually(async () => (await suite.stack.ferry.changeStatus(id)).waiting?.match(/^(\d+) active sessions > maxActiveSessions 3$/), 60_000);
       expect(Number(held[1])).toBeGreaterThanOrEqual(6);
       // It looked again, twice, and still did nothing: no batch committed.
-      await eventually(async () => (await activityStarts(stack.client, id)).filter((a) => a.activityType === 'backfillSlice').length >= 3, 60_000, 500);
+      await eventually(async () => (await activityStarts(suite.stack.client, id)).filter((a) => a.activityType === 'backfillSlice').length >= 3, 60_000, 500);
       expect(await updated()).toBe(0);
-      expect((await stack.ferry.changeStatus(id)).steps[0].state).toBe('RUNNING');
+      expect((await suite.stack.ferry.changeStatus(id)).steps[0].state).toBe('RUNNING');
     } finally {
-      await dbs.query('app', `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'ferry-test-busy'`);
+      await suite.dbs.query('app', `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'ferry-test-busy'`);
       await Promise.all(sleeping);
       await Promise.all(busy.map((c) => c.end().catch(() => undefined)));
     }
-    const result = await stack.ferry.changeResult(id);
+    const result = await suite.stack.ferry.changeResult(id);
     expect(result.state).toBe('SUCCEEDED');
     expect(await updated()).toBe(ROWS);
 
     async function updated(): Promise<number> {
-      const rows = await dbs.query<{ n: string }>('app', `SELECT count(*) AS n FROM public.pgbench_accounts WHERE filler = 'checked'`);
+      const rows = await suite.dbs.query<{ n: string }>('app', `SELECT count(*) AS n FROM public.pgbench_accounts WHERE filler = 'checked'`);
       return Number(rows[0].n);
     }
   });
 
   it('a backfill whose history grows long continues as new between slices and updates every row exactly once', async () => {
-    await dbs.exec('app', 'CREATE TABLE public.balances_before AS SELECT aid, abalance FROM public.pgbench_accounts');
-    const { id, runId } = await stack.ferry.startChange(
+    await suite.dbs.exec('app', 'CREATE TABLE public.balances_before AS SELECT aid, abalance FROM public.pgbench_accounts');
+    const { id, runId } = await suite.stack.ferry.startChange(
       {
         kind: 'change',
         id: 'long-backfill',
@@ -323,12 +321,12 @@ describe('change plans under load, with workers killed', () => {
       },
       { historyLimit: 40 },
     );
-    const result = await stack.ferry.changeResult(id);
+    const result = await suite.stack.ferry.changeResult(id);
     expect(result.state).toBe('SUCCEEDED');
     // Handed over at least once: the first run closed CONTINUED_AS_NEW.
-    expect((await stack.client.workflow.getHandle(id, runId).describe()).status.name).toBe('CONTINUED_AS_NEW');
+    expect((await suite.stack.client.workflow.getHandle(id, runId).describe()).status.name).toBe('CONTINUED_AS_NEW');
     // Every row once: each balance is its frozen value plus one.
-    const [rows] = await dbs.query<{ n: string; wrong: string }>(
+    const [rows] = await suite.dbs.query<{ n: string; wrong: string }>(
       'app',
       `SELECT count(*) AS n, count(*) FILTER (WHERE a.abalance <> b.abalance + 1) AS wrong FROM public.pgbench_accounts a JOIN public.balances_before b USING (aid)`,
     );

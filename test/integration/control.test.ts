@@ -13,6 +13,7 @@ import { FerryPhaseKey, FerrySourceKey, FerryStateKey } from '../../src/core/nam
 import { rowsAsText, TestDatabases } from '../helpers/databases';
 import { beforeActivity } from '../helpers/interceptors';
 import { eventually, resultWithin, TestStack } from '../helpers/stack';
+import { stackSuite } from '../helpers/suite';
 
 /** Runs a CLI verb that prints JSON; a failure shows the CLI's stderr. */
 async function cliJson<T>(stack: TestStack, args: string[]): Promise<T> {
@@ -69,15 +70,12 @@ async function batchSizes(dbs: TestDatabases, table: string): Promise<number[]> 
 }
 
 describe('controlling migrations', () => {
-  let dbs: TestDatabases;
-  let stack: TestStack;
   let failPrepare = 0;
 
-  beforeAll(async () => {
-    dbs = await TestDatabases.create('control', ['source', 'target']);
-    await dbs.exec(
-      'source',
-      `CREATE TABLE public.big (id bigint PRIMARY KEY, payload text);
+  const suite = stackSuite({
+    name: 'control',
+    databases: {
+      source: `CREATE TABLE public.big (id bigint PRIMARY KEY, payload text);
        INSERT INTO public.big SELECT g, md5(g::text) FROM generate_series(1, 200000) g;
        CREATE TABLE public.twin (id bigint PRIMARY KEY, payload text);
        INSERT INTO public.twin SELECT id, payload FROM public.big;
@@ -92,49 +90,45 @@ describe('controlling migrations', () => {
        UPDATE public.halves SET v = -1 WHERE id = 3500;
        ALTER TABLE public.halves ADD CONSTRAINT v_positive CHECK (v > 0) NOT VALID;
        ANALYZE;`,
-    );
-    stack = await TestStack.start({ connections: { src: dbs.url('source'), dst: dbs.url('target') } });
-  });
-
-  afterAll(async () => {
-    await stack?.teardown();
-    await dbs?.drop();
+      target: '',
+    },
+    connections: { src: 'source', dst: 'target' },
   });
 
   it('shows QUEUED until a worker picks the migration up, and RETRYING while an activity retries', async () => {
     // A task queue no worker polls yet.
-    const taskQueue = `${stack.taskQueue}-late`;
-    const ferry = FerryClient.fromClient(stack.client, { taskQueue });
+    const taskQueue = `${suite.stack.taskQueue}-late`;
+    const ferry = FerryClient.fromClient(suite.stack.client, { taskQueue });
     const { id } = await ferry.start({ source: 'src', target: 'dst', tables: ['public.small'] }, { id: 'queued', skipPreflight: true });
     expect((await ferry.status(id)).state).toBe('QUEUED');
-    expect(await stack.runCli(['status', id, '--json']).then((r) => JSON.parse(r.stdout).state)).toBe('QUEUED');
+    expect(await suite.stack.runCli(['status', id, '--json']).then((r) => JSON.parse(r.stdout).state)).toBe('QUEUED');
 
     failPrepare = 3;
-    await stack.startWorker({
+    await suite.stack.startWorker({
       taskQueue,
       interceptors: beforeActivity('prepareTarget', async () => {
         if (failPrepare-- > 0) throw ApplicationFailure.retryable('target is restarting', 'TargetUnavailable');
       }),
     });
     const retrying = await eventually(async () => {
-      const s = await stack.ferry.status(id);
+      const s = await suite.stack.ferry.status(id);
       return s.state === 'RETRYING' ? s : undefined;
     }, 30_000);
     expect(retrying.retrying).toMatchObject({ workflowId: id, activity: 'prepareTarget', lastError: 'target is restarting' });
     expect(retrying.retrying!.attempt).toBeGreaterThanOrEqual(2);
-    expect((await resultWithin(stack.ferry, id)).state).toBe('SUCCEEDED');
-    await dbs.exec('target', 'DROP TABLE public.small');
+    expect((await resultWithin(suite.stack.ferry, id)).state).toBe('SUCCEEDED');
+    await suite.dbs.exec('target', 'DROP TABLE public.small');
   });
 
   it('starting an id that is already running returns that migration instead of a second one', async () => {
     const spec = { source: 'src', target: 'dst', tables: ['public.big'] };
-    const first = await stack.ferry.start(spec, { id: 'same-id' });
-    await stack.ferry.throttle(first.id, { rowsPerSecond: 20_000 });
-    const second = await stack.ferry.start(spec, { id: 'same-id' });
+    const first = await suite.stack.ferry.start(spec, { id: 'same-id' });
+    await suite.stack.ferry.throttle(first.id, { rowsPerSecond: 20_000 });
+    const second = await suite.stack.ferry.start(spec, { id: 'same-id' });
     expect(second).toEqual({ id: 'same-id', runId: first.runId, started: false });
 
     // What the Web UI shows: summary, memo, search attributes, and the live current details.
-    const handle = stack.client.workflow.getHandle(first.id);
+    const handle = suite.stack.client.workflow.getHandle(first.id);
     await eventually(async () => (await handle.describe()).typedSearchAttributes.get(FerryPhaseKey) === 'FULL_MIGRATING');
     const d = await handle.describe();
     expect(await d.staticSummary()).toBe('Ferry full migration src → dst: 1 table(s)');
@@ -143,40 +137,40 @@ describe('controlling migrations', () => {
     expect(d.typedSearchAttributes.get(FerrySourceKey)).toBe('src');
     const metadata = await handle.query<{ currentDetails: string }>('__temporal_workflow_metadata');
     expect(metadata.currentDetails).toMatch(/^\*\*RUNNING\*\* · FULL_MIGRATING\n\n\| table \| phase \| rows \| lag \|\n[^\n]*\n\| public\.big \| [A-Z_]+ \| [\d,]+ \/ ~[\d,]+ \| {2}\|/);
-    await stack.ferry.cancel(first.id);
-    expect((await resultWithin(stack.ferry, first.id)).state).toBe('CANCELLED');
+    await suite.stack.ferry.cancel(first.id);
+    expect((await resultWithin(suite.stack.ferry, first.id)).state).toBe('CANCELLED');
   });
 
   it('pauses between batches, resumes from the checkpoints, and obeys throttle changes within seconds', async () => {
-    const { id } = await stack.ferry.start({ source: 'src', target: 'dst', batchRows: 2000, tables: [{ name: 'public.big', chunks: 2 }] }, { id: 'paced' });
-    await stack.ferry.throttle(id, { rowsPerSecond: 5000 });
-    await eventually(() => copyingUnderLatestControl(stack, `${id}/table-0`), 30_000);
-    const throttled = await rate(dbs, 'public.big', 4000);
+    const { id } = await suite.stack.ferry.start({ source: 'src', target: 'dst', batchRows: 2000, tables: [{ name: 'public.big', chunks: 2 }] }, { id: 'paced' });
+    await suite.stack.ferry.throttle(id, { rowsPerSecond: 5000 });
+    await eventually(() => copyingUnderLatestControl(suite.stack, `${id}/table-0`), 30_000);
+    const throttled = await rate(suite.dbs, 'public.big', 4000);
     expect(throttled).toBeGreaterThan(1000);
     expect(throttled).toBeLessThan(8000);
 
-    expect((await stack.runCli(['pause', id, '--reason', 'nightly batch window'])).code).toBe(0);
-    await eventually(async () => (await stack.ferry.status(id)).paused);
+    expect((await suite.stack.runCli(['pause', id, '--reason', 'nightly batch window'])).code).toBe(0);
+    await eventually(async () => (await suite.stack.ferry.status(id)).paused);
     // Paused once the running slices have ended (each after its batch) and none was dispatched again.
-    await eventually(() => noCopySlice(stack, `${id}/table-0`), 30_000);
-    expect(await rate(dbs, 'public.big', 3000)).toBe(0);
-    const pausedStatus = await stack.ferry.status(id);
+    await eventually(() => noCopySlice(suite.stack, `${id}/table-0`), 30_000);
+    expect(await rate(suite.dbs, 'public.big', 3000)).toBe(0);
+    const pausedStatus = await suite.stack.ferry.status(id);
     expect(pausedStatus.paused).toBe(true);
 
-    await stack.runCli(['resume', id, '--actor', 'oncall-bob']);
-    expect((await stack.runCli(['throttle', id, '--rows-per-second', '20000', '--reason', 'window over'])).code).toBe(0);
-    await eventually(() => copyingUnderLatestControl(stack, `${id}/table-0`), 30_000);
-    const faster = await rate(dbs, 'public.big', 3000);
+    await suite.stack.runCli(['resume', id, '--actor', 'oncall-bob']);
+    expect((await suite.stack.runCli(['throttle', id, '--rows-per-second', '20000', '--reason', 'window over'])).code).toBe(0);
+    await eventually(() => copyingUnderLatestControl(suite.stack, `${id}/table-0`), 30_000);
+    const faster = await rate(suite.dbs, 'public.big', 3000);
     expect(faster).toBeGreaterThan(throttled * 1.5);
-    await stack.ferry.throttle(id, { rowsPerSecond: 0 });
-    const result = await resultWithin(stack.ferry, id);
+    await suite.stack.ferry.throttle(id, { rowsPerSecond: 0 });
+    const result = await resultWithin(suite.stack.ferry, id);
     expect(result.state).toBe('SUCCEEDED');
-    expect(await rowsAsText(dbs, 'target', 'public.big', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.big', 'id'));
-    await dbs.exec('target', 'DROP TABLE public.big');
+    expect(await rowsAsText(suite.dbs, 'target', 'public.big', 'id')).toEqual(await rowsAsText(suite.dbs, 'source', 'public.big', 'id'));
+    await suite.dbs.exec('target', 'DROP TABLE public.big');
 
     // Every control signal is on record with who sent it (the CLI's OS user unless --actor) and why.
     const me = userInfo().username;
-    const controls = (await stack.ferry.status(id)).transitions.filter((t) => t.machine === 'control').map(({ at: _at, ...c }) => c);
+    const controls = (await suite.stack.ferry.status(id)).transitions.filter((t) => t.machine === 'control').map(({ at: _at, ...c }) => c);
     expect(controls).toEqual([
       { machine: 'control', signal: 'throttle', from: 'no cap', to: '5000 rows/s' },
       { machine: 'control', signal: 'pause', from: 'running', to: 'paused', actor: me, reason: 'nightly batch window' },
@@ -192,45 +186,45 @@ describe('controlling migrations', () => {
       actor: me,
       reason: 'nightly batch window',
     });
-    expect((await stack.runCli(['result', id])).stdout).toContain(`control: pause by ${me} (nightly batch window) at`);
+    expect((await suite.stack.runCli(['result', id])).stdout).toContain(`control: pause by ${me} (nightly batch window) at`);
   });
 
   it('changes the batch size of a running copy (`ferry throttle --batch-rows`), and ignores a bad throttle signal with a warning', async () => {
-    const { id } = await stack.ferry.start({ source: 'src', target: 'dst', batchRows: 1000, tables: [{ name: 'public.batched', chunks: 2 }] }, { id: 'rebatched' });
-    await stack.ferry.throttle(id, { rowsPerSecond: 4000 });
-    await eventually(async () => (await batchSizes(dbs, 'public.batched')).length >= 2, 30_000);
+    const { id } = await suite.stack.ferry.start({ source: 'src', target: 'dst', batchRows: 1000, tables: [{ name: 'public.batched', chunks: 2 }] }, { id: 'rebatched' });
+    await suite.stack.ferry.throttle(id, { rowsPerSecond: 4000 });
+    await eventually(async () => (await batchSizes(suite.dbs, 'public.batched')).length >= 2, 30_000);
 
     // From another client, as the temporal CLI could send it: out of range, so nothing changes.
     const signalsBefore = async () =>
-      ((await stack.client.workflow.getHandle(`${id}/table-0`).fetchHistory()).events ?? []).filter((e) => e.workflowExecutionSignaledEventAttributes?.signalName === 'control').length;
+      ((await suite.stack.client.workflow.getHandle(`${id}/table-0`).fetchHistory()).events ?? []).filter((e) => e.workflowExecutionSignaledEventAttributes?.signalName === 'control').length;
     const controls = await signalsBefore();
-    await stack.client.workflow.getHandle(id).signal('throttle', { rowsPerSecond: -5, batchRows: 5 });
-    const warned = await eventually(async () => (await stack.ferry.status(id)).warnings?.find((w) => /ignored a throttle signal/.test(w)), 20_000);
+    await suite.stack.client.workflow.getHandle(id).signal('throttle', { rowsPerSecond: -5, batchRows: 5 });
+    const warned = await eventually(async () => (await suite.stack.ferry.status(id)).warnings?.find((w) => /ignored a throttle signal/.test(w)), 20_000);
     expect(warned).toBe('ignored a throttle signal: throttle.rowsPerSecond must be a whole number from 0 (no cap) to 100000000');
     expect(await signalsBefore()).toBe(controls); // never forwarded to the table
 
-    expect((await stack.runCli(['throttle', id, '--batch-rows', '300'])).code).toBe(0);
-    await eventually(() => copyingUnderLatestControl(stack, `${id}/table-0`), 30_000);
-    await eventually(async () => (await batchSizes(dbs, 'public.batched')).filter((n) => n === 300).length >= 3, 30_000);
-    await stack.ferry.throttle(id, { rowsPerSecond: 0 });
-    expect((await resultWithin(stack.ferry, id)).state).toBe('SUCCEEDED');
-    expect(await rowsAsText(dbs, 'target', 'public.batched', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.batched', 'id'));
+    expect((await suite.stack.runCli(['throttle', id, '--batch-rows', '300'])).code).toBe(0);
+    await eventually(() => copyingUnderLatestControl(suite.stack, `${id}/table-0`), 30_000);
+    await eventually(async () => (await batchSizes(suite.dbs, 'public.batched')).filter((n) => n === 300).length >= 3, 30_000);
+    await suite.stack.ferry.throttle(id, { rowsPerSecond: 0 });
+    expect((await resultWithin(suite.stack.ferry, id)).state).toBe('SUCCEEDED');
+    expect(await rowsAsText(suite.dbs, 'target', 'public.batched', 'id')).toEqual(await rowsAsText(suite.dbs, 'source', 'public.batched', 'id'));
 
     // One transaction per batch: 1000 rows before the change, 300 after; smaller only as the
     // last batch of a chunk (two chunks); never 5, nor anything between.
-    const sizes = await batchSizes(dbs, 'public.batched');
+    const sizes = await batchSizes(suite.dbs, 'public.batched');
     expect(sizes.filter((n) => n === 1000).length).toBeGreaterThanOrEqual(2);
     expect(sizes.filter((n) => n === 300).length).toBeGreaterThanOrEqual(3);
     expect(sizes.filter((n) => n !== 1000 && n !== 300).length).toBeLessThanOrEqual(2);
     expect(sizes.filter((n) => n !== 1000 && n !== 300).every((n) => n < 300)).toBe(true);
     expect(sizes.reduce((a, b) => a + b, 0)).toBe(30000);
-    await dbs.exec('target', 'DROP TABLE public.batched');
+    await suite.dbs.exec('target', 'DROP TABLE public.batched');
   });
 
   it('ferry watch reads a capped copy at its cap, without NaN or infinity, and ends with the outcome', async () => {
-    const { id } = await stack.ferry.start({ source: 'src', target: 'dst', batchRows: 500, tables: ['public.watched'] }, { id: 'watched-cap' });
-    await stack.ferry.throttle(id, { rowsPerSecond: 2000 });
-    const out = await stack.runCli(['watch', id]);
+    const { id } = await suite.stack.ferry.start({ source: 'src', target: 'dst', batchRows: 500, tables: ['public.watched'] }, { id: 'watched-cap' });
+    await suite.stack.ferry.throttle(id, { rowsPerSecond: 2000 });
+    const out = await suite.stack.runCli(['watch', id]);
     expect(out.code).toBe(0);
     expect(out.stderr).not.toMatch(/NaN|Infinity|INF/);
     // Each line: time, then the table's rows and rate; the rate counts once ten seconds of copying have passed.
@@ -259,47 +253,47 @@ describe('controlling migrations', () => {
         { name: 'public.twin', chunks: 3 },
       ],
     };
-    const { id } = await stack.ferry.start(spec, { id: 'shared-cap' });
-    await stack.ferry.throttle(id, { rowsPerSecond: 4000 });
-    await eventually(async () => (await stack.ferry.status(id)).tables.every((t) => t.phase === 'FULL_MIGRATING'));
-    await eventually(async () => (await copyingUnderLatestControl(stack, `${id}/table-0`)) && copyingUnderLatestControl(stack, `${id}/table-1`), 30_000);
-    const [big, twin] = await Promise.all([rate(dbs, 'public.big', 5000), rate(dbs, 'public.twin', 5000)]);
+    const { id } = await suite.stack.ferry.start(spec, { id: 'shared-cap' });
+    await suite.stack.ferry.throttle(id, { rowsPerSecond: 4000 });
+    await eventually(async () => (await suite.stack.ferry.status(id)).tables.every((t) => t.phase === 'FULL_MIGRATING'));
+    await eventually(async () => (await copyingUnderLatestControl(suite.stack, `${id}/table-0`)) && copyingUnderLatestControl(suite.stack, `${id}/table-1`), 30_000);
+    const [big, twin] = await Promise.all([rate(suite.dbs, 'public.big', 5000), rate(suite.dbs, 'public.twin', 5000)]);
     // Four chunks copy at once; each alone would be allowed the whole cap without the sharing.
     expect(big + twin).toBeGreaterThan(2000);
     expect(big + twin).toBeLessThan(5500);
-    await stack.ferry.cancel(id);
-    expect((await resultWithin(stack.ferry, id)).state).toBe('CANCELLED');
+    await suite.stack.ferry.cancel(id);
+    expect((await resultWithin(suite.stack.ferry, id)).state).toBe('CANCELLED');
   });
 
   it('retries a FAILED migration from the checkpoints onFailure: keep left, and lists by state', async () => {
     const spec = { source: 'src', target: 'dst', onFailure: 'keep', batchRows: 500, tables: [{ name: 'public.halves', chunks: 2 }] };
-    const { id } = await stack.ferry.start(spec, { id: 'retry-me' });
-    const failed = await resultWithin(stack.ferry, id);
+    const { id } = await suite.stack.ferry.start(spec, { id: 'retry-me' });
+    const failed = await resultWithin(suite.stack.ferry, id);
     expect(failed.state).toBe('FAILED');
     expect(failed.error?.cause).toMatch(/v_positive/);
-    const kept = await targetRows(dbs, 'public.halves');
+    const kept = await targetRows(suite.dbs, 'public.halves');
     expect(kept).toBeGreaterThanOrEqual(2000); // the first chunk's rows stayed (onFailure: keep)
 
-    const failedList = await cliJson<{ id: string }[]>(stack, ['list', '--state', 'FAILED', '--json']);
+    const failedList = await cliJson<{ id: string }[]>(suite.stack, ['list', '--state', 'FAILED', '--json']);
     expect(failedList.map((m) => m.id)).toEqual(['retry-me']);
 
-    await dbs.exec('source', 'UPDATE public.halves SET v = 1 WHERE id = 3500');
-    const retry = await stack.runCli(['retry', id]);
+    await suite.dbs.exec('source', 'UPDATE public.halves SET v = 1 WHERE id = 3500');
+    const retry = await suite.stack.runCli(['retry', id]);
     expect(retry.code).toBe(0);
-    const result = await resultWithin(stack.ferry, id);
+    const result = await resultWithin(suite.stack.ferry, id);
     expect(result.state).toBe('SUCCEEDED');
-    expect(await rowsAsText(dbs, 'target', 'public.halves', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.halves', 'id'));
+    expect(await rowsAsText(suite.dbs, 'target', 'public.halves', 'id')).toEqual(await rowsAsText(suite.dbs, 'source', 'public.halves', 'id'));
     // The chunk that had finished was not copied again: the new run's slice for it moved 0 rows.
     const slices = result.events.filter((e) => e.type === 'SliceMigrated').map((e) => e.detail as { chunk: number; rows: number });
     expect(slices.find((s) => s.chunk === 0)?.rows).toBe(0);
-    const status = await stack.ferry.status(id);
+    const status = await suite.stack.ferry.status(id);
     expect(status.transitions.filter((t) => t.machine === 'state').map((t) => `${t.from}→${t.to}`)).toEqual([
       'FAILED→PENDING',
       'PENDING→QUEUED',
       'QUEUED→RUNNING',
       'RUNNING→SUCCEEDED',
     ]);
-    const succeeded = (await cliJson<{ id: string }[]>(stack, ['list', '--state', 'SUCCEEDED', '--json'])).map((m) => m.id);
+    const succeeded = (await cliJson<{ id: string }[]>(suite.stack, ['list', '--state', 'SUCCEEDED', '--json'])).map((m) => m.id);
     expect(succeeded).toContain('retry-me');
     expect(succeeded).not.toContain('same-id');
   });

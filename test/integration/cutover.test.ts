@@ -10,7 +10,8 @@ import { Client } from 'pg';
 import { compareTable, ferryTriggers } from '../helpers/chaos';
 import { objectInventory, rowsAsText, TestDatabases } from '../helpers/databases';
 import { initPgbench, startBatchJob, startPgbenchLoad } from '../helpers/pgbench';
-import { eventually, resultWithin, TestStack, waitForPhase } from '../helpers/stack';
+import { eventually, resultWithin, waitForPhase } from '../helpers/stack';
+import { stackSuite } from '../helpers/suite';
 
 /** Rows waiting in every change log of every migration on a database. */
 async function pendingChanges(dbs: TestDatabases, role: string): Promise<number> {
@@ -47,36 +48,32 @@ ANALYZE;`;
 
 describe('the cutover of an online migration', () => {
   describe('under pgbench and a batch job holding 20-second write transactions', () => {
-    let dbs: TestDatabases;
-    let stack: TestStack;
-
-    beforeAll(async () => {
-      dbs = await TestDatabases.create('cutover_load', ['source', 'target']);
-      await initPgbench(dbs.url('source'));
-      await dbs.exec('source', `CREATE TABLE public.batches (id bigserial PRIMARY KEY, note text, at timestamptz DEFAULT now()); ${SMALL}`);
-      stack = await TestStack.start({ connections: { app: dbs.url('source'), next: dbs.url('target') } });
-    });
-
-    afterAll(async () => {
-      await stack?.teardown();
-      await dbs?.drop();
+    const suite = stackSuite({
+      name: 'cutover_load',
+      databases: { source: '', target: '' },
+      connections: { app: 'source', next: 'target' },
+      // pgbench's tables first, then the batch job's table and SMALL (whose ANALYZE covers all).
+      seed: async (dbs) => {
+        await initPgbench(dbs.url('source'));
+        await dbs.exec('source', `CREATE TABLE public.batches (id bigserial PRIMARY KEY, note text, at timestamptz DEFAULT now()); ${SMALL}`);
+      },
     });
 
     it('completes without a lock race, keeps the log from growing while it waits, and bounds the outage by the longest writer', async () => {
       const HOLD_MS = 20_000;
       const tables = ['public.pgbench_accounts', 'public.pgbench_branches', 'public.pgbench_tellers', 'public.batches', 'public.teams', 'public.users'];
-      const { id } = await stack.ferry.start(
+      const { id } = await suite.stack.ferry.start(
         { source: 'app', target: 'next', mode: 'online', tables, cutover: { approval: 'manual', approvalTimeout: '10m' } },
         { id: 'cutover-load' },
       );
-      const load = startPgbenchLoad(dbs.url('source'), 2);
+      const load = startPgbenchLoad(suite.dbs.url('source'), 2);
       // Capture's CREATE TRIGGER needs a moment without an open write transaction on each table
       // (README, limits): the batch job starts once capture is in place.
-      await eventually(async () => (await stack.ferry.status(id)).phase !== 'PENDING', 120_000);
-      const batch = await startBatchJob(dbs.url('source'), 'public.batches', HOLD_MS);
+      await eventually(async () => (await suite.stack.ferry.status(id)).phase !== 'PENDING', 120_000);
+      const batch = await startBatchJob(suite.dbs.url('source'), 'public.batches', HOLD_MS);
       // A second application that swaps two users' unique e-mails in one transaction: its keys
       // can reach the target in different sync batches.
-      const swapper = new Client({ connectionString: dbs.url('source') });
+      const swapper = new Client({ connectionString: suite.dbs.url('source') });
       await swapper.connect();
       let swapping = true;
       const swaps = (async () => {
@@ -102,26 +99,26 @@ describe('the cutover of an online migration', () => {
       let maxBeforeApproval = 0;
       let maxDuringCutover = 0;
       try {
-        await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL', 180_000);
+        await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL', 180_000);
         // The batch job has committed once (its transactions last 20 s; on an idle machine the
         // migration can reach approval sooner): its next one is the writer the cutover waits for.
         await eventually(async () => batch.committed > 0, 60_000, 200);
         // The steady backlog while the sync keeps up, then approval in the middle of a batch
         // transaction (the job is never between two of them for long).
         for (let i = 0; i < 10; i += 1) {
-          maxBeforeApproval = Math.max(maxBeforeApproval, await pendingChanges(dbs, 'source'));
+          maxBeforeApproval = Math.max(maxBeforeApproval, await pendingChanges(suite.dbs, 'source'));
           await new Promise((r) => setTimeout(r, 300));
         }
-        await stack.ferry.approve(id);
+        await suite.stack.ferry.approve(id);
         const sampling = (async () => {
           for (;;) {
-            const status = await stack.ferry.status(id);
+            const status = await suite.stack.ferry.status(id);
             if (status.endedAt) return;
-            maxDuringCutover = Math.max(maxDuringCutover, await pendingChanges(dbs, 'source'));
+            maxDuringCutover = Math.max(maxDuringCutover, await pendingChanges(suite.dbs, 'source'));
             await new Promise((r) => setTimeout(r, 250));
           }
         })();
-        result = await resultWithin(stack.ferry, id, 240_000);
+        result = await resultWithin(suite.stack.ferry, id, 240_000);
         await sampling;
       } finally {
         swapping = false;
@@ -143,28 +140,21 @@ describe('the cutover of an online migration', () => {
       expect(result.cutover!.writeOutageMs).toBeLessThanOrEqual(HOLD_MS + 8000);
       for (const table of tables) {
         const key = table.includes('accounts') ? 'aid' : table.includes('branches') ? 'bid' : table.includes('tellers') ? 'tid' : 'id';
-        const comparison = await compareTable(dbs, 'source', 'target', table, key);
+        const comparison = await compareTable(suite.dbs, 'source', 'target', table, key);
         expect(comparison).toMatchObject({ equal: true, duplicateKeys: 0 });
       }
       // Unique e-mails and the foreign key exist on the target and hold.
-      const constraints = await dbs.query<{ c: string }>('target', `SELECT conname || ':' || contype::text || ':' || convalidated::text AS c FROM pg_constraint WHERE conrelid = 'public.users'::regclass ORDER BY 1`);
+      const constraints = await suite.dbs.query<{ c: string }>('target', `SELECT conname || ':' || contype::text || ':' || convalidated::text AS c FROM pg_constraint WHERE conrelid = 'public.users'::regclass ORDER BY 1`);
       expect(constraints.map((c) => c.c)).toEqual(['users_email_key:u:true', 'users_pkey:p:true', 'users_team_id_fkey:f:true']);
     }, 420_000);
   });
 
   describe('blocked by a session that never ends its write transaction', () => {
-    let dbs: TestDatabases;
-    let stack: TestStack;
-
-    beforeEach(async () => {
-      dbs = await TestDatabases.create('cutover_blocked', ['source', 'target']);
-      await dbs.exec('source', SMALL);
-      stack = await TestStack.start({ connections: { app: dbs.url('source'), next: dbs.url('target') } });
-    });
-
-    afterEach(async () => {
-      await stack?.teardown();
-      await dbs?.drop();
+    const suite = stackSuite({
+      name: 'cutover_blocked',
+      databases: { source: SMALL, target: '' },
+      connections: { app: 'source', next: 'target' },
+      perTest: true,
     });
 
     const spec = (cutover: Record<string, unknown>) => ({
@@ -176,17 +166,17 @@ describe('the cutover of an online migration', () => {
     });
 
     it('names the blocker while it blocks, then with onBlocked: terminate ends it and completes', async () => {
-      const { id } = await stack.ferry.start(spec({ maxWait: '8s', onBlocked: 'terminate' }), { id: 'cutover-terminate' });
-      await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL');
-      const blocker = await openWriter(dbs.url('source'), `UPDATE public.teams SET name = 'held' WHERE id = 7`, 'nightly-report');
-      await stack.ferry.approve(id);
+      const { id } = await suite.stack.ferry.start(spec({ maxWait: '8s', onBlocked: 'terminate' }), { id: 'cutover-terminate' });
+      await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL');
+      const blocker = await openWriter(suite.dbs.url('source'), `UPDATE public.teams SET name = 'held' WHERE id = 7`, 'nightly-report');
+      await suite.stack.ferry.approve(id);
       // While it blocks, status names it: pid, application, user, transaction age, query.
       const named = await eventually(async () => {
-        const { stdout } = await stack.runCli(['status', id]);
+        const { stdout } = await suite.stack.runCli(['status', id]);
         return stdout.includes(String(blocker.pid)) && stdout.includes('nightly-report') ? stdout : undefined;
       }, 30_000);
       expect(named).toMatch(/UPDATE public\.teams SET name = 'held'/);
-      const result = await resultWithin(stack.ferry, id, 90_000);
+      const result = await resultWithin(suite.stack.ferry, id, 90_000);
       expect(result.state).toBe('SUCCEEDED');
       // The blocker's session was ended and its change never happened.
       expect((await blocker.lost).message).toMatch(/terminat/);
@@ -196,21 +186,21 @@ describe('the cutover of an online migration', () => {
         blockers: [expect.objectContaining({ pid: blocker.pid, applicationName: 'nightly-report', user: 'postgres' })],
       });
       expect(blocked.some((e) => (e.detail as { terminated?: number[] }).terminated?.includes(blocker.pid))).toBe(true);
-      expect(await rowsAsText(dbs, 'target', 'public.teams', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.teams', 'id'));
-      expect(await dbs.query('source', `SELECT 1 FROM public.teams WHERE name = 'held'`)).toEqual([]);
+      expect(await rowsAsText(suite.dbs, 'target', 'public.teams', 'id')).toEqual(await rowsAsText(suite.dbs, 'source', 'public.teams', 'id'));
+      expect(await suite.dbs.query('source', `SELECT 1 FROM public.teams WHERE name = 'held'`)).toEqual([]);
     });
 
     it('with onBlocked: rollback leaves both sides exactly as they were', async () => {
       const before = {
-        source: await objectInventory(dbs, 'source'),
-        target: await objectInventory(dbs, 'target'),
-        users: await rowsAsText(dbs, 'source', 'public.users', 'id'),
+        source: await objectInventory(suite.dbs, 'source'),
+        target: await objectInventory(suite.dbs, 'target'),
+        users: await rowsAsText(suite.dbs, 'source', 'public.users', 'id'),
       };
-      const { id } = await stack.ferry.start(spec({ maxWait: '3s', onBlocked: 'rollback' }), { id: 'cutover-rollback' });
-      await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL');
-      const blocker = await openWriter(dbs.url('source'), `UPDATE public.users SET email = 'held@example.com' WHERE id = 3`, 'long-batch');
-      await stack.ferry.approve(id);
-      const result = await resultWithin(stack.ferry, id, 90_000);
+      const { id } = await suite.stack.ferry.start(spec({ maxWait: '3s', onBlocked: 'rollback' }), { id: 'cutover-rollback' });
+      await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL');
+      const blocker = await openWriter(suite.dbs.url('source'), `UPDATE public.users SET email = 'held@example.com' WHERE id = 3`, 'long-batch');
+      await suite.stack.ferry.approve(id);
+      const result = await resultWithin(suite.stack.ferry, id, 90_000);
       expect(result.state).toBe('FAILED');
       expect(result.error?.type).toBe('CutoverBlocked');
       expect(result.error?.message).toContain(String(blocker.pid));
@@ -219,55 +209,47 @@ describe('the cutover of an online migration', () => {
       expect(result.warnings.join('\n')).toMatch(/removed in the background/);
       await blocker.client.query('ROLLBACK');
       await blocker.client.end();
-      await eventually(async () => JSON.stringify(await objectInventory(dbs, 'source')) === JSON.stringify(before.source), 60_000, 500);
-      expect(await objectInventory(dbs, 'source')).toEqual(before.source);
-      expect(await objectInventory(dbs, 'target')).toEqual(before.target);
-      expect(await rowsAsText(dbs, 'source', 'public.users', 'id')).toEqual(before.users);
-      await dbs.exec('source', `UPDATE public.users SET email = 'writable@example.com' WHERE id = 3`);
+      await eventually(async () => JSON.stringify(await objectInventory(suite.dbs, 'source')) === JSON.stringify(before.source), 60_000, 500);
+      expect(await objectInventory(suite.dbs, 'source')).toEqual(before.source);
+      expect(await objectInventory(suite.dbs, 'target')).toEqual(before.target);
+      expect(await rowsAsText(suite.dbs, 'source', 'public.users', 'id')).toEqual(before.users);
+      await suite.dbs.exec('source', `UPDATE public.users SET email = 'writable@example.com' WHERE id = 3`);
     });
   });
 
   describe('with a long reader on the source', () => {
-    let dbs: TestDatabases;
-    let stack: TestStack;
-
-    beforeAll(async () => {
-      dbs = await TestDatabases.create('cutover_reader', ['source', 'target']);
-      await dbs.exec('source', SMALL);
-      stack = await TestStack.start({ connections: { app: dbs.url('source'), next: dbs.url('target') } });
-    });
-
-    afterAll(async () => {
-      await stack?.teardown();
-      await dbs?.drop();
+    const suite = stackSuite({
+      name: 'cutover_reader',
+      databases: { source: SMALL, target: '' },
+      connections: { app: 'source', next: 'target' },
     });
 
     it('still succeeds when capture cannot be removed at once, lifts the freeze, and removes capture once the reader ends', async () => {
-      const { id } = await stack.ferry.start(
+      const { id } = await suite.stack.ferry.start(
         { source: 'app', target: 'next', mode: 'online', tables: ['public.teams', 'public.users'], cutover: { approval: 'manual', afterwards: 'unfreeze' } },
         { id: 'cutover-reader' },
       );
-      await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL');
+      await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL');
       // pg_dump-like: a transaction that has read the table and stays open.
-      const reader = new Client({ connectionString: dbs.url('source'), application_name: 'pg_dump' });
+      const reader = new Client({ connectionString: suite.dbs.url('source'), application_name: 'pg_dump' });
       await reader.connect();
       await reader.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
       await reader.query('SELECT count(*) FROM public.users');
       let result;
       try {
-        await stack.ferry.approve(id);
-        result = await resultWithin(stack.ferry, id, 120_000);
+        await suite.stack.ferry.approve(id);
+        result = await resultWithin(suite.stack.ferry, id, 120_000);
         expect(result.state).toBe('SUCCEEDED');
         expect(result.warnings.join('\n')).toMatch(/capture .*removed in the background/);
         // Unfrozen at once, although the triggers are still there.
-        await dbs.exec('source', `UPDATE public.teams SET name = 'writable' WHERE id = 1`);
+        await suite.dbs.exec('source', `UPDATE public.teams SET name = 'writable' WHERE id = 1`);
       } finally {
         await reader.query('COMMIT');
         await reader.end();
       }
-      await eventually(async () => (await ferryTriggers(dbs, 'source')).length === 0, 120_000, 1000);
-      expect(await dbs.query('source', `SELECT nspname FROM pg_namespace WHERE nspname LIKE '\\_ferry%'`)).toEqual([]);
-      expect(await rowsAsText(dbs, 'target', 'public.users', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.users', 'id'));
+      await eventually(async () => (await ferryTriggers(suite.dbs, 'source')).length === 0, 120_000, 1000);
+      expect(await suite.dbs.query('source', `SELECT nspname FROM pg_namespace WHERE nspname LIKE '\\_ferry%'`)).toEqual([]);
+      expect(await rowsAsText(suite.dbs, 'target', 'public.users', 'id')).toEqual(await rowsAsText(suite.dbs, 'source', 'public.users', 'id'));
     });
   });
 });

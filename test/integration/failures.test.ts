@@ -3,22 +3,19 @@
  * target tables exist (rolled back), rows altered behind Ferry's back (found and repaired), and
  * damage that keeps coming back (ConsistencyBreach, rolled back). Checked with SQL.
  */
-import { objectInventory, rowsAsText, TestDatabases } from '../helpers/databases';
+import { objectInventory, rowsAsText } from '../helpers/databases';
 import { beforeActivity } from '../helpers/interceptors';
-import { TestStack } from '../helpers/stack';
+import { stackSuite } from '../helpers/suite';
 import { RefusedError } from '../../src/client';
 import type { ValidateChunkInput } from '../../activities/validate-chunk';
 
 describe('failures and repairs', () => {
-  let dbs: TestDatabases;
-  let stack: TestStack;
   let tamper: ((input: ValidateChunkInput) => Promise<void>) | undefined;
 
-  beforeAll(async () => {
-    dbs = await TestDatabases.create('fail', ['source', 'target']);
-    await dbs.exec(
-      'source',
-      `CREATE TABLE public.no_key (v int);
+  const suite = stackSuite({
+    name: 'fail',
+    databases: {
+      source: `CREATE TABLE public.no_key (v int);
        CREATE TABLE public.accounts (id int PRIMARY KEY, owner text NOT NULL, balance numeric(12,2));
        INSERT INTO public.accounts SELECT g, 'owner ' || g, g * 1.5 FROM generate_series(1, 3000) g;
        CREATE TABLE public.strict (id int PRIMARY KEY, v int);
@@ -27,19 +24,17 @@ describe('failures and repairs', () => {
        ALTER TABLE public.strict ADD CONSTRAINT v_positive CHECK (v > 0) NOT VALID;
        CREATE TABLE public.filled (id int PRIMARY KEY);
        ANALYZE;`,
-    );
-    await dbs.exec('target', `CREATE TABLE public.filled (id int PRIMARY KEY); INSERT INTO public.filled VALUES (1);`);
-    stack = await TestStack.start({ connections: { src: dbs.url('source'), dst: dbs.url('target') }, workers: 0 });
-    await stack.startWorker({
-      interceptors: beforeActivity('validateChunk', async (input) => {
-        await tamper?.(input as ValidateChunkInput);
-      }),
-    });
-  });
-
-  afterAll(async () => {
-    await stack?.teardown();
-    await dbs?.drop();
+      target: `CREATE TABLE public.filled (id int PRIMARY KEY); INSERT INTO public.filled VALUES (1);`,
+    },
+    connections: { src: 'source', dst: 'target' },
+    workers: 0,
+    ready: async () => {
+      await suite.stack.startWorker({
+        interceptors: beforeActivity('validateChunk', async (input) => {
+          await tamper?.(input as ValidateChunkInput);
+        }),
+      });
+    },
   });
 
   beforeEach(() => {
@@ -51,27 +46,27 @@ describe('failures and repairs', () => {
     ['public.missing', 'MissingTable', /table public\.missing does not exist on source connection "src"/],
     ['public.filled', 'TargetNotEmpty', /target table public\.filled already has rows: empty it, or set truncate: true/],
   ])('refuses %s at preflight, names the fix, and changes nothing', async (table, type, message) => {
-    const before = { source: await objectInventory(dbs, 'source'), target: await objectInventory(dbs, 'target') };
-    const refusal = await stack.ferry.start({ source: 'src', target: 'dst', tables: [table] }, { id: `refuse-${type}` }).catch((e) => e);
+    const before = { source: await objectInventory(suite.dbs, 'source'), target: await objectInventory(suite.dbs, 'target') };
+    const refusal = await suite.stack.ferry.start({ source: 'src', target: 'dst', tables: [table] }, { id: `refuse-${type}` }).catch((e) => e);
     expect(refusal).toBeInstanceOf(RefusedError);
     expect(refusal.type).toBe(type);
     expect(refusal.message).toMatch(message);
-    expect(await stack.ferry.list()).toEqual([]);
-    expect(await objectInventory(dbs, 'source')).toEqual(before.source);
-    expect(await objectInventory(dbs, 'target')).toEqual(before.target);
-    expect(await dbs.query('target', 'SELECT count(*)::int AS n FROM public.filled')).toEqual([{ n: 1 }]);
+    expect(await suite.stack.ferry.list()).toEqual([]);
+    expect(await objectInventory(suite.dbs, 'source')).toEqual(before.source);
+    expect(await objectInventory(suite.dbs, 'target')).toEqual(before.target);
+    expect(await suite.dbs.query('target', 'SELECT count(*)::int AS n FROM public.filled')).toEqual([{ n: 1 }]);
   });
 
   it('rolls back the target tables it created when the copy fails for good', async () => {
-    const before = await objectInventory(dbs, 'target');
-    const { id } = await stack.ferry.start({ source: 'src', target: 'dst', tables: ['public.accounts', 'public.strict'] }, { id: 'fails-after-create' });
-    const result = await stack.ferry.result(id);
+    const before = await objectInventory(suite.dbs, 'target');
+    const { id } = await suite.stack.ferry.start({ source: 'src', target: 'dst', tables: ['public.accounts', 'public.strict'] }, { id: 'fails-after-create' });
+    const result = await suite.stack.ferry.result(id);
     expect(result.state).toBe('FAILED');
     expect(result.error?.type).toBe('PostgresError.23514');
     expect(result.error?.cause).toMatch(/violates check constraint "v_positive"/);
     expect(result.events.map((e) => e.type)).toEqual(expect.arrayContaining(['RollbackStarted', 'RolledBack', 'MigrationFinished']));
-    expect(await objectInventory(dbs, 'target')).toEqual(before);
-    const status = await stack.ferry.status(id);
+    expect(await objectInventory(suite.dbs, 'target')).toEqual(before);
+    const status = await suite.stack.ferry.status(id);
     expect(status.transitions.filter((t) => t.machine === 'phase').map((t) => t.to)).toEqual(['FULL_MIGRATING', 'ROLLING_BACK', 'FAILED']);
   });
 
@@ -80,37 +75,37 @@ describe('failures and repairs', () => {
     tamper = async (input) => {
       if (done || input.table.source.name !== 'accounts') return;
       done = true;
-      await dbs.exec(
+      await suite.dbs.exec(
         'target',
         `UPDATE public.accounts SET balance = balance + 0.01 WHERE id = 1234;
          DELETE FROM public.accounts WHERE id = 77;
          INSERT INTO public.accounts VALUES (999999, 'intruder', 0);`,
       );
     };
-    const { id } = await stack.ferry.start(
+    const { id } = await suite.stack.ferry.start(
       { source: 'src', target: 'dst', batchRows: 500, tables: [{ name: 'public.accounts', chunks: 1 }] },
       { id: 'repairs-tampering' },
     );
-    const result = await stack.ferry.result(id);
+    const result = await suite.stack.ferry.result(id);
     expect(done).toBe(true);
     expect(result.state).toBe('SUCCEEDED');
-    expect(await rowsAsText(dbs, 'target', 'public.accounts', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.accounts', 'id'));
+    expect(await rowsAsText(suite.dbs, 'target', 'public.accounts', 'id')).toEqual(await rowsAsText(suite.dbs, 'source', 'public.accounts', 'id'));
     const passed = result.events.find((e) => e.type === 'ValidationPassed');
     expect(passed?.detail?.repairedRanges).toBeGreaterThanOrEqual(2);
-    await dbs.exec('target', 'DROP TABLE public.accounts');
+    await suite.dbs.exec('target', 'DROP TABLE public.accounts');
   });
 
   it('gives up with ConsistencyBreach when the damage keeps coming back, and rolls back', async () => {
     tamper = async (input) => {
-      if (input.table.source.name === 'accounts') await dbs.exec('target', `UPDATE public.accounts SET owner = 'x' WHERE id = 10`);
+      if (input.table.source.name === 'accounts') await suite.dbs.exec('target', `UPDATE public.accounts SET owner = 'x' WHERE id = 10`);
     };
-    const before = await objectInventory(dbs, 'target');
-    const { id } = await stack.ferry.start({ source: 'src', target: 'dst', tables: [{ name: 'public.accounts', chunks: 2 }] }, { id: 'breach' });
-    const result = await stack.ferry.result(id);
+    const before = await objectInventory(suite.dbs, 'target');
+    const { id } = await suite.stack.ferry.start({ source: 'src', target: 'dst', tables: [{ name: 'public.accounts', chunks: 2 }] }, { id: 'breach' });
+    const result = await suite.stack.ferry.result(id);
     expect(result.state).toBe('FAILED');
     expect(result.error?.type).toBe('ConsistencyBreach');
     expect(result.error?.message).toMatch(/public\.accounts: 1 key range\(s\) still differ between source and target after 3 repair round\(s\)/);
     expect(result.events.map((e) => e.type)).toContain('ConsistencyBreach');
-    expect(await objectInventory(dbs, 'target')).toEqual(before);
+    expect(await objectInventory(suite.dbs, 'target')).toEqual(before);
   });
 });

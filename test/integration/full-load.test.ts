@@ -2,8 +2,8 @@
  * Full-load migration through the whole stack — dev server, worker with bundled workflows,
  * activities on real PostgreSQL — checked with SQL on both databases, not with Ferry's report.
  */
-import { objectInventory, rowsAsText, TestDatabases } from '../helpers/databases';
-import { TestStack } from '../helpers/stack';
+import { objectInventory, rowsAsText } from '../helpers/databases';
+import { stackSuite } from '../helpers/suite';
 
 const SOURCE_SCHEMA = `
 CREATE TYPE public.mood AS ENUM ('sad', 'ok', 'happy', 'it''s complicated');
@@ -77,20 +77,15 @@ const TABLES: [string, string][] = [
 ];
 
 describe('a full-load migration', () => {
-  let dbs: TestDatabases;
-  let stack: TestStack;
   let sourceBefore: string[];
 
-  beforeAll(async () => {
-    dbs = await TestDatabases.create('full', ['source', 'target']);
-    await dbs.exec('source', SOURCE_SCHEMA);
-    sourceBefore = await objectInventory(dbs, 'source');
-    stack = await TestStack.start({ connections: { legacy: dbs.url('source'), v2: dbs.url('target') } });
-  });
-
-  afterAll(async () => {
-    await stack?.teardown();
-    await dbs?.drop();
+  const suite = stackSuite({
+    name: 'full',
+    databases: { source: SOURCE_SCHEMA, target: '' },
+    connections: { legacy: 'source', v2: 'target' },
+    seed: async (dbs) => {
+      sourceBefore = await objectInventory(dbs, 'source');
+    },
   });
 
   it('copies every type, key kind and table shape exactly, then leaves no trace of Ferry', async () => {
@@ -112,13 +107,13 @@ describe('a full-load migration', () => {
         'app.with_identity',
       ],
     };
-    const plan = await stack.ferry.preflight(spec, 'full-load-plan');
+    const plan = await suite.stack.ferry.preflight(spec, 'full-load-plan');
     const format = (name: string) => plan.tables.find((t) => `${t.source.schema}.${t.source.name}` === name)?.copyFormat;
     expect([format('public.all_types'), format('public.enum_arrays'), format('public.gaps')]).toEqual(['binary', 'text', 'binary']);
     expect(plan.tables.find((t) => t.source.name === 'gaps')?.chunks).toHaveLength(4);
 
-    const started = await stack.ferry.start(spec, { id: 'full-load-e2e' });
-    const result = await stack.ferry.result(started.id);
+    const started = await suite.stack.ferry.start(spec, { id: 'full-load-e2e' });
+    const result = await suite.stack.ferry.result(started.id);
     expect(result.error).toBeNull();
     expect(result.state).toBe('SUCCEEDED');
     // Where the time went: the steps in order, back to back, adding up to the whole run.
@@ -130,35 +125,35 @@ describe('a full-load migration', () => {
     expect(stepsMs).toBeGreaterThan(result.duration_ms * 0.5);
 
     for (const [table, key] of TABLES) {
-      const [source, target] = await Promise.all([rowsAsText(dbs, 'source', table, key), rowsAsText(dbs, 'target', table, key)]);
+      const [source, target] = await Promise.all([rowsAsText(suite.dbs, 'source', table, key), rowsAsText(suite.dbs, 'target', table, key)]);
       expect({ table, rows: target.length }).toEqual({ table, rows: source.length });
       expect(target).toEqual(source);
     }
 
     // Generated columns are recomputed by the target; sequences continue where the source's are.
-    const [seq] = await dbs.query('target', `SELECT last_value::text AS v FROM app."Order Lines_Line Id_seq"`);
+    const [seq] = await suite.dbs.query('target', `SELECT last_value::text AS v FROM app."Order Lines_Line Id_seq"`);
     expect(seq.v).toBe('5000');
-    const [identity] = await dbs.query('target', `INSERT INTO app.with_identity (label) VALUES ('new') RETURNING id`);
+    const [identity] = await suite.dbs.query('target', `INSERT INTO app.with_identity (label) VALUES ('new') RETURNING id`);
     expect(identity.id).toBe(601);
-    const [generated] = await dbs.query('target', `SELECT attgenerated FROM pg_attribute WHERE attrelid = 'app."Order Lines"'::regclass AND attname = 'total'`);
+    const [generated] = await suite.dbs.query('target', `SELECT attgenerated FROM pg_attribute WHERE attrelid = 'app."Order Lines"'::regclass AND attname = 'total'`);
     expect(generated.attgenerated).toBe('s');
 
     // Secondary indexes, unique constraints and foreign keys (validated) arrive after the load.
-    const indexes = await dbs.query<{ def: string }>('target', `SELECT pg_get_indexdef(indexrelid) AS def FROM pg_index WHERE indrelid = 'app.with_identity'::regclass ORDER BY 1`);
+    const indexes = await suite.dbs.query<{ def: string }>('target', `SELECT pg_get_indexdef(indexrelid) AS def FROM pg_index WHERE indrelid = 'app.with_identity'::regclass ORDER BY 1`);
     expect(indexes.map((i) => i.def)).toEqual([
       'CREATE INDEX with_identity_lower ON app.with_identity USING btree (lower(label)) WHERE (ref > 10)',
       'CREATE UNIQUE INDEX with_identity_label_key ON app.with_identity USING btree (label)',
       'CREATE UNIQUE INDEX with_identity_pkey ON app.with_identity USING btree (id)',
     ]);
-    const fks = await dbs.query('target', `SELECT conname, convalidated FROM pg_constraint WHERE contype = 'f' AND conrelid = 'app.with_identity'::regclass`);
+    const fks = await suite.dbs.query('target', `SELECT conname, convalidated FROM pg_constraint WHERE contype = 'f' AND conrelid = 'app.with_identity'::regclass`);
     expect(fks).toEqual([{ conname: 'with_identity_ref_fkey', convalidated: true }]);
 
     // Nothing of Ferry remains: no bookkeeping on the target, the source untouched.
-    expect(await dbs.query('target', `SELECT nspname FROM pg_namespace WHERE nspname = '_ferry'`)).toEqual([]);
-    expect(await objectInventory(dbs, 'source')).toEqual(sourceBefore);
+    expect(await suite.dbs.query('target', `SELECT nspname FROM pg_namespace WHERE nspname = '_ferry'`)).toEqual([]);
+    expect(await objectInventory(suite.dbs, 'source')).toEqual(sourceBefore);
 
     // The status document tells the same story as the databases.
-    const status = await stack.ferry.status(started.id);
+    const status = await suite.stack.ferry.status(started.id);
     expect(status.state).toBe('SUCCEEDED');
     expect(status.phase).toBe('COMPLETED');
     expect(status.tables.find((t) => t.source === 'public.all_types')?.rowsCopied).toBe(4005);

@@ -4,20 +4,11 @@
  * migration waits for approval under writes for minutes and must still complete; and a migration
  * terminated anyway is cleaned up from its bookkeeping alone (`ferry cleanup`).
  */
-import { objectInventory, rowsAsText, TestDatabases } from '../helpers/databases';
-import { resultWithin, TestStack, waitForPhase } from '../helpers/stack';
+import { accounts, docs, items, seedSql, tags } from '../fixtures/seeds';
+import { objectInventory, rowsAsText } from '../helpers/databases';
+import { resultWithin, waitForPhase } from '../helpers/stack';
+import { stackSuite } from '../helpers/suite';
 import { startWriters } from '../helpers/writers';
-
-const SCHEMA = `
-CREATE TABLE public.accounts (id bigint PRIMARY KEY, balance numeric(12,2), note text);
-INSERT INTO public.accounts SELECT g, g / 10.0, 'seed ' || g FROM generate_series(1, 5000) g;
-CREATE TABLE public.items (a int, b text, v int NOT NULL, PRIMARY KEY (a, b));
-INSERT INTO public.items SELECT g % 40, 'k' || g, 0 FROM generate_series(1, 2000) g;
-CREATE TABLE public.docs (id uuid PRIMARY KEY, body text);
-INSERT INTO public.docs SELECT md5(g::text)::uuid, 'doc ' || g FROM generate_series(1, 500) g;
-CREATE TABLE public.tags (id int PRIMARY KEY, name text UNIQUE);
-INSERT INTO public.tags SELECT g, 'tag ' || g FROM generate_series(1, 300) g;
-ANALYZE;`;
 
 const TABLES: [string, string][] = [
   ['public.accounts', 'id'],
@@ -31,27 +22,18 @@ const HISTORY_LIMIT = 500;
 const WAIT_UNDER_WRITES_MS = 3 * 60_000;
 
 describe('a migration that runs for a long time', () => {
-  let dbs: TestDatabases;
-  let stack: TestStack;
-
-  beforeEach(async () => {
-    dbs = await TestDatabases.create('history', ['source', 'target']);
-    await dbs.exec('source', SCHEMA);
-    stack = await TestStack.start({
-      connections: { live: dbs.url('source'), next: dbs.url('target') },
-      server: {
-        dynamicConfig: {
-          'limit.historyCount.error': HISTORY_LIMIT,
-          'limit.historyCount.warn': HISTORY_LIMIT / 2,
-          'limit.historyCount.suggestContinueAsNew': HISTORY_LIMIT / 2,
-        },
+  const suite = stackSuite({
+    name: 'history',
+    databases: { source: seedSql(accounts(5000), items(2000), docs(500), tags(300)), target: '' },
+    connections: { live: 'source', next: 'target' },
+    server: {
+      dynamicConfig: {
+        'limit.historyCount.error': HISTORY_LIMIT,
+        'limit.historyCount.warn': HISTORY_LIMIT / 2,
+        'limit.historyCount.suggestContinueAsNew': HISTORY_LIMIT / 2,
       },
-    });
-  });
-
-  afterEach(async () => {
-    await stack?.teardown();
-    await dbs?.drop();
+    },
+    perTest: true,
   });
 
   const spec = {
@@ -62,35 +44,35 @@ describe('a migration that runs for a long time', () => {
     tables: TABLES.map(([t]) => t),
     cutover: { approval: 'manual', approvalTimeout: '1h' },
   };
-  const historyLength = async (workflowId: string) => (await stack.client.workflow.getHandle(workflowId).fetchHistory()).events?.length ?? 0;
+  const historyLength = async (workflowId: string) => (await suite.stack.client.workflow.getHandle(workflowId).fetchHistory()).events?.length ?? 0;
 
   it(`waits for approval under writes for minutes within a ${HISTORY_LIMIT}-event history limit, then completes`, async () => {
-    const { id } = await stack.ferry.start(spec, { id: 'history-wait' });
-    const writers = await startWriters(dbs.url('source'), 2);
+    const { id } = await suite.stack.ferry.start(spec, { id: 'history-wait' });
+    const writers = await startWriters(suite.dbs.url('source'), 2);
     let result;
     const lengths: number[] = [];
     try {
-      await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL', 120_000);
+      await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL', 120_000);
       // The wait is the scenario: minutes of writes, the tables syncing, nobody approving.
       const waitUntil = Date.now() + WAIT_UNDER_WRITES_MS;
       while (Date.now() < waitUntil) {
         lengths.push(await historyLength(id));
-        const status = await stack.ferry.status(id);
+        const status = await suite.stack.ferry.status(id);
         expect(status.endedAt).toBeUndefined();
         await new Promise((r) => setTimeout(r, 15_000));
       }
       // Progress is still readable, though the parent heard nothing of it: lag from the tables.
-      const status = await stack.ferry.status(id);
+      const status = await suite.stack.ferry.status(id);
       expect(status.tables.every((t) => t.lag !== undefined)).toBe(true);
-      await stack.ferry.approve(id);
-      result = await resultWithin(stack.ferry, id, 120_000);
+      await suite.stack.ferry.approve(id);
+      result = await resultWithin(suite.stack.ferry, id, 120_000);
     } finally {
       await writers.stop();
     }
     expect(result.state).toBe('SUCCEEDED');
     expect(writers.stats.operations).toBeGreaterThan(1000);
     for (const [table, key] of TABLES) {
-      expect(await rowsAsText(dbs, 'target', table, key)).toEqual(await rowsAsText(dbs, 'source', table, key));
+      expect(await rowsAsText(suite.dbs, 'target', table, key)).toEqual(await rowsAsText(suite.dbs, 'source', table, key));
     }
     // The parent's history did not grow while it waited, and stayed far from the limit.
     expect(lengths[lengths.length - 1] - lengths[0]).toBeLessThanOrEqual(10);
@@ -98,36 +80,36 @@ describe('a migration that runs for a long time', () => {
   }, 480_000);
 
   it('is cleaned up from its bookkeeping alone after it was terminated (`ferry cleanup`)', async () => {
-    const before = { source: await objectInventory(dbs, 'source'), target: await objectInventory(dbs, 'target') };
-    const { id } = await stack.ferry.start(spec, { id: 'history-terminated' });
-    await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL', 120_000);
+    const before = { source: await objectInventory(suite.dbs, 'source'), target: await objectInventory(suite.dbs, 'target') };
+    const { id } = await suite.stack.ferry.start(spec, { id: 'history-terminated' });
+    await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL', 120_000);
     // Terminated: no compensation runs, capture and the freeze stay on the source.
-    await stack.client.workflow.getHandle(id).terminate('operator terminated it');
-    expect(await objectInventory(dbs, 'source')).not.toEqual(before.source);
-    const cleanup = await stack.runCli(['cleanup', id]);
+    await suite.stack.client.workflow.getHandle(id).terminate('operator terminated it');
+    expect(await objectInventory(suite.dbs, 'source')).not.toEqual(before.source);
+    const cleanup = await suite.stack.runCli(['cleanup', id]);
     expect(cleanup.stderr).toBe('');
     expect(cleanup.code).toBe(0);
     expect(cleanup.stdout).toMatch(/capture, guard and freeze removed from the source; dropped on the target: table/);
-    expect(await objectInventory(dbs, 'source')).toEqual(before.source);
-    expect(await objectInventory(dbs, 'target')).toEqual(before.target);
-    await dbs.exec('source', `UPDATE public.tags SET name = 'writable' WHERE id = 1`);
+    expect(await objectInventory(suite.dbs, 'source')).toEqual(before.source);
+    expect(await objectInventory(suite.dbs, 'target')).toEqual(before.target);
+    await suite.dbs.exec('source', `UPDATE public.tags SET name = 'writable' WHERE id = 1`);
   });
 
   it('keeps the target of a migration terminated after its cutover completed, and its freeze', async () => {
-    const { id } = await stack.ferry.start(spec, { id: 'history-completed' });
-    await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL', 120_000);
+    const { id } = await suite.stack.ferry.start(spec, { id: 'history-completed' });
+    await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL', 120_000);
     // As if terminated right after the drain: the target's bookkeeping says it is complete.
-    await dbs.exec('target', `UPDATE _ferry.migrations SET completed_at = now() WHERE id = 'history-completed'`);
-    await stack.client.workflow.getHandle(id).terminate('terminated after the cutover');
-    const cleanup = await stack.runCli(['cleanup', id]);
+    await suite.dbs.exec('target', `UPDATE _ferry.migrations SET completed_at = now() WHERE id = 'history-completed'`);
+    await suite.stack.client.workflow.getHandle(id).terminate('terminated after the cutover');
+    const cleanup = await suite.stack.runCli(['cleanup', id]);
     expect(cleanup.code).toBe(0);
     expect(cleanup.stdout).toBe(
       "history-completed: capture removed from the source; the freeze stays (ferry unfreeze history-completed lifts it); the target's tables stay (it had completed its cutover)\n",
     );
     for (const [table, key] of TABLES) {
-      expect(await rowsAsText(dbs, 'target', table, key)).toEqual(await rowsAsText(dbs, 'source', table, key));
+      expect(await rowsAsText(suite.dbs, 'target', table, key)).toEqual(await rowsAsText(suite.dbs, 'source', table, key));
     }
-    expect(await dbs.query('target', `SELECT nspname FROM pg_namespace WHERE nspname = '_ferry'`)).toEqual([]);
-    await expect(dbs.exec('source', `UPDATE public.tags SET name = 'late' WHERE id = 1`)).rejects.toThrow(/frozen: Ferry migration history-completed moved it/);
+    expect(await suite.dbs.query('target', `SELECT nspname FROM pg_namespace WHERE nspname = '_ferry'`)).toEqual([]);
+    await expect(suite.dbs.exec('source', `UPDATE public.tags SET name = 'late' WHERE id = 1`)).rejects.toThrow(/frozen: Ferry migration history-completed moved it/);
   });
 });

@@ -12,8 +12,9 @@ import YAML from 'yaml';
 import { main } from '../../src/cli/main';
 import { PREFLIGHT_WORKFLOW } from '../../src/core/names';
 import { MAX_SPEC_FILE_BYTES } from '../../src/spec-file';
-import { objectInventory, rowsAsText, TestDatabases } from '../helpers/databases';
-import { eventually, TestStack, waitForPhase } from '../helpers/stack';
+import { objectInventory, rowsAsText } from '../helpers/databases';
+import { eventually, waitForPhase } from '../helpers/stack';
+import { stackSuite } from '../helpers/suite';
 
 const FIXTURES = join(__dirname, '..', 'fixtures', 'hostile');
 
@@ -103,8 +104,6 @@ async function validateInProcess(path: string): Promise<CliRun> {
 }
 
 describe('hostile input', () => {
-  let dbs: TestDatabases;
-  let stack: TestStack;
   let before: { source: string[]; target: string[] };
   const dir = mkdtempSync(join(tmpdir(), 'ferry-hostile-'));
   const corpus: (CorpusEntry & { path: string })[] = YAML.parse(readFileSync(join(FIXTURES, 'manifest.yaml'), 'utf8')).map((e: CorpusEntry) => ({
@@ -123,17 +122,16 @@ describe('hostile input', () => {
     { file: 'deeply-nested-metadata.json', path: deep, refusedBy: 'schema', stderr: ['metadata: must be plain JSON data'] },
   );
 
-  beforeAll(async () => {
-    dbs = await TestDatabases.create('hostile', ['source', 'target']);
-    await dbs.exec('source', SOURCE);
-    await dbs.exec('target', TARGET);
-    before = { source: await objectInventory(dbs, 'source'), target: await objectInventory(dbs, 'target') };
-    stack = await TestStack.start({ connections: { legacy: dbs.url('source'), v2: dbs.url('target') } });
+  const suite = stackSuite({
+    name: 'hostile',
+    databases: { source: SOURCE, target: TARGET },
+    connections: { legacy: 'source', v2: 'target' },
+    seed: async (dbs) => {
+      before = { source: await objectInventory(dbs, 'source'), target: await objectInventory(dbs, 'target') };
+    },
   });
 
-  afterAll(async () => {
-    await stack?.teardown();
-    await dbs?.drop();
+  afterAll(() => {
     rmSync(dir, { recursive: true, force: true });
   });
 
@@ -163,7 +161,7 @@ describe('hostile input', () => {
     const expected = (entry: CorpusEntry) => ['ferry: the spec is invalid; nothing was started', ...entry.stderr];
     const problems: string[] = [];
     for (const entry of schemaLevel) problems.push(...complaints(entry, 'validate', await validateInProcess(entry.path), expected(entry)));
-    const starts = await inPool(schemaLevel, 3, async (entry) => complaints(entry, 'start', await stack.runCli(['start', entry.path]), expected(entry)));
+    const starts = await inPool(schemaLevel, 3, async (entry) => complaints(entry, 'start', await suite.stack.runCli(['start', entry.path]), expected(entry)));
     expect([...problems, ...starts.flat()]).toEqual([]);
     // One CLI process per corpus entry: about a minute alone, longer on a busy machine.
   }, 300_000);
@@ -176,7 +174,7 @@ describe('hostile input', () => {
       if (validate.code !== 0 || !validate.stdout.startsWith('spec ok: ')) problems.push(`validate ${entry.file} did not accept it: ${validate.code} ${validate.stderr}`);
     }
     const starts = await inPool(preflightLevel, 3, async (entry) =>
-      complaints(entry, 'start', await stack.runCli(['start', entry.path]), [`ferry: refused (${entry.type}); nothing was started`, ...entry.stderr]),
+      complaints(entry, 'start', await suite.stack.runCli(['start', entry.path]), [`ferry: refused (${entry.type}); nothing was started`, ...entry.stderr]),
     );
     expect([...problems, ...starts.flat()]).toEqual([]);
   });
@@ -185,7 +183,7 @@ describe('hostile input', () => {
     const refusedAtPreflight = corpus.filter((e) => e.refusedBy === 'preflight').length;
     const executions = async () => {
       const found: { type: string; status: string }[] = [];
-      for await (const w of stack.client.workflow.list({ query: `TaskQueue = '${stack.taskQueue}'` })) found.push({ type: w.type, status: w.status.name });
+      for await (const w of suite.stack.client.workflow.list({ query: `TaskQueue = '${suite.stack.taskQueue}'` })) found.push({ type: w.type, status: w.status.name });
       return found;
     };
     // Only the preflight helper ran, once per preflight-level spec, and each one has ended:
@@ -195,22 +193,22 @@ describe('hostile input', () => {
       return all.length === refusedAtPreflight && all.every((w) => w.status !== 'RUNNING') ? all : undefined;
     }, 20_000).catch(async () => executions());
     expect(found).toEqual(Array.from({ length: refusedAtPreflight }, () => ({ type: PREFLIGHT_WORKFLOW, status: 'COMPLETED' })));
-    expect(await stack.ferry.list()).toEqual([]);
+    expect(await suite.stack.ferry.list()).toEqual([]);
 
-    expect(await objectInventory(dbs, 'source')).toEqual(before.source);
-    expect(await objectInventory(dbs, 'target')).toEqual(before.target);
+    expect(await objectInventory(suite.dbs, 'source')).toEqual(before.source);
+    expect(await objectInventory(suite.dbs, 'target')).toEqual(before.target);
     for (const role of ['source', 'target']) {
-      expect(await dbs.query(role, `SELECT nspname FROM pg_namespace WHERE nspname LIKE '\\_ferry%'`)).toEqual([]);
-      expect(await dbs.query(role, 'SELECT tgname FROM pg_trigger WHERE NOT tgisinternal')).toEqual([]);
-      expect(await dbs.query(role, 'SELECT evtname FROM pg_event_trigger')).toEqual([]);
-      expect(await dbs.query(role, 'SELECT count(*)::int AS n FROM public.t')).toEqual([{ n: 1 }]);
+      expect(await suite.dbs.query(role, `SELECT nspname FROM pg_namespace WHERE nspname LIKE '\\_ferry%'`)).toEqual([]);
+      expect(await suite.dbs.query(role, 'SELECT tgname FROM pg_trigger WHERE NOT tgisinternal')).toEqual([]);
+      expect(await suite.dbs.query(role, 'SELECT evtname FROM pg_event_trigger')).toEqual([]);
+      expect(await suite.dbs.query(role, 'SELECT count(*)::int AS n FROM public.t')).toEqual([{ n: 1 }]);
     }
-    expect(await dbs.query('source', 'SELECT count(*)::int AS n FROM public.customers')).toEqual([{ n: 50 }]);
-    expect(await dbs.query('target', 'SELECT count(*)::int AS n FROM public.filled')).toEqual([{ n: 1 }]);
+    expect(await suite.dbs.query('source', 'SELECT count(*)::int AS n FROM public.customers')).toEqual([{ n: 50 }]);
+    expect(await suite.dbs.query('target', 'SELECT count(*)::int AS n FROM public.filled')).toEqual([{ n: 1 }]);
   });
 
   it('migrates tables whose names, keys, columns, indexes and constraints are SQL, online through the CLI, quoting every one', async () => {
-    const sourceBefore = await objectInventory(dbs, 'source');
+    const sourceBefore = await objectInventory(suite.dbs, 'source');
     const spec = join(dir, 'control.json');
     writeFileSync(
       spec,
@@ -228,13 +226,13 @@ describe('hostile input', () => {
         ],
       }),
     );
-    const start = await stack.runCli(['start', spec]);
+    const start = await suite.stack.runCli(['start', spec]);
     expect(start.stdout.trim()).toBe('hostile-control');
     expect(start.code).toBe(0);
 
     // Writes after the copy go through the capture triggers, whose bodies hold the key column's name.
-    await waitForPhase(stack.ferry, 'hostile-control', 'AWAITING_APPROVAL');
-    await dbs.exec(
+    await waitForPhase(suite.stack.ferry, 'hostile-control', 'AWAITING_APPROVAL');
+    await suite.dbs.exec(
       'source',
       `INSERT INTO ${WEIRD} (${WEIRD_KEY}, ${WEIRD_VALUE}) VALUES (1001, 'new ''); DROP TABLE t; --');
        UPDATE ${WEIRD} SET ${WEIRD_VALUE} = ${WEIRD_VALUE} || ' (changed)' WHERE ${WEIRD_KEY} BETWEEN 10 AND 20;
@@ -243,20 +241,20 @@ describe('hostile input', () => {
        INSERT INTO public.parent VALUES (21, 3);
        INSERT INTO public.child VALUES (41, 21);`,
     );
-    expect((await stack.runCli(['approve', 'hostile-control'])).code).toBe(0);
-    const result = await stack.runCli(['result', 'hostile-control', '--json']);
+    expect((await suite.stack.runCli(['approve', 'hostile-control'])).code).toBe(0);
+    const result = await suite.stack.runCli(['result', 'hostile-control', '--json']);
     expect(JSON.parse(result.stdout)).toMatchObject({ state: 'SUCCEEDED', error: null });
     expect(result.code).toBe(0);
 
     const moved = `${NEW_SCHEMA}."weird""; DROP TABLE t; --"`;
-    expect(await rowsAsText(dbs, 'target', moved, '1')).toEqual(await rowsAsText(dbs, 'source', WEIRD, '1'));
-    expect(await rowsAsText(dbs, 'target', `${NEW_SCHEMA}.parent`, 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.parent', 'id'));
-    expect(await rowsAsText(dbs, 'target', `${NEW_SCHEMA}.child`, 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.child', 'id'));
-    expect(await dbs.query('target', `SELECT count(*)::int AS n FROM ${moved} WHERE ${WEIRD_KEY} IN (1001, 2000)`)).toEqual([{ n: 2 }]);
+    expect(await rowsAsText(suite.dbs, 'target', moved, '1')).toEqual(await rowsAsText(suite.dbs, 'source', WEIRD, '1'));
+    expect(await rowsAsText(suite.dbs, 'target', `${NEW_SCHEMA}.parent`, 'id')).toEqual(await rowsAsText(suite.dbs, 'source', 'public.parent', 'id'));
+    expect(await rowsAsText(suite.dbs, 'target', `${NEW_SCHEMA}.child`, 'id')).toEqual(await rowsAsText(suite.dbs, 'source', 'public.child', 'id'));
+    expect(await suite.dbs.query('target', `SELECT count(*)::int AS n FROM ${moved} WHERE ${WEIRD_KEY} IN (1001, 2000)`)).toEqual([{ n: 2 }]);
 
     // The indexes, constraints and sequence arrived under their own (hostile) names, on the new tables.
     const schema = 'new "schema"; DROP TABLE t; --';
-    const indexes = await dbs.query<{ indexname: string }>('target', 'SELECT indexname FROM pg_indexes WHERE schemaname = $1', [schema]);
+    const indexes = await suite.dbs.query<{ indexname: string }>('target', 'SELECT indexname FROM pg_indexes WHERE schemaname = $1', [schema]);
     expect(indexes.map((i) => i.indexname).sort()).toEqual([
       'by_v ON public.parent USING btree',
       'child_pkey',
@@ -264,7 +262,7 @@ describe('hostile input', () => {
       'u"; DROP TABLE t; --',
       'weird"; DROP TABLE t; --_pkey',
     ]);
-    const constraints = await dbs.query<{ conname: string }>(
+    const constraints = await suite.dbs.query<{ conname: string }>(
       'target',
       `SELECT conname, contype::text, convalidated, confrelid::regclass::text AS refers FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace
         WHERE n.nspname = $1 AND contype IN ('c', 'f')`,
@@ -274,12 +272,12 @@ describe('hostile input', () => {
       { conname: 'c"; DROP TABLE t; --', contype: 'c', convalidated: true, refers: '-' },
       { conname: 'child_p REFERENCES public.parent(id_fkey', contype: 'f', convalidated: true, refers: `${NEW_SCHEMA}.parent` },
     ]);
-    const [{ next }] = await dbs.query<{ next: string }>('target', `SELECT nextval(pg_get_serial_sequence($1, 'n'))::text AS next`, [moved]);
+    const [{ next }] = await suite.dbs.query<{ next: string }>('target', `SELECT nextval(pg_get_serial_sequence($1, 'n'))::text AS next`, [moved]);
     expect(Number(next)).toBeGreaterThan(300);
 
     // The table the names tried to drop is still there on both sides, and Ferry left nothing behind on the source.
-    for (const role of ['source', 'target']) expect(await dbs.query(role, 'SELECT id FROM public.t')).toEqual([{ id: 1 }]);
-    expect(await objectInventory(dbs, 'source')).toEqual(sourceBefore);
-    expect(await dbs.query('target', `SELECT nspname FROM pg_namespace WHERE nspname LIKE '\\_ferry%'`)).toEqual([]);
+    for (const role of ['source', 'target']) expect(await suite.dbs.query(role, 'SELECT id FROM public.t')).toEqual([{ id: 1 }]);
+    expect(await objectInventory(suite.dbs, 'source')).toEqual(sourceBefore);
+    expect(await suite.dbs.query('target', `SELECT nspname FROM pg_namespace WHERE nspname LIKE '\\_ferry%'`)).toEqual([]);
   });
 });

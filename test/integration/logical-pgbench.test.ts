@@ -4,10 +4,10 @@
  * cuts over while pgbench writes, and pgbench's tables are equal on both sides row for row (SQL
  * on both databases); no slot or publication is left and no capture trigger was ever installed.
  */
-import { rowsAsText, TestDatabases } from '../helpers/databases';
-import { LogicalCluster, startLogicalCluster } from '../helpers/logical-cluster';
+import { rowsAsText } from '../helpers/databases';
 import { initPgbench, startPgbenchLoad } from '../helpers/pgbench';
-import { eventually, resultWithin, TestStack, waitForPhase } from '../helpers/stack';
+import { eventually, resultWithin, waitForPhase } from '../helpers/stack';
+import { stackSuite } from '../helpers/suite';
 
 const TABLES: [string, string][] = [
   ['public.pgbench_accounts', 'aid'],
@@ -16,25 +16,16 @@ const TABLES: [string, string][] = [
 ];
 
 describe('logical capture under pgbench', () => {
-  let cluster: LogicalCluster;
-  let dbs: TestDatabases;
-  let stack: TestStack;
-
-  beforeAll(async () => {
-    cluster = await startLogicalCluster();
-    dbs = await TestDatabases.create('logical_pgbench', ['source', 'target'], cluster.url);
-    await initPgbench(dbs.url('source'));
-    stack = await TestStack.start({ connections: { app: dbs.url('source'), next: dbs.url('target') } });
-  });
-
-  afterAll(async () => {
-    await stack?.teardown();
-    await dbs?.drop();
-    await cluster?.stop();
+  const suite = stackSuite({
+    name: 'logical_pgbench',
+    databases: { source: '', target: '' },
+    connections: { app: 'source', next: 'target' },
+    logical: true,
+    seed: (dbs) => initPgbench(dbs.url('source')),
   });
 
   it('keeps up with pgbench through the slot and cuts over with the target equal to the source', async () => {
-    const { id } = await stack.ferry.start(
+    const { id } = await suite.stack.ferry.start(
       // capture left to auto: logical here.
       { source: 'app', target: 'next', mode: 'online', tables: TABLES.map(([t]) => t), cutover: { approval: 'manual', approvalTimeout: '10m', afterwards: 'unfreeze' } },
       { id: 'logical-pgbench' },
@@ -42,23 +33,23 @@ describe('logical capture under pgbench', () => {
     // Capped at 300 transactions/s: this suite proves correctness under steady writes. Uncapped,
     // on two cores shared with other suites, pgbench outran the apply in one CI run (slot lag
     // 137 s after four minutes); what the apply can take is measured by bench:online instead.
-    const load = startPgbenchLoad(dbs.url('source'), 2, 600, 300);
+    const load = startPgbenchLoad(suite.dbs.url('source'), 2, 600, 300);
     const started = Date.now();
     // Where this suite's time goes (alone here it takes seconds).
     const took = (what: string) => process.stderr.write(`logical-pgbench: ${what} after ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
     let result;
     try {
-      await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL', 240_000);
+      await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL', 240_000);
       took('AWAITING_APPROVAL');
       // auto chose logical here: a slot, no capture trigger.
-      expect(await dbs.query('source', `SELECT tgname FROM pg_trigger WHERE tgname LIKE 'ferry\\_capture\\_%'`)).toEqual([]);
-      expect(await dbs.query('source', 'SELECT count(*)::int AS n FROM pg_replication_slots')).toEqual([{ n: 1 }]);
+      expect(await suite.dbs.query('source', `SELECT tgname FROM pg_trigger WHERE tgname LIKE 'ferry\\_capture\\_%'`)).toEqual([]);
+      expect(await suite.dbs.query('source', 'SELECT count(*)::int AS n FROM pg_replication_slots')).toEqual([{ n: 1 }]);
       // pgbench keeps writing while the sync keeps up.
-      const before = (await dbs.query<{ n: number }>('source', 'SELECT count(*)::int AS n FROM pgbench_history'))[0].n;
-      await eventually(async () => (await dbs.query<{ n: number }>('source', 'SELECT count(*)::int AS n FROM pgbench_history'))[0].n > before + 500, 60_000);
+      const before = (await suite.dbs.query<{ n: number }>('source', 'SELECT count(*)::int AS n FROM pgbench_history'))[0].n;
+      await eventually(async () => (await suite.dbs.query<{ n: number }>('source', 'SELECT count(*)::int AS n FROM pgbench_history'))[0].n > before + 500, 60_000);
       took('500 pgbench transactions more');
-      await stack.ferry.approve(id);
-      result = await resultWithin(stack.ferry, id, 180_000);
+      await suite.stack.ferry.approve(id);
+      result = await resultWithin(suite.stack.ferry, id, 180_000);
       took(`the result (${result.state})`);
     } finally {
       await load.stop();
@@ -66,11 +57,11 @@ describe('logical capture under pgbench', () => {
     expect(result.error).toBeNull();
     expect(result.state).toBe('SUCCEEDED');
     for (const [table, key] of TABLES) {
-      expect(await rowsAsText(dbs, 'target', table, key)).toEqual(await rowsAsText(dbs, 'source', table, key));
+      expect(await rowsAsText(suite.dbs, 'target', table, key)).toEqual(await rowsAsText(suite.dbs, 'source', table, key));
     }
     // The churn script changed keys: rows the copy never saw arrived through the stream.
-    expect((await dbs.query<{ n: number }>('target', 'SELECT count(*)::int AS n FROM pgbench_accounts WHERE aid > 1000000000'))[0].n).toBeGreaterThan(0);
-    expect(await dbs.query('source', 'SELECT slot_name FROM pg_replication_slots')).toEqual([]);
-    expect(await dbs.query('source', 'SELECT pubname FROM pg_publication')).toEqual([]);
+    expect((await suite.dbs.query<{ n: number }>('target', 'SELECT count(*)::int AS n FROM pgbench_accounts WHERE aid > 1000000000'))[0].n).toBeGreaterThan(0);
+    expect(await suite.dbs.query('source', 'SELECT slot_name FROM pg_replication_slots')).toEqual([]);
+    expect(await suite.dbs.query('source', 'SELECT pubname FROM pg_publication')).toEqual([]);
   }, 480_000);
 });

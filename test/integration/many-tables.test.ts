@@ -5,7 +5,8 @@
  */
 import { Client } from 'pg';
 import { TestDatabases } from '../helpers/databases';
-import { resultWithin, TestStack } from '../helpers/stack';
+import { resultWithin } from '../helpers/stack';
+import { stackSuite } from '../helpers/suite';
 
 /**
  * 100 in `npm test`; FERRY_MANY_TABLES=300 for the full size (about 15 minutes on two cores:
@@ -24,36 +25,29 @@ async function digests(dbs: TestDatabases, role: string): Promise<Record<string,
 }
 
 describe(`an online migration of ${TABLES} tables`, () => {
-  let dbs: TestDatabases;
-  let stack: TestStack;
-
-  beforeAll(async () => {
-    dbs = await TestDatabases.create('many', ['source', 'target']);
-    await dbs.exec(
-      'source',
-      `CREATE SCHEMA many;
+  const suite = stackSuite({
+    name: 'many',
+    databases: {
+      source: `CREATE SCHEMA many;
        DO $$ BEGIN FOR i IN 1..${TABLES} LOOP
          EXECUTE format('CREATE TABLE many.t%s (id int PRIMARY KEY, v text)', i);
          EXECUTE format('INSERT INTO many.t%s SELECT g, md5(g::text) FROM generate_series(1, 40) g', i);
        END LOOP; END $$;
        ANALYZE;`,
-    );
-    stack = await TestStack.start({ connections: { src: dbs.url('source'), dst: dbs.url('target') }, workers: 2 });
-  });
-
-  afterAll(async () => {
-    await stack?.teardown();
-    await dbs?.drop();
+      target: '',
+    },
+    connections: { src: 'source', dst: 'target' },
+    workers: 2,
   });
 
   it('copies, syncs and cuts over every table, with writes to some of them throughout', async () => {
     const tables = Array.from({ length: TABLES }, (_, i) => `many.t${i + 1}`);
-    const { id } = await stack.ferry.start(
+    const { id } = await suite.stack.ferry.start(
       { source: 'src', target: 'dst', mode: 'online', parallelism: { tables: 8, chunks: 1 }, tables, cutover: { approval: 'auto' } },
       { id: 'many-tables' },
     );
     // An application writing to a few tables while the rest copy and wait.
-    const writer = new Client({ connectionString: dbs.url('source') });
+    const writer = new Client({ connectionString: suite.dbs.url('source') });
     await writer.connect();
     let writing = true;
     let writes = 0;
@@ -69,7 +63,7 @@ describe(`an online migration of ${TABLES} tables`, () => {
     })();
     let result;
     try {
-      result = await resultWithin(stack.ferry, id, 1_140_000);
+      result = await resultWithin(suite.stack.ferry, id, 1_140_000);
     } finally {
       writing = false;
       await writes$;
@@ -77,10 +71,10 @@ describe(`an online migration of ${TABLES} tables`, () => {
     }
     expect(result.state).toBe('SUCCEEDED');
     expect(writes).toBeGreaterThan(100);
-    const [source, target] = await Promise.all([digests(dbs, 'source'), digests(dbs, 'target')]);
+    const [source, target] = await Promise.all([digests(suite.dbs, 'source'), digests(suite.dbs, 'target')]);
     expect(Object.keys(target)).toHaveLength(TABLES);
     expect(target).toEqual(source);
-    const events = (await stack.client.workflow.getHandle(id).fetchHistory()).events?.length ?? 0;
+    const events = (await suite.stack.client.workflow.getHandle(id).fetchHistory()).events?.length ?? 0;
     expect(events).toBeLessThan(51_200 / 2);
   }, 1_200_000);
 });

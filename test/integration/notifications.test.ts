@@ -15,10 +15,10 @@ import { silentLogger } from '../../src/logger';
 import { MIGRATION_WORKFLOW } from '../../src/core/names';
 import { freePort } from '../../src/dev/dev-server';
 import { FerryClient } from '../../src/client';
-import { TestDatabases } from '../helpers/databases';
 import { activityStarts } from '../helpers/history';
 import { Receiver, signatureVerifies } from '../helpers/receiver';
-import { eventually, resultWithin, TestStack } from '../helpers/stack';
+import { eventually, resultWithin } from '../helpers/stack';
+import { stackSuite } from '../helpers/suite';
 
 const SECRET = randomBytes(24).toString('hex');
 const ALLOW_PRIVATE = { FERRY_CALLBACK_ALLOW_PRIVATE: 'true' };
@@ -41,16 +41,12 @@ function chainText(err: unknown): string {
 }
 
 describe('callbacks', () => {
-  let dbs: TestDatabases;
-  let stack: TestStack;
   let receiver: Receiver;
-  const strictQueue = () => `${stack.taskQueue}-strict`;
 
-  beforeAll(async () => {
-    dbs = await TestDatabases.create('notify', ['source', 'target']);
-    await dbs.exec(
-      'source',
-      `CREATE TABLE public.a (id int PRIMARY KEY, v text);
+  const suite = stackSuite({
+    name: 'notify',
+    databases: {
+      source: `CREATE TABLE public.a (id int PRIMARY KEY, v text);
        INSERT INTO public.a SELECT g, 'v' || g FROM generate_series(1, 500) g;
        CREATE TABLE public.b (id int PRIMARY KEY, v text);
        INSERT INTO public.b SELECT g, 'v' || g FROM generate_series(1, 500) g;
@@ -58,32 +54,31 @@ describe('callbacks', () => {
        INSERT INTO public.c SELECT g, 'v' || g FROM generate_series(1, 500) g;
        CREATE TABLE public.d (id int PRIMARY KEY, v text);
        INSERT INTO public.d SELECT g, 'v' || g FROM generate_series(1, 50) g;`,
-    );
-    receiver = await Receiver.start();
-    stack = await TestStack.start({
-      connections: { src: dbs.url('source'), dst: dbs.url('target') },
-      extraEnv: { FERRY_SECRET_HOOK: SECRET, ...ALLOW_PRIVATE },
-    });
-    // A second pool on its own task queue, as workers are by default: private targets refused.
-    await stack.startWorker({ taskQueue: strictQueue(), env: { FERRY_CALLBACK_ALLOW_PRIVATE: undefined } });
+      target: '',
+    },
+    connections: { src: 'source', dst: 'target' },
+    extraEnv: { FERRY_SECRET_HOOK: SECRET, ...ALLOW_PRIVATE },
+    ready: async (s) => {
+      receiver = await Receiver.start();
+      // A second pool on its own task queue, as workers are by default: private targets refused.
+      await s.stack.startWorker({ taskQueue: strictQueue(), env: { FERRY_CALLBACK_ALLOW_PRIVATE: undefined } });
+    },
+    cleanup: async () => {
+      await receiver?.close();
+    },
   });
-
-  afterAll(async () => {
-    await stack?.teardown();
-    await receiver?.close();
-    await dbs?.drop();
-  });
+  const strictQueue = () => `${suite.stack.taskQueue}-strict`;
 
   it('retries a result callback after 500, 500 until 200: one delivery, one key, signed every time', async () => {
     receiver.answer('/retry', 500, 500, 200);
-    const { id } = await stack.ferry.start({
+    const { id } = await suite.stack.ferry.start({
       source: 'src',
       target: 'dst',
       tables: ['public.a'],
       metadata: { team: 'payments' },
       callback: { url: `${receiver.url}/retry`, secret: 'FERRY_SECRET_HOOK' },
     });
-    const result = await resultWithin(stack.ferry, id);
+    const result = await resultWithin(suite.stack.ferry, id);
     expect(result.state).toBe('SUCCEEDED');
     expect(result.callback).toEqual({ delivered: true });
 
@@ -110,28 +105,28 @@ describe('callbacks', () => {
 
   it('does not retry a 400, records the failed delivery, and keeps the migration SUCCEEDED', async () => {
     receiver.answer('/reject', 400, 200);
-    const { id } = await stack.ferry.start({ source: 'src', target: 'dst', tables: ['public.b'], callback: { url: `${receiver.url}/reject` } });
-    const result = await resultWithin(stack.ferry, id);
+    const { id } = await suite.stack.ferry.start({ source: 'src', target: 'dst', tables: ['public.b'], callback: { url: `${receiver.url}/reject` } });
+    const result = await resultWithin(suite.stack.ferry, id);
     expect(result.state).toBe('SUCCEEDED');
     expect(result.callback?.delivered).toBe(false);
     expect(result.callback?.error).toMatch(/HTTP 400/);
     // The migration has ended, so no retry can come any more: one attempt, in the history too.
-    const starts = (await activityStarts(stack.client, id)).filter((s) => s.activityType === 'sendCallback');
+    const starts = (await activityStarts(suite.stack.client, id)).filter((s) => s.activityType === 'sendCallback');
     expect(starts.map((s) => s.attempt)).toEqual([1]);
     expect(receiver.to('/reject').map((a) => a.answered)).toEqual([400]);
     expect(receiver.to('/reject')[0].headers['x-ferry-signature']).toBeUndefined();
-    expect((await stack.runCli(['result', id])).code).toBe(0);
+    expect((await suite.stack.runCli(['result', id])).code).toBe(0);
   });
 
   it('sends each event as its own webhook with key <id>:<seq>, and one result callback', async () => {
     receiver.answer('/events', 503); // one event's first attempt fails and is retried under the same key
-    const { id } = await stack.ferry.start({
+    const { id } = await suite.stack.ferry.start({
       source: 'src',
       target: 'dst',
       tables: ['public.c'],
       callback: { url: `${receiver.url}/events`, secret: 'FERRY_SECRET_HOOK', events: true },
     });
-    const result = await resultWithin(stack.ferry, id);
+    const result = await resultWithin(suite.stack.ferry, id);
     expect(result.state).toBe('SUCCEEDED');
     const delivered = await eventually(async () => {
       const ok = receiver.to('/events').filter((d) => d.answered === 200);
@@ -155,18 +150,18 @@ describe('callbacks', () => {
     const elsewhere = await Receiver.start();
     try {
       receiver.redirect('/moved', `${elsewhere.url}/elsewhere`);
-      const { id } = await stack.ferry.start({
+      const { id } = await suite.stack.ferry.start({
         source: 'src',
         target: 'dst',
         tables: [{ name: 'public.d', target: 'redirected.d' }],
         callback: { url: `${receiver.url}/moved`, secret: 'FERRY_SECRET_HOOK' },
       });
-      const result = await resultWithin(stack.ferry, id);
+      const result = await resultWithin(suite.stack.ferry, id);
       expect(result.state).toBe('SUCCEEDED');
       expect(result.callback).toEqual({ delivered: false, error: expect.stringMatching(/HTTP 302/) });
       expect(receiver.to('/moved').map((d) => d.answered)).toEqual([302]);
       expect(elsewhere.deliveries).toEqual([]);
-      const starts = (await activityStarts(stack.client, id)).filter((s) => s.activityType === 'sendCallback');
+      const starts = (await activityStarts(suite.stack.client, id)).filter((s) => s.activityType === 'sendCallback');
       expect(starts.map((s) => s.attempt)).toEqual([1]);
     } finally {
       await elsewhere.close();
@@ -174,8 +169,8 @@ describe('callbacks', () => {
   });
 
   it('refuses in the workflow too a spec that another client started with a secret outside FERRY_SECRET_*', async () => {
-    const handle = await stack.client.workflow.start(MIGRATION_WORKFLOW, {
-      taskQueue: stack.taskQueue,
+    const handle = await suite.stack.client.workflow.start(MIGRATION_WORKFLOW, {
+      taskQueue: suite.stack.taskQueue,
       workflowId: `other-client-${randomBytes(3).toString('hex')}`,
       args: [{ source: 'src', target: 'dst', tables: ['public.d'], callback: { url: `${receiver.url}/other-client`, secret: 'FERRY_CONN_SRC' } }],
     });
@@ -191,7 +186,7 @@ describe('callbacks', () => {
   });
 
   it('refuses 127.0.0.1, 169.254.169.254 and a name that resolves to loopback on workers without FERRY_CALLBACK_ALLOW_PRIVATE, once, saying how to allow them', async () => {
-    const strict = FerryClient.fromClient(stack.client, { taskQueue: strictQueue() });
+    const strict = FerryClient.fromClient(suite.stack.client, { taskQueue: strictQueue() });
     const urls = {
       loopback: `${receiver.url}/loopback`,
       metadata: 'http://169.254.169.254/latest/meta-data/',
@@ -218,7 +213,7 @@ describe('callbacks', () => {
       // No address, no port: a refusal says what kind of target it was, not where it leads.
       expect(result.callback?.error).not.toMatch(/127\.0\.0\.1|169\.254|::1|localhost/);
       expect(result.callback?.error).not.toContain(String(receiver.port));
-      const starts = (await activityStarts(stack.client, id)).filter((s) => s.activityType === 'sendCallback');
+      const starts = (await activityStarts(suite.stack.client, id)).filter((s) => s.activityType === 'sendCallback');
       expect({ name, attempts: starts.map((s) => s.attempt) }).toEqual({ name, attempts: [1] });
     }
     expect(receiver.to('/loopback')).toEqual([]);

@@ -6,9 +6,9 @@
  */
 import { createServer, Server } from 'node:http';
 import { AddressInfo } from 'node:net';
-import { TestDatabases } from '../helpers/databases';
 import { activityStarts } from '../helpers/history';
-import { eventually, resultWithin, RunningProcessWorker, TestStack } from '../helpers/stack';
+import { eventually, resultWithin, RunningProcessWorker } from '../helpers/stack';
+import { stackSuite } from '../helpers/suite';
 import { freePort } from '../../src/dev/dev-server';
 
 async function get(port: number, path: string): Promise<{ status: number; body: string }> {
@@ -28,45 +28,40 @@ function sample(text: string, name: string, labels: Record<string, string>): num
 }
 
 describe('observability', () => {
-  let dbs: TestDatabases;
-  let stack: TestStack;
   let worker: RunningProcessWorker;
   let port: number;
   let receiver: Server;
   let receiverUrl: string;
   let deliveries = 0;
 
-  beforeAll(async () => {
-    dbs = await TestDatabases.create('observe', ['source', 'target']);
-    await dbs.exec(
-      'source',
-      `CREATE TABLE public.readings (id bigint PRIMARY KEY, sensor int NOT NULL, value double precision);
+  const suite = stackSuite({
+    name: 'observe',
+    databases: {
+      source: `CREATE TABLE public.readings (id bigint PRIMARY KEY, sensor int NOT NULL, value double precision);
        INSERT INTO public.readings SELECT g, g % 17, g / 3.0 FROM generate_series(1, 30000) g;
        ANALYZE;`,
-    );
-    receiver = createServer((req, res) => {
-      req.resume();
-      req.on('end', () => {
-        deliveries += 1;
-        res.writeHead(200).end();
-      });
-    });
-    await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', () => r()));
-    receiverUrl = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
+      target: '',
+    },
+    connections: { src: 'source', dst: 'target' },
+    workers: 0,
     // The receiver is on 127.0.0.1, a target workers refuse unless allowed.
-    stack = await TestStack.start({
-      connections: { src: dbs.url('source'), dst: dbs.url('target') },
-      workers: 0,
-      extraEnv: { FERRY_CALLBACK_ALLOW_PRIVATE: 'true' },
-    });
-    port = await freePort();
-    worker = await stack.startWorkerProcessReady('observed', ['--metrics-port', String(port)]);
-  });
-
-  afterAll(async () => {
-    await stack?.teardown();
-    receiver?.close();
-    await dbs?.drop();
+    extraEnv: { FERRY_CALLBACK_ALLOW_PRIVATE: 'true' },
+    ready: async (s) => {
+      receiver = createServer((req, res) => {
+        req.resume();
+        req.on('end', () => {
+          deliveries += 1;
+          res.writeHead(200).end();
+        });
+      });
+      await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', () => r()));
+      receiverUrl = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
+      port = await freePort();
+      worker = await s.stack.startWorkerProcessReady('observed', ['--metrics-port', String(port)]);
+    },
+    cleanup: async () => {
+      receiver?.close();
+    },
   });
 
   it('serves health, readiness and metrics that match the databases, with audit lines per activity task', async () => {
@@ -74,19 +69,19 @@ describe('observability', () => {
     await eventually(async () => (await get(port, '/readyz')).status === 200, 20_000);
     expect((await get(port, '/nope')).status).toBe(404);
 
-    const { id } = await stack.ferry.start({
+    const { id } = await suite.stack.ferry.start({
       source: 'src',
       target: 'dst',
       batchRows: 4000,
       tables: [{ name: 'public.readings', chunks: 2 }],
       callback: { url: receiverUrl },
     });
-    const watched = stack.runCli(['watch', id]);
-    const watchedJson = stack.runCli(['watch', id, '--json']);
-    expect((await resultWithin(stack.ferry, id)).state).toBe('SUCCEEDED');
+    const watched = suite.stack.runCli(['watch', id]);
+    const watchedJson = suite.stack.runCli(['watch', id, '--json']);
+    expect((await resultWithin(suite.stack.ferry, id)).state).toBe('SUCCEEDED');
     await eventually(async () => deliveries >= 1, 20_000);
 
-    const copied = (await dbs.query<{ n: number }>('target', 'SELECT count(*)::int AS n FROM public.readings'))[0].n;
+    const copied = (await suite.dbs.query<{ n: number }>('target', 'SELECT count(*)::int AS n FROM public.readings'))[0].n;
     expect(copied).toBe(30000);
     const metrics = await eventually(async () => {
       const m = (await get(port, '/metrics')).body;
@@ -95,7 +90,7 @@ describe('observability', () => {
     expect(sample(metrics, 'ferry_rows_copied_total', { table: 'public.readings' })).toBe(copied);
     expect(sample(metrics, 'ferry_batches_total', { table: 'public.readings' })).toBeGreaterThanOrEqual(30000 / 4000);
     expect(sample(metrics, 'ferry_bytes_copied_total', { table: 'public.readings' })).toBeGreaterThan(30000 * 8);
-    const copyTasks = (await activityStarts(stack.client, `${id}/table-0`)).filter((a) => a.activityType === 'copyChunk').length;
+    const copyTasks = (await activityStarts(suite.stack.client, `${id}/table-0`)).filter((a) => a.activityType === 'copyChunk').length;
     expect(sample(metrics, 'ferry_activity_duration_seconds_count', { activity: 'copyChunk', outcome: 'completed' })).toBe(copyTasks);
     // The Temporal SDK's own metrics, from the runtime's exporter, on the same endpoint.
     expect(metrics).toMatch(/^temporal_\w+/m);

@@ -11,10 +11,11 @@ import { captureNames } from '../../src/db/capture-sql';
 import { quoteQualified } from '../../src/core/identifiers';
 import { createMetrics, FerryMetrics } from '../../src/telemetry';
 import type { ValidateChunkInput } from '../../activities/validate-chunk';
-import { objectInventory, rowsAsText, TestDatabases } from '../helpers/databases';
+import { objectInventory, rowsAsText } from '../helpers/databases';
 import { activityStarts } from '../helpers/history';
 import { aroundActivities } from '../helpers/interceptors';
-import { eventually, resultWithin, TestStack, waitForPhase } from '../helpers/stack';
+import { eventually, resultWithin, waitForPhase } from '../helpers/stack';
+import { stackSuite } from '../helpers/suite';
 
 const table = (name: string, rows: number) => `
 CREATE TABLE public.${name} (id bigint PRIMARY KEY, v int NOT NULL, note text);
@@ -27,8 +28,6 @@ async function metric(metrics: FerryMetrics, name: string, tableName: string): P
 }
 
 describe('online validation and the sync metrics', () => {
-  let dbs: TestDatabases;
-  let stack: TestStack;
   const metrics = createMetrics();
   /** What to do to the target before a live validateChunk runs (per test). */
   let tamper: ((input: ValidateChunkInput) => Promise<void>) | undefined;
@@ -42,15 +41,14 @@ describe('online validation and the sync metrics', () => {
 
   const logOf = (migrationId: string, index = 0) => quoteQualified(captureNames(migrationId, index).log);
 
-  beforeAll(async () => {
-    dbs = await TestDatabases.create('onlrepair', ['source', 'target']);
-    await dbs.exec('source', `${table('repaired', 3000)} ${table('breached', 3000)} ${table('lagged', 2000)} ANALYZE;`);
-    // public.lagged exists on the target already (an empty, compatible table); the test later
-    // gives it a trigger that fires even for Ferry's replica-role writes and sleeps once: one
-    // sync round that outlasts the 15 s slice.
-    await dbs.exec(
-      'target',
-      `CREATE TABLE public.lagged (id bigint PRIMARY KEY, v int NOT NULL, note text);
+  const suite = stackSuite({
+    name: 'onlrepair',
+    databases: {
+      source: `${table('repaired', 3000)} ${table('breached', 3000)} ${table('lagged', 2000)} ANALYZE;`,
+      // public.lagged exists on the target already (an empty, compatible table); the test later
+      // gives it a trigger that fires even for Ferry's replica-role writes and sleeps once: one
+      // sync round that outlasts the 15 s slice.
+      target: `CREATE TABLE public.lagged (id bigint PRIMARY KEY, v int NOT NULL, note text);
        CREATE TABLE public.slow_once (ms int);
        CREATE FUNCTION public.sleep_once() RETURNS trigger LANGUAGE plpgsql AS $$
        DECLARE wait int;
@@ -59,38 +57,36 @@ describe('online validation and the sync metrics', () => {
          IF wait IS NOT NULL THEN PERFORM pg_catalog.pg_sleep(wait / 1000.0); END IF;
          RETURN NULL;
        END $$;`,
-    );
-    stack = await TestStack.start({ connections: { src: dbs.url('source'), dst: dbs.url('target') }, workers: 0 });
-    await stack.startWorker({
-      metrics,
-      interceptors: aroundActivities({
-        validateChunk: { before: async (input) => (input as ValidateChunkInput).live && tamper?.(input as ValidateChunkInput) },
-        enqueueKeys: {
-          after: async (input) => {
-            const { migrationId } = input as { migrationId: string };
-            const rows = await dbs.query<{ pk: string[] }>('source', `SELECT pk FROM ${logOf(migrationId)} ORDER BY id`);
-            enqueuedSeen.push(...rows.map((r) => r.pk));
+    },
+    connections: { src: 'source', dst: 'target' },
+    workers: 0,
+    ready: async () => {
+      await suite.stack.startWorker({
+        metrics,
+        interceptors: aroundActivities({
+          validateChunk: { before: async (input) => (input as ValidateChunkInput).live && tamper?.(input as ValidateChunkInput) },
+          enqueueKeys: {
+            after: async (input) => {
+              const { migrationId } = input as { migrationId: string };
+              const rows = await suite.dbs.query<{ pk: string[] }>('source', `SELECT pk FROM ${logOf(migrationId)} ORDER BY id`);
+              enqueuedSeen.push(...rows.map((r) => r.pk));
+            },
           },
-        },
-        syncChanges: {
-          // Between two slices of a table no slice of it runs: the log holds still (no writers here).
-          before: async (input) => {
-            const { table: t } = input as { table: { source: { name: string } } };
-            if (t.source.name === 'lagged') slices.push({ began: await metric(metrics, 'ferry_change_lag_pending', 'public.lagged') });
+          syncChanges: {
+            // Between two slices of a table no slice of it runs: the log holds still (no writers here).
+            before: async (input) => {
+              const { table: t } = input as { table: { source: { name: string } } };
+              if (t.source.name === 'lagged') slices.push({ began: await metric(metrics, 'ferry_change_lag_pending', 'public.lagged') });
+            },
+            after: async (input) => {
+              const { migrationId, table: t } = input as { migrationId: string; table: { source: { name: string } } };
+              if (t.source.name !== 'lagged') return;
+              slices.push({ log: (await suite.dbs.query<{ n: number }>('source', `SELECT count(*)::int AS n FROM ${logOf(migrationId)}`))[0].n });
+            },
           },
-          after: async (input) => {
-            const { migrationId, table: t } = input as { migrationId: string; table: { source: { name: string } } };
-            if (t.source.name !== 'lagged') return;
-            slices.push({ log: (await dbs.query<{ n: number }>('source', `SELECT count(*)::int AS n FROM ${logOf(migrationId)}`))[0].n });
-          },
-        },
-      }),
-    });
-  });
-
-  afterAll(async () => {
-    await stack?.teardown();
-    await dbs?.drop();
+        }),
+      });
+    },
   });
 
   beforeEach(() => {
@@ -103,95 +99,95 @@ describe('online validation and the sync metrics', () => {
       if (tampered) return;
       tampered = true;
       // Three differences, far apart: each lands in its own leaf of the bisection (≤ 1000 rows).
-      await dbs.exec(
+      await suite.dbs.exec(
         'target',
         `UPDATE public.repaired SET v = -1 WHERE id = 1234;
          DELETE FROM public.repaired WHERE id = 77;
          INSERT INTO public.repaired VALUES (999999, 0, 'intruder');`,
       );
     };
-    const { id } = await stack.ferry.start(
+    const { id } = await suite.stack.ferry.start(
       { source: 'src', target: 'dst', mode: 'online', tables: [{ name: 'public.repaired', chunks: 1 }], cutover: { approval: 'manual', approvalTimeout: '5m' } },
       { id: 'online-repaired' },
     );
-    await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL');
+    await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL');
     expect(tampered).toBe(true);
     // Repaired before the approval: the target equals the source now, while capture runs.
-    expect(await rowsAsText(dbs, 'target', 'public.repaired', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.repaired', 'id'));
+    expect(await rowsAsText(suite.dbs, 'target', 'public.repaired', 'id')).toEqual(await rowsAsText(suite.dbs, 'source', 'public.repaired', 'id'));
     // Through the log: the keys of the differing ranges (as either side has them) were put back
     // into the source's change log — the three altered among them, not the whole table ...
     const enqueued = new Set(enqueuedSeen.map((k) => k.join(',')));
     expect([...enqueued]).toEqual(expect.arrayContaining(['77', '1234', '999999']));
     expect(enqueued.size).toBeLessThan(3000);
     // ... and no range was copied again under the running sync.
-    expect((await activityStarts(stack.client, `${id}/table-0`)).map((s) => s.activityType)).not.toContain('repairRange');
+    expect((await activityStarts(suite.stack.client, `${id}/table-0`)).map((s) => s.activityType)).not.toContain('repairRange');
     expect(await metric(metrics, 'ferry_validation_mismatches_total', 'public.repaired')).toBe(3);
 
-    await stack.ferry.approve(id);
-    const result = await resultWithin(stack.ferry, id);
+    await suite.stack.ferry.approve(id);
+    const result = await resultWithin(suite.stack.ferry, id);
     expect(result.state).toBe('SUCCEEDED');
     expect(result.events.find((e) => e.type === 'ValidationPassed')?.detail).toMatchObject({ live: true, repairedRanges: 3 });
-    expect(await rowsAsText(dbs, 'target', 'public.repaired', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.repaired', 'id'));
+    expect(await rowsAsText(suite.dbs, 'target', 'public.repaired', 'id')).toEqual(await rowsAsText(suite.dbs, 'source', 'public.repaired', 'id'));
   });
 
   it('gives up with ConsistencyBreach online when the damage keeps coming back, and rolls both sides back', async () => {
-    const before = { source: await objectInventory(dbs, 'source'), target: await objectInventory(dbs, 'target') };
+    const before = { source: await objectInventory(suite.dbs, 'source'), target: await objectInventory(suite.dbs, 'target') };
     let rounds = 0;
     tamper = async (input) => {
       if (input.table.source.name !== 'breached') return;
       rounds += 1;
-      await dbs.exec('target', `UPDATE public.breached SET note = 'damaged again' WHERE id = 10`);
+      await suite.dbs.exec('target', `UPDATE public.breached SET note = 'damaged again' WHERE id = 10`);
     };
-    const { id } = await stack.ferry.start(
+    const { id } = await suite.stack.ferry.start(
       { source: 'src', target: 'dst', mode: 'online', tables: [{ name: 'public.breached', chunks: 1 }], cutover: { approval: 'manual', approvalTimeout: '5m' } },
       { id: 'online-breached' },
     );
-    const result = await resultWithin(stack.ferry, id);
+    const result = await resultWithin(suite.stack.ferry, id);
     expect(result.state).toBe('FAILED');
     expect(result.error?.type).toBe('ConsistencyBreach');
     expect(result.error?.message).toMatch(/public\.breached: 1 key range\(s\) still differ between source and target after 3 repair round\(s\)/);
     expect(rounds).toBe(4); // the first validation and three repairs
     expect(result.events.map((e) => e.type)).toEqual(expect.arrayContaining(['ConsistencyBreach', 'RollbackStarted', 'RolledBack']));
-    expect(await objectInventory(dbs, 'source')).toEqual(before.source);
-    expect(await objectInventory(dbs, 'target')).toEqual(before.target);
+    expect(await objectInventory(suite.dbs, 'source')).toEqual(before.source);
+    expect(await objectInventory(suite.dbs, 'target')).toEqual(before.target);
   });
 
   it('reports the change log left after each sync slice (ferry_change_lag_pending) and the changes applied, as the source has them', async () => {
-    const { id } = await stack.ferry.start(
+    const { id } = await suite.stack.ferry.start(
       { source: 'src', target: 'dst', mode: 'online', tables: ['public.lagged'], cutover: { approval: 'manual', approvalTimeout: '5m' } },
       { id: 'online-lagged' },
     );
-    await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL');
+    await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL');
     const appliedBefore = await metric(metrics, 'ferry_changes_applied_total', 'public.lagged');
-    await stack.ferry.pause(id);
-    await eventually(async () => !((await stack.ferry.handle(`${id}/table-0`).describe()).raw.pendingActivities ?? []).some((a) => a.activityType?.name === 'syncChanges'));
+    await suite.stack.ferry.pause(id);
+    await eventually(async () => !((await suite.stack.ferry.handle(`${id}/table-0`).describe()).raw.pendingActivities ?? []).some((a) => a.activityType?.name === 'syncChanges'));
     const seen = slices.length;
     const logs = () => slices.slice(seen).flatMap((x) => ('log' in x ? [x.log] : []));
 
     // 500 changes; the round that applies them sleeps 15.3 s in the target's trigger — past the
     // slice's 15 s, inside the 20 s heartbeat timeout — and 500 more are made meanwhile: the slice
     // ends with them still in the log.
-    await dbs.exec('source', 'UPDATE public.lagged SET v = v + 1 WHERE id <= 500');
+    await suite.dbs.exec('source', 'UPDATE public.lagged SET v = v + 1 WHERE id <= 500');
     // The slowing trigger fires on Ferry's own writes (ENABLE ALWAYS), which preflight refuses on
     // an online target: it is added once the migration runs.
-    await dbs.exec(
+    await suite.dbs.exec(
       'target',
       `CREATE TRIGGER sleep_once AFTER INSERT ON public.lagged FOR EACH STATEMENT EXECUTE FUNCTION public.sleep_once();
        ALTER TABLE public.lagged ENABLE ALWAYS TRIGGER sleep_once;
        INSERT INTO public.slow_once VALUES (15300);`,
     );
-    await stack.ferry.resume(id);
+    await suite.stack.ferry.resume(id);
     // The resume ends the table's wait between looks at its log: the round that sleeps begins
     // at once. (Before control was numbered, a resume overtaken by the pause before it left the
     // table paused for good, in about half the runs of one afternoon.)
     await eventually(
-      async () => (await dbs.query('target', `SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'PgSleep'`)).length > 0,
+      async () => (await suite.dbs.query('target', `SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'PgSleep'`)).length > 0,
       20_000,
     ).catch(async (err: Error) => {
-      const child = await stack.ferry.handle(`${id}/table-0`).describe();
-      const state = await stack.ferry.handle(`${id}/table-0`).query('tableState').catch((e: Error) => e.message);
-      const status = await stack.ferry.status(id);
-      const events = ((await stack.ferry.handle(`${id}/table-0`).fetchHistory()).events ?? []).slice(-14);
+      const child = await suite.stack.ferry.handle(`${id}/table-0`).describe();
+      const state = await suite.stack.ferry.handle(`${id}/table-0`).query('tableState').catch((e: Error) => e.message);
+      const status = await suite.stack.ferry.status(id);
+      const events = ((await suite.stack.ferry.handle(`${id}/table-0`).fetchHistory()).events ?? []).slice(-14);
       const tail = events.map((e) => `${e.eventType}${e.activityTaskScheduledEventAttributes ? `:${e.activityTaskScheduledEventAttributes.activityType?.name}` : ''}${e.timerStartedEventAttributes ? `:${e.timerStartedEventAttributes.startToFireTimeout?.seconds}s` : ''}${e.workflowExecutionSignaledEventAttributes ? `:${e.workflowExecutionSignaledEventAttributes.signalName}` : ''}`);
       process.stderr.write(`child history tail: ${tail.join(' | ')}\n`);
       throw new Error(
@@ -199,7 +195,7 @@ describe('online validation and the sync metrics', () => {
           `pending ${JSON.stringify((child.raw.pendingActivities ?? []).map((a) => [a.activityType?.name, a.state, a.attempt]))}; state ${JSON.stringify(state)}`,
       );
     });
-    await dbs.exec('source', 'UPDATE public.lagged SET v = v + 1 WHERE id > 1500');
+    await suite.dbs.exec('source', 'UPDATE public.lagged SET v = v + 1 WHERE id > 1500');
     // Caught up again: a slice left 500 in the log, a later one none.
     await eventually(async () => logs().includes(500) && logs()[logs().length - 1] === 0, 60_000);
     // The gauge is read once more when a slice begins after the one that caught up. A caught-up
@@ -226,9 +222,9 @@ describe('online validation and the sync metrics', () => {
     expect(logs().filter((n) => n > 0)).toEqual([500]);
     // 1000 rows changed on the source, each applied once.
     expect((await metric(metrics, 'ferry_changes_applied_total', 'public.lagged')) - appliedBefore).toBe(1000);
-    expect(await rowsAsText(dbs, 'target', 'public.lagged', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.lagged', 'id'));
+    expect(await rowsAsText(suite.dbs, 'target', 'public.lagged', 'id')).toEqual(await rowsAsText(suite.dbs, 'source', 'public.lagged', 'id'));
 
-    await stack.ferry.cancel(id, 'test over');
-    expect((await resultWithin(stack.ferry, id)).state).toBe('CANCELLED');
+    await suite.stack.ferry.cancel(id, 'test over');
+    expect((await resultWithin(suite.stack.ferry, id)).state).toBe('CANCELLED');
   }, 240_000);
 });

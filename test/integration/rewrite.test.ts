@@ -12,10 +12,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Client } from 'pg';
 import { runningActivities } from '../helpers/chaos';
-import { TestDatabases } from '../helpers/databases';
 import { awaitRetry, HeldLock, Killed } from '../helpers/kills';
 import { initPgbench, PGBENCH } from '../helpers/pgbench';
-import { eventually, RunningProcessWorker, TestStack } from '../helpers/stack';
+import { eventually, RunningProcessWorker } from '../helpers/stack';
+import { stackSuite } from '../helpers/suite';
 
 const ROWS = 200_000;
 const REWRITE = {
@@ -72,16 +72,17 @@ function startProbe(url: string): { stop: () => Promise<{ count: number; maxMs: 
 }
 
 describe('rewrite steps: a table rebuilt by shadow copy and swapped under load', () => {
-  let dbs: TestDatabases;
-  let stack: TestStack;
   let workers: RunningProcessWorker[];
 
-  beforeAll(async () => {
-    dbs = await TestDatabases.create('rewrite', ['app']);
-    await initPgbench(dbs.url('app'), 2);
-    await dbs.exec(
-      'app',
-      `CREATE VIEW public.account_balances AS SELECT aid, bid, abalance FROM public.pgbench_accounts;
+  const suite = stackSuite({
+    name: 'rewrite',
+    databases: { app: '' },
+    workers: 0,
+    seed: async (dbs) => {
+      await initPgbench(dbs.url('app'), 2);
+      await dbs.exec(
+        'app',
+        `CREATE VIEW public.account_balances AS SELECT aid, bid, abalance FROM public.pgbench_accounts;
        COMMENT ON VIEW public.account_balances IS 'balances';
        GRANT SELECT ON public.account_balances TO PUBLIC;
        CREATE TABLE public.account_notes (id int PRIMARY KEY, aid int NOT NULL REFERENCES public.pgbench_accounts (aid));
@@ -89,19 +90,16 @@ describe('rewrite steps: a table rebuilt by shadow copy and swapped under load',
        COMMENT ON TABLE public.pgbench_accounts IS 'accounts';
        GRANT SELECT ON public.pgbench_accounts TO PUBLIC;
        ANALYZE public.pgbench_accounts;`,
-    );
-    stack = await TestStack.start({ connections: { app: dbs.url('app') }, workers: 0 });
-    workers = [await stack.startWorkerProcessReady('w1'), await stack.startWorkerProcessReady('w2')];
-  });
-
-  afterAll(async () => {
-    await stack?.teardown();
-    await dbs?.drop();
+      );
+    },
+    ready: async () => {
+      workers = [await suite.stack.startWorkerProcessReady('w1'), await suite.stack.startWorkerProcessReady('w2')];
+    },
   });
 
   /** The table's shape, its neighbours and Ferry's objects: what a cancelled rewrite must leave as it was. */
   async function inventory(): Promise<string[]> {
-    const rows = await dbs.query<{ d: string }>(
+    const rows = await suite.dbs.query<{ d: string }>(
       'app',
       `SELECT 'column ' || attname || ' ' || format_type(atttypid, atttypmod) AS d FROM pg_attribute
         WHERE attrelid = 'public.pgbench_accounts'::regclass AND attnum > 0 AND NOT attisdropped
@@ -118,12 +116,12 @@ describe('rewrite steps: a table rebuilt by shadow copy and swapped under load',
   }
 
   async function checksum(): Promise<string> {
-    const [r] = await dbs.query<{ md5: string }>('app', `SELECT md5(string_agg(a::text, ',' ORDER BY aid)) AS md5 FROM public.pgbench_accounts a`);
+    const [r] = await suite.dbs.query<{ md5: string }>('app', `SELECT md5(string_agg(a::text, ',' ORDER BY aid)) AS md5 FROM public.pgbench_accounts a`);
     return r.md5;
   }
 
   it('refuses with exit 2, naming each object, the rewrites it cannot carry, and changes nothing', async () => {
-    await dbs.exec(
+    await suite.dbs.exec(
       'app',
       `CREATE SCHEMA odd;
        CREATE TABLE odd.no_key (a int, b text);
@@ -155,7 +153,7 @@ describe('rewrite steps: a table rebuilt by shadow copy and swapped under load',
         ],
       }),
     );
-    const out = await stack.runCli(['start', file]);
+    const out = await suite.stack.runCli(['start', file]);
     expect(out.code).toBe(2);
     for (const says of [
       /steps\[0\]\.rewrite\.table: odd\.no_key has no primary key/,
@@ -169,13 +167,13 @@ describe('rewrite steps: a table rebuilt by shadow copy and swapped under load',
       expect(out.stderr).toMatch(says);
     }
     expect(await inventory()).toEqual(before);
-    const revert = await stack.runCli(['revert', 'whatever']);
+    const revert = await suite.stack.runCli(['revert', 'whatever']);
     expect({ code: revert.code, stderr: revert.stderr }).toEqual({ code: 2, stderr: expect.stringMatching(/there is no change plan whatever/) });
-    await dbs.exec('app', 'DROP SCHEMA odd CASCADE');
+    await suite.dbs.exec('app', 'DROP SCHEMA odd CASCADE');
   });
 
   it('carries identity, an owned sequence, CHECK and NOT NULL, defaults, index names, storage parameters and grants, and transforms every row through the expressions', async () => {
-    await dbs.exec(
+    await suite.dbs.exec(
       'app',
       `CREATE SCHEMA shop;
        CREATE SEQUENCE shop.ref_seq;
@@ -193,22 +191,22 @@ describe('rewrite steps: a table rebuilt by shadow copy and swapped under load',
        INSERT INTO shop.orders (total, code) SELECT g % 500, 'c' || g FROM generate_series(1, 5000) g;
        CREATE TABLE shop.orders_frozen AS SELECT * FROM shop.orders;`,
     );
-    const { id } = await stack.ferry.startChange({
+    const { id } = await suite.stack.ferry.startChange({
       kind: 'change',
       id: 'orders-carried',
       database: 'app',
       steps: [{ rewrite: { table: 'shop.orders', alter: ['ALTER COLUMN total TYPE bigint', 'DROP COLUMN note'], columns: { total: 'total::bigint * 100', code: 'upper(code)' } } }],
     });
-    const result = await stack.ferry.changeResult(id);
+    const result = await suite.stack.ferry.changeResult(id);
     expect(result.error).toBeNull();
     // Every row, through the expressions, in both directions.
-    const [diff] = await dbs.query<{ missing: string; extra: string }>(
+    const [diff] = await suite.dbs.query<{ missing: string; extra: string }>(
       'app',
       `SELECT (SELECT count(*) FROM (SELECT id, ref, total::bigint * 100, upper(code) FROM shop.orders_frozen EXCEPT SELECT id, ref, total, code FROM shop.orders) m) AS missing,
               (SELECT count(*) FROM (SELECT id, ref, total, code FROM shop.orders EXCEPT SELECT id, ref, total::bigint * 100, upper(code) FROM shop.orders_frozen) e) AS extra`,
     );
     expect(diff).toEqual({ missing: '0', extra: '0' });
-    const [carried] = await dbs.query(
+    const [carried] = await suite.dbs.query(
       'app',
       `SELECT (SELECT array_agg(c.relname::text ORDER BY c.relname) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'shop.orders'::regclass) AS indexes,
               (SELECT array_agg(conname::text || ' ' || contype::text ORDER BY conname) FROM pg_constraint WHERE conrelid = 'shop.orders'::regclass) AS constraints,
@@ -232,26 +230,26 @@ describe('rewrite steps: a table rebuilt by shadow copy and swapped under load',
       analysed_rows: 5000,
     });
     // The identity goes on after the copied ids, the CHECK still holds.
-    const [next] = await dbs.query<{ id: number }>('app', 'INSERT INTO shop.orders (total, code) VALUES (1, $1) RETURNING id', ['new']);
+    const [next] = await suite.dbs.query<{ id: number }>('app', 'INSERT INTO shop.orders (total, code) VALUES (1, $1) RETURNING id', ['new']);
     expect(next.id).toBe(5001);
-    await expect(dbs.exec('app', "INSERT INTO shop.orders (total, code) VALUES (-1, 'neg')")).rejects.toThrow(/orders_total_check/);
-    await dbs.exec('app', 'DROP SCHEMA shop CASCADE');
+    await expect(suite.dbs.exec('app', "INSERT INTO shop.orders (total, code) VALUES (-1, 'neg')")).rejects.toThrow(/orders_total_check/);
+    await suite.dbs.exec('app', 'DROP SCHEMA shop CASCADE');
   });
 
   it('a rewrite cancelled while it awaits approval leaves the table, its data and the database as they were', async () => {
     const before = await inventory();
     const data = await checksum();
-    const { id } = await stack.ferry.startChange({ kind: 'change', id: 'rewrite-cancelled', database: 'app', steps: [{ rewrite: { ...REWRITE, approval: 'manual' } }] });
-    await eventually(async () => (await stack.ferry.changeStatus(id)).waiting?.includes('awaiting approval'), 90_000);
+    const { id } = await suite.stack.ferry.startChange({ kind: 'change', id: 'rewrite-cancelled', database: 'app', steps: [{ rewrite: { ...REWRITE, approval: 'manual' } }] });
+    await eventually(async () => (await suite.stack.ferry.changeStatus(id)).waiting?.includes('awaiting approval'), 90_000);
     // The shadow exists now, with the new shape.
-    const [shadow] = await dbs.query<{ type: string }>(
+    const [shadow] = await suite.dbs.query<{ type: string }>(
       'app',
       `SELECT format_type(a.atttypid, a.atttypmod) AS type FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
         WHERE c.relname LIKE 'pgbench_accounts\\_ferry\\_new\\_%' AND a.attname = 'abalance'`,
     );
     expect(shadow).toEqual({ type: 'bigint' });
-    await stack.ferry.cancel(id, 'changed my mind');
-    const result = await stack.ferry.changeResult(id);
+    await suite.stack.ferry.cancel(id, 'changed my mind');
+    const result = await suite.stack.ferry.changeResult(id);
     expect(result.state).toBe('CANCELLED');
     expect(result.steps[0].state).toBe('FAILED');
     expect(result.warnings).toEqual([]);
@@ -262,35 +260,35 @@ describe('rewrite steps: a table rebuilt by shadow copy and swapped under load',
   it('ferry cleanup after a rewrite was terminated before its swap removes its shadow, capture and bookkeeping: the database as it was', async () => {
     const before = await inventory();
     const data = await checksum();
-    const { id } = await stack.ferry.startChange({ kind: 'change', id: 'rewrite-terminated', database: 'app', steps: [{ rewrite: { ...REWRITE, approval: 'manual' } }] });
-    await eventually(async () => (await stack.ferry.changeStatus(id)).waiting?.includes('awaiting approval'), 90_000);
+    const { id } = await suite.stack.ferry.startChange({ kind: 'change', id: 'rewrite-terminated', database: 'app', steps: [{ rewrite: { ...REWRITE, approval: 'manual' } }] });
+    await eventually(async () => (await suite.stack.ferry.changeStatus(id)).waiting?.includes('awaiting approval'), 90_000);
     // Terminated: no compensation runs; the shadow and capture stay behind.
-    await stack.client.workflow.getHandle(id).terminate('test: an operator terminated it');
+    await suite.stack.client.workflow.getHandle(id).terminate('test: an operator terminated it');
     const left = await inventory();
     expect(left.filter((o) => !before.includes(o)).some((o) => /pgbench_accounts_ferry_new_/.test(o))).toBe(true);
     expect(left.filter((o) => !before.includes(o)).some((o) => /^trigger ferry_capture_/.test(o))).toBe(true);
 
-    const out = await stack.runCli(['cleanup', id]);
+    const out = await suite.stack.runCli(['cleanup', id]);
     expect({ code: out.code, stderr: out.stderr }).toEqual({ code: 0, stderr: '' });
     expect(out.stdout).toMatch(/rewrite-terminated: capture of its rewrites removed; dropped public\.pgbench_accounts_ferry_new_\w+/);
     expect(await inventory()).toEqual(before);
     expect(await checksum()).toBe(data);
     // A cleanup of a plan that is still running is refused.
-    const running = await stack.ferry.startChange({ kind: 'change', id: 'rewrite-running', database: 'app', steps: [{ rewrite: { ...REWRITE, approval: 'manual' } }] });
-    expect((await stack.runCli(['cleanup', running.id])).code).toBe(2);
-    await stack.ferry.cancel(running.id, 'test over');
-    expect((await stack.ferry.changeResult(running.id)).state).toBe('CANCELLED');
+    const running = await suite.stack.ferry.startChange({ kind: 'change', id: 'rewrite-running', database: 'app', steps: [{ rewrite: { ...REWRITE, approval: 'manual' } }] });
+    expect((await suite.stack.runCli(['cleanup', running.id])).code).toBe(2);
+    await suite.stack.ferry.cancel(running.id, 'test over');
+    expect((await suite.stack.ferry.changeResult(running.id)).state).toBe('CANCELLED');
   });
 
   it('rewrites abalance to bigint and drops filler under pgbench across a SIGKILLed copy and a SIGKILLed sync: every write kept, view and foreign key moved, writers never failed', async () => {
-    const url = dbs.url('app');
+    const url = suite.dbs.url('app');
     const load = startTpcb(url);
     const probe = startProbe(url);
     let report = { code: null as number | null, out: '' };
     let stall = { count: 0, maxMs: 0, errors: [] as string[] };
     let oldTable = '';
     try {
-      const { id } = await stack.ferry.startChange({
+      const { id } = await suite.stack.ferry.startChange({
         kind: 'change',
         id: 'accounts-bigint',
         database: 'app',
@@ -300,48 +298,48 @@ describe('rewrite steps: a table rebuilt by shadow copy and swapped under load',
       // Killed once ferry status shows a quarter of the rows copied (read from the copy's own
       // heartbeat, which also carries the resume point), while the copy runs.
       const target = await eventually(async () => {
-        const running = (await runningActivities(stack.ferry, [id])).find((a) => a.activity === 'copyRewrite' && a.heartbeating);
+        const running = (await runningActivities(suite.stack.ferry, [id])).find((a) => a.activity === 'copyRewrite' && a.heartbeating);
         if (!running) return undefined;
-        const copying = (await stack.ferry.changeStatus(id)).steps[0];
+        const copying = (await suite.stack.ferry.changeStatus(id)).steps[0];
         return copying.note === 'copying' && copying.progress?.unit === 'rows' && copying.progress.done >= ROWS / 4 && copying.progress.done < ROWS ? running : undefined;
       }, 90_000, 100);
       const victim = workers.find((w) => w.identity === target.worker)!;
       victim.process.kill('SIGKILL');
       await victim.exited;
-      workers = [...workers.filter((w) => w !== victim), await stack.startWorkerProcessReady(`${victim.identity}-again`)];
+      workers = [...workers.filter((w) => w !== victim), await suite.stack.startWorkerProcessReady(`${victim.identity}-again`)];
       const killed: Killed = { ...target, at: Date.now() };
-      expect(await awaitRetry(stack.ferry, killed)).toMatchObject({ attempt: killed.attempt + 1, endedBy: 'heartbeat timeout' });
+      expect(await awaitRetry(suite.stack.ferry, killed)).toMatchObject({ attempt: killed.attempt + 1, endedBy: 'heartbeat timeout' });
 
       // Killed again while it applies the change log to the shadow: once the copy is over, a
       // SHARE lock of the test's on the shadow keeps the next sync round at its first batch
       // (under its 5 s lock_timeout) until the kill; released right after it, before the retry.
       const shadow = await eventually(async () => {
-        const { note } = (await stack.ferry.changeStatus(id)).steps[0];
+        const { note } = (await suite.stack.ferry.changeStatus(id)).steps[0];
         if (!note || note === 'copying' || note.startsWith('building')) return undefined;
-        const rows = await dbs.query<{ name: string }>('app', `SELECT relname AS name FROM pg_class WHERE relname LIKE 'pgbench_accounts\\_ferry\\_new\\_%' AND relkind = 'r'`);
+        const rows = await suite.dbs.query<{ name: string }>('app', `SELECT relname AS name FROM pg_class WHERE relname LIKE 'pgbench_accounts\\_ferry\\_new\\_%' AND relkind = 'r'`);
         return rows[0]?.name;
       }, 120_000, 100);
       const hold = await HeldLock.take(url, 'shadow', [`LOCK TABLE public.${shadow} IN SHARE MODE`]);
       try {
-        const syncing = await eventually(async () => (await runningActivities(stack.ferry, [id])).find((a) => a.activity === 'syncRewrite' && a.heartbeating), 60_000, 50);
+        const syncing = await eventually(async () => (await runningActivities(suite.stack.ferry, [id])).find((a) => a.activity === 'syncRewrite' && a.heartbeating), 60_000, 50);
         const second = workers.find((w) => w.identity === syncing.worker)!;
         second.process.kill('SIGKILL');
         await second.exited;
         await hold.release();
-        workers = [...workers.filter((w) => w !== second), await stack.startWorkerProcessReady(`${second.identity}-again`)];
+        workers = [...workers.filter((w) => w !== second), await suite.stack.startWorkerProcessReady(`${second.identity}-again`)];
         const killedSync: Killed = { ...syncing, at: Date.now() };
-        expect(await awaitRetry(stack.ferry, killedSync)).toMatchObject({ attempt: killedSync.attempt + 1, endedBy: 'heartbeat timeout' });
+        expect(await awaitRetry(suite.stack.ferry, killedSync)).toMatchObject({ attempt: killedSync.attempt + 1, endedBy: 'heartbeat timeout' });
       } finally {
         await hold.release();
       }
 
-      const result = await stack.ferry.changeResult(id);
+      const result = await suite.stack.ferry.changeResult(id);
       expect(result.error).toBeNull();
       expect(result.state).toBe('SUCCEEDED');
       const swapped = result.events.find((e) => e.type === 'RewriteSwapped');
       expect(swapped?.detail).toMatchObject({ views: ['public.account_balances'], foreignKeys: 1 });
       console.log(`rewrite swap held writers ${String(swapped?.detail?.lockedMs)} ms, drained ${String(swapped?.detail?.drained)} rows`);
-      oldTable = (await dbs.query<{ name: string }>('app', `SELECT relname AS name FROM pg_class WHERE relname LIKE 'pgbench_accounts\\_ferry\\_old\\_%'`))[0].name;
+      oldTable = (await suite.dbs.query<{ name: string }>('app', `SELECT relname AS name FROM pg_class WHERE relname LIKE 'pgbench_accounts\\_ferry\\_old\\_%'`))[0].name;
     } finally {
       report = await load.stop();
       stall = await probe.stop();
@@ -360,7 +358,7 @@ describe('rewrite steps: a table rebuilt by shadow copy and swapped under load',
     expect(stall.maxMs).toBeLessThan(3_000);
 
     // The new shape.
-    const columns = await dbs.query<{ name: string; type: string }>(
+    const columns = await suite.dbs.query<{ name: string; type: string }>(
       'app',
       `SELECT attname AS name, format_type(atttypid, atttypmod) AS type FROM pg_attribute
         WHERE attrelid = 'public.pgbench_accounts'::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`,
@@ -372,7 +370,7 @@ describe('rewrite steps: a table rebuilt by shadow copy and swapped under load',
     ]);
     // Every write kept: pgbench's history is a ledger of every balance change since init (all
     // balances began at 0), across the copy, the kill, the sync and the swap.
-    const [ledger] = await dbs.query<{ rows: string; wrong: string; deltas: string }>(
+    const [ledger] = await suite.dbs.query<{ rows: string; wrong: string; deltas: string }>(
       'app',
       `SELECT count(*) AS rows, count(*) FILTER (WHERE a.abalance <> coalesce(h.total, 0)) AS wrong, (SELECT count(*) FROM public.pgbench_history) AS deltas
          FROM public.pgbench_accounts a LEFT JOIN (SELECT aid, sum(delta) AS total FROM public.pgbench_history GROUP BY aid) h USING (aid)`,
@@ -380,14 +378,14 @@ describe('rewrite steps: a table rebuilt by shadow copy and swapped under load',
     expect({ rows: Number(ledger.rows), wrong: Number(ledger.wrong) }).toEqual({ rows: ROWS, wrong: 0 });
     expect(Number(ledger.deltas)).toBeGreaterThan(500);
     // The old table holds the rows as they were at the swap: same keys and branches.
-    const [old] = await dbs.query<{ differ: string }>(
+    const [old] = await suite.dbs.query<{ differ: string }>(
       'app',
       `SELECT count(*) AS differ FROM public.pgbench_accounts n FULL JOIN public.${oldTable} o USING (aid) WHERE n.bid IS DISTINCT FROM o.bid`,
     );
     expect(Number(old.differ)).toBe(0);
 
     // The view, its grant and comment, and the foreign key point at the new table.
-    const [catalog] = await dbs.query<{ view_on_new: boolean; view_type: string; comment: string; grant: boolean; fk_on_new: boolean; fk_valid: boolean; pkey: string; table_comment: string }>(
+    const [catalog] = await suite.dbs.query<{ view_on_new: boolean; view_type: string; comment: string; grant: boolean; fk_on_new: boolean; fk_valid: boolean; pkey: string; table_comment: string }>(
       'app',
       `SELECT EXISTS (SELECT 1 FROM pg_depend d JOIN pg_rewrite r ON r.oid = d.objid
                        WHERE r.ev_class = 'public.account_balances'::regclass AND d.refobjid = 'public.pgbench_accounts'::regclass) AS view_on_new,
@@ -409,22 +407,22 @@ describe('rewrite steps: a table rebuilt by shadow copy and swapped under load',
       pkey: 'pgbench_accounts_pkey',
       table_comment: 'accounts',
     });
-    const [sums] = await dbs.query<{ view: string; table: string }>(
+    const [sums] = await suite.dbs.query<{ view: string; table: string }>(
       'app',
       'SELECT (SELECT sum(abalance) FROM public.account_balances) AS view, (SELECT sum(abalance) FROM public.pgbench_accounts) AS table',
     );
     expect(sums.view).toBe(sums.table);
-    await expect(dbs.exec('app', 'INSERT INTO public.account_notes VALUES (1000, 999999999)')).rejects.toThrow(/foreign key/);
+    await expect(suite.dbs.exec('app', 'INSERT INTO public.account_notes VALUES (1000, 999999999)')).rejects.toThrow(/foreign key/);
     // The rewrite's capture is gone; the new table's (for a revert) stays until keepOld has
     // passed, then it goes and the old table is dropped.
-    const triggers = async () => (await dbs.query<{ on: string }>('app', `SELECT tgrelid::regclass::text AS on FROM pg_trigger WHERE tgname LIKE 'ferry%'`)).map((r) => r.on);
+    const triggers = async () => (await suite.dbs.query<{ on: string }>('app', `SELECT tgrelid::regclass::text AS on FROM pg_trigger WHERE tgname LIKE 'ferry%'`)).map((r) => r.on);
     expect(await triggers()).toEqual(['pgbench_accounts', 'pgbench_accounts']);
-    await eventually(async () => (await dbs.query('app', `SELECT 1 FROM pg_class WHERE relname = $1`, [oldTable])).length === 0, 60_000, 500);
+    await eventually(async () => (await suite.dbs.query('app', `SELECT 1 FROM pg_class WHERE relname = $1`, [oldTable])).length === 0, 60_000, 500);
     expect(await triggers()).toEqual([]);
   });
 
   it('ferry revert within keepOld swaps back to the old shape with every write made since the swap, under writes', async () => {
-    await dbs.exec(
+    await suite.dbs.exec(
       'app',
       `CREATE TABLE public.ledger (id bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY, amount int NOT NULL, note text);
        INSERT INTO public.ledger (amount, note) SELECT g % 1000, 'n' || g FROM generate_series(1, 20000) g;
@@ -436,7 +434,7 @@ describe('rewrite steps: a table rebuilt by shadow copy and swapped under load',
     // and keeps its own account of what each key must hold; waits on a swap's lock are fine.
     const expected = new Map<number, number>();
     for (let id = 1; id <= 20_000; id += 1) expected.set(id, id % 1000);
-    const writer = new Client({ connectionString: dbs.url('app') });
+    const writer = new Client({ connectionString: suite.dbs.url('app') });
     await writer.connect();
     let writing = true;
     const errors: string[] = [];
@@ -463,26 +461,26 @@ describe('rewrite steps: a table rebuilt by shadow copy and swapped under load',
       }
     })();
     try {
-      const { id } = await stack.ferry.startChange({
+      const { id } = await suite.stack.ferry.startChange({
         kind: 'change',
         id: 'ledger-bigint',
         database: 'app',
         steps: [{ rewrite: { table: 'public.ledger', alter: ['ALTER COLUMN amount TYPE bigint', 'DROP COLUMN note'], approval: 'auto', keepOld: '10m' } }],
       });
-      expect((await stack.ferry.changeResult(id)).state).toBe('SUCCEEDED');
+      expect((await suite.stack.ferry.changeResult(id)).state).toBe('SUCCEEDED');
       const typeOf = async () =>
-        (await dbs.query<{ type: string }>('app', `SELECT format_type(atttypid, atttypmod) AS type FROM pg_attribute WHERE attrelid = 'public.ledger'::regclass AND attname = 'amount'`))[0]
+        (await suite.dbs.query<{ type: string }>('app', `SELECT format_type(atttypid, atttypmod) AS type FROM pg_attribute WHERE attrelid = 'public.ledger'::regclass AND attname = 'amount'`))[0]
           ?.type;
       expect(await typeOf()).toBe('bigint');
       // Writes land on the new table for a while.
       const after = writes;
       await eventually(async () => writes > after + 300, 60_000, 100);
 
-      const out = await stack.runCli(['revert', id, '--reason', 'bigint broke the reports']);
+      const out = await suite.stack.runCli(['revert', id, '--reason', 'bigint broke the reports']);
       expect({ code: out.code, stderr: out.stderr }).toEqual({ code: 0, stderr: '' });
       expect(out.stdout).toMatch(/ledger-bigint step 1: reverted — \d+ logged writes carried back, \d+ rows checked, writers held \d+ ms/);
       // A second revert has nothing to do.
-      expect((await stack.runCli(['revert', id])).code).toBe(2);
+      expect((await suite.stack.runCli(['revert', id])).code).toBe(2);
       const more = writes;
       await eventually(async () => writes > more + 100, 60_000, 100);
     } finally {
@@ -493,7 +491,7 @@ describe('rewrite steps: a table rebuilt by shadow copy and swapped under load',
     expect(errors).toEqual([]);
 
     // The old shape again, with every write: the writer's account of each key, row for row.
-    const columns = await dbs.query<{ name: string; type: string }>(
+    const columns = await suite.dbs.query<{ name: string; type: string }>(
       'app',
       `SELECT attname AS name, format_type(atttypid, atttypmod) AS type FROM pg_attribute WHERE attrelid = 'public.ledger'::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`,
     );
@@ -502,14 +500,14 @@ describe('rewrite steps: a table rebuilt by shadow copy and swapped under load',
       { name: 'amount', type: 'integer' },
       { name: 'note', type: 'text' },
     ]);
-    const rows = await dbs.query<{ id: string; amount: number; note: string | null }>('app', 'SELECT id, amount, note FROM public.ledger ORDER BY id');
+    const rows = await suite.dbs.query<{ id: string; amount: number; note: string | null }>('app', 'SELECT id, amount, note FROM public.ledger ORDER BY id');
     const wrong = rows.filter((r) => expected.get(Number(r.id)) !== r.amount).slice(0, 5);
     expect({ rows: rows.length, wrong }).toEqual({ rows: expected.size, wrong: [] });
     // The rows that were there before the rewrite kept their note (the new table had none).
     const notes = rows.filter((r) => Number(r.id) <= 20_000);
     expect(notes.filter((r) => r.note !== `n${r.id}`).length).toBe(0);
     // The view and the foreign key are on the old table again, the identity goes on, no capture is left on it.
-    const [catalog] = await dbs.query(
+    const [catalog] = await suite.dbs.query(
       'app',
       `SELECT EXISTS (SELECT 1 FROM pg_depend d JOIN pg_rewrite r ON r.oid = d.objid WHERE r.ev_class = 'public.ledger_view'::regclass AND d.refobjid = 'public.ledger'::regclass) AS view_on_old,
               (SELECT confrelid = 'public.ledger'::regclass FROM pg_constraint WHERE conrelid = 'public.ledger_refs'::regclass AND contype = 'f') AS fk_on_old,
@@ -519,7 +517,7 @@ describe('rewrite steps: a table rebuilt by shadow copy and swapped under load',
     );
     expect(catalog).toEqual({ view_on_old: true, fk_on_old: true, pkey: 'ledger_pkey', identity_sequence: 'public.ledger_id_seq', triggers: 0 });
     const maxId = Math.max(...rows.map((r) => Number(r.id)));
-    const [next] = await dbs.query<{ id: string }>('app', 'INSERT INTO public.ledger (amount) VALUES (1) RETURNING id');
+    const [next] = await suite.dbs.query<{ id: string }>('app', 'INSERT INTO public.ledger (amount) VALUES (1) RETURNING id');
     expect(Number(next.id)).toBeGreaterThan(maxId);
   });
 });

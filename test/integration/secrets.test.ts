@@ -20,6 +20,7 @@ import { adminUrl, rowsAsText, TestDatabases, withClient } from '../helpers/data
 import { hitsIn, JsonPayload, payloadsIn, unb64 } from '../helpers/history';
 import { beforeActivity } from '../helpers/interceptors';
 import { eventually, FERRY_BIN, TestStack } from '../helpers/stack';
+import { stackSuite } from '../helpers/suite';
 
 const SOURCE_SCHEMA = `
 CREATE TABLE public.zebra_accounts (id int PRIMARY KEY, holder text NOT NULL, balance numeric(12,2));
@@ -133,8 +134,6 @@ describe('connection URLs and callback secrets', () => {
 describe('payload encryption (FERRY_CODEC_KEY)', () => {
   const key = randomBytes(32).toString('base64');
   const keyId = parseCodecKey(key).id;
-  let dbs: TestDatabases;
-  let stack: TestStack;
   let migrationId: string;
   let failedId: string;
   let startInput: JsonPayload[];
@@ -142,7 +141,7 @@ describe('payload encryption (FERRY_CODEC_KEY)', () => {
 
   /** `ferry codec-server --port 0 …` as its own process; resolves with its URL once it listens. */
   async function codecServer(env: Record<string, string>, args: string[] = []): Promise<{ url: string; process: ChildProcess }> {
-    const child = spawn(process.execPath, [FERRY_BIN, 'codec-server', '--port', '0', ...args], { env: { ...stack.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [FERRY_BIN, 'codec-server', '--port', '0', ...args], { env: { ...suite.stack.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
     codecServers.push(child);
     let output = '';
     const url = await new Promise<string>((resolve, reject) => {
@@ -165,26 +164,24 @@ describe('payload encryption (FERRY_CODEC_KEY)', () => {
   const post = (url: string, body: unknown, headers: Record<string, string> = {}) =>
     fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', 'x-namespace': 'default', ...headers }, body: JSON.stringify(body) });
 
-  beforeAll(async () => {
-    dbs = await TestDatabases.create('secrets_codec', ['source', 'target']);
-    await dbs.exec('source', SOURCE_SCHEMA);
-    stack = await TestStack.start({ connections: { vault_src: dbs.url('source'), vault_dst: dbs.url('target') }, extraEnv: { FERRY_CODEC_KEY: key } });
-  });
-
-  afterAll(async () => {
-    for (const child of codecServers) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-    await stack?.teardown();
-    await dbs?.drop();
+  const suite = stackSuite({
+    name: 'secrets_codec',
+    databases: { source: SOURCE_SCHEMA, target: '' },
+    connections: { vault_src: 'source', vault_dst: 'target' },
+    extraEnv: { FERRY_CODEC_KEY: key },
+    cleanup: async () => {
+      for (const child of codecServers) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    },
   });
 
   it('encrypts every payload of the migration while the client and `ferry status` still read its state', async () => {
     migrationId = `secrets-codec-${randomBytes(3).toString('hex')}`;
-    await stack.ferry.start({ source: 'vault_src', target: 'vault_dst', tables: TABLES, batchRows: 1000, metadata: { team: 'zebra-team' } }, { id: migrationId });
-    const result = await stack.ferry.result(migrationId);
+    await suite.stack.ferry.start({ source: 'vault_src', target: 'vault_dst', tables: TABLES, batchRows: 1000, metadata: { team: 'zebra-team' } }, { id: migrationId });
+    const result = await suite.stack.ferry.result(migrationId);
     expect(result.state).toBe('SUCCEEDED');
-    for (const table of TABLES) expect(await rowsAsText(dbs, 'target', table, 'id')).toEqual(await rowsAsText(dbs, 'source', table, 'id'));
+    for (const table of TABLES) expect(await rowsAsText(suite.dbs, 'target', table, 'id')).toEqual(await rowsAsText(suite.dbs, 'source', table, 'id'));
 
-    const runs = await executions(stack.client, stack.taskQueue, 4);
+    const runs = await executions(suite.stack.client, suite.stack.taskQueue, 4);
     expect(runs.map((r) => r.info.type).sort()).toEqual(['migrationWorkflow', 'preflightWorkflow', 'tableMigrationWorkflow', 'tableMigrationWorkflow']);
     const found = runs.flatMap(({ info, history }) => payloadsIn(JSON.parse(history), info.workflowId));
     // Search attributes are indexed by the server and never encrypted (FerrySource/FerryTarget are
@@ -214,19 +211,19 @@ describe('payload encryption (FERRY_CODEC_KEY)', () => {
     startInput = JSON.parse(migration?.history ?? '{}').events[0].workflowExecutionStartedEventAttributes.input.payloads;
 
     // Holders of the key read everything: the query result, the status document, the CLI.
-    const state = await stack.client.workflow.getHandle(migrationId).query(stateQuery);
+    const state = await suite.stack.client.workflow.getHandle(migrationId).query(stateQuery);
     expect(state.tables.map((t) => t.source)).toEqual(TABLES);
-    const status = await stack.ferry.status(migrationId);
+    const status = await suite.stack.ferry.status(migrationId);
     expect([status.state, status.phase]).toEqual(['SUCCEEDED', 'COMPLETED']);
-    const cli = await stack.runCli(['status', migrationId, '--json']);
+    const cli = await suite.stack.runCli(['status', migrationId, '--json']);
     expect({ code: cli.code, stderr: cli.stderr }).toMatchObject({ code: 0 });
     expect(JSON.parse(cli.stdout).tables.map((t: { source: string }) => t.source)).toEqual(TABLES);
-    const { memo } = await stack.client.workflow.getHandle(migrationId).describe();
+    const { memo } = await suite.stack.client.workflow.getHandle(migrationId).describe();
     expect(memo?.source).toBe('vault_src');
   });
 
   it('leaves a client without the key, or with another key, unable to read anything', async () => {
-    const plain = new Client({ connection: stack.connection, namespace: stack.server.namespace });
+    const plain = new Client({ connection: suite.stack.connection, namespace: suite.stack.server.namespace });
     const history = await plain.workflow.getHandle(migrationId).fetchHistory();
     const input = history.events?.[0].workflowExecutionStartedEventAttributes?.input?.payloads?.[0];
     expect(Buffer.from(input?.metadata?.encoding ?? []).toString()).toBe('binary/encrypted');
@@ -235,16 +232,16 @@ describe('payload encryption (FERRY_CODEC_KEY)', () => {
     await expect(plain.workflow.getHandle(migrationId).query(stateQuery)).rejects.toThrow(/binary\/encrypted/);
 
     const otherKey = randomBytes(32).toString('hex');
-    const wrong = new Client({ connection: stack.connection, namespace: stack.server.namespace, dataConverter: dataConverterFromEnv({ FERRY_CODEC_KEY: otherKey }) });
+    const wrong = new Client({ connection: suite.stack.connection, namespace: suite.stack.server.namespace, dataConverter: dataConverterFromEnv({ FERRY_CODEC_KEY: otherKey }) });
     await expect(wrong.workflow.getHandle(migrationId).query(stateQuery)).rejects.toThrow(new RegExp(`encrypted with key ${keyId}`));
 
-    const cli = await stack.runCli(['status', migrationId, '--json'], { FERRY_CODEC_KEY: '' });
+    const cli = await suite.stack.runCli(['status', migrationId, '--json'], { FERRY_CODEC_KEY: '' });
     expect(cli.code).not.toBe(0);
     expect(cli.stdout).not.toMatch(/zebra/);
   });
 
   it('encrypts failure messages and stack traces too, while key holders still read why it failed', async () => {
-    await dbs.exec(
+    await suite.dbs.exec(
       'source',
       `CREATE TABLE public.zebra_refused (id int PRIMARY KEY, v int);
        INSERT INTO public.zebra_refused SELECT g, g FROM generate_series(1, 200) g;
@@ -253,17 +250,17 @@ describe('payload encryption (FERRY_CODEC_KEY)', () => {
     );
     const id = `secrets-codec-failed-${randomBytes(3).toString('hex')}`;
     failedId = id;
-    await stack.ferry.start({ source: 'vault_src', target: 'vault_dst', tables: ['public.zebra_refused'] }, { id });
-    const result = await stack.ferry.result(id);
+    await suite.stack.ferry.start({ source: 'vault_src', target: 'vault_dst', tables: ['public.zebra_refused'] }, { id });
+    const result = await suite.stack.ferry.result(id);
     expect(result.state).toBe('FAILED');
     expect(result.error?.cause).toMatch(/zebra_positive/);
-    const cli = await stack.runCli(['status', id, '--json']);
+    const cli = await suite.stack.runCli(['status', id, '--json']);
     expect(JSON.parse(cli.stdout).error.cause).toMatch(/zebra_positive/);
 
     // Without the key: every failure in every history of this migration says nothing readable.
-    const plain = new Client({ connection: stack.connection, namespace: stack.server.namespace });
+    const plain = new Client({ connection: suite.stack.connection, namespace: suite.stack.server.namespace });
     const runs: WorkflowExecutionInfo[] = [];
-    for await (const info of stack.client.workflow.list({ query: `WorkflowId STARTS_WITH '${id}'` })) runs.push(info);
+    for await (const info of suite.stack.client.workflow.list({ query: `WorkflowId STARTS_WITH '${id}'` })) runs.push(info);
     expect(runs.map((r) => r.type).sort()).toEqual(['migrationWorkflow', 'preflightWorkflow', 'tableMigrationWorkflow']);
     const histories = await Promise.all(runs.map(async (r) => historyToJSON(await plain.workflow.getHandle(r.workflowId, r.runId).fetchHistory())));
     const text = histories.join('\n');
@@ -283,7 +280,7 @@ describe('payload encryption (FERRY_CODEC_KEY)', () => {
     const temporalCli = (args: string[], codec = true) =>
       new Promise<{ status: number | null; stdout: string; stderr: string }>((resolve) => {
         const bin = process.env.FERRY_TEMPORAL_BIN ?? 'temporal';
-        const all = [...args, '--address', stack.server.address, '--namespace', stack.server.namespace, ...(codec ? ['--codec-endpoint', server.url] : [])];
+        const all = [...args, '--address', suite.stack.server.address, '--namespace', suite.stack.server.namespace, ...(codec ? ['--codec-endpoint', server.url] : [])];
         execFile(bin, all, { encoding: 'utf8', timeout: 60_000 }, (err, stdout, stderr) =>
           resolve({ status: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
         );
@@ -325,14 +322,14 @@ describe('payload encryption (FERRY_CODEC_KEY)', () => {
 
   it('tells a client without the key which variable to set, and `ferry list` still lists every migration', async () => {
     for (const verb of ['status', 'result']) {
-      const run = await stack.runCli([verb, migrationId], { FERRY_CODEC_KEY: '' });
+      const run = await suite.stack.runCli([verb, migrationId], { FERRY_CODEC_KEY: '' });
       expect({ verb, code: run.code }).toEqual({ verb, code: 1 });
       expect(run.stderr).toContain('FERRY_CODEC_KEY is not set: set FERRY_CODEC_KEY to the workers\' key');
       expect(run.stderr).not.toContain('Unknown encoding');
       expect(run.stdout).not.toMatch(/zebra/);
     }
 
-    const list = await stack.runCli(['list', '--json'], { FERRY_CODEC_KEY: '' });
+    const list = await suite.stack.runCli(['list', '--json'], { FERRY_CODEC_KEY: '' });
     expect({ code: list.code, stderr: list.stderr }).toEqual({ code: 0, stderr: '' });
     const rows = JSON.parse(list.stdout) as { id: string; state: string; rows?: number; error?: unknown; unreadable?: string; source?: string }[];
     const byId = new Map(rows.map((r) => [r.id, r]));
@@ -340,28 +337,28 @@ describe('payload encryption (FERRY_CODEC_KEY)', () => {
     expect(byId.get(failedId)).toMatchObject({ state: 'FAILED', unreadable: expect.stringContaining('set FERRY_CODEC_KEY') });
     expect(byId.get(migrationId)?.rows).toBeUndefined();
     expect(list.stdout).not.toMatch(/zebra/);
-    const text = await stack.runCli(['list'], { FERRY_CODEC_KEY: '' });
+    const text = await suite.stack.runCli(['list'], { FERRY_CODEC_KEY: '' });
     expect(text.code).toBe(0);
     expect(text.stdout).toMatch(new RegExp(`^${failedId}\\s+FAILED\\s+FAILED\\s+vault_src\\s+vault_dst\\s+\\?\\s+.*\\(encrypted\\)$`, 'm'));
     expect(text.stderr).toMatch(/are encrypted: .*set FERRY_CODEC_KEY/);
 
     // With the key, the same listing has the rows and the failure.
-    const withKey = JSON.parse((await stack.runCli(['list', '--json'])).stdout) as typeof rows;
+    const withKey = JSON.parse((await suite.stack.runCli(['list', '--json'])).stdout) as typeof rows;
     expect(withKey.find((r) => r.id === migrationId)).toMatchObject({ rows: 8000 });
     expect(JSON.stringify(withKey.find((r) => r.id === failedId)?.error)).toMatch(/zebra_positive/);
     expect(withKey.every((r) => r.unreadable === undefined)).toBe(true);
   });
 
   it('decrypts the last error of a retrying activity for RETRYING', async () => {
-    const taskQueue = `${stack.taskQueue}-flaky`;
+    const taskQueue = `${suite.stack.taskQueue}-flaky`;
     let failures = 3;
-    await stack.startWorker({
+    await suite.stack.startWorker({
       taskQueue,
       interceptors: beforeActivity('prepareTarget', async () => {
         if (failures-- > 0) throw ApplicationFailure.retryable('zebra target is restarting', 'TargetUnavailable');
       }),
     });
-    const ferry = FerryClient.fromClient(stack.client, { taskQueue });
+    const ferry = FerryClient.fromClient(suite.stack.client, { taskQueue });
     const spec = { source: 'vault_src', target: 'vault_dst', truncate: true, tables: ['public.zebra_accounts'] };
     const { id } = await ferry.start(spec, { id: `secrets-codec-retrying-${randomBytes(3).toString('hex')}`, skipPreflight: true });
     const retrying = await eventually(async () => {
@@ -418,7 +415,7 @@ describe('payload encryption (FERRY_CODEC_KEY)', () => {
     expect(((await refused.json()) as { error: string }).error).toContain(keyId);
 
     // A malformed key is refused up front, naming the variable and the format.
-    const bad = await stack.runCli(['codec-server', '--port', '0'], { FERRY_CODEC_KEY: 'not-a-key' });
+    const bad = await suite.stack.runCli(['codec-server', '--port', '0'], { FERRY_CODEC_KEY: 'not-a-key' });
     expect(bad.code).toBe(2);
     expect(bad.stderr).toMatch(/FERRY_CODEC_KEY must be 32 random bytes as base64/);
 
@@ -461,38 +458,38 @@ describe('payload encryption (FERRY_CODEC_KEY)', () => {
   });
 
   it('rotates the key under a running migration: workers restarted with a new FERRY_CODEC_KEY and the old one in FERRY_CODEC_PREVIOUS_KEYS carry it to the end', async () => {
-    await dbs.exec('source', `CREATE TABLE public.zebra_rotated (id int PRIMARY KEY, v text);
+    await suite.dbs.exec('source', `CREATE TABLE public.zebra_rotated (id int PRIMARY KEY, v text);
       INSERT INTO public.zebra_rotated SELECT g, md5(g::text) FROM generate_series(1, 20000) g; ANALYZE public.zebra_rotated;`);
     const [oldKey, newKey] = [randomBytes(32).toString('base64'), randomBytes(32).toString('hex')];
     const [oldId, newId] = [parseCodecKey(oldKey).id, parseCodecKey(newKey).id];
-    const taskQueue = `${stack.taskQueue}-rotate`;
+    const taskQueue = `${suite.stack.taskQueue}-rotate`;
     const clientWith = (env: Record<string, string>) =>
-      FerryClient.fromClient(new Client({ connection: stack.connection, namespace: stack.server.namespace, dataConverter: dataConverterFromEnv(env) }), { taskQueue });
+      FerryClient.fromClient(new Client({ connection: suite.stack.connection, namespace: suite.stack.server.namespace, dataConverter: dataConverterFromEnv(env) }), { taskQueue });
 
     // Started, and half copied, under the old key.
     const before = clientWith({ FERRY_CODEC_KEY: oldKey });
-    const oldWorker = await stack.startWorker({ taskQueue, env: { FERRY_CODEC_KEY: oldKey } });
+    const oldWorker = await suite.stack.startWorker({ taskQueue, env: { FERRY_CODEC_KEY: oldKey } });
     const id = `secrets-rotate-${randomBytes(3).toString('hex')}`;
     await before.start({ source: 'vault_src', target: 'vault_dst', batchRows: 1000, tables: ['public.zebra_rotated'] }, { id });
     await before.throttle(id, { rowsPerSecond: 4000 });
-    const copied = async () => (await dbs.query<{ n: number }>('target', 'SELECT count(*)::int AS n FROM public.zebra_rotated').catch(() => [{ n: 0 }]))[0].n;
+    const copied = async () => (await suite.dbs.query<{ n: number }>('target', 'SELECT count(*)::int AS n FROM public.zebra_rotated').catch(() => [{ n: 0 }]))[0].n;
     await eventually(async () => (await copied()) >= 2000, 30_000);
     oldWorker.shutdown();
-    await Promise.all(stack.inProcess.filter((w) => w.worker === oldWorker).map((w) => w.running));
+    await Promise.all(suite.stack.inProcess.filter((w) => w.worker === oldWorker).map((w) => w.running));
 
     // Every worker and client of the namespace rotates: the new key seals, the old one still opens.
     const rotated = { FERRY_CODEC_KEY: newKey, FERRY_CODEC_PREVIOUS_KEYS: oldKey };
-    await stack.startWorker({ taskQueue, env: rotated });
+    await suite.stack.startWorker({ taskQueue, env: rotated });
     const after = clientWith(rotated);
     // (RETRYING while the slice the old worker dropped at shutdown waits for its next attempt.)
     expect(['RUNNING', 'RETRYING']).toContain((await after.status(id)).state);
     await after.throttle(id, { rowsPerSecond: 0 });
     const result = await after.result(id);
     expect(result.state).toBe('SUCCEEDED');
-    expect(await rowsAsText(dbs, 'target', 'public.zebra_rotated', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.zebra_rotated', 'id'));
+    expect(await rowsAsText(suite.dbs, 'target', 'public.zebra_rotated', 'id')).toEqual(await rowsAsText(suite.dbs, 'source', 'public.zebra_rotated', 'id'));
 
     // The histories hold payloads sealed with each key, and nothing in the clear.
-    const plain = new Client({ connection: stack.connection, namespace: stack.server.namespace });
+    const plain = new Client({ connection: suite.stack.connection, namespace: suite.stack.server.namespace });
     const found = (
       await Promise.all(
         [id, `${id}/table-0`].map(async (w) => payloadsIn(JSON.parse(historyToJSON(await plain.workflow.getHandle(w).fetchHistory())), w)),

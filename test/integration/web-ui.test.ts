@@ -14,27 +14,29 @@ import { Worker } from '@temporalio/worker';
 import { ensureChromium } from '../../src/dev/chromium';
 import { PREFLIGHT_WORKFLOW } from '../../src/core/names';
 import { workflowBundle } from '../../src/temporal/bundle';
-import { TestDatabases } from '../helpers/databases';
 import { ActivityHold } from '../helpers/interceptors';
-import { eventually, resultWithin, TestStack, waitForPhase } from '../helpers/stack';
+import { eventually, resultWithin, waitForPhase } from '../helpers/stack';
+import { stackSuite } from '../helpers/suite';
 
 const SCREENS = join(tmpdir(), 'ferry-ui-screens', `${new Date().toISOString().replace(/[:.]/g, '-')}-${process.pid}`);
 
 describe('the Web UI in headless Chromium', () => {
-  let dbs: TestDatabases;
-  let stack: TestStack;
   let browser: Browser;
   let page: Page;
+  let executablePath: string;
   const hold = new ActivityHold();
 
-  beforeAll(async () => {
-    const executablePath = ensureChromium();
+  // Chromium is found (or installed) before the databases and the stack exist.
+  beforeAll(() => {
+    executablePath = ensureChromium();
     mkdirSync(SCREENS, { recursive: true });
     process.stderr.write(`web-ui test: screenshots in ${SCREENS}\n`);
-    dbs = await TestDatabases.create('webui', ['source', 'target']);
-    await dbs.exec(
-      'source',
-      `CREATE TABLE public.customers (id bigint PRIMARY KEY, name text);
+  });
+
+  const suite = stackSuite({
+    name: 'webui',
+    databases: {
+      source: `CREATE TABLE public.customers (id bigint PRIMARY KEY, name text);
        INSERT INTO public.customers SELECT g, 'customer ' || g FROM generate_series(1, 5000) g;
        -- The target gets the CHECK (validated there), which row 2001 violates: the copy fails with 23514.
        CREATE TABLE public.strict (id int PRIMARY KEY, v int);
@@ -45,20 +47,22 @@ describe('the Web UI in headless Chromium', () => {
        INSERT INTO public.late SELECT g, g FROM generate_series(1, 100) g;
        CREATE TABLE public.keyless (v int);
        ANALYZE;`,
-    );
-    stack = await TestStack.start({ connections: { src: dbs.url('source'), dst: dbs.url('target') }, workers: 0, server: { headless: false } });
-    await stack.startWorker({ interceptors: hold.interceptors() });
-    browser = await chromium.launch({ executablePath });
-    page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+      target: '',
+    },
+    connections: { src: 'source', dst: 'target' },
+    workers: 0,
+    server: { headless: false },
+    ready: async () => {
+      await suite.stack.startWorker({ interceptors: hold.interceptors() });
+      browser = await chromium.launch({ executablePath });
+      page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+    },
+    cleanup: async () => {
+      await browser?.close();
+    },
   });
 
-  afterAll(async () => {
-    await browser?.close();
-    await stack?.teardown();
-    await dbs?.drop();
-  });
-
-  const ui = (path: string) => `${stack.server.uiUrl}/namespaces/${stack.server.namespace}${path}`;
+  const ui = (path: string) => `${suite.stack.server.uiUrl}/namespaces/${suite.stack.server.namespace}${path}`;
 
   async function screenshot(name: string): Promise<void> {
     await page.screenshot({ path: join(SCREENS, `${name}.png`), fullPage: true });
@@ -105,11 +109,11 @@ describe('the Web UI in headless Chromium', () => {
   const firstMessage = (json: string) => /"message": "((?:[^"\\]|\\.)*)"/.exec(json)?.[1].replace(/\\"/g, '"');
 
   it('a migration waiting for approval: its current details show the table, the phase and `ferry approve <id>`, all of it inside the frame', async () => {
-    const { id } = await stack.ferry.start(
+    const { id } = await suite.stack.ferry.start(
       { source: 'src', target: 'dst', mode: 'online', cutover: { approval: 'manual' }, tables: ['public.customers'] },
       { id: 'shop-move' },
     );
-    await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL', 120_000);
+    await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL', 120_000);
     await openUserMetadata(id);
     const text = await markdownText('Current Details', 'ferry approve shop-move');
     await screenshot('1-waiting-for-approval-user-metadata');
@@ -132,8 +136,8 @@ describe('the Web UI in headless Chromium', () => {
   });
 
   it('a migration that failed: the PostgreSQL root cause and SQLSTATE at the top of the failure, and the state in the details', async () => {
-    const { id } = await stack.ferry.start({ source: 'src', target: 'dst', tables: ['public.strict'] }, { id: 'strict-move' });
-    expect((await resultWithin(stack.ferry, id)).state).toBe('FAILED');
+    const { id } = await suite.stack.ferry.start({ source: 'src', target: 'dst', tables: ['public.strict'] }, { id: 'strict-move' });
+    expect((await resultWithin(suite.stack.ferry, id)).state).toBe('FAILED');
 
     const json = await resultPane(id);
     await screenshot('2-failed-history');
@@ -160,9 +164,9 @@ describe('the Web UI in headless Chromium', () => {
   it('a migration past its deadline: TIMED OUT at the top of the failure, with the deadline and what was rolled back', async () => {
     const held = hold.arm('copyChunk'); // the copy sits in its first slice until the deadline cancels it
     try {
-      const { id } = await stack.ferry.start({ source: 'src', target: 'dst', deadline: '3s', tables: ['public.late'] }, { id: 'late-move' });
+      const { id } = await suite.stack.ferry.start({ source: 'src', target: 'dst', deadline: '3s', tables: ['public.late'] }, { id: 'late-move' });
       await held;
-      expect((await resultWithin(stack.ferry, id)).state).toBe('TIMED_OUT');
+      expect((await resultWithin(suite.stack.ferry, id)).state).toBe('TIMED_OUT');
 
       const json = await resultPane(id);
       await screenshot('4-timed-out-history');
@@ -181,20 +185,20 @@ describe('the Web UI in headless Chromium', () => {
   it('a refused preflight: ferry start exits 2 with the refusal, and its helper workflow is Completed, not Failed, in the list', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'ferry-webui-spec-'));
     writeFileSync(join(dir, 'keyless.yaml'), 'id: keyless-move\nsource: src\ntarget: dst\ntables: [public.keyless]\n');
-    const run = await stack.runCli(['start', join(dir, 'keyless.yaml')]).finally(() => rmSync(dir, { recursive: true, force: true }));
+    const run = await suite.stack.runCli(['start', join(dir, 'keyless.yaml')]).finally(() => rmSync(dir, { recursive: true, force: true }));
     expect(run.code).toBe(2);
     expect(run.stderr).toContain('refused (NoPrimaryKey)');
     expect(run.stderr).toContain('table public.keyless has no primary key');
 
     const helpers = await eventually(async () => {
       const found = [];
-      for await (const w of stack.client.workflow.list({ query: `WorkflowType = '${PREFLIGHT_WORKFLOW}' AND WorkflowId STARTS_WITH 'keyless-move.preflight.'` })) found.push(w);
+      for await (const w of suite.stack.client.workflow.list({ query: `WorkflowType = '${PREFLIGHT_WORKFLOW}' AND WorkflowId STARTS_WITH 'keyless-move.preflight.'` })) found.push(w);
       return found.length ? found : undefined;
     });
     expect(helpers.map((w) => w.status.name)).toEqual(['COMPLETED']);
     const helperId = helpers[0].workflowId;
     // Its history (with the patch marker) replays on the current workflow code.
-    const history = await stack.client.workflow.getHandle(helperId).fetchHistory();
+    const history = await suite.stack.client.workflow.getHandle(helperId).fetchHistory();
     await Worker.runReplayHistory({ workflowBundle: workflowBundle() }, history, helperId);
 
     await page.goto(ui('/workflows'));

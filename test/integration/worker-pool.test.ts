@@ -3,56 +3,52 @@
  * them. Each worker takes one activity at a time, so two chunks copying together must run on
  * two workers; the history records who ran what.
  */
-import { rowsAsText, TestDatabases } from '../helpers/databases';
+import { rowsAsText } from '../helpers/databases';
 import { activityStarts } from '../helpers/history';
-import { TestStack } from '../helpers/stack';
+import { stackSuite } from '../helpers/suite';
 
 describe('a pool of two workers', () => {
-  let dbs: TestDatabases;
-  let stack: TestStack;
-
-  beforeAll(async () => {
-    dbs = await TestDatabases.create('pool', ['source', 'target']);
-    await dbs.exec('source', `CREATE TABLE public.events (id bigint PRIMARY KEY, payload text);
-      INSERT INTO public.events SELECT g, repeat(md5(g::text), 4) FROM generate_series(1, 40000) g; ANALYZE;`);
-    stack = await TestStack.start({ connections: { a: dbs.url('source'), b: dbs.url('target') }, workers: 0 });
-  });
-
-  afterAll(async () => {
-    await stack?.teardown();
-    await dbs?.drop();
+  const suite = stackSuite({
+    name: 'pool',
+    databases: {
+      source: `CREATE TABLE public.events (id bigint PRIMARY KEY, payload text);
+      INSERT INTO public.events SELECT g, repeat(md5(g::text), 4) FROM generate_series(1, 40000) g; ANALYZE;`,
+      target: '',
+    },
+    connections: { a: 'source', b: 'target' },
+    workers: 0,
   });
 
   it('shares one migration\'s chunks between both workers', async () => {
     // Queue the migration and slow it down before any worker runs, so chunks overlap in time.
-    const { id } = await stack.ferry.start(
+    const { id } = await suite.stack.ferry.start(
       { source: 'a', target: 'b', batchRows: 1000, parallelism: { tables: 1, chunks: 2 }, tables: [{ name: 'public.events', chunks: 4 }] },
       { id: 'pool', skipPreflight: true },
     );
-    await stack.ferry.throttle(id, { rowsPerSecond: 40_000 });
-    await stack.startWorker({ activitySlots: 1 });
-    await stack.startWorker({ activitySlots: 1 });
+    await suite.stack.ferry.throttle(id, { rowsPerSecond: 40_000 });
+    await suite.stack.startWorker({ activitySlots: 1 });
+    await suite.stack.startWorker({ activitySlots: 1 });
 
-    const result = await stack.ferry.result(id);
+    const result = await suite.stack.ferry.result(id);
     expect(result.state).toBe('SUCCEEDED');
-    expect(await rowsAsText(dbs, 'target', 'public.events', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.events', 'id'));
-    const copiers = new Set((await activityStarts(stack.client, `${id}/table-0`)).filter((s) => s.activityType === 'copyChunk').map((s) => s.identity));
+    expect(await rowsAsText(suite.dbs, 'target', 'public.events', 'id')).toEqual(await rowsAsText(suite.dbs, 'source', 'public.events', 'id'));
+    const copiers = new Set((await activityStarts(suite.stack.client, `${id}/table-0`)).filter((s) => s.activityType === 'copyChunk').map((s) => s.identity));
     expect([...copiers].sort()).toEqual(['in-process-1', 'in-process-2']);
   });
 
   it('obeys a worker-wide activity rate cap (ferry worker --max-activities-per-second)', async () => {
-    await stack.stopInProcessWorkers();
-    await dbs.exec('target', 'DROP TABLE IF EXISTS public.events');
-    await stack.startWorkerProcessReady('capped', ['--max-activities-per-second', '2']);
-    const { id } = await stack.ferry.start(
+    await suite.stack.stopInProcessWorkers();
+    await suite.dbs.exec('target', 'DROP TABLE IF EXISTS public.events');
+    await suite.stack.startWorkerProcessReady('capped', ['--max-activities-per-second', '2']);
+    const { id } = await suite.stack.ferry.start(
       { source: 'a', target: 'b', batchRows: 1000, validation: 'count', tables: [{ name: 'public.events', chunks: 4 }] },
       { id: 'capped', skipPreflight: true },
     );
-    expect((await stack.ferry.result(id)).state).toBe('SUCCEEDED');
+    expect((await suite.stack.ferry.result(id)).state).toBe('SUCCEEDED');
     // Every activity task start of the migration and its table, in time order.
     const starts: number[] = [];
     for (const workflowId of [id, `${id}/table-0`]) {
-      for (const e of (await stack.client.workflow.getHandle(workflowId).fetchHistory()).events ?? []) {
+      for (const e of (await suite.stack.client.workflow.getHandle(workflowId).fetchHistory()).events ?? []) {
         if (e.activityTaskStartedEventAttributes && e.eventTime?.seconds != null) {
           starts.push(Number(e.eventTime.seconds) * 1000 + Math.floor((e.eventTime.nanos ?? 0) / 1e6));
         }
