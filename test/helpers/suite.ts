@@ -11,9 +11,16 @@ import { rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DevServerOptions, freePort } from '../../src/dev/dev-server';
+import { connectionEnvVar } from '../../src/core/names';
 import { TestDatabases } from './databases';
-import { LogicalCluster, startLogicalCluster } from './logical-cluster';
+import { startLogicalCluster } from './logical-cluster';
 import { StackOptions, TestStack } from './stack';
+
+/** A server of the suite's own for its databases (a private cluster, a streaming pair's primary). */
+export interface SuiteServer {
+  url: string;
+  stop(): Promise<void>;
+}
 
 export interface StackSuiteOptions {
   /** The tag in the databases' names. */
@@ -22,18 +29,26 @@ export interface StackSuiteOptions {
   databases: Record<string, string>;
   /** Connection name → role, as the workers see them (FERRY_CONN_<NAME>); by default each role under its own name. */
   connections?: Record<string, string>;
+  /** Connections that are not a role's plain URL (credentials of their own, another server's databases). */
+  connectionUrls?: (dbs: TestDatabases) => Record<string, string>;
   /** In-process workers started with the stack (1 by default; 0 where the suite starts its own). */
   workers?: number;
   /** `ferry worker` processes (by identity) started after the stack, each waited for until it polls. */
   workerProcesses?: string[];
   /** The databases on a private wal_level=logical cluster (started once per suite), not on the shared server. */
   logical?: boolean;
+  /** The databases on a server the suite starts itself, once (instead of `logical`). */
+  server?: () => Promise<SuiteServer>;
   /** A Temporal server the test can stop and start again: a fixed port and a SQLite file, removed at the end. */
   restartableServer?: boolean;
-  server?: DevServerOptions;
+  temporal?: DevServerOptions;
   extraEnv?: StackOptions['extraEnv'];
-  /** Fresh databases and stack for every test rather than one for the whole suite. */
-  perTest?: boolean;
+  /**
+   * What each test gets afresh: nothing (one set-up for the suite, the default), everything
+   * (`true`), or only the databases (`'databases'`: one stack, whose in-process workers are
+   * restarted to see each test's databases).
+   */
+  perTest?: boolean | 'databases';
   /** How long the set-up may take (jest's hook timeout; the suite's test timeout by default). */
   setUpTimeoutMs?: number;
   /** Seeding beyond SQL (pgbench's tables, a role), after the databases exist and before the stack starts. */
@@ -42,52 +57,91 @@ export interface StackSuiteOptions {
   ready?: (suite: StackSuite) => Promise<void>;
   /** Teardown of what `ready` started; runs before the stack stops. */
   cleanup?: (suite: StackSuite) => Promise<void>;
+  /** Teardown after the databases are dropped (a role they granted to). */
+  afterDrop?: () => Promise<void>;
 }
 
 export class StackSuite {
-  cluster?: LogicalCluster;
+  cluster?: SuiteServer;
   dbs!: TestDatabases;
   stack!: TestStack;
   private dbFile?: string;
 
   constructor(readonly options: StackSuiteOptions) {}
 
-  /** The private cluster, where the suite asked for one; once per suite. */
+  /** The suite's own database server, where it asked for one; once per suite. */
   async startCluster(): Promise<void> {
-    if (this.options.logical && !this.cluster) this.cluster = await startLogicalCluster();
+    if (this.cluster) return;
+    if (this.options.server) this.cluster = await this.options.server();
+    else if (this.options.logical) this.cluster = await startLogicalCluster();
   }
 
   async setUp(): Promise<void> {
-    const { options } = this;
     await this.startCluster();
-    this.dbs = await TestDatabases.create(options.name, Object.keys(options.databases), this.cluster?.url);
-    await Promise.all(Object.entries(options.databases).map(([role, sql]) => (sql ? this.dbs.exec(role, sql) : undefined)));
-    await options.seed?.(this.dbs);
-    const names = options.connections ?? Object.fromEntries(Object.keys(options.databases).map((role) => [role, role]));
-    if (options.restartableServer) this.dbFile = join(tmpdir(), `ferry-${options.name}-${randomBytes(4).toString('hex')}.db`);
-    this.stack = await TestStack.start({
-      connections: Object.fromEntries(Object.entries(names).map(([name, role]) => [name, this.dbs.url(role)])),
-      workers: options.workers,
-      extraEnv: options.extraEnv,
-      server: { ...options.server, ...(this.dbFile ? { port: await freePort(), dbFile: this.dbFile } : {}) },
-    });
-    await Promise.all((options.workerProcesses ?? []).map((identity) => this.stack.startWorkerProcessReady(identity)));
-    await options.ready?.(this);
+    await this.createDatabases();
+    await this.startStack(this.connectionUrls());
+    await this.whenReady();
+  }
+
+  /** Only the databases afresh (`perTest: 'databases'`): the in-process workers restart to see them. */
+  async setUpDatabases(): Promise<void> {
+    await this.createDatabases();
+    await this.stack.stopInProcessWorkers();
+    for (const [name, url] of Object.entries(this.connectionUrls())) this.stack.env[connectionEnvVar(name)] = url;
+    for (let i = 0; i < (this.options.workers ?? 1); i += 1) await this.stack.startWorker();
   }
 
   async tearDown(): Promise<void> {
     if (this.stack) await this.options.cleanup?.(this);
     await this.stack?.teardown();
-    await this.dbs?.drop();
+    await this.dropDatabases();
     if (this.dbFile) for (const suffix of ['', '-wal', '-shm', '-journal']) rmSync(`${this.dbFile}${suffix}`, { force: true });
+  }
+
+  async dropDatabases(): Promise<void> {
+    await this.dbs?.drop();
+    await this.options.afterDrop?.();
   }
 
   async stopCluster(): Promise<void> {
     await this.cluster?.stop();
   }
+
+  private async createDatabases(): Promise<void> {
+    const { options } = this;
+    this.dbs = await TestDatabases.create(options.name, Object.keys(options.databases), this.cluster?.url);
+    await Promise.all(Object.entries(options.databases).map(([role, sql]) => (sql ? this.dbs.exec(role, sql) : undefined)));
+    await options.seed?.(this.dbs);
+  }
+
+  private connectionUrls(): Record<string, string> {
+    const { options } = this;
+    const names = options.connections ?? Object.fromEntries(Object.keys(options.databases).map((role) => [role, role]));
+    return {
+      ...Object.fromEntries(Object.entries(names).map(([name, role]) => [name, this.dbs.url(role)])),
+      ...options.connectionUrls?.(this.dbs),
+    };
+  }
+
+  /** The stack, with the given connections (none yet where the databases come per test). */
+  async startStack(connections: Record<string, string>): Promise<void> {
+    const { options } = this;
+    if (options.restartableServer) this.dbFile = join(tmpdir(), `ferry-${options.name}-${randomBytes(4).toString('hex')}.db`);
+    this.stack = await TestStack.start({
+      connections,
+      workers: options.perTest === 'databases' ? 0 : options.workers,
+      extraEnv: options.extraEnv,
+      server: { ...options.temporal, ...(this.dbFile ? { port: await freePort(), dbFile: this.dbFile } : {}) },
+    });
+  }
+
+  private async whenReady(): Promise<void> {
+    await Promise.all((this.options.workerProcesses ?? []).map((identity) => this.stack.startWorkerProcessReady(identity)));
+    await this.options.ready?.(this);
+  }
 }
 
-/** Registers a StackSuite's set-up and teardown with jest: around the suite, or around each test (`perTest`). */
+/** Registers a StackSuite's set-up and teardown with jest (see `perTest`). */
 export function stackSuite(options: StackSuiteOptions): StackSuite {
   return registered(new StackSuite(options));
 }
@@ -95,7 +149,18 @@ export function stackSuite(options: StackSuiteOptions): StackSuite {
 /** Registers an already built suite (a StackSuite or one built on it) with jest. */
 export function registered<S extends StackSuite>(suite: S): S {
   const timeout = suite.options.setUpTimeoutMs;
-  if (suite.options.perTest) {
+  if (suite.options.perTest === 'databases') {
+    beforeAll(async () => {
+      await suite.startCluster();
+      await suite.startStack({});
+    }, timeout);
+    beforeEach(() => suite.setUpDatabases(), timeout);
+    afterEach(() => suite.dropDatabases());
+    afterAll(async () => {
+      await suite.stack?.teardown();
+      await suite.stopCluster();
+    });
+  } else if (suite.options.perTest) {
     beforeAll(() => suite.startCluster(), timeout);
     beforeEach(() => suite.setUp(), timeout);
     afterEach(() => suite.tearDown());

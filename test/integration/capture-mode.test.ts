@@ -8,38 +8,32 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { objectInventory, TestDatabases } from '../helpers/databases';
-import { LogicalCluster, serverSetting, startLogicalCluster } from '../helpers/logical-cluster';
-import { TestStack } from '../helpers/stack';
+import { serverSetting } from '../helpers/logical-cluster';
+import { stackSuite } from '../helpers/suite';
 
 const SCHEMA = `
 CREATE TABLE public.accounts (id bigint PRIMARY KEY, balance int);
 INSERT INTO public.accounts SELECT g, g FROM generate_series(1, 100) g;`;
 
 describe('capture in preflight', () => {
-  let cluster: LogicalCluster;
   let shared: TestDatabases;
-  let logical: TestDatabases;
-  let stack: TestStack;
-  let dir: string;
+  const dir = mkdtempSync(join(tmpdir(), 'ferry-capmode-'));
 
-  beforeAll(async () => {
-    cluster = await startLogicalCluster();
-    shared = await TestDatabases.create('capmode', ['source', 'target']);
-    logical = await TestDatabases.create('capmode', ['source', 'target'], cluster.url);
-    await shared.exec('source', SCHEMA);
-    await logical.exec('source', SCHEMA);
-    stack = await TestStack.start({
-      connections: { shared: shared.url('source'), sharednext: shared.url('target'), live: logical.url('source'), next: logical.url('target') },
-    });
-    dir = mkdtempSync(join(tmpdir(), 'ferry-capmode-'));
-  });
-
-  afterAll(async () => {
-    await stack?.teardown();
-    await shared?.drop();
-    await logical?.drop();
-    await cluster?.stop();
-    if (dir) rmSync(dir, { recursive: true, force: true });
+  // The suite's databases on a private wal_level=logical cluster; a second pair on the shared server.
+  const suite = stackSuite({
+    name: 'capmode',
+    logical: true,
+    databases: { source: SCHEMA, target: '' },
+    connections: { live: 'source', next: 'target' },
+    seed: async () => {
+      shared = await TestDatabases.create('capmode', ['source', 'target']);
+      await shared.exec('source', SCHEMA);
+    },
+    connectionUrls: () => ({ shared: shared.url('source'), sharednext: shared.url('target') }),
+    afterDrop: async () => {
+      await shared?.drop();
+      rmSync(dir, { recursive: true, force: true });
+    },
   });
 
   const file = (name: string, text: string) => {
@@ -50,11 +44,11 @@ describe('capture in preflight', () => {
 
   it('runs on a shared server with wal_level=replica and a private cluster with wal_level=logical', async () => {
     expect(await serverSetting(shared.url('source'), 'wal_level')).toBe('replica');
-    expect(await serverSetting(logical.url('source'), 'wal_level')).toBe('logical');
+    expect(await serverSetting(suite.dbs.url('source'), 'wal_level')).toBe('logical');
   });
 
   it('falls back to triggers under auto where wal_level is replica, and says why', async () => {
-    const run = await stack.runCli(['validate', file('auto.yaml', 'source: shared\ntarget: sharednext\nmode: online\ntables: [public.accounts]\n'), '--connect']);
+    const run = await suite.stack.runCli(['validate', file('auto.yaml', 'source: shared\ntarget: sharednext\nmode: online\ntables: [public.accounts]\n'), '--connect']);
     expect(run.code).toBe(0);
     expect(run.stdout).toContain('capture: trigger (capture: auto, and logical capture is not possible: wal_level is replica: set wal_level = logical');
   });
@@ -62,34 +56,34 @@ describe('capture in preflight', () => {
   it('refuses capture: logical where wal_level is replica with exit 2, naming the field and the fix, and starts nothing', async () => {
     const before = [await objectInventory(shared, 'source'), await objectInventory(shared, 'target')];
     const spec = file('logical.yaml', 'id: capmode-refused\nsource: shared\ntarget: sharednext\nmode: online\ncapture: logical\ntables: [public.accounts]\n');
-    const run = await stack.runCli(['start', spec]);
+    const run = await suite.stack.runCli(['start', spec]);
     expect(run.code).toBe(2);
     expect(run.stderr).toContain('refused (LogicalCaptureUnavailable)');
     expect(run.stderr).toContain('capture: logical is not possible on this source: wal_level is replica: set wal_level = logical in postgresql.conf and restart the server');
     expect(run.stderr).toContain('or set capture: trigger');
-    expect((await stack.runCli(['status', 'capmode-refused'])).code).toBe(1);
+    expect((await suite.stack.runCli(['status', 'capmode-refused'])).code).toBe(1);
     expect([await objectInventory(shared, 'source'), await objectInventory(shared, 'target')]).toEqual(before);
   });
 
   it('chooses logical under auto where the source allows it', async () => {
-    const run = await stack.runCli(['validate', file('auto-logical.yaml', 'source: live\ntarget: next\nmode: online\ntables: [public.accounts]\n'), '--connect']);
+    const run = await suite.stack.runCli(['validate', file('auto-logical.yaml', 'source: live\ntarget: next\nmode: online\ntables: [public.accounts]\n'), '--connect']);
     expect(run.code).toBe(0);
     expect(run.stdout).toContain('capture: logical (capture: auto, and the source allows logical decoding)');
-    const trigger = await stack.runCli(['validate', file('trigger.yaml', 'source: live\ntarget: next\nmode: online\ncapture: trigger\ntables: [public.accounts]\n'), '--connect']);
+    const trigger = await suite.stack.runCli(['validate', file('trigger.yaml', 'source: live\ntarget: next\nmode: online\ncapture: trigger\ntables: [public.accounts]\n'), '--connect']);
     expect(trigger.stdout).toContain('capture: trigger (capture: trigger in the spec)');
   });
 
   it('checks the replica identity: without the key, auto falls back and logical is refused with the ALTER TABLE to run', async () => {
-    await logical.exec('source', 'CREATE TABLE public.nokey (id int PRIMARY KEY, v int); ALTER TABLE public.nokey REPLICA IDENTITY NOTHING;');
+    await suite.dbs.exec('source', 'CREATE TABLE public.nokey (id int PRIMARY KEY, v int); ALTER TABLE public.nokey REPLICA IDENTITY NOTHING;');
     try {
-      const auto = await stack.runCli(['validate', file('nokey-auto.yaml', 'source: live\ntarget: next\nmode: online\ntables: [public.nokey]\n'), '--connect']);
+      const auto = await suite.stack.runCli(['validate', file('nokey-auto.yaml', 'source: live\ntarget: next\nmode: online\ntables: [public.nokey]\n'), '--connect']);
       expect(auto.code).toBe(0);
       expect(auto.stdout).toContain('capture: trigger (capture: auto, and logical capture is not possible: public.nokey has REPLICA IDENTITY NOTHING');
-      const explicit = await stack.runCli(['start', file('nokey.yaml', 'source: live\ntarget: next\nmode: online\ncapture: logical\ntables: [public.nokey]\n')]);
+      const explicit = await suite.stack.runCli(['start', file('nokey.yaml', 'source: live\ntarget: next\nmode: online\ncapture: logical\ntables: [public.nokey]\n')]);
       expect(explicit.code).toBe(2);
       expect(explicit.stderr).toContain('ALTER TABLE public.nokey REPLICA IDENTITY DEFAULT (or FULL)');
     } finally {
-      await logical.exec('source', 'DROP TABLE public.nokey');
+      await suite.dbs.exec('source', 'DROP TABLE public.nokey');
     }
   });
 });

@@ -6,10 +6,10 @@
  * delay is removed and the lag has fallen below the limit it must update every row exactly once.
  */
 import { Client } from 'pg';
-import { TestDatabases } from '../helpers/databases';
 import { activityStarts } from '../helpers/history';
 import { startStreamingPair, StreamingPair } from '../helpers/private-cluster';
-import { eventually, TestStack } from '../helpers/stack';
+import { eventually } from '../helpers/stack';
+import { stackSuite } from '../helpers/suite';
 
 const ROWS = 20_000;
 const LIMIT_MS = 1_000;
@@ -93,19 +93,19 @@ function startSampler(c: Client): { samples: { ms: number | null; at: Date }[]; 
 
 describe('a backfill under maxReplicaLag, against a primary with a lagging streaming standby', () => {
   let pair: StreamingPair;
-  let dbs: TestDatabases;
-  let stack: TestStack;
   let monitor: Client;
 
-  beforeAll(async () => {
+  const suite = stackSuite({
+    name: 'replica_lag',
     // The standby reports its replay position every second even when no WAL arrives.
-    pair = await startStreamingPair({}, { wal_receiver_status_interval: "'1s'" });
-    dbs = await TestDatabases.create('replica_lag', ['app'], pair.primary.url);
-    // `stamped` is what the plan sets; stamp_writes counts, per row, the updates that changed it
-    // and when (the primary's clock): the proof of exactly once, and of when rows were touched.
-    await dbs.exec(
-      'app',
-      `CREATE TABLE public.items (id int PRIMARY KEY, stamped boolean NOT NULL DEFAULT false);
+    server: async () => {
+      pair = await startStreamingPair({}, { wal_receiver_status_interval: "'1s'" });
+      return { url: pair.primary.url, stop: () => pair.stop() };
+    },
+    databases: {
+      // `stamped` is what the plan sets; stamp_writes counts, per row, the updates that changed it
+      // and when (the primary's clock): the proof of exactly once, and of when rows were touched.
+      app: `CREATE TABLE public.items (id int PRIMARY KEY, stamped boolean NOT NULL DEFAULT false);
        INSERT INTO public.items (id) SELECT generate_series(1, ${ROWS});
        CREATE TABLE public.ticks (n bigserial PRIMARY KEY, at timestamptz NOT NULL DEFAULT clock_timestamp());
        CREATE TABLE public.stamp_writes (id int PRIMARY KEY, n int NOT NULL, first_at timestamptz NOT NULL);
@@ -118,35 +118,33 @@ describe('a backfill under maxReplicaLag, against a primary with a lagging strea
        END $$;
        CREATE TRIGGER count_stamp_writes AFTER UPDATE ON public.items FOR EACH ROW EXECUTE FUNCTION public.count_stamp_writes();
        ANALYZE public.items;`,
-    );
+    },
+    workers: 0,
+    workerProcesses: ['w1'],
     // The standby really streams: the primary lists it, and the new table's rows reached it.
-    monitor = new Client({ connectionString: pair.primary.url });
-    await monitor.connect();
-    const standbyApp = new URL(dbs.url('app'));
-    standbyApp.port = String(pair.standby.port);
-    await eventually(async () => {
-      const c = new Client({ connectionString: standbyApp.toString() });
-      await c.connect();
-      try {
-        return (await c.query<{ n: number }>('SELECT count(*)::int AS n FROM public.items')).rows[0].n === ROWS;
-      } finally {
-        await c.end();
-      }
-    }, 30_000, 250);
-    expect((await monitor.query(`SELECT state FROM pg_stat_replication`)).rows).toEqual([{ state: 'streaming' }]);
-    stack = await TestStack.start({ connections: { app: dbs.url('app') }, workers: 0 });
-    await stack.startWorkerProcessReady('w1');
-  });
-
-  afterAll(async () => {
-    await stack?.teardown();
-    await monitor?.end().catch(() => undefined);
-    await dbs?.drop().catch(() => undefined);
-    await pair?.stop();
+    seed: async (dbs) => {
+      monitor = new Client({ connectionString: pair.primary.url });
+      await monitor.connect();
+      const standbyApp = new URL(dbs.url('app'));
+      standbyApp.port = String(pair.standby.port);
+      await eventually(async () => {
+        const c = new Client({ connectionString: standbyApp.toString() });
+        await c.connect();
+        try {
+          return (await c.query<{ n: number }>('SELECT count(*)::int AS n FROM public.items')).rows[0].n === ROWS;
+        } finally {
+          await c.end();
+        }
+      }, 30_000, 250);
+      expect((await monitor.query(`SELECT state FROM pg_stat_replication`)).rows).toEqual([{ state: 'streaming' }]);
+    },
+    cleanup: async () => {
+      await monitor?.end().catch(() => undefined);
+    },
   });
 
   it('waits while replay lag exceeds maxReplicaLag, updating no row, and updates every row exactly once after the lag falls', async () => {
-    const ticker = startTicker(dbs.url('app'));
+    const ticker = startTicker(suite.dbs.url('app'));
     let sampler: ReturnType<typeof startSampler> | undefined;
     try {
       await setApplyDelay(pair.standby.url, DELAY);
@@ -154,7 +152,7 @@ describe('a backfill under maxReplicaLag, against a primary with a lagging strea
       await eventually(async () => ((await replayLag(monitor)).ms ?? 0) > 3 * LIMIT_MS, 30_000, 200);
       sampler = startSampler(monitor);
 
-      const { id } = await stack.ferry.startChange({
+      const { id } = await suite.stack.ferry.startChange({
         kind: 'change',
         id: 'replica-lag',
         database: 'app',
@@ -163,7 +161,7 @@ describe('a backfill under maxReplicaLag, against a primary with a lagging strea
       });
       // Status says why it waits, with the lag it read (a backfill that never waits ends instead).
       const first = await eventually(async () => {
-        const s = await stack.ferry.changeStatus(id);
+        const s = await suite.stack.ferry.changeStatus(id);
         return s.waiting || s.endedAt ? s : undefined;
       }, 60_000);
       // (Both in one expectation: a failure shows what the status said and what the rows went through.)
@@ -173,9 +171,9 @@ describe('a backfill under maxReplicaLag, against a primary with a lagging strea
       });
       expect(Number(/(\d+) ms >/.exec(first.waiting!)![1])).toBeGreaterThan(3 * LIMIT_MS);
       // It looked again, twice, and still did nothing: no row updated, the step still running.
-      await eventually(async () => (await activityStarts(stack.client, id)).filter((a) => a.activityType === 'backfillSlice').length >= 3, 60_000, 500);
+      await eventually(async () => (await activityStarts(suite.stack.client, id)).filter((a) => a.activityType === 'backfillSlice').length >= 3, 60_000, 500);
       expect(await stampedRows()).toEqual({ stamped: 0, writes: 0 });
-      const holding = await stack.ferry.changeStatus(id);
+      const holding = await suite.stack.ferry.changeStatus(id);
       expect(holding.steps[0].state).toBe('RUNNING');
       expect(holding.waiting).toMatch(/^replica replay lag \d+ ms > maxReplicaLag 1000 ms$/);
 
@@ -187,7 +185,7 @@ describe('a backfill under maxReplicaLag, against a primary with a lagging strea
       await eventually(async () => ((await replayLag(monitor)).ms ?? 0) < LIMIT_MS, 60_000, 100);
       await sampler.stop();
 
-      const result = await stack.ferry.changeResult(id);
+      const result = await suite.stack.ferry.changeResult(id);
       expect(result.error).toBeNull();
       expect(result.state).toBe('SUCCEEDED');
       expect(result.steps.map((s) => s.state)).toEqual(['SUCCEEDED']);
@@ -209,7 +207,7 @@ describe('a backfill under maxReplicaLag, against a primary with a lagging strea
     const beforeRelease = samples.filter((s) => s.at.getTime() <= over[over.length - 1].at.getTime());
     expect(beforeRelease.length).toBeGreaterThan(20);
     expect(beforeRelease.filter((s) => (s.ms ?? 0) <= LIMIT_MS)).toEqual([]);
-    const [writes] = await dbs.query<{ rows: number; min: number; max: number; first: Date }>(
+    const [writes] = await suite.dbs.query<{ rows: number; min: number; max: number; first: Date }>(
       'app',
       'SELECT count(*)::int AS rows, min(n) AS min, max(n) AS max, min(first_at) AS first FROM public.stamp_writes',
     );
@@ -219,7 +217,7 @@ describe('a backfill under maxReplicaLag, against a primary with a lagging strea
   });
 
   async function stampedRows(): Promise<{ stamped: number; writes: number }> {
-    const [r] = await dbs.query<{ stamped: number; writes: number }>(
+    const [r] = await suite.dbs.query<{ stamped: number; writes: number }>(
       'app',
       `SELECT (SELECT count(*)::int FROM public.items WHERE stamped) AS stamped, (SELECT coalesce(sum(n), 0)::int FROM public.stamp_writes) AS writes`,
     );

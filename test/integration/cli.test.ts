@@ -10,12 +10,11 @@ import { join } from 'node:path';
 import { Connection } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
 import { freePort } from '../../src/dev/dev-server';
-import { adminUrl, objectInventory, rowsAsText, TestDatabases, withClient } from '../helpers/databases';
-import { eventually, FERRY_BIN, TestStack } from '../helpers/stack';
+import { adminUrl, objectInventory, rowsAsText, withClient } from '../helpers/databases';
+import { eventually, FERRY_BIN } from '../helpers/stack';
+import { stackSuite } from '../helpers/suite';
 
 describe('the ferry CLI', () => {
-  let dbs: TestDatabases;
-  let stack: TestStack;
   // A role that may read the target but not write as a replica there.
   const role = `ferry_cli_${randomBytes(3).toString('hex')}`;
   const dir = mkdtempSync(join(tmpdir(), 'ferry-cli-'));
@@ -25,46 +24,51 @@ describe('the ferry CLI', () => {
     return path;
   };
 
-  beforeAll(async () => {
-    dbs = await TestDatabases.create('cli', ['source', 'target']);
-    await dbs.exec('source', `CREATE TABLE public.customers (id int PRIMARY KEY, name text NOT NULL, email text UNIQUE);
+  const suite = stackSuite({
+    name: 'cli',
+    databases: {
+      source: `CREATE TABLE public.customers (id int PRIMARY KEY, name text NOT NULL, email text UNIQUE);
       INSERT INTO public.customers SELECT g, 'customer ' || g, 'c' || g || '@example.com' FROM generate_series(1, 2500) g;
-      CREATE TABLE public.keyless (v int);`);
-    await withClient(adminUrl(), (c) => c.query(`CREATE ROLE ${role} LOGIN`));
-    const limited = new URL(dbs.url('target'));
-    limited.username = role;
-    stack = await TestStack.start({ connections: { legacy: dbs.url('source'), v2: dbs.url('target'), limited: limited.toString() } });
-  });
-
-  afterAll(async () => {
-    await stack?.teardown();
-    await dbs?.drop();
-    await withClient(adminUrl(), (c) => c.query(`DROP ROLE IF EXISTS ${role}`));
+      CREATE TABLE public.keyless (v int);`,
+      target: '',
+    },
+    connections: { legacy: 'source', v2: 'target' },
+    seed: async () => {
+      await withClient(adminUrl(), (c) => c.query(`CREATE ROLE ${role} LOGIN`));
+    },
+    connectionUrls: (dbs) => {
+      const limited = new URL(dbs.url('target'));
+      limited.username = role;
+      return { limited: limited.toString() };
+    },
+    afterDrop: async () => {
+      await withClient(adminUrl(), (c) => c.query(`DROP ROLE IF EXISTS ${role}`));
+    },
   });
 
   it('start --wait migrates, exits 0, and status/result/list report it', async () => {
     const spec = file('ok.yaml', 'id: cli-ok\nsource: legacy\ntarget: v2\nbatchRows: 1000\ntables:\n  - public.customers\n');
-    const run = await stack.runCli(['start', spec, '--wait']);
+    const run = await suite.stack.runCli(['start', spec, '--wait']);
     expect(run.stderr).toContain('migration cli-ok started');
     expect(run.stdout).toMatch(/migration cli-ok SUCCEEDED in .* \(2500 rows\)/);
     expect(run.code).toBe(0);
-    expect(await rowsAsText(dbs, 'target', 'public.customers', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.customers', 'id'));
+    expect(await rowsAsText(suite.dbs, 'target', 'public.customers', 'id')).toEqual(await rowsAsText(suite.dbs, 'source', 'public.customers', 'id'));
 
-    const status = await stack.runCli(['status', 'cli-ok', '--json']);
+    const status = await suite.stack.runCli(['status', 'cli-ok', '--json']);
     expect(status.code).toBe(0);
     expect(JSON.parse(status.stdout)).toMatchObject({ id: 'cli-ok', state: 'SUCCEEDED', phase: 'COMPLETED', tables: [{ source: 'public.customers', rowsCopied: 2500 }] });
 
-    const result = await stack.runCli(['result', 'cli-ok', '--json']);
+    const result = await suite.stack.runCli(['result', 'cli-ok', '--json']);
     expect(result.code).toBe(0);
     expect(JSON.parse(result.stdout)).toMatchObject({ task_id: 'cli-ok', state: 'SUCCEEDED', rowsCopied: 2500, error: null });
 
-    const list = await stack.runCli(['list', '--json']);
+    const list = await suite.stack.runCli(['list', '--json']);
     expect(JSON.parse(list.stdout)).toEqual([
       expect.objectContaining({ id: 'cli-ok', kind: 'migration', state: 'SUCCEEDED', phase: 'COMPLETED', source: 'legacy', target: 'v2', rows: 2500 }),
     ]);
-    const failed = await stack.runCli(['list', '--state', 'FAILED', '--json']);
+    const failed = await suite.stack.runCli(['list', '--state', 'FAILED', '--json']);
     expect(JSON.parse(failed.stdout)).toEqual([]);
-    const text = await stack.runCli(['list']);
+    const text = await suite.stack.runCli(['list']);
     expect(text.code).toBe(0);
     const [header, row, ...rest] = text.stdout.trimEnd().split('\n');
     expect(header.split(/\s{2,}/)).toEqual(['ID', 'STATE', 'PHASE', 'SOURCE', 'TARGET', 'ROWS', 'STARTED', 'ENDED', 'ERROR']);
@@ -76,61 +80,61 @@ describe('the ferry CLI', () => {
 
   it('exits 2 and starts nothing for an invalid spec, naming the field', async () => {
     const spec = file('bad.yaml', 'source: legacy\ntarget: v2\ntables: [customers]\nbatchRows: 0\nturbo: true\n');
-    const run = await stack.runCli(['start', spec]);
+    const run = await suite.stack.runCli(['start', spec]);
     expect(run.code).toBe(2);
     expect(run.stderr).toContain('tables[0]: must be qualified as schema.table');
     expect(run.stderr).toContain('batchRows: Too small');
     expect(run.stderr).toContain('unknown key "turbo"');
-    const validate = await stack.runCli(['validate', spec]);
+    const validate = await suite.stack.runCli(['validate', spec]);
     expect(validate.code).toBe(2);
   });
 
   it('exits 2 for a preflight refusal and leaves both databases as they were', async () => {
-    const before = [await objectInventory(dbs, 'source'), await objectInventory(dbs, 'target')];
+    const before = [await objectInventory(suite.dbs, 'source'), await objectInventory(suite.dbs, 'target')];
     const spec = file('keyless.yaml', 'id: cli-keyless\nsource: legacy\ntarget: v2\ntables: [public.keyless]\n');
-    const run = await stack.runCli(['start', spec]);
+    const run = await suite.stack.runCli(['start', spec]);
     expect(run.code).toBe(2);
     expect(run.stderr).toContain('refused (NoPrimaryKey)');
     expect(run.stderr).toContain('table public.keyless has no primary key');
-    expect((await stack.runCli(['status', 'cli-keyless'])).code).toBe(1);
-    expect([await objectInventory(dbs, 'source'), await objectInventory(dbs, 'target')]).toEqual(before);
-    const unknown = await stack.runCli(['start', file('conn.yaml', 'source: legacy\ntarget: nowhere\ntables: [public.customers]\n')]);
+    expect((await suite.stack.runCli(['status', 'cli-keyless'])).code).toBe(1);
+    expect([await objectInventory(suite.dbs, 'source'), await objectInventory(suite.dbs, 'target')]).toEqual(before);
+    const unknown = await suite.stack.runCli(['start', file('conn.yaml', 'source: legacy\ntarget: nowhere\ntables: [public.customers]\n')]);
     expect(unknown.code).toBe(2);
     expect(unknown.stderr).toContain('connection "nowhere" is not configured on the workers: set FERRY_CONN_NOWHERE');
   });
 
   it('validate --connect runs preflight through the workers and prints the plan', async () => {
     const spec = file('plan.yaml', 'source: legacy\ntarget: v2\ntables: [{name: public.customers, target: archive.customers, chunks: 3}]\n');
-    const run = await stack.runCli(['validate', spec, '--connect']);
+    const run = await suite.stack.runCli(['validate', spec, '--connect']);
     expect(run.code).toBe(0);
     expect(run.stdout).toMatch(/public\.customers → archive\.customers: ~2500 rows, 3 chunk\(s\), key \(id\), binary COPY/);
-    expect(await dbs.query('target', `SELECT 1 FROM pg_namespace WHERE nspname = 'archive'`)).toEqual([]);
+    expect(await suite.dbs.query('target', `SELECT 1 FROM pg_namespace WHERE nspname = 'archive'`)).toEqual([]);
   });
 
   it('result exits 1 for a migration that failed', async () => {
     // A CHECK added NOT VALID over rows that violate it: the target enforces it, the copy fails for good.
-    await dbs.exec(
+    await suite.dbs.exec(
       'source',
       `CREATE TABLE public.small (id int PRIMARY KEY); INSERT INTO public.small VALUES (1), (-1);
        ALTER TABLE public.small ADD CONSTRAINT pos CHECK (id > 0) NOT VALID;`,
     );
     const spec = file('fails.yaml', 'id: cli-fails\nsource: legacy\ntarget: v2\ntables: [public.small]\n');
-    const run = await stack.runCli(['start', spec, '--wait']);
+    const run = await suite.stack.runCli(['start', spec, '--wait']);
     expect(run.code).toBe(1);
     expect(run.stdout).toMatch(/migration cli-fails FAILED/);
     expect(run.stdout).toMatch(/violates check constraint "pos"/);
-    expect((await stack.runCli(['result', 'cli-fails'])).code).toBe(1);
+    expect((await suite.stack.runCli(['result', 'cli-fails'])).code).toBe(1);
 
     // --state in any case; the error is the list's last column.
-    const failed = await stack.runCli(['list', '--state', 'failed']);
+    const failed = await suite.stack.runCli(['list', '--state', 'failed']);
     expect({ code: failed.code, stderr: failed.stderr }).toEqual({ code: 0, stderr: '' });
     const lines = failed.stdout.trimEnd().split('\n');
     expect(lines).toHaveLength(2);
     expect(lines[1]).toMatch(/^cli-fails\s+FAILED\s+FAILED\s+legacy\s+v2\s+\S+\s+.*violates check constraint "pos"/);
-    const json = JSON.parse((await stack.runCli(['list', '--state', 'Failed', '--json'])).stdout);
+    const json = JSON.parse((await suite.stack.runCli(['list', '--state', 'Failed', '--json'])).stdout);
     expect(json).toEqual([expect.objectContaining({ id: 'cli-fails', state: 'FAILED', error: expect.objectContaining({ message: expect.any(String) }) })]);
     expect(JSON.stringify(json[0].error)).toMatch(/violates check constraint \\"pos\\"/);
-    const bad = await stack.runCli(['list', '--state', 'finished']);
+    const bad = await suite.stack.runCli(['list', '--state', 'finished']);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain('must be one of PENDING, QUEUED, RUNNING');
   });
@@ -138,38 +142,38 @@ describe('the ferry CLI', () => {
   it('validate --connect lists a prepared target\'s triggers and foreign keys, and both refuse them online when Ferry cannot write as a replica', async () => {
     const tables = `CREATE TABLE public.parents (id int PRIMARY KEY, name text);
       CREATE TABLE public.children (id int PRIMARY KEY, parent_id int NOT NULL REFERENCES public.parents (id) ON DELETE CASCADE);`;
-    await dbs.exec('source', `${tables} INSERT INTO public.parents VALUES (1, 'p'); INSERT INTO public.children VALUES (1, 1);`);
-    await dbs.exec('target', `${tables}
+    await suite.dbs.exec('source', `${tables} INSERT INTO public.parents VALUES (1, 'p'); INSERT INTO public.children VALUES (1, 1);`);
+    await suite.dbs.exec('target', `${tables}
       CREATE FUNCTION public.audit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
       CREATE TRIGGER audit AFTER INSERT OR UPDATE OR DELETE ON public.parents FOR EACH ROW EXECUTE FUNCTION public.audit();
       GRANT SELECT ON ALL TABLES IN SCHEMA public TO ${role};`);
     const body = 'source: legacy\nmode: online\ntables: [public.parents, public.children]\n';
-    const plan = await stack.runCli(['validate', file('prepared.yaml', `target: v2\n${body}`), '--connect']);
+    const plan = await suite.stack.runCli(['validate', file('prepared.yaml', `target: v2\n${body}`), '--connect']);
     expect(plan.code).toBe(0);
     expect(plan.stdout).toContain("    note: trigger audit on public.parents does not fire on Ferry's writes (they run as a replica)\n");
     expect(plan.stdout).toContain('    note: foreign key children_parent_id_fkey of public.children (→ public.parents) is neither checked nor acted on');
 
-    const before = [await objectInventory(dbs, 'source'), await objectInventory(dbs, 'target')];
+    const before = [await objectInventory(suite.dbs, 'source'), await objectInventory(suite.dbs, 'target')];
     const spec = file('limited.yaml', `id: cli-limited\ntarget: limited\n${body}`);
     for (const args of [['validate', spec, '--connect'], ['start', spec]]) {
-      const run = await stack.runCli(args);
+      const run = await suite.stack.runCli(args);
       expect(run.code).toBe(2);
       expect(run.stderr).toContain('refused (TargetTriggersFire)');
       expect(run.stderr).toContain('target table public.parents has trigger audit on public.parents, foreign key children_parent_id_fkey');
       expect(run.stderr).toContain(`GRANT SET ON PARAMETER session_replication_role TO ${role}`);
     }
-    expect((await stack.runCli(['status', 'cli-limited'])).code).toBe(1);
-    expect([await objectInventory(dbs, 'source'), await objectInventory(dbs, 'target')]).toEqual(before);
+    expect((await suite.stack.runCli(['status', 'cli-limited'])).code).toBe(1);
+    expect([await objectInventory(suite.dbs, 'source'), await objectInventory(suite.dbs, 'target')]).toEqual(before);
   });
 
   it('ferry server runs a dev server with Ferry\'s search attributes and the Web UI, on which ferry worker and ferry start --wait migrate a table, and stops on SIGTERM', async () => {
     const [port, uiPort] = [await freePort(), await freePort()];
-    const bad = await stack.runCli(['server', '--port', String(port), '--codec-endpoint', 'ftp://codec']);
+    const bad = await suite.stack.runCli(['server', '--port', String(port), '--codec-endpoint', 'ftp://codec']);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain("option '--codec-endpoint <url>' argument 'ftp://codec' is invalid. must be an http(s) URL");
     const codec = 'http://127.0.0.1:8888';
     const server = spawn(process.execPath, [FERRY_BIN, 'server', '--port', String(port), '--ui-port', String(uiPort), '--codec-endpoint', `${codec}/`], {
-      env: stack.env,
+      env: suite.stack.env,
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let output = '';
@@ -196,11 +200,11 @@ describe('the ferry CLI', () => {
 
       // The README's tour: a worker and the CLI pointed at it with TEMPORAL_ADDRESS.
       const on = { TEMPORAL_ADDRESS: address, TEMPORAL_NAMESPACE: 'default' };
-      const worker = await stack.startWorkerProcessReady('tour-worker', [], on);
+      const worker = await suite.stack.startWorkerProcessReady('tour-worker', [], on);
       const spec = file('tour.yaml', 'id: tour\nsource: legacy\ntarget: v2\ntables:\n  - name: public.customers\n    target: tour.customers\n');
-      const run = await stack.runCli(['start', spec, '--wait'], on);
+      const run = await suite.stack.runCli(['start', spec, '--wait'], on);
       expect({ code: run.code, stdout: run.stdout }).toEqual({ code: 0, stdout: expect.stringMatching(/migration tour SUCCEEDED/) });
-      expect(await rowsAsText(dbs, 'target', 'tour.customers', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.customers', 'id'));
+      expect(await rowsAsText(suite.dbs, 'target', 'tour.customers', 'id')).toEqual(await rowsAsText(suite.dbs, 'source', 'public.customers', 'id'));
       worker.process.kill('SIGTERM');
       expect(await worker.exited).toBe(0);
 

@@ -26,7 +26,7 @@ describe('a migration that runs for a long time', () => {
     name: 'history',
     databases: { source: seedSql(accounts(5000), items(2000), docs(500), tags(300)), target: '' },
     connections: { live: 'source', next: 'target' },
-    server: {
+    temporal: {
       dynamicConfig: {
         'limit.historyCount.error': HISTORY_LIMIT,
         'limit.historyCount.warn': HISTORY_LIMIT / 2,

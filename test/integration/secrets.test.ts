@@ -16,10 +16,10 @@ import { AesGcmCodec, dataConverterFromEnv, parseCodecKey } from '../../src/code
 import { ENCRYPTED_MESSAGE_SUFFIX } from '../../src/failure-converter';
 import { PATCHES } from '../../src/core/names';
 import { stateQuery } from '../../workflows/definitions';
-import { adminUrl, rowsAsText, TestDatabases, withClient } from '../helpers/databases';
+import { adminUrl, rowsAsText, withClient } from '../helpers/databases';
 import { hitsIn, JsonPayload, payloadsIn, unb64 } from '../helpers/history';
 import { beforeActivity } from '../helpers/interceptors';
-import { eventually, FERRY_BIN, TestStack } from '../helpers/stack';
+import { eventually, FERRY_BIN } from '../helpers/stack';
 import { stackSuite } from '../helpers/suite';
 
 const SOURCE_SCHEMA = `
@@ -70,54 +70,58 @@ describe('connection URLs and callback secrets', () => {
   const role = `ferry_secret_${randomBytes(4).toString('hex')}`;
   const password = `pw-${randomBytes(24).toString('base64url')}`;
   const hookSecret = `hook-${randomBytes(24).toString('hex')}`;
-  let dbs: TestDatabases;
-  let stack: TestStack;
   let receiver: Awaited<ReturnType<typeof startReceiver>>;
   let urls: { source: string; target: string };
 
-  beforeAll(async () => {
-    dbs = await TestDatabases.create('secrets_plain', ['source', 'target']);
-    await dbs.exec('source', SOURCE_SCHEMA);
-    // Local PostgreSQL trusts 127.0.0.1, so the password is never checked; it only has to be in the URL.
-    await withClient(adminUrl(), (c) => c.query(`CREATE ROLE "${role}" LOGIN SUPERUSER PASSWORD '${password}'`));
-    urls = { source: withCredentials(dbs.url('source'), role, password), target: withCredentials(dbs.url('target'), role, password) };
-    receiver = await startReceiver();
-    stack = await TestStack.start({ connections: { legacy: urls.source, v2: urls.target }, extraEnv: { FERRY_SECRET_HOOK: hookSecret, FERRY_CALLBACK_ALLOW_PRIVATE: 'true' } });
-  });
-
-  afterAll(async () => {
-    await stack?.teardown();
-    await new Promise((r) => receiver?.server.close(r));
-    await dbs?.drop();
-    await withClient(adminUrl(), (c) => c.query(`DROP ROLE IF EXISTS "${role}"`));
+  const suite = stackSuite({
+    name: 'secrets_plain',
+    databases: { source: SOURCE_SCHEMA, target: '' },
+    // Only connections with credentials: the role below, with its password in the URL.
+    connections: {},
+    extraEnv: { FERRY_SECRET_HOOK: hookSecret, FERRY_CALLBACK_ALLOW_PRIVATE: 'true' },
+    seed: async () => {
+      // Local PostgreSQL trusts 127.0.0.1, so the password is never checked; it only has to be in the URL.
+      await withClient(adminUrl(), (c) => c.query(`CREATE ROLE "${role}" LOGIN SUPERUSER PASSWORD '${password}'`));
+      receiver = await startReceiver();
+    },
+    connectionUrls: (dbs) => {
+      urls = { source: withCredentials(dbs.url('source'), role, password), target: withCredentials(dbs.url('target'), role, password) };
+      return { legacy: urls.source, v2: urls.target };
+    },
+    cleanup: async () => {
+      await new Promise((r) => receiver?.server.close(r));
+    },
+    afterDrop: async () => {
+      await withClient(adminUrl(), (c) => c.query(`DROP ROLE IF EXISTS "${role}"`));
+    },
   });
 
   it('never appear in any history, memo or search attribute of the migration, its tables or its preflight', async () => {
     const id = `secrets-plain-${randomBytes(3).toString('hex')}`;
     const spec = { source: 'legacy', target: 'v2', tables: TABLES, batchRows: 1000, callback: { url: receiver.url, secret: 'FERRY_SECRET_HOOK', events: true } };
-    await stack.ferry.start(spec, { id });
-    const result = await stack.ferry.result(id);
+    await suite.stack.ferry.start(spec, { id });
+    const result = await suite.stack.ferry.result(id);
     expect(result.error).toBeNull();
     expect(result.state).toBe('SUCCEEDED');
 
     // The workers really used the password-bearing URLs (the tables they created belong to the role)
     // and really signed with the secret.
-    for (const table of TABLES) expect(await rowsAsText(dbs, 'target', table, 'id')).toEqual(await rowsAsText(dbs, 'source', table, 'id'));
-    const owners = await dbs.query<{ tableowner: string }>('target', `SELECT DISTINCT tableowner FROM pg_tables WHERE tablename LIKE 'zebra%'`);
+    for (const table of TABLES) expect(await rowsAsText(suite.dbs, 'target', table, 'id')).toEqual(await rowsAsText(suite.dbs, 'source', table, 'id'));
+    const owners = await suite.dbs.query<{ tableowner: string }>('target', `SELECT DISTINCT tableowner FROM pg_tables WHERE tablename LIKE 'zebra%'`);
     expect(owners).toEqual([{ tableowner: role }]);
     const final = receiver.deliveries.find((d) => d.headers['idempotency-key'] === id);
     expect(final).toBeDefined();
     const [, t, mac] = /^t=(\d+),v1=([0-9a-f]{64})$/.exec(String(final?.headers['x-ferry-signature'])) ?? [];
     expect(mac).toBe(createHmac('sha256', hookSecret).update(`${t}.${final?.body}`).digest('hex'));
 
-    const runs = await executions(stack.client, stack.taskQueue, 4);
+    const runs = await executions(suite.stack.client, suite.stack.taskQueue, 4);
     expect(runs.map((r) => r.info.type).sort()).toEqual(['migrationWorkflow', 'preflightWorkflow', 'tableMigrationWorkflow', 'tableMigrationWorkflow']);
     const corpus: string[] = [];
     for (const { info, history } of runs) {
       corpus.push(history);
       // Payload data is base64 in the JSON: read it decoded too.
       for (const { payload } of payloadsIn(JSON.parse(history), info.workflowId)) corpus.push(unb64(payload.data));
-      const d = await stack.client.workflow.getHandle(info.workflowId, info.runId).describe();
+      const d = await suite.stack.client.workflow.getHandle(info.workflowId, info.runId).describe();
       corpus.push(JSON.stringify(d.memo ?? {}), JSON.stringify(d.searchAttributes), JSON.stringify(d.typedSearchAttributes));
       corpus.push(JSON.stringify(d.raw.executionConfig ?? {}), JSON.stringify(d.raw.workflowExecutionInfo?.memo ?? {}));
     }

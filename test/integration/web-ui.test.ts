@@ -51,7 +51,7 @@ describe('the Web UI in headless Chromium', () => {
     },
     connections: { src: 'source', dst: 'target' },
     workers: 0,
-    server: { headless: false },
+    temporal: { headless: false },
     ready: async () => {
       await suite.stack.startWorker({ interceptors: hold.interceptors() });
       browser = await chromium.launch({ executablePath });
