@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Client } from 'pg';
 import { findOnPath } from '../../src/dev/temporal-binary';
+import type { TestDatabases } from './databases';
 
 export const PGBENCH = findOnPath('pgbench') ?? '/usr/lib/postgresql/15/bin/pgbench';
 
@@ -16,6 +17,14 @@ export const PGBENCH = findOnPath('pgbench') ?? '/usr/lib/postgresql/15/bin/pgbe
 export async function initPgbench(url: string, scale = 1): Promise<void> {
   const { code, out } = await runPgbench(['-i', '-q', '-I', 'dtgvp', '-s', String(scale), url]);
   if (code !== 0) throw new Error(`pgbench -i failed:\n${out}`);
+}
+
+/** A suite's `seed`: pgbench's tables at `scale` in database `role`, then `sql` (objects around them). */
+export function pgbenchSeed(role: string, scale: number, sql = ''): (dbs: TestDatabases) => Promise<void> {
+  return async (dbs) => {
+    await initPgbench(dbs.url(role), scale);
+    if (sql) await dbs.exec(role, sql);
+  };
 }
 
 /** Inserts, deletes and key-changing updates on pgbench_accounts (no statement can fail on a key). */

@@ -9,7 +9,7 @@
 import { Client } from 'pg';
 import { compareTable, ferryTriggers } from '../helpers/chaos';
 import { objectInventory, rowsAsText, TestDatabases } from '../helpers/databases';
-import { initPgbench, startBatchJob, startPgbenchLoad } from '../helpers/pgbench';
+import { pgbenchSeed, startBatchJob, startPgbenchLoad } from '../helpers/pgbench';
 import { eventually, resultWithin, waitForPhase } from '../helpers/stack';
 import { stackSuite } from '../helpers/suite';
 
@@ -53,10 +53,7 @@ describe('the cutover of an online migration', () => {
       databases: { source: '', target: '' },
       connections: { app: 'source', next: 'target' },
       // pgbench's tables first, then the batch job's table and SMALL (whose ANALYZE covers all).
-      seed: async (dbs) => {
-        await initPgbench(dbs.url('source'));
-        await dbs.exec('source', `CREATE TABLE public.batches (id bigserial PRIMARY KEY, note text, at timestamptz DEFAULT now()); ${SMALL}`);
-      },
+      seed: pgbenchSeed('source', 1, `CREATE TABLE public.batches (id bigserial PRIMARY KEY, note text, at timestamptz DEFAULT now()); ${SMALL}`),
     });
 
     it('completes without a lock race, keeps the log from growing while it waits, and bounds the outage by the longest writer', async () => {

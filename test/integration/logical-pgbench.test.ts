@@ -5,7 +5,7 @@
  * on both databases); no slot or publication is left and no capture trigger was ever installed.
  */
 import { rowsAsText } from '../helpers/databases';
-import { initPgbench, startPgbenchLoad } from '../helpers/pgbench';
+import { pgbenchSeed, startPgbenchLoad } from '../helpers/pgbench';
 import { eventually, resultWithin, waitForPhase } from '../helpers/stack';
 import { stackSuite } from '../helpers/suite';
 
@@ -21,7 +21,7 @@ describe('logical capture under pgbench', () => {
     databases: { source: '', target: '' },
     connections: { app: 'source', next: 'target' },
     logical: true,
-    seed: (dbs) => initPgbench(dbs.url('source')),
+    seed: pgbenchSeed('source', 1),
   });
 
   it('keeps up with pgbench through the slot and cuts over with the target equal to the source', async () => {

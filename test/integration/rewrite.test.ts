@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { Client } from 'pg';
 import { runningActivities } from '../helpers/chaos';
 import { awaitRetry, HeldLock, Killed } from '../helpers/kills';
-import { initPgbench, PGBENCH } from '../helpers/pgbench';
+import { pgbenchSeed, PGBENCH } from '../helpers/pgbench';
 import { eventually, RunningProcessWorker } from '../helpers/stack';
 import { stackSuite } from '../helpers/suite';
 
@@ -78,11 +78,10 @@ describe('rewrite steps: a table rebuilt by shadow copy and swapped under load',
     name: 'rewrite',
     databases: { app: '' },
     workers: 0,
-    seed: async (dbs) => {
-      await initPgbench(dbs.url('app'), 2);
-      await dbs.exec(
-        'app',
-        `CREATE VIEW public.account_balances AS SELECT aid, bid, abalance FROM public.pgbench_accounts;
+    seed: pgbenchSeed(
+      'app',
+      2,
+      `CREATE VIEW public.account_balances AS SELECT aid, bid, abalance FROM public.pgbench_accounts;
        COMMENT ON VIEW public.account_balances IS 'balances';
        GRANT SELECT ON public.account_balances TO PUBLIC;
        CREATE TABLE public.account_notes (id int PRIMARY KEY, aid int NOT NULL REFERENCES public.pgbench_accounts (aid));
@@ -90,8 +89,7 @@ describe('rewrite steps: a table rebuilt by shadow copy and swapped under load',
        COMMENT ON TABLE public.pgbench_accounts IS 'accounts';
        GRANT SELECT ON public.pgbench_accounts TO PUBLIC;
        ANALYZE public.pgbench_accounts;`,
-      );
-    },
+    ),
     ready: async () => {
       workers = [await suite.stack.startWorkerProcessReady('w1'), await suite.stack.startWorkerProcessReady('w2')];
     },
