@@ -9,7 +9,7 @@ import { Client } from 'pg';
 import { runningActivities } from '../helpers/chaos';
 import { activityStarts } from '../helpers/history';
 import { awaitRetry, HeldLock, Killed } from '../helpers/kills';
-import { initPgbench, PGBENCH } from '../helpers/pgbench';
+import { pgbenchSeed, PGBENCH } from '../helpers/pgbench';
 import { eventually, RunningProcessWorker } from '../helpers/stack';
 import { stackSuite } from '../helpers/suite';
 import { spawn } from 'node:child_process';
@@ -69,13 +69,12 @@ describe('change plans under load, with workers killed', () => {
     name: 'change',
     databases: { app: '' },
     workers: 0,
-    seed: async (dbs) => {
-      await initPgbench(dbs.url('app'), 2);
-      // Counts, per row, the updates that changed `note` (the column the plan adds): the proof
-      // that the backfill touched every row exactly once. to_jsonb: it runs before the column exists.
-      await dbs.exec(
-        'app',
-        `CREATE TABLE public.note_writes (aid int PRIMARY KEY, n int NOT NULL);
+    // Counts, per row, the updates that changed `note` (the column the plan adds): the proof
+    // that the backfill touched every row exactly once. to_jsonb: it runs before the column exists.
+    seed: pgbenchSeed(
+      'app',
+      2,
+      `CREATE TABLE public.note_writes (aid int PRIMARY KEY, n int NOT NULL);
        CREATE FUNCTION public.count_note_writes() RETURNS trigger LANGUAGE plpgsql AS $$
        BEGIN
          IF to_jsonb(NEW) -> 'note' IS DISTINCT FROM to_jsonb(OLD) -> 'note' THEN
@@ -85,8 +84,7 @@ describe('change plans under load, with workers killed', () => {
        END $$;
        CREATE TRIGGER count_note_writes AFTER UPDATE ON public.pgbench_accounts FOR EACH ROW EXECUTE FUNCTION public.count_note_writes();
        ANALYZE public.pgbench_accounts;`,
-      );
-    },
+    ),
     ready: async () => {
       workers = [await suite.stack.startWorkerProcessReady('w1'), await suite.stack.startWorkerProcessReady('w2')];
     },
@@ -112,17 +110,26 @@ describe('change plans under load, with workers killed', () => {
     const load = startTpcb(url);
     const probe = startProbe(url);
     let latency = { count: 0, maxMs: 0, lockWaitsOver2s: 0 };
-    // A write transaction open for 6 s when the plan starts (a batch job): the first ALTER
-    // cannot have its lock before it ends. Without a lock_timeout, every writer would queue
-    // behind the waiting ALTER for those 6 s; with it, the ALTER gives up and tries again.
+    // A write transaction open when the plan starts (a batch job), until 4 s after the ALTER was
+    // first seen waiting for its lock: its first attempt cannot have the lock. Without a
+    // lock_timeout, every writer would queue behind the waiting ALTER all that time; with it,
+    // the ALTER gives up and tries again. (A fixed 6 s from here was too short when the plan
+    // took long to start on a busy machine.)
     const batch = new Client({ connectionString: url, application_name: 'batch-job' });
     await batch.connect();
     await batch.query('BEGIN');
     await batch.query('LOCK TABLE public.pgbench_accounts IN ROW EXCLUSIVE MODE');
-    const batchDone = new Promise((r) => setTimeout(r, 6_000)).then(async () => {
-      await batch.query('COMMIT');
-      await batch.end();
-    });
+    const batchDone = (async () => {
+      try {
+        const alterWaiting = `SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query ILIKE '%ADD COLUMN note%' AND pid <> pg_backend_pid()`;
+        await eventually(async () => (await suite.dbs.query('app', alterWaiting)).length > 0, 90_000, 100);
+        await new Promise((r) => setTimeout(r, 4_000));
+      } finally {
+        await batch.query('COMMIT');
+        await batch.end();
+      }
+    })();
+    batchDone.catch(() => undefined);
     try {
       const { id } = await suite.stack.ferry.startChange({
         kind: 'change',
