@@ -13,12 +13,14 @@
  *   (s) a plain checksum scan of both sides at once (count and sum of row hashes): what
  *       validation must at least cost;
  *   (m) orchestration: ferry (validation none) over 50 tables of 40,000 rows and over 500
- *       tables of 100 rows, against pgcopydb on the same tables (skip with --no-many).
+ *       tables of 100 rows, with parallelism.tables at its default (2) and at
+ *       --many-parallelism (8), against pgcopydb on the same tables (skip with --no-many).
  * Each is run --repeat times (default 3) into a fresh target; the median is reported with the
  * range. Prints rows/s and the ratios ferry/raw, ferry/index-free raw and ferry/pgcopydb.
  * Figures, never assertions.
  *
- * Options: --rows N (default 2000000), --repeat N (3), --pg URL (admin URL), --keep, --no-many.
+ * Options: --rows N (default 2000000), --repeat N (3), --pg URL (admin URL), --keep, --no-many,
+ * --many-parallelism N (8).
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -36,6 +38,8 @@ const ADMIN = arg('--pg', process.env.FERRY_TEST_PG ?? DEFAULT_TEST_PG);
 const KEEP = args.includes('--keep');
 const REPEAT = Number(arg('--repeat', '3'));
 const MANY = !args.includes('--no-many');
+/** parallelism.tables of the second Ferry run over many tables (the first runs at the default). */
+const MANY_PARALLELISM = Number(arg('--many-parallelism', '8'));
 /** The orchestration runs: tables × rows each. */
 const MANY_SHAPES = [
   { tables: 50, rows: 40_000 },
@@ -297,8 +301,11 @@ async function main(): Promise<void> {
     if (copydb) process.stdout.write(`ferry (validation none) vs pgcopydb:     ${((1 - results.none.median / copydb.median) * 100).toFixed(0)}% less time\n`);
     for (const m of many) {
       process.stdout.write(
-        `${`${m.tables} tables × ${m.rows.toLocaleString('en-US')} rows`.padEnd(24)} ferry ${seconds(m.ferry.median)}` +
-          (m.pgcopydb ? `, pgcopydb ${seconds(m.pgcopydb.median)} (ferry ${(m.pgcopydb.median / m.ferry.median).toFixed(2)} × its speed)` : '') +
+        `${`${m.tables} tables × ${m.rows.toLocaleString('en-US')} rows`.padEnd(24)} ferry ${seconds(m.ferry.median)}, ` +
+          `with ${MANY_PARALLELISM} tables at once ${seconds(m.ferryWide.median)}` +
+          (m.pgcopydb
+            ? `, pgcopydb ${seconds(m.pgcopydb.median)} (ferry ${(m.pgcopydb.median / m.ferry.median).toFixed(2)}× / ${(m.pgcopydb.median / m.ferryWide.median).toFixed(2)}× its speed)`
+            : '') +
           '\n',
       );
     }
@@ -312,6 +319,8 @@ interface ManyResult {
   tables: number;
   rows: number;
   ferry: Sample;
+  /** With parallelism.tables = MANY_PARALLELISM. */
+  ferryWide: Sample;
   pgcopydb?: Sample;
 }
 
@@ -333,19 +342,26 @@ async function manyTables(source: string, target: string, env: NodeJS.ProcessEnv
     );
     await sql(url(source), 'VACUUM ANALYZE');
     const tables = Array.from({ length: shape.tables }, (_, i) => `${schema}.t${i + 1}`);
-    const specFile = join(tmpdir(), `ferry-bench-${schema}-${Date.now()}.json`);
-    writeFileSync(specFile, JSON.stringify({ source: 'bench_many', target: 'bench_many_t', validation: 'none', tables }));
-    const ferry = await repeated(
-      () => recreate(target),
-      async () => {
-        const r = await run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'start', specFile, '--wait'], env);
-        if (r.code !== 0) throw new Error(`ferry (${schema}) failed: ${r.out.slice(-2000)}`);
-      },
-      async () => {
-        const [n] = await sql(url(target), `SELECT count(*)::int AS n FROM pg_tables WHERE schemaname = '${schema}'`);
-        if (n.n !== shape.tables) throw new Error(`ferry (${schema}) created ${n.n} tables, expected ${shape.tables}`);
-      },
-    );
+    const ferryRun = (parallelism?: number) => {
+      const specFile = join(tmpdir(), `ferry-bench-${schema}-${Date.now()}.json`);
+      writeFileSync(
+        specFile,
+        JSON.stringify({ source: 'bench_many', target: 'bench_many_t', validation: 'none', tables, ...(parallelism ? { parallelism: { tables: parallelism } } : {}) }),
+      );
+      return repeated(
+        () => recreate(target),
+        async () => {
+          const r = await run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'start', specFile, '--wait'], env);
+          if (r.code !== 0) throw new Error(`ferry (${schema}) failed: ${r.out.slice(-2000)}`);
+        },
+        async () => {
+          const [n] = await sql(url(target), `SELECT count(*)::int AS n FROM pg_tables WHERE schemaname = '${schema}'`);
+          if (n.n !== shape.tables) throw new Error(`ferry (${schema}) created ${n.n} tables, expected ${shape.tables}`);
+        },
+      );
+    };
+    const ferry = await ferryRun();
+    const ferryWide = await ferryRun(MANY_PARALLELISM);
     let copydb: Sample | undefined;
     if (pgcopydb) {
       const work = join(tmpdir(), `ferry-bench-pgcopydb-${schema}-${Date.now()}`);
@@ -359,7 +375,7 @@ async function manyTables(source: string, target: string, env: NodeJS.ProcessEnv
         },
       );
     }
-    out.push({ ...shape, ferry, pgcopydb: copydb });
+    out.push({ ...shape, ferry, ferryWide, pgcopydb: copydb });
     await sql(url(source), `DROP SCHEMA ${schema} CASCADE`);
   }
   return out;

@@ -169,6 +169,19 @@ INSERT INTO public.members SELECT g, 1 + g % 20, 'm' || g || '@example.com' FROM
 CREATE INDEX members_team ON public.members (team_id);
 ANALYZE;`;
 
+/** Online with manual approval: synced at the approval, approved, rows compared; `ferry unfreeze` after, when asked. */
+async function approvedOnline(ctx: Context, { unfreeze }: { unfreeze: boolean }): Promise<ResultDocument> {
+  const { id, stack, dbs } = ctx;
+  await syncedAtApproval(ctx, onlineSpec({ cutover: { approval: 'manual', approvalTimeout: '10m' } }));
+  await stack.ferry.approve(id);
+  const result = await resultWithin(stack.ferry, id);
+  if (result.state === 'SUCCEEDED') {
+    if (unfreeze) await stack.ferry.unfreeze(id);
+    await sameRows(dbs, ONLINE_TABLES);
+  }
+  return result;
+}
+
 const SCENARIOS: Scenario[] = [
   {
     name: 'full',
@@ -190,17 +203,7 @@ const SCENARIOS: Scenario[] = [
     description: 'online, manual approval, writes during sync, approve; keep-frozen, then `ferry unfreeze` (the unfreeze helper)',
     schema: ONLINE_SCHEMA,
     expected: 'SUCCEEDED',
-    async run(ctx) {
-      const { id, stack, dbs } = ctx;
-      await syncedAtApproval(ctx, onlineSpec({ cutover: { approval: 'manual', approvalTimeout: '10m' } }));
-      await stack.ferry.approve(id);
-      const result = await resultWithin(stack.ferry, id);
-      if (result.state === 'SUCCEEDED') {
-        await stack.ferry.unfreeze(id);
-        await sameRows(dbs, ONLINE_TABLES);
-      }
-      return result;
-    },
+    run: (ctx) => approvedOnline(ctx, { unfreeze: true }),
   },
   {
     name: 'online-paused',
@@ -348,6 +351,20 @@ ANALYZE;`,
     schema: FULL_SCHEMA,
     expected: 'SUCCEEDED',
     run: fullLoad(() => ({ source: 'src', target: 'dst', batchRows: 100, tables: ['public.customers', { name: 'public.orders', chunks: 2 }] })),
+  },
+  {
+    name: 'full-batched-reports',
+    description: 'full load after patch batched-reports: milestones that fall together in one signal (last chunk + FULL_DONE + TableCopied; IndexesBuilt + COMPLETED), source indexes listed beside the primary key build, checksum validation',
+    schema: FULL_SCHEMA,
+    expected: 'SUCCEEDED',
+    run: fullLoad(() => ({ source: 'src', target: 'dst', batchRows: 100, validation: 'checksum', tables: ['public.customers', { name: 'public.orders', chunks: 2 }] })),
+  },
+  {
+    name: 'online-batched-reports',
+    description: 'online after patch batched-reports (the last chunk, FULL_DONE and TableCopied in one signal), manual approval, writes during sync, approve',
+    schema: ONLINE_SCHEMA,
+    expected: 'SUCCEEDED',
+    run: (ctx) => approvedOnline(ctx, { unfreeze: false }),
   },
   {
     name: 'online-armed-freeze',

@@ -75,6 +75,8 @@ export interface TableProgress {
   chunk?: { index: number } & ChunkStatus;
   lag?: TableStatus['lag'];
   event?: { type: EventType; detail?: Record<string, unknown> };
+  /** Several events in order, after the phase (PATCHES.batchedReports). */
+  events?: { type: EventType; detail?: Record<string, unknown> }[];
 }
 
 // Internal: parent ↔ table workflows.

@@ -32,8 +32,9 @@ export interface IndexBuildInput {
   parallelism: number;
 }
 
-export async function buildTableIndexes(input: IndexBuildInput, syncRound: () => Promise<void>): Promise<{ built: number; evicted: number }> {
-  const { indexes } = await build.listIndexes({ source: input.source, table: input.table });
+/** `listed`: the source's indexes, when listed already (beside the primary key's build). */
+export async function buildTableIndexes(input: IndexBuildInput, syncRound: () => Promise<void>, listed?: IndexRef[]): Promise<{ built: number; evicted: number }> {
+  const indexes = listed ?? (await listSourceIndexes(input));
   let built = 0;
   let evicted = 0;
   let todo: IndexRef[] = indexes;
@@ -67,6 +68,11 @@ export async function buildTableIndexes(input: IndexBuildInput, syncRound: () =>
 function transientExclusionConflict(input: IndexBuildInput, index: IndexRef, err: unknown): boolean {
   const failure = innermostApplicationFailure(err);
   return input.mode === 'online' && index.exclusion && failure instanceof ApplicationFailure && failure.type === 'PostgresError.23P01';
+}
+
+/** The source's secondary indexes and unique or exclusion constraints of the table, to build on the target. */
+export async function listSourceIndexes(input: Pick<IndexBuildInput, 'source' | 'table'>): Promise<IndexRef[]> {
+  return (await build.listIndexes({ source: input.source, table: input.table })).indexes;
 }
 
 /** The primary key of a table loaded without it, before anything reads the table by key. */

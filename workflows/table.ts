@@ -31,7 +31,8 @@ import { PATCHES } from '../src/core/names';
 import { runBounded } from './bounded';
 import { Slices } from './slices';
 import { Control, controlSignal, finishSyncSignal, startCopySignal, TableProgress, tableProgressSignal, tableStateQuery } from './definitions';
-import { buildPrimaryKey, buildTableIndexes } from './table-indexes';
+import { buildPrimaryKey, buildTableIndexes, listSourceIndexes } from './table-indexes';
+import type { IndexRef } from '../activities/indexes';
 import { FAILURE } from '../src/core/failure-types';
 
 export const SLICE_MS = 15_000;
@@ -144,6 +145,12 @@ export async function tableMigrationWorkflow(input: TableWorkflowInput): Promise
 class TableRun {
   /** Executions begun before it pushed every slice's progress and the lag to the parent. */
   private readonly progressByQuery = patched(PATCHES.progressByQuery);
+  /** Executions begun before milestones were batched sent each in a signal of its own. */
+  private readonly batchedReports = patched(PATCHES.batchedReports);
+  /** The last chunk's report, held to go with FULL_DONE and TableCopied (batchedReports). */
+  private lastChunkReport?: Omit<TableProgress, 'tableIndex'>;
+  /** The source's indexes, listed while the primary key was built (batchedReports). */
+  private listedIndexes?: IndexRef[];
   private readonly table: TablePlan;
   private readonly copyTable: CopyTable;
   private readonly label: string;
@@ -221,11 +228,14 @@ class TableRun {
         (i) => this.copyChunk(i),
       );
       if (this.chunks.some((c) => c.status.state !== 'DONE')) return this.carryOn();
-      await this.move('FULL_DONE');
-      await this.event('TableCopied', { rows: this.rowsCopied() });
+      await this.copied();
     }
     if (this.machine.state === 'FULL_DONE' && this.input.primaryKeyAfterLoad) {
-      await buildPrimaryKey(this.input);
+      if (this.batchedReports && this.input.mode === 'full' && this.input.indexes && !this.sync.indexesBuilt) {
+        [, this.listedIndexes] = await Promise.all([buildPrimaryKey(this.input), listSourceIndexes(this.input)]);
+      } else {
+        await buildPrimaryKey(this.input);
+      }
     }
     if (this.input.mode === 'full') return this.finishFull();
     return this.syncUntilCutover();
@@ -257,11 +267,30 @@ class TableRun {
       if (!result) continue; // interrupted: the next slice runs under the new control
       chunk.status = statusOf(result.checkpoint);
       if (this.progressByQuery && !result.checkpoint.done) continue; // the tableState query shows it
-      await this.report({
+      const report = {
         chunk: { index: i, ...chunk.status },
-        event: { type: 'SliceMigrated', detail: { chunk: i, rows: result.rows, bytes: result.bytes, done: result.checkpoint.done } },
-      });
+        event: { type: 'SliceMigrated' as const, detail: { chunk: i, rows: result.rows, bytes: result.bytes, done: result.checkpoint.done } },
+      };
+      if (this.batchedReports && this.chunks.every((c) => c.status.state === 'DONE')) this.lastChunkReport = report;
+      else await this.report(report);
     }
+  }
+
+  /** Every chunk copied: FULL_DONE and TableCopied (with the last chunk's report, in one signal). */
+  private async copied(): Promise<void> {
+    if (!this.batchedReports) {
+      await this.move('FULL_DONE');
+      await this.event('TableCopied', { rows: this.rowsCopied() });
+      return;
+    }
+    const last = this.lastChunkReport;
+    this.lastChunkReport = undefined;
+    this.machine.to('FULL_DONE', new Date().toISOString());
+    await this.report({
+      ...(last?.chunk ? { chunk: last.chunk } : {}),
+      phase: 'FULL_DONE',
+      events: [...(last?.event ? [last.event] : []), { type: 'TableCopied', detail: { rows: this.rowsCopied() } }],
+    });
   }
 
   // ── full mode ───────────────────────────────────────────────────────────────────────────
@@ -272,8 +301,15 @@ class TableRun {
       this.repairedRanges = await this.validateFull();
       await this.event('ValidationPassed', { mode: this.input.validation, rows: this.rowsCopied(), repairedRanges: this.repairedRanges });
     }
-    await this.buildIndexes();
-    await this.move('COMPLETED');
+    if (this.batchedReports) {
+      // IndexesBuilt and COMPLETED in one signal.
+      const built = await this.buildTargetIndexes();
+      this.machine.to('COMPLETED', new Date().toISOString());
+      await this.report({ phase: 'COMPLETED', events: built ? [{ type: 'IndexesBuilt', detail: built }] : [] });
+    } else {
+      await this.buildIndexes();
+      await this.move('COMPLETED');
+    }
     return { rowsCopied: this.rowsCopied(), repairedRanges: this.repairedRanges };
   }
 
@@ -467,15 +503,23 @@ class TableRun {
   // ── indexes ─────────────────────────────────────────────────────────────────────────────
 
   private async buildIndexes(): Promise<void> {
+    const built = await this.buildTargetIndexes();
+    if (built) await this.event('IndexesBuilt', built);
+  }
+
+  /** The table's target indexes (once; undefined when there is nothing to build or they are built). */
+  private async buildTargetIndexes(): Promise<{ built: number; evicted: number } | undefined> {
     const { input, sync } = this;
-    if (!input.indexes || sync.indexesBuilt) return;
+    if (!input.indexes || sync.indexesBuilt) return undefined;
     // One round of the table's sync, while an exclusion constraint waits for it (online only).
     const syncRound = async () => {
       await this.syncChanges({ ...this.syncSlice(), returnWhenCaughtUp: true });
     };
-    const built = await buildTableIndexes({ ...input, copyTable: this.copyTable, parallelism: input.indexes.parallelism }, syncRound);
+    const listed = this.listedIndexes;
+    this.listedIndexes = undefined;
+    const built = await buildTableIndexes({ ...input, copyTable: this.copyTable, parallelism: input.indexes.parallelism }, syncRound, listed);
     sync.indexesBuilt = true;
-    await this.event('IndexesBuilt', built);
+    return built;
   }
 
   // ── shared ──────────────────────────────────────────────────────────────────────────────

@@ -110,6 +110,7 @@ export class Tracker {
       table.rowsCopied = table.chunks.reduce((n, c) => n + c.rowsCopied, 0);
     }
     if (p.event) this.event(p.event.type, table.source, p.event.detail);
+    for (const e of p.events ?? []) this.event(e.type, table.source, e.detail);
     this.publish();
   }
 

@@ -96,6 +96,13 @@ export const PATCHES = {
    * awaited past the point of no return, before capture is released.
    */
   consumerStopOutsideOutage: 'consumer-stop-outside-outage',
+  /**
+   * A table reports its milestones in fewer signals: the last chunk done, FULL_DONE and
+   * TableCopied in one; IndexesBuilt and COMPLETED in one (TableProgress.events); and it lists
+   * its source indexes while its primary key is built. Each signal is a round trip for the table
+   * and a workflow task for the parent: on hundreds of small tables they were most of the time.
+   */
+  batchedReports: 'batched-reports',
 } as const;
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);

@@ -51,6 +51,10 @@ const SCENARIOS: Record<string, { failureType?: string; change?: boolean; runs?:
   // The same after patched('consumer-stop-outside-outage'): the consumer's stop is awaited past
   // the point of no return instead of inside the write outage.
   'online-logical-stop-after': {},
+  // Milestones batched into fewer signals, indexes listed beside the primary key build, behind
+  // patched('batched-reports').
+  'full-batched-reports': {},
+  'online-batched-reports': {},
   // Recorded under the callback.secret rule before FERRY_SECRET_* names (any variable name, here
   // HOOK_SECRET), which the spec now refuses: it replays only because executions without the
   // ferry-secret-names patch marker keep the old rule (workflows/spec-input.ts).
@@ -144,7 +148,7 @@ describe('recorded workflow histories', () => {
 
     const all = [...fixtures.values()].flat();
     // The README's determinism row counts them.
-    expect(all).toHaveLength(80);
+    expect(all).toHaveLength(88);
     expect([...new Set(all.map((f) => f.workflowType))].sort()).toEqual([MIGRATION_WORKFLOW, TABLE_WORKFLOW, CHANGE_WORKFLOW, ...HELPER_WORKFLOW_TYPES].sort());
     expect(fixtures.get('online')!.map((f) => f.workflowType)).toContain(UNFREEZE_WORKFLOW);
     expect(fixtures.get('online-armed-freeze')!.map((f) => f.workflowType)).toContain(CLEANUP_WORKFLOW);

@@ -154,13 +154,13 @@ describe('migrationWorkflow orchestration', () => {
     expect(calls[0]).toBe('preflight');
     expect(calls[1]).toBe('prepareTarget');
     expect(calls.slice(2, 4).sort()).toEqual(['copyChunk:0', 'copyChunk:1']);
-    expect(calls.slice(4)).toEqual([
-      // Loaded without its primary key, which is built before anything reads by key.
-      'addPrimaryKey',
+    // Loaded without its primary key, which is built before anything reads by key; the source's
+    // indexes are listed meanwhile.
+    expect(calls.slice(4, 6).sort()).toEqual(['addPrimaryKey', 'listIndexes']);
+    expect(calls.slice(6)).toEqual([
       'validateChunk',
       'validateChunk',
       // The table's own indexes as soon as it is validated, then what spans tables.
-      'listIndexes',
       'buildIndex:t_v_idx',
       'analyzeTable',
       'addForeignKeys',
@@ -172,6 +172,20 @@ describe('migrationWorkflow orchestration', () => {
     expect(callbacks[0].idempotencyKey).toBe(id);
     expect((callbacks[0].body as ResultDocument).state).toBe('SUCCEEDED');
     expect(result.callback).toEqual({ delivered: true });
+  });
+
+  it("reports a two-chunk table's milestones to the parent in four signals (seven before they were batched), its events in order", async () => {
+    const { id } = await start('signals', { validation: 'none' });
+    const result = await stack.ferry.result(id);
+    expect(result.state).toBe('SUCCEEDED');
+    // FULL_MIGRATING; the last chunk with FULL_DONE and TableCopied; IndexesBuilt with COMPLETED
+    // (the first chunk done reports on its own).
+    const history = await stack.client.workflow.getHandle(`${id}/table-0`).fetchHistory();
+    const signals = (history.events ?? []).filter((e) => e.signalExternalWorkflowExecutionInitiatedEventAttributes);
+    expect(signals).toHaveLength(4);
+    expect(result.events.filter((e) => e.table === 'public.t').map((e) => e.type)).toEqual(['SliceMigrated', 'SliceMigrated', 'TableCopied', 'IndexesBuilt']);
+    const status = await stack.ferry.status(id);
+    expect(status.tables[0]).toMatchObject({ phase: 'COMPLETED', rowsCopied: 20 });
   });
 
   it('runs the compensation after a permanent failure and reports FAILED', async () => {
