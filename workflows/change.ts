@@ -15,7 +15,6 @@ import {
   isCancellation,
   patched,
   setHandler,
-  upsertMemo,
   upsertSearchAttributes,
   workflowInfo,
 } from '@temporalio/workflow';
@@ -33,7 +32,8 @@ import { changeActivities, retryWhileLockBusy } from './change-proxies';
 import { BackfillPlace, runBackfill } from './change-backfill';
 import { runRewrite } from './change-rewrite';
 import { approveCutoverSignal, cancelSignal, changeStateQuery, pauseSignal, resumeSignal, throttleSignal } from './definitions';
-import { checks, notify } from './proxies';
+import { checks } from './proxies';
+import { Callbacks } from './callbacks';
 
 export interface ChangeOptions {
   /** What `ferry start`'s preflight decided; absent, the workflow runs preflight itself. */
@@ -92,7 +92,7 @@ class ChangeRun {
   private approved = false;
   private readonly undo: Undo[] = [];
   private fence = 0;
-  private readonly deliveries: Promise<unknown>[] = [];
+  private callbacks!: Callbacks;
   private planInput: unknown;
   private options: ChangeOptions = {};
   private decisions: StepDecision[] = [];
@@ -119,7 +119,8 @@ class ChangeRun {
       { key: FerryTargetKey, value: plan.database },
     ]);
     this.listen();
-    this.sendEvents(plan);
+    this.callbacks = new Callbacks(this.info.workflowId, plan.callback);
+    this.tracker.onEvent = this.callbacks.eventSender();
     const { outcome, failure } = await this.execute(plan, options);
     return this.end(plan, outcome, failure);
   }
@@ -179,19 +180,6 @@ class ChangeRun {
     this.tracker.control(signal, from, to, checkedAudit(audit));
   }
 
-  private sendEvents(plan: ChangePlan): void {
-    if (!plan.callback?.events) return;
-    const { url, secret } = plan.callback;
-    const id = this.info.workflowId;
-    this.tracker.onEvent = (event) => {
-      this.deliveries.push(
-        CancellationScope.nonCancellable(() => notify.sendCallback({ url, secret, idempotencyKey: `${id}:${event.seq}`, body: { task_id: id, event } })).catch(
-          () => undefined,
-        ),
-      );
-    };
-  }
-
   private context(plan: ChangePlan): ChangeContext {
     return {
       id: this.info.workflowId,
@@ -215,7 +203,7 @@ class ChangeRun {
     if (!info.continueAsNewSuggested && info.historyLength < (this.options.historyLimit ?? HISTORY_LIMIT)) return;
     // (Executions begun before this went on in one run: their replays must do the same.)
     if (!patched(PATCHES.changeContinueAsNew)) return;
-    await CancellationScope.nonCancellable(() => Promise.all(this.deliveries));
+    await this.callbacks.settled();
     await condition(allHandlersFinished);
     const resume: ChangeResume = {
       decisions: this.decisions,
@@ -488,18 +476,7 @@ class ChangeRun {
     tracker.setState(outcome, outcome === 'SUCCEEDED' ? undefined : tracker.error?.message);
     tracker.event('ChangeFinished', undefined, { state: outcome });
     const result = changeResultDocument(tracker.document(), plan.metadata);
-    if (plan.callback) {
-      const { url, secret } = plan.callback;
-      result.callback = await CancellationScope.nonCancellable(() =>
-        notify
-          .sendCallback({ url, secret, idempotencyKey: this.info.workflowId, body: result })
-          .then(() => ({ delivered: true }))
-          .catch((err: unknown) => ({ delivered: false, error: rootMessage(err) })),
-      );
-    }
-    await CancellationScope.nonCancellable(() => Promise.all(this.deliveries));
-    upsertMemo({ result });
-    await condition(allHandlersFinished);
+    await this.callbacks.finish(result);
     if (outcome === 'SUCCEEDED') return result;
     throw ApplicationFailure.create({
       message: tracker.error?.message ?? outcome,

@@ -5,11 +5,9 @@
  * always. Its argument is the spec itself, so any Temporal SDK can start it.
  */
 import {
-  allHandlersFinished,
   ApplicationFailure,
   CancellationScope,
   CancelledFailure,
-  condition,
   isCancellation,
   patched,
   setHandler,
@@ -24,13 +22,14 @@ import { FerrySourceKey, FerryTargetKey, PATCHES } from '../src/core/names';
 import { Spec, SpecError } from '../src/core/spec';
 import { checkPlan, MigrationPlan } from '../src/core/plan';
 import { checkedAudit, ErrorInfo, resultDocument, ResultDocument } from '../src/core/status';
-import { checks, notify, steps } from './proxies';
+import { checks, steps } from './proxies';
 import { derivePhase, MigrationContext, MigrationOptions } from './context';
 import { ControlDesk } from './control';
 import { cancelSignal, stateQuery, tableProgressSignal } from './definitions';
 import { runFullLoad } from './full-load';
 import { runOnline } from './online';
 import { Saga } from './saga';
+import { Callbacks } from './callbacks';
 import { parseWorkflowSpec } from './spec-input';
 import { Tracker } from './tracker';
 import { FAILURE } from '../src/core/failure-types';
@@ -59,7 +58,7 @@ class MigrationRun {
   /** What the ending undid (workflows/saga.ts names), for the failure's message. */
   private readonly ending: { undone: string[]; failedUndo: string[]; kept: boolean } = { undone: [], failedUndo: [], kept: false };
   /** Event webhooks in flight, awaited before the workflow ends. */
-  private readonly deliveries: Promise<unknown>[] = [];
+  private callbacks!: Callbacks;
 
   constructor(private readonly options: MigrationOptions) {
     const { info } = this;
@@ -92,7 +91,8 @@ class MigrationRun {
       derivePhase(this.tracker, spec);
       desk.onProgress(p);
     });
-    this.sendEvents(spec);
+    this.callbacks = new Callbacks(this.info.workflowId, spec.callback);
+    this.tracker.onEvent = this.callbacks.eventSender();
     this.startDeadline(spec);
     const { outcome, failure } = await this.execute(spec, desk);
     return this.end(spec, outcome, failure);
@@ -109,20 +109,6 @@ class MigrationRun {
       this.tracker.setState('FAILED', 'invalid spec');
       throw ApplicationFailure.nonRetryable(`invalid spec:\n${message}`, FAILURE.InvalidSpec, this.tracker.document());
     }
-  }
-
-  /** Event webhooks, when asked for: one delivery per event, each with its own idempotency key. */
-  private sendEvents(spec: Spec): void {
-    if (!spec.callback?.events) return;
-    const { url, secret } = spec.callback;
-    const id = this.info.workflowId;
-    this.tracker.onEvent = (event) => {
-      this.deliveries.push(
-        CancellationScope.nonCancellable(() => notify.sendCallback({ url, secret, idempotencyKey: `${id}:${event.seq}`, body: { task_id: id, event } })).catch(
-          () => undefined,
-        ),
-      );
-    };
   }
 
   /** The deadline is a timer, not an execution timeout: compensation and the callback still run. */
@@ -213,18 +199,7 @@ class MigrationRun {
     tracker.setState(outcome, outcome === 'SUCCEEDED' ? undefined : tracker.error?.message);
     tracker.event('MigrationFinished', undefined, { state: outcome });
     const result = resultDocument(tracker.document(), spec.metadata);
-    if (spec.callback) {
-      const { url, secret } = spec.callback;
-      result.callback = await CancellationScope.nonCancellable(() =>
-        notify
-          .sendCallback({ url, secret, idempotencyKey: this.info.workflowId, body: result })
-          .then(() => ({ delivered: true }))
-          .catch((err: unknown) => ({ delivered: false, error: rootMessage(err) })),
-      );
-    }
-    await CancellationScope.nonCancellable(() => Promise.all(this.deliveries));
-    upsertMemo({ result });
-    await condition(allHandlersFinished);
+    await this.callbacks.finish(result);
 
     if (outcome === 'SUCCEEDED') return result;
     // Cancelled through Temporal itself: end as Canceled, so the Web UI and SDKs see the truth.
