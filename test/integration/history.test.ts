@@ -1,7 +1,8 @@
 /**
  * A migration's history must not grow with time: Temporal terminates a run at its history limit,
  * and a terminated migration runs no compensation. On a dev server with a small limit, an online
- * migration waits for approval under writes for minutes and must still complete; and a migration
+ * migration waits for approval under writes until a table workflow has continued as new (a
+ * minute at least) and must still complete; and a migration
  * terminated anyway is cleaned up from its bookkeeping alone (`ferry cleanup`).
  */
 import { accounts, docs, items, seedSql, tags } from '../fixtures/seeds';
@@ -19,7 +20,8 @@ const TABLES: [string, string][] = [
 
 /** Temporal terminates a run at this many events (the default is 51,200). */
 const HISTORY_LIMIT = 500;
-const WAIT_UNDER_WRITES_MS = 3 * 60_000;
+const MIN_WAIT_UNDER_WRITES_MS = 60_000;
+const MAX_WAIT_UNDER_WRITES_MS = 5 * 60_000;
 
 describe('a migration that runs for a long time', () => {
   const suite = stackSuite({
@@ -45,22 +47,30 @@ describe('a migration that runs for a long time', () => {
     cutover: { approval: 'manual', approvalTimeout: '1h' },
   };
   const historyLength = async (workflowId: string) => (await suite.stack.client.workflow.getHandle(workflowId).fetchHistory()).events?.length ?? 0;
+  /** How many runs a workflow id has had (each continue-as-new starts one). */
+  const tableRuns = async (workflowId: string) => (await suite.stack.client.workflow.count(`WorkflowId = '${workflowId}'`)).count;
 
-  it(`waits for approval under writes for minutes within a ${HISTORY_LIMIT}-event history limit, then completes`, async () => {
+  it(`waits for approval under writes until a table's history passes the ${HISTORY_LIMIT}-event limit (it continues as new), then completes`, async () => {
     const { id } = await suite.stack.ferry.start(spec, { id: 'history-wait' });
     const writers = await startWriters(suite.dbs.url('source'), 2);
     let result;
     const lengths: number[] = [];
     try {
       await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL', 120_000);
-      // The wait is the scenario: minutes of writes, the tables syncing, nobody approving.
-      const waitUntil = Date.now() + WAIT_UNDER_WRITES_MS;
-      while (Date.now() < waitUntil) {
+      // The wait is the scenario: writes, the tables syncing, nobody approving — for at least a
+      // minute and until a table workflow has reached the history limit and continued as new (the
+      // busiest did within a minute here; the quietest, over four).
+      const began = Date.now();
+      for (;;) {
         lengths.push(await historyLength(id));
         const status = await suite.stack.ferry.status(id);
         expect(status.endedAt).toBeUndefined();
-        await new Promise((r) => setTimeout(r, 15_000));
+        const runs = await Promise.all(TABLES.map((_, i) => tableRuns(`${id}/table-${i}`)));
+        if (Date.now() - began >= MIN_WAIT_UNDER_WRITES_MS && runs.some((n) => n >= 2)) break;
+        if (Date.now() - began > MAX_WAIT_UNDER_WRITES_MS) throw new Error(`table workflows' runs after ${MAX_WAIT_UNDER_WRITES_MS} ms: ${runs.join(', ')}`);
+        await new Promise((r) => setTimeout(r, 5_000));
       }
+      console.log(`history: a table continued as new within ${Date.now() - began} ms of the wait`);
       // Progress is still readable, though the parent heard nothing of it: lag from the tables.
       const status = await suite.stack.ferry.status(id);
       expect(status.tables.every((t) => t.lag !== undefined)).toBe(true);
