@@ -354,7 +354,7 @@ ANALYZE;`,
   },
   {
     name: 'full-batched-reports',
-    description: 'full load after patch batched-reports: milestones that fall together in one signal (last chunk + FULL_DONE + TableCopied; IndexesBuilt + COMPLETED), source indexes listed beside the primary key build, checksum validation',
+    description: 'full load after patches batched-reports and parent-marks-copying: milestones that fall together in one signal (last chunk + FULL_DONE + TableCopied; IndexesBuilt + COMPLETED), source indexes listed beside the primary key build, FULL_MIGRATING marked by the parent, checksum validation',
     schema: FULL_SCHEMA,
     expected: 'SUCCEEDED',
     run: fullLoad(() => ({ source: 'src', target: 'dst', batchRows: 100, validation: 'checksum', tables: ['public.customers', { name: 'public.orders', chunks: 2 }] })),

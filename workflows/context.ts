@@ -40,6 +40,8 @@ export interface MigrationContext {
   targetReadyBeforeCutover: boolean;
   /** Tables created without their primary key, built after each table's load (false before PATCHES.primaryKeyAfterLoad). */
   primaryKeyAfterLoad: boolean;
+  /** Full mode: a started table is marked FULL_MIGRATING here, not by its signal (false before PATCHES.parentMarksCopying). */
+  parentMarksCopying: boolean;
 }
 
 /** Pushes the target's undo first (its completion can be lost), then prepares the target. */
@@ -58,6 +60,7 @@ export async function prepareTarget(ctx: MigrationContext): Promise<void> {
 
 export async function startTable(ctx: MigrationContext, table: TablePlan, waitForCopySlot: boolean) {
   const { id, spec, tracker } = ctx;
+  const marked = ctx.parentMarksCopying && spec.mode === 'full';
   const child = await startChild(tableMigrationWorkflow, {
     workflowId: workflowIds.table(id, table.index),
     cancellationType: ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
@@ -78,9 +81,12 @@ export async function startTable(ctx: MigrationContext, table: TablePlan, waitFo
         historyLimit: ctx.options.tableHistoryLimit,
         ...(ctx.targetReadyBeforeCutover ? { indexes: { parallelism: spec.parallelism.indexes } } : {}),
         ...(ctx.primaryKeyAfterLoad ? { primaryKeyAfterLoad: true } : {}),
+        ...(marked ? { copyingMarkedByParent: true } : {}),
       },
     ],
   });
+  // (A milestone of the table's can arrive in the same activation: the phase only moves on.)
+  if (marked && tracker.tables[table.index].phase === 'PENDING') tracker.applyProgress({ tableIndex: table.index, phase: 'FULL_MIGRATING' });
   ctx.children.set(table.index, child);
   return child;
 }

@@ -147,6 +147,7 @@ class MigrationRun {
           approved: () => desk.approved,
           targetReadyBeforeCutover: patched(PATCHES.targetReadyBeforeCutover),
           primaryKeyAfterLoad: patched(PATCHES.primaryKeyAfterLoad),
+          parentMarksCopying: patched(PATCHES.parentMarksCopying),
         };
         if (spec.mode === 'online') tracker.cutover = await runOnline(ctx);
         else await runFullLoad(ctx);

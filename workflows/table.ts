@@ -88,6 +88,8 @@ export interface TableWorkflowInput {
   indexes?: { parallelism: number };
   /** The table was created without its primary key: build it once loaded, before anything reads by key. */
   primaryKeyAfterLoad?: boolean;
+  /** The parent marked the table FULL_MIGRATING when it started it: no signal for that (PATCHES.parentMarksCopying). */
+  copyingMarkedByParent?: boolean;
   /** Carried across continue-as-new. */
   carried?: Carried;
 }
@@ -219,7 +221,8 @@ class TableRun {
   async run(): Promise<TableWorkflowResult> {
     if (this.machine.state === 'PENDING') {
       await condition(() => this.copyAllowed);
-      await this.move('FULL_MIGRATING');
+      if (this.input.copyingMarkedByParent) this.machine.to('FULL_MIGRATING', new Date().toISOString());
+      else await this.move('FULL_MIGRATING');
     }
     if (this.machine.state === 'FULL_MIGRATING') {
       await runBounded(

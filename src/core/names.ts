@@ -103,6 +103,12 @@ export const PATCHES = {
    * and a workflow task for the parent: on hundreds of small tables they were most of the time.
    */
   batchedReports: 'batched-reports',
+  /**
+   * Full mode: the parent marks a table FULL_MIGRATING once its workflow has started, and the
+   * table sends no signal for it (TableWorkflowInput.copyingMarkedByParent): one round trip and
+   * one parent workflow task fewer per table.
+   */
+  parentMarksCopying: 'parent-marks-copying',
 } as const;
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);

@@ -52,7 +52,8 @@ const SCENARIOS: Record<string, { failureType?: string; change?: boolean; runs?:
   // the point of no return instead of inside the write outage.
   'online-logical-stop-after': {},
   // Milestones batched into fewer signals, indexes listed beside the primary key build, behind
-  // patched('batched-reports').
+  // patched('batched-reports'); full mode, FULL_MIGRATING marked by the parent, behind
+  // patched('parent-marks-copying').
   'full-batched-reports': {},
   'online-batched-reports': {},
   // Recorded under the callback.secret rule before FERRY_SECRET_* names (any variable name, here
