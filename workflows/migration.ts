@@ -57,7 +57,7 @@ class MigrationRun {
   private timedOut = false;
   /** What the ending undid (workflows/saga.ts names), for the failure's message. */
   private readonly ending: { undone: string[]; failedUndo: string[]; kept: boolean } = { undone: [], failedUndo: [], kept: false };
-  /** Event webhooks in flight, awaited before the workflow ends. */
+  /** Event webhooks and the result callback (set once the spec is parsed). */
   private callbacks!: Callbacks;
 
   constructor(private readonly options: MigrationOptions) {

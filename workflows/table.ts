@@ -288,10 +288,8 @@ class TableRun {
     }
     const last = this.lastChunkReport;
     this.lastChunkReport = undefined;
-    this.machine.to('FULL_DONE', new Date().toISOString());
-    await this.report({
+    await this.move('FULL_DONE', undefined, {
       ...(last?.chunk ? { chunk: last.chunk } : {}),
-      phase: 'FULL_DONE',
       events: [...(last?.event ? [last.event] : []), { type: 'TableCopied', detail: { rows: this.rowsCopied() } }],
     });
   }
@@ -307,8 +305,7 @@ class TableRun {
     if (this.batchedReports) {
       // IndexesBuilt and COMPLETED in one signal.
       const built = await this.buildTargetIndexes();
-      this.machine.to('COMPLETED', new Date().toISOString());
-      await this.report({ phase: 'COMPLETED', events: built ? [{ type: 'IndexesBuilt', detail: built }] : [] });
+      await this.move('COMPLETED', undefined, { events: built ? [{ type: 'IndexesBuilt', detail: built }] : [] });
     } else {
       await this.buildIndexes();
       await this.move('COMPLETED');
@@ -539,9 +536,10 @@ class TableRun {
     return this.report({ event: { type, detail } });
   }
 
-  private async move(to: Phase, reason?: string): Promise<void> {
+  /** A phase change, reported with the milestones that go with it (in the same signal). */
+  private async move(to: Phase, reason?: string, along: Omit<TableProgress, 'tableIndex' | 'phase'> = {}): Promise<void> {
     this.machine.to(to, new Date().toISOString(), reason);
-    await this.report({ phase: to });
+    await this.report({ ...along, phase: to });
   }
 
   private rowsCopied(): number {
