@@ -16,6 +16,14 @@ export function databaseUrl(database: string, admin = adminUrl()): string {
   return url.toString();
 }
 
+/** The URL with another user (and password): a role's own connection to the same database. */
+export function withCredentials(url: string, user: string, password?: string): string {
+  const u = new URL(url);
+  u.username = user;
+  if (password !== undefined) u.password = password;
+  return u.toString();
+}
+
 export async function withClient<T>(url: string, fn: (c: Client) => Promise<T>): Promise<T> {
   const client = new Client({ connectionString: url });
   await client.connect();

@@ -31,7 +31,7 @@ const TABLES = [
 ] as const;
 
 export class OnlineSuite extends StackSuite {
-  constructor(private readonly online: OnlineSuiteOptions) {
+  constructor(online: OnlineSuiteOptions) {
     super({
       name: online.name,
       databases: { source: seedSql(accounts(online.accounts), items()), target: '' },
@@ -49,7 +49,7 @@ export class OnlineSuite extends StackSuite {
         source: 'live',
         target: 'next',
         mode: 'online',
-        ...(this.online.logical ? { capture: 'logical' } : {}),
+        ...(this.options.logical ? { capture: 'logical' } : {}),
         cutover: { approval: 'manual', approvalTimeout: '10m' },
         tables: TABLES.map(([table]) => table),
       },
@@ -78,7 +78,7 @@ export class OnlineSuite extends StackSuite {
     for (const [table, key] of TABLES) {
       expect(await rowsAsText(this.dbs, 'target', table, key)).toEqual(await rowsAsText(this.dbs, 'source', table, key));
     }
-    if (!this.online.logical) return;
+    if (!this.options.logical) return;
     expect(await this.dbs.query('source', 'SELECT slot_name FROM pg_replication_slots')).toEqual([]);
     expect(await this.dbs.query('source', 'SELECT pubname FROM pg_publication')).toEqual([]);
   }

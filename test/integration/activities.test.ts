@@ -13,7 +13,7 @@ import { CopyChunkInput, CopyChunkResult } from '../../activities/copy-chunk';
 import { ConnectionRegistry } from '../../src/db/connections';
 import { silentLogger } from '../../src/logger';
 import { parseSpec } from '../../src/core/spec';
-import { adminUrl, TestDatabases, withClient } from '../helpers/databases';
+import { adminUrl, TestDatabases, withClient, withCredentials } from '../helpers/databases';
 
 /** The SDK's mock environment, without its log line for every (expected) activity failure. */
 class MockActivityEnvironment extends SdkMockActivityEnvironment {
@@ -68,9 +68,7 @@ describe('activities on real PostgreSQL', () => {
          PRIMARY KEY (migration_id, table_index, chunk_index));
        INSERT INTO _ferry.checkpoints (migration_id, table_index, chunk_index) VALUES ('m1', 0, 0);`,
     );
-    const limited = new URL(dbs.url('source'));
-    limited.username = role;
-    const env = { FERRY_CONN_SRC: dbs.url('source'), FERRY_CONN_DST: dbs.url('target'), FERRY_CONN_LIMITED: limited.toString(), FERRY_CONN_RB: dbs.url('rollback') };
+    const env = { FERRY_CONN_SRC: dbs.url('source'), FERRY_CONN_DST: dbs.url('target'), FERRY_CONN_LIMITED: withCredentials(dbs.url('source'), role), FERRY_CONN_RB: dbs.url('rollback') };
     connections = new ConnectionRegistry({ env });
     activities = createActivities({ connections, logger: silentLogger(), env });
   });

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { Connection } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
 import { freePort } from '../../src/dev/dev-server';
-import { adminUrl, objectInventory, rowsAsText, withClient } from '../helpers/databases';
+import { adminUrl, objectInventory, rowsAsText, withClient, withCredentials } from '../helpers/databases';
 import { eventually, FERRY_BIN } from '../helpers/stack';
 import { stackSuite } from '../helpers/suite';
 
@@ -36,11 +36,7 @@ describe('the ferry CLI', () => {
     seed: async () => {
       await withClient(adminUrl(), (c) => c.query(`CREATE ROLE ${role} LOGIN`));
     },
-    connectionUrls: (dbs) => {
-      const limited = new URL(dbs.url('target'));
-      limited.username = role;
-      return { limited: limited.toString() };
-    },
+    connectionUrls: (dbs) => ({ limited: withCredentials(dbs.url('target'), role) }),
     afterDrop: async () => {
       await withClient(adminUrl(), (c) => c.query(`DROP ROLE IF EXISTS ${role}`));
     },

@@ -13,7 +13,7 @@ import { ConnectionRegistry } from '../../src/db/connections';
 import { silentLogger } from '../../src/logger';
 import { MigrationPlan } from '../../src/core/plan';
 import { parseSpec } from '../../src/core/spec';
-import { adminUrl, TestDatabases, withClient } from '../helpers/databases';
+import { adminUrl, TestDatabases, withClient, withCredentials } from '../helpers/databases';
 
 class MockActivityEnvironment extends SdkMockActivityEnvironment {
   constructor() {
@@ -43,9 +43,7 @@ describe('preflight of a prepared target with triggers and foreign keys', () => 
     // A role that may read the target but not write as a replica (no superuser, no SET privilege).
     await withClient(adminUrl(), (c) => c.query(`CREATE ROLE ${role} LOGIN`));
     await dbs.exec('target', `GRANT SELECT ON ALL TABLES IN SCHEMA public TO ${role}`);
-    const limited = new URL(dbs.url('target'));
-    limited.username = role;
-    const env = { FERRY_CONN_SRC: dbs.url('source'), FERRY_CONN_DST: dbs.url('target'), FERRY_CONN_LIMITED: limited.toString() };
+    const env = { FERRY_CONN_SRC: dbs.url('source'), FERRY_CONN_DST: dbs.url('target'), FERRY_CONN_LIMITED: withCredentials(dbs.url('target'), role) };
     connections = new ConnectionRegistry({ env });
     activities = createActivities({ connections, logger: silentLogger(), env });
   });

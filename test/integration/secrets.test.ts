@@ -16,7 +16,7 @@ import { AesGcmCodec, dataConverterFromEnv, parseCodecKey } from '../../src/code
 import { ENCRYPTED_MESSAGE_SUFFIX } from '../../src/failure-converter';
 import { PATCHES } from '../../src/core/names';
 import { stateQuery } from '../../workflows/definitions';
-import { adminUrl, rowsAsText, withClient } from '../helpers/databases';
+import { adminUrl, rowsAsText, withClient, withCredentials } from '../helpers/databases';
 import { hitsIn, JsonPayload, payloadsIn, unb64 } from '../helpers/history';
 import { beforeActivity } from '../helpers/interceptors';
 import { eventually, FERRY_BIN } from '../helpers/stack';
@@ -57,13 +57,6 @@ async function startReceiver(): Promise<{ server: Server; url: string; deliverie
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return { server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hooks/ferry`, deliveries };
-}
-
-function withCredentials(url: string, user: string, password: string): string {
-  const u = new URL(url);
-  u.username = user;
-  u.password = password;
-  return u.toString();
 }
 
 describe('connection URLs and callback secrets', () => {
