@@ -142,6 +142,20 @@ export function createStreamActivities({ connections, logger, metrics }: Activit
   return { streamChanges, awaitCaptured };
 }
 
+/**
+ * Confirms `lsn` to the slot: the slot's confirmed position becomes exactly `lsn`. The positions
+ * pgoutput gives (a commit's end, a message's end) are where the next WAL record begins, and the
+ * server resumes with the transactions whose commit record begins at or after the confirmed
+ * position. pg-logical-replication's acknowledge(x) reports x + 1 (a physical standby's "last
+ * byte + 1"), which would skip a transaction whose commit record directly follows the confirmed
+ * one; so it is handed the byte before.
+ */
+export async function confirmPosition(service: LogicalReplicationService, lsn: string): Promise<void> {
+  const [high, low] = lsn.split('/').map((half) => parseInt(half, 16));
+  const before = low === 0 ? `${(high - 1).toString(16)}/FFFFFFFF` : `${high.toString(16)}/${(low - 1).toString(16)}`;
+  await service.acknowledge(before.toUpperCase());
+}
+
 /** Keys to re-sync by table index, each key under its JSON text. */
 type KeysByTable = Map<number, Map<string, Key>>;
 
@@ -279,7 +293,7 @@ class StreamSlice {
       await db.query(`UPDATE ${SLOTS_TABLE} SET confirmed_lsn = $2::pg_lsn, confirmed_at = clock_timestamp() WHERE migration_id = $1`, [input.migrationId, lsn]);
     });
     // Only now: the slot may let go of what the logs hold.
-    await this.service.acknowledge(lsn);
+    await confirmPosition(this.service, lsn);
     this.confirmedLsn = lsn;
     this.lastFlush = Date.now();
   }
