@@ -42,8 +42,13 @@ export interface FerryWorker {
 }
 
 
-/** Activities that heartbeat their own progress details; the rest get liveness heartbeats. */
-const REPORTS_PROGRESS = new Set(['copyChunk', 'syncChanges', 'backfillSlice', 'buildChangeIndex', 'copyRewrite']);
+/**
+ * Activities that heartbeat their own details, which `ferry status` reads from the pending
+ * activity (rows copied, slot lag, the sessions a cutover waits for); the rest get liveness
+ * heartbeats. A liveness heartbeat carries no details, and the last heartbeat of a throttle
+ * interval is the one the server keeps: mixed in, it would blank what these report.
+ */
+const REPORTS_PROGRESS = new Set(['copyChunk', 'syncChanges', 'backfillSlice', 'buildChangeIndex', 'copyRewrite', 'streamChanges', 'awaitWriters']);
 
 /**
  * Every other activity heartbeats every 2 s while it runs, so a worker that dies in the middle

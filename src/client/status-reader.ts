@@ -14,7 +14,7 @@ import { ChangeResultDocument, ChangeStatusDocument, StepProgress } from '../cor
 import { CHANGE_WORKFLOW, FerryPhaseKey, FerrySourceKey, FerryStateKey, FerryTargetKey, HELPER_WORKFLOW_TYPES, MIGRATION_WORKFLOW, workflowIds } from '../core/names';
 import { MigrationState, Phase } from '../core/state-machine';
 import { temporal } from '@temporalio/proto';
-import { CaptureStatus, currentResultNames, ErrorInfo, ResultDocument, StatusDocument } from '../core/status';
+import { Blocker, CaptureStatus, currentResultNames, ErrorInfo, ResultDocument, StatusDocument } from '../core/status';
 
 /** One row of `ferry list` (schema/ferry-result.schema.json, $defs/listEntry). */
 export interface MigrationSummary {
@@ -74,6 +74,7 @@ export class StatusReader {
     }
     if (running) await this.withLiveProgress(id, doc);
     if (running) await this.withCaptureLag(d, doc);
+    if (running) await this.withCutoverBlockers(d, doc);
     if (running && doc.state === 'RUNNING') {
       const open = doc.tables.map((t, i) => ({ t, i })).filter(({ t }) => !['COMPLETED', 'FAILED'].includes(t.phase)).map(({ i }) => i);
       const retrying = await this.retryingActivity(id, open);
@@ -133,6 +134,19 @@ export class StatusReader {
     const lag = details?.lag as Omit<CaptureStatus, 'mode' | 'confirmedLsn'> | undefined;
     if (!lag) return;
     doc.capture = { mode: 'logical', confirmedLsn: (details?.confirmedLsn as string | null) ?? null, ...lag };
+  }
+
+  /**
+   * The sessions the cutover waits for, as its wait last reported them in a heartbeat: the
+   * workflow hears of them when a wait slice ends (seconds later, or never before
+   * cutover.maxWait has passed), the operator should see them at once.
+   */
+  private async withCutoverBlockers(d: WorkflowExecutionDescription, doc: StatusDocument): Promise<void> {
+    const wait = (d.raw.pendingActivities ?? []).find((a) => a.activityType?.name === 'awaitWriters');
+    const payloads = wait?.heartbeatDetails?.payloads;
+    if (!payloads?.length) return;
+    const blockers = (await decodeHeartbeat(this.client, payloads))?.blockers;
+    if (Array.isArray(blockers) && blockers.length > 0) doc.cutoverBlockers = blockers as Blocker[];
   }
 
   private async hasRunAWorkflowTask(workflowId: string, runId: string): Promise<boolean> {

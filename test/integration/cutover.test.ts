@@ -167,7 +167,14 @@ describe('the cutover of an online migration', () => {
       await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL');
       const blocker = await openWriter(suite.dbs.url('source'), `UPDATE public.teams SET name = 'held' WHERE id = 7`, 'nightly-report');
       await suite.stack.ferry.approve(id);
-      // While it blocks, status names it: pid, application, user, transaction age, query.
+      // Named at once, from the wait's own heartbeats: before its first slice has returned to the
+      // workflow (which records CutoverBlocked then), not seconds later.
+      const early = await eventually(async () => {
+        const status = await suite.stack.ferry.status(id);
+        return status.cutoverBlockers?.some((b) => b.pid === blocker.pid) ? status : undefined;
+      }, 30_000, 100);
+      expect(early.events.filter((e) => e.type === 'CutoverBlocked')).toEqual([]);
+      // While it blocks, `ferry status` names it: pid, application, user, transaction age, query.
       const named = await eventually(async () => {
         const { stdout } = await suite.stack.runCli(['status', id]);
         return stdout.includes(String(blocker.pid)) && stdout.includes('nightly-report') ? stdout : undefined;
