@@ -11,7 +11,7 @@
  */
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
-import { ClientBase } from 'pg';
+import { ClientBase, PoolClient } from 'pg';
 import { checksumSql, ColumnMapping, revertBatchSql, rewriteCaptureId, rewriteNames, rewriteTag, RewriteKey, syncBatchSql } from '../src/change/rewrite-sql';
 import { revertCaptureId } from '../src/core/change-plan';
 import { FAILURE } from '../src/core/failure-types';
@@ -77,47 +77,88 @@ async function inSwap<T>(db: ClientBase, tables: string[], lockTimeoutMs: number
   }
 }
 
+/**
+ * What one swap exchanges: `incoming` takes the table's name (with its indexes' names, its
+ * sequences' positions, the views and foreign keys on it) and the table steps aside as
+ * `outgoing`, after the rest of `log` has been applied to `incoming` with both locked.
+ */
+interface Exchange {
+  incoming: QualifiedName;
+  outgoing: QualifiedName;
+  log: QualifiedName;
+  /** The statements that apply a batch of the log to `incoming`. */
+  batchSql: string[];
+  /** Appended to the names that step aside (indexes, sequences). */
+  asideSuffix: string;
+  /** The table's index names, each with the index of `incoming` that takes it. */
+  indexPairs(db: ClientBase): Promise<{ current: string; replacement: string }[]>;
+  /** Inside the same transaction, once the names have moved. */
+  afterwards?(db: PoolClient): Promise<void>;
+}
+
+/** One exchange, in one swap transaction; reports what moved. */
+async function exchange(db: PoolClient, table: QualifiedName, lockTimeoutMs: number, x: Exchange): Promise<SwapResult> {
+  const name = quoteQualified(table);
+  return inSwap(db, [name, quoteQualified(x.incoming)], lockTimeoutMs, async (locked) => {
+    const drained = await applyLog(db, x.batchSql, x.log, Number.MAX_SAFE_INTEGER, false);
+    const dependents = await readDependents(db, await relid(db, table));
+    await carryIdentity(db, x.incoming, table, x.asideSuffix);
+    await detachDependents(db, dependents);
+    await swapIndexNames(db, table.schema, await x.indexPairs(db), x.asideSuffix);
+    await db.query(`ALTER TABLE ${name} RENAME TO ${quoteIdent(x.outgoing.name)}`);
+    await db.query(`ALTER TABLE ${quoteQualified(x.incoming)} RENAME TO ${quoteIdent(table.name)}`);
+    await attachDependents(db, dependents, table);
+    await x.afterwards?.(db);
+    return {
+      already: false,
+      drained,
+      lockedMs: Date.now() - locked,
+      views: dependents.views.map((v) => displayQualified(v.name)),
+      foreignKeys: dependents.foreignKeys.map((f) => ({ table: f.table, name: f.name })),
+    };
+  });
+}
+
+/** The names of a table's indexes. */
+async function indexNames(db: ClientBase, table: string): Promise<string[]> {
+  const { rows } = await db.query(`SELECT c.relname AS name FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = $1::regclass`, [table]);
+  return rows.map((r) => r.name as string);
+}
+
 export function createRewriteSwapActivities({ connections, logger }: ActivityDeps) {
   async function swapRewrite(input: RewriteDataInput & { lockTimeoutMs: number }): Promise<SwapResult> {
     const tag = rewriteTag(input.changeId, input.step);
     const names = rewriteNames(input.table, tag);
     const table = quoteQualified(input.table);
-    const shadow = quoteQualified(names.shadow);
     const log = captureNames(rewriteCaptureId(input.changeId, input.step), 0).log;
     return connections.withClient(input.database, async (db) => {
-      const state = await db.query('SELECT to_regclass($1) IS NOT NULL AS shadow, to_regclass($2) IS NOT NULL AS old', [shadow, quoteQualified(names.old)]);
+      const state = await db.query('SELECT to_regclass($1) IS NOT NULL AS shadow, to_regclass($2) IS NOT NULL AS old', [quoteQualified(names.shadow), quoteQualified(names.old)]);
       if (!state.rows[0].shadow && state.rows[0].old) return { already: true, drained: 0, lockedMs: 0, views: [], foreignKeys: await unvalidatedForeignKeys(db, table) };
-      return inSwap(db, [table, shadow], input.lockTimeoutMs, async (locked) => {
-        const drained = await applyLog(db, syncBatchSql(input.table, names.shadow, log, input.mapping, input.key), log, Number.MAX_SAFE_INTEGER, false);
-        const dependents = await readDependents(db, await relid(db, input.table));
-        // Identity columns: LIKE gave the shadow sequences of its own; they go on from the original's.
-        await carryIdentity(db, names.shadow, input.table, `_ferry_old_${tag}`);
-        await detachDependents(db, dependents);
-        // Indexes: the original's keep their names on the new table (constraints follow their index).
-        const indexes = await db.query(
-          `SELECT oi.relname AS current, si.relname AS replacement
-             FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class oi ON oi.oid = i.indexrelid
-             JOIN pg_catalog.pg_class si ON si.relname = $2 || i.indexrelid::text AND si.relnamespace = oi.relnamespace
-            WHERE i.indrelid = $1::regclass`,
-          [table, names.indexPrefix],
-        );
-        await swapIndexNames(db, input.table.schema, indexes.rows, `_ferry_old_${tag}`);
-        await db.query(`ALTER TABLE ${table} RENAME TO ${quoteIdent(names.old.name)}`);
-        await db.query(`ALTER TABLE ${shadow} RENAME TO ${quoteIdent(input.table.name)}`);
-        await attachDependents(db, dependents, input.table);
+      const result = await exchange(db, input.table, input.lockTimeoutMs, {
+        incoming: names.shadow,
+        outgoing: names.old,
+        log,
+        batchSql: syncBatchSql(input.table, names.shadow, log, input.mapping, input.key),
+        asideSuffix: `_ferry_old_${tag}`,
+        // The original's indexes keep their names on the new table (constraints follow their index).
+        indexPairs: async (db) =>
+          (
+            await db.query(
+              `SELECT oi.relname AS current, si.relname AS replacement
+                 FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class oi ON oi.oid = i.indexrelid
+                 JOIN pg_catalog.pg_class si ON si.relname = $2 || i.indexrelid::text AND si.relnamespace = oi.relnamespace
+                WHERE i.indrelid = $1::regclass`,
+              [table, names.indexPrefix],
+            )
+          ).rows,
         // From here on the new table's writes are logged too, for a revert within keepOld.
-        const revertKey = input.key.columns.map((k, i) => ({ ...k, type: input.key.shadowTypes[i] }));
-        await installCaptureIn(db, { migrationId: revertCaptureId(input.changeId, input.step), source: input.database, tables: [{ index: 0, source: input.table, keyColumns: revertKey }] }, { guard: false });
-        const lockedMs = Date.now() - locked;
-        logger.info({ changeId: input.changeId, step: input.step, drained, lockedMs, views: dependents.views.length, foreignKeys: dependents.foreignKeys.length }, 'rewrite swapped');
-        return {
-          already: false,
-          drained,
-          lockedMs,
-          views: dependents.views.map((v) => displayQualified(v.name)),
-          foreignKeys: dependents.foreignKeys.map((f) => ({ table: f.table, name: f.name })),
-        };
+        afterwards: async (db) => {
+          const revertKey = input.key.columns.map((k, i) => ({ ...k, type: input.key.shadowTypes[i] }));
+          await installCaptureIn(db, { migrationId: revertCaptureId(input.changeId, input.step), source: input.database, tables: [{ index: 0, source: input.table, keyColumns: revertKey }] }, { guard: false });
+        },
       });
+      logger.info({ changeId: input.changeId, step: input.step, drained: result.drained, lockedMs: result.lockedMs, views: result.views.length, foreignKeys: result.foreignKeys.length }, 'rewrite swapped');
+      return result;
     });
   }
 
@@ -206,37 +247,24 @@ export function createRewriteSwapActivities({ connections, logger }: ActivityDep
     const aside = revertedName(input.table, tag);
     const table = quoteQualified(input.table);
     const old = quoteQualified(names.old);
-    const captureId = revertCaptureId(input.changeId, input.step);
-    const log = captureNames(captureId, 0).log;
+    const log = captureNames(revertCaptureId(input.changeId, input.step), 0).log;
     return connections.withClient(input.database, async (db) => {
       const state = await db.query('SELECT to_regclass($1) IS NOT NULL AS old, to_regclass($2) IS NOT NULL AS aside', [old, quoteQualified(aside)]);
       if (!state.rows[0].old && state.rows[0].aside) return { already: true, drained: 0, lockedMs: 0, views: [], foreignKeys: await unvalidatedForeignKeys(db, table) };
-      return inSwap(db, [table, old], input.lockTimeoutMs, async (locked) => {
-        const drained = await applyLog(db, revertBatchSql(input.table, names.old, log, input.mapping, input.key), log, Number.MAX_SAFE_INTEGER, false);
-        const dependents = await readDependents(db, await relid(db, input.table));
-        await carryIdentity(db, names.old, input.table, `_ferry_rev_${tag}`);
-        await detachDependents(db, dependents);
+      const result = await exchange(db, input.table, input.lockTimeoutMs, {
+        incoming: names.old,
+        outgoing: aside,
+        log,
+        batchSql: revertBatchSql(input.table, names.old, log, input.mapping, input.key),
+        asideSuffix: `_ferry_rev_${tag}`,
         // The old table's indexes had stepped aside with the swap's suffix: they take their names back.
-        const indexNames = async (t: string) =>
-          (await db.query(`SELECT c.relname AS name FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = $1::regclass`, [t])).rows.map(
-            (r) => r.name as string,
-          );
-        const oldIndexes = new Set(await indexNames(old));
-        const pairs = (await indexNames(table)).map((name) => ({ current: name, replacement: withSuffix(name, `_ferry_old_${tag}`) })).filter((p) => oldIndexes.has(p.replacement));
-        await swapIndexNames(db, input.table.schema, pairs, `_ferry_rev_${tag}`);
-        await db.query(`ALTER TABLE ${table} RENAME TO ${quoteIdent(aside.name)}`);
-        await db.query(`ALTER TABLE ${old} RENAME TO ${quoteIdent(input.table.name)}`);
-        await attachDependents(db, dependents, input.table);
-        const lockedMs = Date.now() - locked;
-        logger.info({ changeId: input.changeId, step: input.step, drained, lockedMs }, 'rewrite reverted');
-        return {
-          already: false,
-          drained,
-          lockedMs,
-          views: dependents.views.map((v) => displayQualified(v.name)),
-          foreignKeys: dependents.foreignKeys.map((f) => ({ table: f.table, name: f.name })),
-        };
+        indexPairs: async (db) => {
+          const oldIndexes = new Set(await indexNames(db, old));
+          return (await indexNames(db, table)).map((name) => ({ current: name, replacement: withSuffix(name, `_ferry_old_${tag}`) })).filter((p) => oldIndexes.has(p.replacement));
+        },
       });
+      logger.info({ changeId: input.changeId, step: input.step, drained: result.drained, lockedMs: result.lockedMs }, 'rewrite reverted');
+      return result;
     });
   }
 
