@@ -16,6 +16,7 @@ import { keyAsText, keyFromRow, keyInList, ParamBinder } from '../src/db/ranges'
 import { QualifiedName, quoteQualified } from '../src/core/identifiers';
 import { Key } from '../src/core/plan';
 import { ActivityDeps } from './deps';
+import { enqueue, keysFromJson } from '../src/db/change-log';
 
 export interface CheckDirtyInput {
   migrationId: string;
@@ -79,16 +80,12 @@ export function createCheckDirty({ connections }: ActivityDeps) {
         const matching = keys.filter((k) => theirs.get(JSON.stringify(k)) === ours.get(JSON.stringify(k)));
         await target.query(
           `DELETE FROM _ferry.dirty WHERE migration_id = $1 AND table_index = $2
-              AND pk IN (SELECT ARRAY(SELECT jsonb_array_elements_text(k)) FROM jsonb_array_elements($3::jsonb) AS k)`,
+              AND pk IN (${keysFromJson('$3')})`,
           [input.migrationId, input.table.index, JSON.stringify(matching)],
         );
         if (differing.length > 0) {
           // A separate connection, as ever (the page's snapshot transaction has ended by now).
-          await connections.withClient(input.source, (db) =>
-            db.query(`INSERT INTO ${log} (pk) SELECT ARRAY(SELECT jsonb_array_elements_text(k)) FROM jsonb_array_elements($1::jsonb) AS k`, [
-              JSON.stringify(differing),
-            ]),
-          );
+          await connections.withClient(input.source, (db) => enqueue(db, log, differing));
         }
         result.checked += keys.length;
         result.mismatched += differing.length;

@@ -22,6 +22,7 @@ import { displayQualified, QualifiedName, quoteQualified } from '../src/core/ide
 import { targetIndexName } from '../src/core/plan';
 import type { CopyTable, Key, TablePlan } from '../src/core/plan';
 import { ActivityDeps } from './deps';
+import { enqueue } from '../src/db/change-log';
 import { FAILURE } from '../src/core/failure-types';
 
 export type IndexKind = 'index' | 'constraint';
@@ -194,9 +195,7 @@ async function evictDuplicates(source: PoolClient, target: PoolClient, input: Bu
     const keys: Key[] = (await target.query(duplicateKeysSql(input.table.target, key, shape))).rows.map((r) => keyFromRow(r, shape));
     if (keys.length === 0) return 0;
     const log = quoteQualified(captureNames(input.migrationId, input.table.index).log);
-    await source.query(`INSERT INTO ${log} (pk) SELECT ARRAY(SELECT jsonb_array_elements_text(k)) FROM jsonb_array_elements($1::jsonb) AS k`, [
-      JSON.stringify(keys),
-    ]);
+    await enqueue(source, log, keys);
     await deleteKeys(target, shape, keys);
     return keys.length;
   });

@@ -28,7 +28,7 @@ import { Key } from '../src/core/plan';
 import { FAILURE } from '../src/core/failure-types';
 import { CaptureTable } from './capture';
 import { ActivityDeps } from './deps';
-import { enqueue } from './sync-changes';
+import { enqueue } from '../src/db/change-log';
 
 export interface StreamInput {
   migrationId: string;

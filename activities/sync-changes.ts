@@ -16,6 +16,7 @@ import { SYNC_CHUNK } from '../src/db/bookkeeping';
 import { FencedSessions, withFencedSessions } from '../src/db/fenced';
 import { assertCaptureIntact } from '../src/db/capture-check';
 import { captureNames } from '../src/db/capture-sql';
+import { enqueue, keysFromJson } from '../src/db/change-log';
 import { withCatalogKeyTypes } from '../src/db/catalog';
 import { copyStream, deleteKeys, selectColumns } from '../src/db/copy-stream';
 import type { CopyTable } from '../src/core/plan';
@@ -108,7 +109,8 @@ export async function applyKeys(source: ClientBase, target: ClientBase, table: C
       const { rows } = await target.query(evictConflictsSql(table.target, quoteQualified(stage), key, table));
       evicted.push(...rows.map((r) => keyFromRow(r, table)));
     }
-    await target.query(`INSERT INTO ${quoteQualified(table.target)} (${selectColumns(table)}) SELECT ${selectColumns(table)} FROM ${quoteQualified(stage)}`);
+    // OVERRIDING SYSTEM VALUE: the source's values of a GENERATED ALWAYS identity column too (COPY writes them as they are).
+    await target.query(`INSERT INTO ${quoteQualified(table.target)} (${selectColumns(table)}) OVERRIDING SYSTEM VALUE SELECT ${selectColumns(table)} FROM ${quoteQualified(stage)}`);
     await target.query(`TRUNCATE ${quoteQualified(stage)}`);
     batch = distinctKeys(evicted);
     applied.push(...batch);
@@ -149,18 +151,11 @@ async function logIsEmpty(source: ClientBase, input: SyncInput): Promise<boolean
   return rows[0].empty === true;
 }
 
-/** Puts keys back into the table's change log on the source. */
-export async function enqueue(source: ClientBase, log: string, keys: Key[]): Promise<void> {
-  if (keys.length === 0) return;
-  await source.query(`INSERT INTO ${log} (pk) SELECT ARRAY(SELECT jsonb_array_elements_text(k)) FROM jsonb_array_elements($1::jsonb) AS k`, [
-    JSON.stringify(keys),
-  ]);
-}
-
+/** Records applied keys in the target's dirty set, for validation to look at again. */
 async function recordDirty(target: ClientBase, migrationId: string, tableIndex: number, keys: Key[]): Promise<void> {
   await target.query(
     `INSERT INTO _ferry.dirty (migration_id, table_index, pk)
-     SELECT $1, $2, ARRAY(SELECT jsonb_array_elements_text(k)) FROM jsonb_array_elements($3::jsonb) AS k
+     SELECT $1, $2, k.pk FROM (${keysFromJson('$3')}) AS k (pk)
      ON CONFLICT DO NOTHING`,
     [migrationId, tableIndex, JSON.stringify(keys)],
   );

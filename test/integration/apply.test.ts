@@ -97,6 +97,27 @@ describe('the online apply', () => {
     expect(await rowsAsText(dbs, 'target', 'public.users', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.users', 'id'));
   });
 
+  it('applies to a table whose key is an identity column GENERATED ALWAYS, with and without a unique index beside it', async () => {
+    await dbs.exec('source', `CREATE TABLE public.users (id int GENERATED ALWAYS AS IDENTITY PRIMARY KEY, email text NOT NULL UNIQUE, note text);
+      INSERT INTO public.users (email, note) SELECT 'u' || g || '@x', 'n' FROM generate_series(1, 50) g;
+      CREATE TABLE public.notes (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, body text);
+      INSERT INTO public.notes (body) SELECT 'b' || g FROM generate_series(1, 50) g;`);
+    const plan = await migrate('identity', ['public.users', 'public.notes']);
+    for (const t of plan.tables) {
+      await run(() =>
+        activities.copyChunk({ migrationId: 'identity', source: 'src', target: 'dst', table: copyTableOf(t), chunk: { ...t.chunks[0] }, batchRows: 1000, fence: Date.now(), sliceMs: 30_000 }),
+      );
+    }
+    await dbs.exec('target', 'ALTER TABLE public.users ADD CONSTRAINT users_email_key UNIQUE (email)');
+    await dbs.exec('source', `UPDATE public.users SET note = 'changed' WHERE id <= 5; DELETE FROM public.users WHERE id = 6;
+      INSERT INTO public.users (email, note) VALUES ('new@x', 'new');
+      UPDATE public.notes SET body = 'changed' WHERE id <= 5; DELETE FROM public.notes WHERE id = 6; INSERT INTO public.notes (body) VALUES ('new');`);
+    for (const index of [0, 1]) expect((await sync('identity', plan, index, 100)).applied).toBe(7);
+    for (const table of ['public.users', 'public.notes']) {
+      expect(await rowsAsText(dbs, 'target', table, 'id')).toEqual(await rowsAsText(dbs, 'source', table, 'id'));
+    }
+  });
+
   it('replaces rows of a prepared target without firing its cascading foreign keys or its triggers', async () => {
     const ddl = `CREATE TABLE public.parents (id int PRIMARY KEY, name text);
       CREATE TABLE public.children (id int PRIMARY KEY, parent_id int NOT NULL REFERENCES public.parents (id) ON DELETE CASCADE);`;
