@@ -45,6 +45,9 @@ async function rowsByKey(db: Client, table: CopyTable, relation: QualifiedName, 
   return new Map(rows.map((r) => [JSON.stringify(keyFromRow(r, table)), r.row as string]));
 }
 
+/** Dirty keys a check clears before it vacuums the dirty set. */
+const VACUUM_DIRTY_AFTER = 50_000;
+
 export function createCheckDirty({ connections }: ActivityDeps) {
   return async function checkDirtyKeys(input: CheckDirtyInput): Promise<CheckDirtyResult> {
     const ctx = Context.current();
@@ -57,6 +60,7 @@ export function createCheckDirty({ connections }: ActivityDeps) {
       input = { ...input, table: await withCatalogKeyTypes(source, input.table) }; // types from the catalog, not the plan
       const result: CheckDirtyResult = { checked: 0, mismatched: 0, waiting: 0, remaining: 0 };
       let after: Key | null = null;
+      let cleared = 0;
       for (;;) {
         const page: { rows: { pk: Key }[] } = await target.query(
           `SELECT pk FROM _ferry.dirty WHERE migration_id = $1 AND table_index = $2 AND ($3::text[] IS NULL OR pk > $3::text[])
@@ -89,8 +93,12 @@ export function createCheckDirty({ connections }: ActivityDeps) {
         }
         result.checked += keys.length;
         result.mismatched += differing.length;
+        cleared += matching.length;
         ctx.heartbeat(result);
       }
+      // The keys just cleared leave dead rows in front of the next pass's reads (as a drained
+      // change log does, see VACUUM_LOG_AFTER): many of them, and they go at once.
+      if (cleared >= VACUUM_DIRTY_AFTER) await target.query('VACUUM (SKIP_LOCKED) _ferry.dirty');
       const left = await target.query('SELECT count(*)::int AS n FROM _ferry.dirty WHERE migration_id = $1 AND table_index = $2', [
         input.migrationId,
         input.table.index,

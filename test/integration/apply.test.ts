@@ -118,6 +118,24 @@ describe('the online apply', () => {
     }
   });
 
+  it('vacuums the change log itself once a slice has applied and deleted a large backlog from it', async () => {
+    await dbs.exec('source', `CREATE TABLE public.counters (id int PRIMARY KEY, n int NOT NULL);
+      INSERT INTO public.counters SELECT g, 0 FROM generate_series(1, 30000) g;`);
+    const plan = await migrate('vacuum', ['public.counters']);
+    await run(() =>
+      activities.copyChunk({ migrationId: 'vacuum', source: 'src', target: 'dst', table: copyTableOf(plan.tables[0]), chunk: { ...plan.tables[0].chunks[0] }, batchRows: 10000, fence: Date.now(), sliceMs: 30_000 }),
+    );
+    // Two updates of every row: 60,000 log rows, past the slice's vacuum threshold.
+    await dbs.exec('source', 'UPDATE public.counters SET n = n + 1; UPDATE public.counters SET n = n + 1;');
+    const log = (await dbs.query<{ t: string }>('source', `SELECT tablename AS t FROM pg_tables WHERE schemaname = '_ferry_capture' AND tablename LIKE 'log\\_%\\_0'`))[0].t;
+    const vacuumed = async () => (await dbs.query<{ n: string }>('source', `SELECT vacuum_count::text AS n FROM pg_stat_user_tables WHERE schemaname = '_ferry_capture' AND relname = $1`, [log]))[0].n;
+    expect(await vacuumed()).toBe('0');
+    const r = await sync('vacuum', plan, 0, 20000);
+    expect(r.caughtUp).toBe(true);
+    expect(Number(await vacuumed())).toBeGreaterThan(0);
+    expect(await rowsAsText(dbs, 'target', 'public.counters', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.counters', 'id'));
+  });
+
   it('replaces rows of a prepared target without firing its cascading foreign keys or its triggers', async () => {
     const ddl = `CREATE TABLE public.parents (id int PRIMARY KEY, name text);
       CREATE TABLE public.children (id int PRIMARY KEY, parent_id int NOT NULL REFERENCES public.parents (id) ON DELETE CASCADE);`;
