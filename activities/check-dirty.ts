@@ -74,7 +74,8 @@ export function createCheckDirty({ connections }: ActivityDeps) {
         // million keys (after a large backlog) does not hold back the source's vacuum for as
         // long as it runs.
         await source.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
-        const waitingKeys = new Set((await source.query(`SELECT DISTINCT pk FROM ${log}`)).rows.map((r) => JSON.stringify(r.pk)));
+        const waiting = await source.query(`SELECT DISTINCT pk FROM ${log} WHERE pk IN (${keysFromJson('$1')})`, [JSON.stringify(page.rows.map((r) => r.pk))]);
+        const waitingKeys = new Set(waiting.rows.map((r) => JSON.stringify(r.pk)));
         const keys = page.rows.map((r) => r.pk).filter((k) => !waitingKeys.has(JSON.stringify(k)));
         result.waiting += page.rows.length - keys.length;
         const [theirs, ours] = keys.length === 0 ? [new Map(), new Map()] : await Promise.all([rowsByKey(source, input.table, input.table.source, keys), rowsByKey(target, input.table, input.table.target, keys)]);

@@ -136,6 +136,26 @@ describe('the online apply', () => {
     expect(await rowsAsText(dbs, 'target', 'public.counters', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.counters', 'id'));
   });
 
+  it('re-checks the dirty set: skips keys still waiting in the log, clears matching rows, puts differing ones back into the log', async () => {
+    await dbs.exec('source', `CREATE TABLE public.things (id int PRIMARY KEY, v text);
+      INSERT INTO public.things SELECT g, 'v' || g FROM generate_series(1, 10) g;`);
+    const plan = await migrate('dirty', ['public.things']);
+    const table = copyTableOf(plan.tables[0]);
+    await run(() => activities.copyChunk({ migrationId: 'dirty', source: 'src', target: 'dst', table, chunk: { ...plan.tables[0].chunks[0] }, batchRows: 100, fence: Date.now(), sliceMs: 30_000 }));
+    await dbs.exec('source', `UPDATE public.things SET v = v || '!' WHERE id <= 5`);
+    await run(() =>
+      activities.syncChanges({ migrationId: 'dirty', source: 'src', target: 'dst', table, fence: Date.now(), sliceMs: 30_000, batchKeys: 100, recordDirty: true, returnWhenCaughtUp: true }),
+    );
+    // Key 1 changes again (waiting in the log); key 2's target row goes wrong behind Ferry's back.
+    await dbs.exec('source', `UPDATE public.things SET v = 'again' WHERE id = 1`);
+    await dbs.exec('target', `UPDATE public.things SET v = 'wrong' WHERE id = 2`);
+    const result = await run(() => activities.checkDirtyKeys({ migrationId: 'dirty', source: 'src', target: 'dst', table }));
+    expect(result).toEqual({ checked: 4, mismatched: 1, waiting: 1, remaining: 2 });
+    const log = (await dbs.query<{ t: string }>('source', `SELECT format('%I.%I', schemaname, tablename) AS t FROM pg_tables WHERE schemaname = '_ferry_capture' AND tablename LIKE 'log\\_%\\_0'`))[0].t;
+    expect((await dbs.query<{ pk: string[] }>('source', `SELECT DISTINCT pk FROM ${log} ORDER BY pk`)).map((r) => r.pk)).toEqual([['1'], ['2']]);
+    expect((await dbs.query<{ pk: string[] }>('target', `SELECT pk FROM _ferry.dirty WHERE migration_id = 'dirty' ORDER BY pk`)).map((r) => r.pk)).toEqual([['1'], ['2']]);
+  });
+
   it('replaces rows of a prepared target without firing its cascading foreign keys or its triggers', async () => {
     const ddl = `CREATE TABLE public.parents (id int PRIMARY KEY, name text);
       CREATE TABLE public.children (id int PRIMARY KEY, parent_id int NOT NULL REFERENCES public.parents (id) ON DELETE CASCADE);`;
