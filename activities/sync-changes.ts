@@ -73,7 +73,7 @@ export const POLL_MS = 500;
  * Log rows a slice deletes before it vacuums the log itself. Every round reads the oldest rows
  * through the log's key, so the index entries of rows already applied and deleted lie in front
  * of it until a vacuum removes them: after a drained backlog of half a million rows, rounds read
- * 1,600 index pages to find a few hundred rows (60 ms instead of 2), and the lag readings and
+ * about 1,600 index pages to find a few hundred rows (60 ms a round), and the lag readings and
  * pending counts paid the same, until autovacuum came round to the table.
  */
 const VACUUM_LOG_AFTER = 50_000;
