@@ -60,7 +60,6 @@ export function createCheckDirty({ connections }: ActivityDeps) {
       input = { ...input, table: await withCatalogKeyTypes(source, input.table) }; // types from the catalog, not the plan
       const result: CheckDirtyResult = { checked: 0, mismatched: 0, waiting: 0, remaining: 0 };
       let after: Key | null = null;
-      let cleared = 0;
       for (;;) {
         const page: { rows: { pk: Key }[] } = await target.query(
           `SELECT pk FROM _ferry.dirty WHERE migration_id = $1 AND table_index = $2 AND ($3::text[] IS NULL OR pk > $3::text[])
@@ -94,12 +93,11 @@ export function createCheckDirty({ connections }: ActivityDeps) {
         }
         result.checked += keys.length;
         result.mismatched += differing.length;
-        cleared += matching.length;
         ctx.heartbeat(result);
       }
-      // The keys just cleared leave dead rows in front of the next pass's reads (as a drained
+      // The keys just cleared (checked and matching) leave dead rows in front of the next pass's reads (as a drained
       // change log does, see VACUUM_LOG_AFTER): many of them, and they go at once.
-      if (cleared >= VACUUM_DIRTY_AFTER) await target.query('VACUUM (SKIP_LOCKED) _ferry.dirty');
+      if (result.checked - result.mismatched >= VACUUM_DIRTY_AFTER) await target.query('VACUUM (SKIP_LOCKED) _ferry.dirty');
       const left = await target.query('SELECT count(*)::int AS n FROM _ferry.dirty WHERE migration_id = $1 AND table_index = $2', [
         input.migrationId,
         input.table.index,
