@@ -4,7 +4,7 @@
  * derived QUEUED and RETRYING), result documents for every outcome, and the list. Reads only:
  * FerryClient (./index.ts) is the facade that also starts and signals.
  */
-import { Client, WorkflowExecutionDescription, WorkflowFailedError, WorkflowHandle } from '@temporalio/client';
+import { Client, isGrpcServiceError, WorkflowExecutionDescription, WorkflowFailedError, WorkflowHandle } from '@temporalio/client';
 import { Payload, PayloadCodec } from '@temporalio/common';
 import { decodeFromPayloadsAtIndex, decodeOptionalFailureToOptionalError } from '@temporalio/common/lib/internal-non-workflow';
 import { LenientCodec, UNREADABLE } from '../codec';
@@ -32,6 +32,45 @@ export interface MigrationSummary {
   error?: ErrorInfo;
   /** Why its memo could not be read (encrypted with a key this client does not hold). */
   unreadable?: string;
+}
+
+/**
+ * How long a wait for a result rides out a Temporal service that answers UNAVAILABLE (a server
+ * restarting, a dev server losing its shard under load) beyond the gRPC client's own retries,
+ * which give up after about 20 s: whoever waits on a migration of hours expects the wait to
+ * outlast a server's restart, and the migration carries on meanwhile (its workers reconnect).
+ */
+export const RESULT_UNAVAILABLE_BUDGET_MS = 120_000;
+const RESULT_UNAVAILABLE_PAUSE_MS = 2_000;
+/** gRPC's status code UNAVAILABLE. */
+const GRPC_UNAVAILABLE = 14;
+
+function unavailable(err: unknown): boolean {
+  for (let e: unknown = err; e instanceof Error; e = (e as { cause?: unknown }).cause) {
+    if (isGrpcServiceError(e) && e.code === GRPC_UNAVAILABLE) return true;
+  }
+  return false;
+}
+
+/**
+ * `handle.result()`, asked again while the service is unavailable, up to
+ * RESULT_UNAVAILABLE_BUDGET_MS from the first failure of an outage. A call that had been
+ * waiting longer than that before it failed begins a new outage.
+ */
+async function resultThroughOutages(handle: WorkflowHandle): Promise<object> {
+  let outageSince: number | undefined;
+  for (;;) {
+    const asked = Date.now();
+    try {
+      return await handle.result();
+    } catch (err) {
+      if (!unavailable(err)) throw err;
+      const now = Date.now();
+      if (outageSince === undefined || now - asked > RESULT_UNAVAILABLE_BUDGET_MS) outageSince = now;
+      if (now - outageSince > RESULT_UNAVAILABLE_BUDGET_MS) throw err;
+      await new Promise((resolve) => setTimeout(resolve, RESULT_UNAVAILABLE_PAUSE_MS));
+    }
+  }
 }
 
 /** The fields a result document built from a failure has, migration or change plan. */
@@ -220,7 +259,7 @@ export class StatusReader {
   private async ended<T>(id: string, kind: (common: EndedCommon, d: WorkflowExecutionDescription) => T): Promise<T> {
     const handle = this.handle(id);
     try {
-      return currentResultNames(await handle.result()) as T;
+      return currentResultNames(await resultThroughOutages(handle)) as T;
     } catch (err) {
       if (!(err instanceof WorkflowFailedError)) throw err;
       const d = await handle.describe();

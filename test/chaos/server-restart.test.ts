@@ -4,7 +4,8 @@
  * copy spans the outage), stays down for a few seconds, and starts again on the same port and
  * file. The same worker processes and the test's client carry on against it — no restarts, no
  * new connections — and the migration completes with the target equal to the source row for
- * row (SQL on both databases). The checkpoints, read in the target, show the copy going on while
+ * row (SQL on both databases). The client's wait for the result, begun before the stop, lasts
+ * through the outage, which is longer than the gRPC client's own retries (about 20 s). The checkpoints, read in the target, show the copy going on while
  * the server is down and again after it is back; and every row was counted once.
  */
 import { compareTable, ledgerSql, sleep } from '../helpers/chaos';
@@ -12,7 +13,8 @@ import { eventually, resultWithin, RunningProcessWorker } from '../helpers/stack
 import { stackSuite } from '../helpers/suite';
 
 const ROWS = 150_000;
-const DOWN_MS = 5_000;
+/** Longer than the gRPC client's own retries of a call (10 attempts, about 20 s in all). */
+const DOWN_MS = 25_000;
 
 describe('a Temporal server restart during the copy', () => {
   const suite = stackSuite({
@@ -32,9 +34,19 @@ describe('a Temporal server restart during the copy', () => {
       { source: 'old', target: 'new', batchRows: 2000, tables: [{ name: 'public.ledger', chunks: 2 }] },
       { id: 'server-restart' },
     );
-    await suite.stack.ferry.throttle(id, { rowsPerSecond: 8_000 });
+    await suite.stack.ferry.throttle(id, { rowsPerSecond: 5_000 });
     await eventually(async () => (await copied()) > 0, 60_000, 100);
 
+    // The wait for the result begins before the stop and must outlast the outage.
+    let waitEnded: string | undefined;
+    const waiting = suite.stack.ferry.result(id).then(
+      (r) => ((waitEnded = `result ${r.state}`), r),
+      (err: Error) => {
+        waitEnded = `error ${err.message}`;
+        throw err;
+      },
+    );
+    waiting.catch(() => undefined);
     const firstServer = suite.stack.server.process?.pid;
     const stopping = Date.now();
     const outputBefore = workers.map((w) => w.output().length);
@@ -47,6 +59,8 @@ describe('a Temporal server restart during the copy', () => {
     const atRestart = await copied();
     // The copy went on while Temporal was away: slices talk to PostgreSQL, not to the server.
     expect(atRestart).toBeGreaterThan(atStop);
+    // The wait did not give up while the server was away.
+    expect(waitEnded).toBeUndefined();
     await suite.stack.startServer();
     expect(suite.stack.server.process?.pid).not.toBe(firstServer);
 
@@ -60,6 +74,8 @@ describe('a Temporal server restart during the copy', () => {
     // And it goes on after the restart, from the checkpoints it had reached, not from the start.
     await eventually(async () => (await copied()) > atRestart, 60_000, 100);
     const result = await resultWithin(suite.stack.ferry, id, 240_000);
+    // The wait begun before the outage ends with the same result.
+    expect((await waiting).state).toBe(result.state);
     const warnings = workers.flatMap((w, i) => w.output().slice(outputBefore[i]).split('\n').filter((l) => /"level":(40|50)/.test(l)));
     const whileDown = `${warnings.length} (${[...new Set(warnings.map((l) => String((JSON.parse(l) as { msg?: string }).msg).slice(0, 80)))].join(' | ')})`;
     console.log(
