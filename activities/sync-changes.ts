@@ -13,7 +13,7 @@ import { Context } from '@temporalio/activity';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { ClientBase } from 'pg';
 import { SYNC_CHUNK } from '../src/db/bookkeeping';
-import { FencedSessions, withFencedSessions } from '../src/db/fenced';
+import { FencedLane, FencedSessions, withFencedSessions } from '../src/db/fenced';
 import { assertCaptureIntact } from '../src/db/capture-check';
 import { captureNames } from '../src/db/capture-sql';
 import { enqueue, keysFromJson } from '../src/db/change-log';
@@ -44,6 +44,12 @@ export interface SyncInput {
    * per poll keeps Temporal's own load off the machines.
    */
   returnWhenCaughtUp: boolean;
+  /**
+   * Sessions that apply a round at once, each its share of the keys by key hash, in its own
+   * fenced target transaction (`parallelism.apply`; absent: one). A table with unique indexes
+   * besides its key is applied by one session whatever this says.
+   */
+  lanes?: number;
 }
 
 export interface SyncResult {
@@ -188,6 +194,44 @@ async function logIsEmpty(source: ClientBase, input: SyncInput): Promise<boolean
   return rows[0].empty === true;
 }
 
+/** Splits `keys` into `count` shares by a hash of each key: a key always lands in the same share. */
+export function shareByKeyHash(keys: Key[], count: number): Key[][] {
+  const shares: Key[][] = Array.from({ length: count }, () => []);
+  for (const key of keys) {
+    // FNV-1a over the key's text: cheap, and spread well enough for a handful of shares.
+    let hash = 0x811c9dc5;
+    for (const ch of JSON.stringify(key)) hash = Math.imul(hash ^ ch.charCodeAt(0), 0x01000193);
+    shares[(hash >>> 0) % count].push(key);
+  }
+  return shares;
+}
+
+/**
+ * One round's keys applied by the lanes at once, each its share in its own transaction, the
+ * keys it applied recorded as dirty in the same transaction. Every lane runs to its end before
+ * this returns or throws, so no session is still writing when the slice ends them. A lane that
+ * failed leaves the round's log rows in place: the keys the others applied are applied again
+ * later, which is harmless.
+ */
+async function applyInLanes(input: SyncInput, lanes: FencedLane[], keys: Key[], onProgress: () => void): Promise<Applied> {
+  const shares = shareByKeyHash(keys, lanes.length);
+  const outcomes = await Promise.allSettled(
+    lanes.map((lane, i) =>
+      shares[i].length === 0
+        ? Promise.resolve<Applied>({ applied: [], requeue: [] })
+        : lane.write(async () => {
+            const result = await applyKeys(lane.source, lane.target, input.table, shares[i], onProgress);
+            if (input.recordDirty) await recordDirty(lane.target, input.migrationId, input.table.index, result.applied);
+            return result;
+          }),
+    ),
+  );
+  const failed = outcomes.find((o): o is PromiseRejectedResult => o.status === 'rejected');
+  if (failed) throw failed.reason;
+  const done = outcomes.map((o) => (o as PromiseFulfilledResult<Applied>).value);
+  return { applied: done.flatMap((d) => d.applied), requeue: done.flatMap((d) => d.requeue) };
+}
+
 /** Records applied keys in the target's dirty set, for validation to look at again. */
 async function recordDirty(target: ClientBase, migrationId: string, tableIndex: number, keys: Key[]): Promise<void> {
   await target.query(
@@ -203,7 +247,7 @@ async function recordDirty(target: ClientBase, migrationId: string, tableIndex: 
  * visible log rows, apply their keys in one fenced target transaction, then delete exactly
  * those log rows. Each round commits before the next begins, so stopping anywhere loses nothing.
  */
-async function syncSlice(input: SyncInput, { source, target, write }: FencedSessions): Promise<SyncResult> {
+async function syncSlice(input: SyncInput, { source, target, write, lanes: openLanes }: FencedSessions): Promise<SyncResult> {
   const ctx = Context.current();
   const log = quoteQualified(captureNames(input.migrationId, input.table.index).log);
   const started = Date.now();
@@ -215,6 +259,11 @@ async function syncSlice(input: SyncInput, { source, target, write }: FencedSess
   let roundKeys = input.batchKeys;
   let deletedSinceVacuum = 0;
   const heartbeat = () => ctx.heartbeat({ applied, roundKeys });
+  // Lanes only where nothing but the key can conflict: the eviction of rows holding a unique
+  // value (applyKeys) must see the whole round. An index made unique later is seen by each
+  // lane's applyKeys under its lock, which then evicts within its share.
+  const laneCount = input.lanes ?? 1;
+  const lanes = laneCount > 1 && (await readUniqueKeys(target, input.table.target)).length === 0 ? await openLanes(laneCount) : null;
   while (Date.now() - started < input.sliceMs) {
     if (ctx.cancellationSignal.aborted) throw new CancelledFailure('sync slice cancelled');
     if (caughtUp) {
@@ -230,11 +279,13 @@ async function syncSlice(input: SyncInput, { source, target, write }: FencedSess
       continue;
     }
     const keys = distinctKeys(rows.map((r) => r.pk as Key));
-    const done = await write(async () => {
-      const result = await applyKeys(source, target, input.table, keys, heartbeat);
-      if (input.recordDirty) await recordDirty(target, input.migrationId, input.table.index, result.applied);
-      return result;
-    });
+    const done = lanes
+      ? await applyInLanes(input, lanes, keys, heartbeat)
+      : await write(async () => {
+          const result = await applyKeys(source, target, input.table, keys, heartbeat);
+          if (input.recordDirty) await recordDirty(target, input.migrationId, input.table.index, result.applied);
+          return result;
+        });
     // Only after the target committed: evicted rows back into the log, then delete exactly
     // the log rows that were applied.
     await enqueue(source, log, done.requeue);

@@ -22,8 +22,9 @@
  * Options: --scale N (10), --clients N (4), --seconds N (20, per pgbench measurement),
  * --validation none|count|checksum (checksum), --outage-scale N (50; 0 skips the comparison),
  * --outage-repeat N (3: runs per outage configuration, the median counts),
- * --capture auto|trigger|logical (the spec's capture; auto by default), --pg URL (logical
- * capture needs a server with wal_level=logical).
+ * --capture auto|trigger|logical (the spec's capture; auto by default), --apply N (1: the spec's
+ * parallelism.apply, sessions applying one table's changes at once), --pg URL (logical capture
+ * needs a server with wal_level=logical).
  *
  * With logical capture "sync paused" still runs the slot's consumer (it is not a table's sync):
  * that line is then what capture from the write-ahead log costs the source on the same machine.
@@ -49,6 +50,7 @@ const VALIDATION = arg('--validation', 'checksum');
 const OUTAGE_SCALE = Number(arg('--outage-scale', '50'));
 const OUTAGE_REPEAT = Number(arg('--outage-repeat', '3'));
 const CAPTURE = arg('--capture', 'auto');
+const APPLY_LANES = Number(arg('--apply', '1'));
 const ROOT = join(__dirname, '..');
 const PGBENCH = findOnPath('pgbench') ?? '/usr/lib/postgresql/15/bin/pgbench';
 
@@ -146,6 +148,7 @@ async function main(): Promise<void> {
         mode: 'online',
         validation: VALIDATION,
         capture: CAPTURE,
+        parallelism: { apply: APPLY_LANES },
         cutover: { approval: 'manual', approvalTimeout: '30m' },
         tables: ['public.pgbench_accounts', 'public.pgbench_branches', 'public.pgbench_tellers', 'public.pgbench_history'],
       }),
@@ -158,6 +161,7 @@ async function main(): Promise<void> {
     const startedDoc = JSON.parse(startOut.stdout) as { id: string; plan?: { capture?: { mode: string; reason: string } } };
     const id = startedDoc.id;
     process.stdout.write(`capture:                             ${startedDoc.plan?.capture?.mode ?? '?'} (${startedDoc.plan?.capture?.reason ?? ''})\n`);
+    process.stdout.write(`apply lanes per table:               ${APPLY_LANES} (parallelism.apply)\n`);
     const t0 = Date.now();
     for (;;) {
       const s = await ferry.status(id);
@@ -288,7 +292,7 @@ async function outageRun(ferry: FerryClient, n: number, scale: number, constrain
     const load = run(PGBENCH, ['-n', '-c', String(CLIENTS), '-j', '2', '-T', '3600', url(source)]);
     try {
       await ferry.start(
-        { id, source: `out_src_${n}`, target: `out_tgt_${n}`, mode: 'online', validation: VALIDATION, capture: CAPTURE, tables, cutover: { approval: 'manual', approvalTimeout: '1h' } },
+        { id, source: `out_src_${n}`, target: `out_tgt_${n}`, mode: 'online', validation: VALIDATION, capture: CAPTURE, parallelism: { apply: APPLY_LANES }, tables, cutover: { approval: 'manual', approvalTimeout: '1h' } },
         {},
       );
       for (;;) {

@@ -81,6 +81,7 @@ export async function startTable(ctx: MigrationContext, table: TablePlan, waitFo
         historyLimit: ctx.options.tableHistoryLimit,
         ...(ctx.targetReadyBeforeCutover ? { indexes: { parallelism: spec.parallelism.indexes } } : {}),
         ...(ctx.primaryKeyAfterLoad ? { primaryKeyAfterLoad: true } : {}),
+        ...(spec.mode === 'online' && spec.parallelism.apply > 1 ? { applyLanes: spec.parallelism.apply } : {}),
         ...(marked ? { copyingMarkedByParent: true } : {}),
       },
     ],

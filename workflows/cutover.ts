@@ -161,6 +161,7 @@ async function drainAndCheck(ctx: MigrationContext): Promise<number> {
             batchKeys: SYNC_BATCH_KEYS,
             recordDirty: spec.validation !== 'none',
             returnWhenCaughtUp: true,
+            ...(spec.parallelism.apply > 1 ? { lanes: spec.parallelism.apply } : {}),
           })
           .catch((err: unknown) => {
             // The drain checks capture too: changes it never logged must not pass the cutover.

@@ -90,6 +90,8 @@ export interface TableWorkflowInput {
   primaryKeyAfterLoad?: boolean;
   /** The parent marked the table FULL_MIGRATING when it started it: no signal for that (PATCHES.parentMarksCopying). */
   copyingMarkedByParent?: boolean;
+  /** Online: sessions applying the table's changes at once (`parallelism.apply`; absent: one). */
+  applyLanes?: number;
   /** Carried across continue-as-new. */
   carried?: Carried;
 }
@@ -394,6 +396,7 @@ class TableRun {
       sliceMs: SLICE_MS,
       batchKeys: SYNC_BATCH_KEYS,
       recordDirty: this.sync.validationBegun,
+      ...(this.input.applyLanes ? { lanes: this.input.applyLanes } : {}),
       // Until ready (validated, indexes built), come back as soon as caught up; afterwards an
       // execution begun before progress was read by query polls for a whole slice. Otherwise
       // always: an idle table then holds no activity slot while it waits (its timer), so

@@ -13,7 +13,9 @@ export const BATCH_ROWS = { min: 100, max: 1_000_000, default: 50_000 };
 export const CHUNKS = { min: 1, max: 256 };
 // Two chunks at a time per table measured fastest with source and target sharing 2 cores
 // (bench/copy.ts); raise parallelism.chunks when the databases have cores to spare.
-export const PARALLELISM = { tables: 2, chunks: 2, indexes: 2, max: 64 };
+export const PARALLELISM = { tables: 2, chunks: 2, indexes: 2, apply: 1, max: 64 };
+/** Sessions applying one table's changes at once: each lane holds one on each side. */
+export const MAX_APPLY_LANES = 16;
 export const MAX_METADATA_BYTES = 16 * 1024;
 export const MAX_TABLES = 500;
 /**
@@ -107,6 +109,9 @@ export const specSchema = z
         tables: int(1, PARALLELISM.max).default(PARALLELISM.tables).describe('tables copied at once'),
         chunks: int(1, PARALLELISM.max).default(PARALLELISM.chunks).describe('chunk copies at once per table'),
         indexes: int(1, PARALLELISM.max).default(PARALLELISM.indexes).describe('index and constraint builds at once per table (and foreign-key validations at once)'),
+        apply: int(1, MAX_APPLY_LANES)
+          .default(PARALLELISM.apply)
+          .describe('online: sessions applying one table\'s changes at once, each its share of the keys by key hash'),
       })
       .optional()
       .describe('raise chunks when the databases have cores to spare'),
@@ -231,7 +236,7 @@ export interface Spec {
   truncate: boolean;
   batchRows: number;
   validation: 'none' | 'count' | 'checksum';
-  parallelism: { tables: number; chunks: number; indexes: number };
+  parallelism: { tables: number; chunks: number; indexes: number; apply: number };
   cutover?: CutoverSpec;
   /** Online mode: how changes are captured (preflight resolves auto; see MigrationPlan.capture). */
   capture?: CaptureChoice;
@@ -334,7 +339,7 @@ export function parseSpec(input: unknown): Spec {
     truncate: s.truncate,
     batchRows: s.batchRows,
     validation: s.validation,
-    parallelism: s.parallelism ?? { tables: PARALLELISM.tables, chunks: PARALLELISM.chunks, indexes: PARALLELISM.indexes },
+    parallelism: s.parallelism ?? { tables: PARALLELISM.tables, chunks: PARALLELISM.chunks, indexes: PARALLELISM.indexes, apply: PARALLELISM.apply },
     cutover:
       s.mode === 'online'
         ? {

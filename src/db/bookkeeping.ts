@@ -133,9 +133,13 @@ export async function claimChunk(db: ClientBase, ref: ChunkRef, token: number, o
   return { lastKey: rows[0].last_key, rowsCopied: Number(rows[0].rows_copied), done: rows[0].done };
 }
 
-/** Inside a batch's transaction: lock the checkpoint row and check this attempt still owns it. */
-export async function holdsFence(db: ClientBase, ref: ChunkRef, token: number): Promise<boolean> {
-  const { rows } = await db.query(`SELECT owner_token::int8 AS token FROM _ferry.checkpoints WHERE ${REF} FOR UPDATE`, refParams(ref));
+/**
+ * Inside a batch's transaction: lock the checkpoint row and check this attempt still owns it.
+ * `share`: the attempt's parallel writers (a sync's lanes) hold the row together; a newer
+ * attempt's claim waits for all of them just the same.
+ */
+export async function holdsFence(db: ClientBase, ref: ChunkRef, token: number, lock: 'update' | 'share' = 'update'): Promise<boolean> {
+  const { rows } = await db.query(`SELECT owner_token::int8 AS token FROM _ferry.checkpoints WHERE ${REF} FOR ${lock === 'share' ? 'SHARE' : 'UPDATE'}`, refParams(ref));
   return rows.length === 1 && Number(rows[0].token) === token;
 }
 

@@ -38,6 +38,19 @@ export interface FencedSessions {
   claimed: CheckpointRow;
   /** One target transaction, aborted with Superseded when a newer attempt holds the fence. */
   write<T>(fn: () => Promise<T>): Promise<T>;
+  /**
+   * `count` pairs of sessions for writers that run at the same time (the sync's lanes), the
+   * first pair among them, set up as it is. Their transactions hold the fence together (a
+   * shared lock on the checkpoint row): a newer attempt's claim waits for all of them, and
+   * each checks the fence as `write` does. The further sessions end with the first pair.
+   */
+  lanes(count: number): Promise<FencedLane[]>;
+}
+
+export interface FencedLane {
+  source: Client;
+  target: Client;
+  write<T>(fn: () => Promise<T>): Promise<T>;
 }
 
 export function superseded(ref: ChunkRef): ApplicationFailure {
@@ -59,20 +72,33 @@ export async function withFencedSessions<T>(
   const timeouts = options.statementTimeoutMs === undefined ? undefined : { statementTimeoutMs: options.statementTimeoutMs };
   let source: Client | undefined;
   let target: Client | undefined;
+  const further: Client[] = [];
+  const fencedWrite =
+    (t: Client, lock: 'update' | 'share') =>
+    <R>(work: () => Promise<R>) =>
+      inTransaction(t, async () => {
+        if (!(await holdsFence(t, ref, token, lock))) throw superseded(ref);
+        return work();
+      });
   try {
     [source, target] = await Promise.all([connections.client(input.source, timeouts), connections.client(input.target, timeouts)]);
     const table = await withCatalogKeyTypes(source, input.table);
     await writeAsReplica(target);
     const claimed = await claimChunk(target, ref, token, `${activityId}#${attempt}`);
     if (!claimed) throw superseded(ref);
-    const t = target;
-    const write = <R>(work: () => Promise<R>) =>
-      inTransaction(t, async () => {
-        if (!(await holdsFence(t, ref, token))) throw superseded(ref);
-        return work();
-      });
-    return await fn({ source, target, table, claimed, write });
+    const first = { source, target };
+    const lanes = async (count: number): Promise<FencedLane[]> => {
+      const pairs = [first];
+      while (pairs.length < count) {
+        const pair = await Promise.all([connections.client(input.source, timeouts), connections.client(input.target, timeouts)]);
+        further.push(...pair);
+        await writeAsReplica(pair[1]);
+        pairs.push({ source: pair[0], target: pair[1] });
+      }
+      return pairs.map((p) => ({ ...p, write: fencedWrite(p.target, 'share') }));
+    };
+    return await fn({ source, target, table, claimed, write: fencedWrite(target, 'update'), lanes });
   } finally {
-    await Promise.all([source?.end().catch(() => undefined), target?.end().catch(() => undefined)]);
+    await Promise.all([source, target, ...further].map((c) => c?.end().catch(() => undefined)));
   }
 }

@@ -14,6 +14,9 @@ import { ConnectionRegistry } from '../../src/db/connections';
 import { silentLogger } from '../../src/logger';
 import { parseSpec } from '../../src/core/spec';
 import { objectInventory, rowsAsText, TestDatabases } from '../helpers/databases';
+import { eventually } from '../helpers/stack';
+import { shareByKeyHash } from '../../activities/sync-changes';
+import { Client } from 'pg';
 
 class MockActivityEnvironment extends SdkMockActivityEnvironment {
   constructor() {
@@ -55,7 +58,7 @@ describe('the online apply', () => {
     return plan;
   }
 
-  const sync = (id: string, plan: MigrationPlan, index: number, batchKeys: number) =>
+  const sync = (id: string, plan: MigrationPlan, index: number, batchKeys: number, options: { lanes?: number; recordDirty?: boolean } = {}) =>
     run(() =>
       activities.syncChanges({
         migrationId: id,
@@ -65,10 +68,49 @@ describe('the online apply', () => {
         fence: Date.now(),
         sliceMs: 30_000,
         batchKeys,
-        recordDirty: false,
+        recordDirty: options.recordDirty ?? false,
         returnWhenCaughtUp: true,
+        ...(options.lanes ? { lanes: options.lanes } : {}),
       }),
     );
+
+  it('applies a round over several lanes, each its share of the keys in a transaction of its own, and records them all as dirty', async () => {
+    await dbs.exec('source', `CREATE TABLE public.things (id int PRIMARY KEY, v text);
+      INSERT INTO public.things SELECT g, 'old' FROM generate_series(1, 300) g;`);
+    const plan = await migrate('lanes', ['public.things']);
+    await run(() =>
+      activities.copyChunk({ migrationId: 'lanes', source: 'src', target: 'dst', table: copyTableOf(plan.tables[0]), chunk: { ...plan.tables[0].chunks[0] }, batchRows: 1000, fence: Date.now(), sliceMs: 30_000 }),
+    );
+    await dbs.exec('source', `UPDATE public.things SET v = 'new' WHERE id <= 200; DELETE FROM public.things WHERE id > 290; INSERT INTO public.things VALUES (301, 'new')`);
+    const changed = [...Array.from({ length: 200 }, (_, i) => i + 1), ...Array.from({ length: 11 }, (_, i) => 291 + i)];
+    const shares = shareByKeyHash(changed.map((id) => [String(id)]), 3);
+    expect(shares.every((share) => share.length > 0)).toBe(true);
+    const locked = Number(shares[0][0][0]);
+    // A row of the first share held locked on the target: its lane waits, the other two commit.
+    const holder = new Client({ connectionString: dbs.url('target') });
+    await holder.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query('SELECT 1 FROM public.things WHERE id = $1 FOR UPDATE', [locked]);
+      const syncing = sync('lanes', plan, 0, 1000, { lanes: 3, recordDirty: true });
+      syncing.catch(() => undefined);
+      const shareApplied = async (share: string[][]) => {
+        const ids = share.map((k) => Number(k[0])).filter((id) => id <= 200);
+        const rows = await dbs.query<{ n: number }>('target', `SELECT count(*)::int AS n FROM public.things WHERE id = ANY ($1::int[]) AND v = 'new'`, [ids]);
+        return rows[0].n === ids.length;
+      };
+      await eventually(async () => (await shareApplied(shares[1])) && (await shareApplied(shares[2])), 4_000, 50);
+      expect(await shareApplied(shares[0])).toBe(false);
+      await holder.query('COMMIT');
+      const r = await syncing;
+      expect(r.applied).toBe(changed.length);
+    } finally {
+      await holder.end();
+    }
+    expect(await rowsAsText(dbs, 'target', 'public.things', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.things', 'id'));
+    const dirty = await dbs.query<{ id: number }>('target', `SELECT pk[1]::int AS id FROM _ferry.dirty WHERE migration_id = 'lanes' ORDER BY 1`);
+    expect(dirty.map((d) => d.id)).toEqual(changed);
+  });
 
   it('applies two rows that swapped a unique value in one transaction, one batch at a time', async () => {
     await dbs.exec('source', `CREATE TABLE public.users (id int PRIMARY KEY, email text NOT NULL UNIQUE, note text);

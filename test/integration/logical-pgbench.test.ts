@@ -1,6 +1,7 @@
 /**
  * An online migration with capture: logical under pgbench (TPC-B plus inserts, deletes and
- * key-changing updates) on a private cluster with wal_level=logical: approved once ready, it
+ * key-changing updates) on a private cluster with wal_level=logical, each table's changes
+ * applied by three lanes (parallelism.apply): approved once ready, it
  * cuts over while pgbench writes, and pgbench's tables are equal on both sides row for row (SQL
  * on both databases); no slot or publication is left and no capture trigger was ever installed.
  */
@@ -26,8 +27,15 @@ describe('logical capture under pgbench', () => {
 
   it('keeps up with pgbench through the slot and cuts over with the target equal to the source', async () => {
     const { id } = await suite.stack.ferry.start(
-      // capture left to auto: logical here.
-      { source: 'app', target: 'next', mode: 'online', tables: TABLES.map(([t]) => t), cutover: { approval: 'manual', approvalTimeout: '10m', afterwards: 'unfreeze' } },
+      // capture left to auto: logical here. Three apply lanes per table (parallelism.apply).
+      {
+        source: 'app',
+        target: 'next',
+        mode: 'online',
+        tables: TABLES.map(([t]) => t),
+        parallelism: { apply: 3 },
+        cutover: { approval: 'manual', approvalTimeout: '10m', afterwards: 'unfreeze' },
+      },
       { id: 'logical-pgbench' },
     );
     // Capped at 300 transactions/s: this suite proves correctness under steady writes. Uncapped,

@@ -34,7 +34,8 @@ describe('an online migration', () => {
   });
 
   it('keeps up with live writers and, after ferry approve, leaves the target equal to the source', async () => {
-    const { id } = await suite.stack.ferry.start(spec({ cutover: { approval: 'manual', approvalTimeout: '5m' } }), { id: 'online-live' });
+    // Two apply lanes per table where only the key is unique (parallelism.apply).
+    const { id } = await suite.stack.ferry.start(spec({ cutover: { approval: 'manual', approvalTimeout: '5m' }, parallelism: { apply: 2 } }), { id: 'online-live' });
     const writers = await startWriters(suite.dbs.url('source'), 3);
     let result;
     try {

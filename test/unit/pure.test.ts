@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError, connectionOptions, temporalConfig } from '../../src/config';
 import { autoChunkCount, pickBoundaries, rangesFromBoundaries, validationUnits } from '../../src/core/chunks';
-import { nextRoundKeys } from '../../activities/sync-changes';
+import { nextRoundKeys, shareByKeyHash } from '../../activities/sync-changes';
 import { collationVersionsDiffer, sameCollation } from '../../activities/preflight';
 import { etaText, RateWindow, rateText } from '../../src/view/watch';
 import { chunkRateCap, tablesSharing } from '../../src/core/rate';
@@ -167,6 +167,21 @@ describe('sync round sizes', () => {
 
   it('stay as they are when the log ran out before the round was full', () => {
     expect(nextRoundKeys(5000, 40, 100, 5000)).toBe(5000);
+  });
+});
+
+describe('apply lanes', () => {
+  const keys = Array.from({ length: 1000 }, (_, i) => [String(i), i % 2 === 0 ? 'a' : 'b']);
+
+  it('put every key in exactly one share, the same one every time', () => {
+    const shares = shareByKeyHash(keys, 4);
+    expect(shares.flat().map((k) => k.join('/')).sort()).toEqual(keys.map((k) => k.join('/')).sort());
+    expect(shareByKeyHash([...keys].reverse(), 4).map((s) => new Set(s.map((k) => k.join('/'))))).toEqual(shares.map((s) => new Set(s.map((k) => k.join('/')))));
+  });
+
+  it('spread keys over the shares, none of them empty or holding most', () => {
+    for (const share of shareByKeyHash(keys, 4)) expect(share.length).toBeGreaterThan(150);
+    expect(shareByKeyHash(keys, 1)).toEqual([keys]);
   });
 });
 

@@ -29,7 +29,7 @@ describe('the spec', () => {
       truncate: false,
       batchRows: 50_000,
       validation: 'checksum',
-      parallelism: { tables: 2, chunks: 2, indexes: 2 },
+      parallelism: { tables: 2, chunks: 2, indexes: 2, apply: 1 },
       cutover: undefined,
       onFailure: 'rollback',
       deadlineMs: undefined,
