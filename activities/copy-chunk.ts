@@ -16,6 +16,7 @@ import { Bound, keyAsText, keyFromRow, keyOrder, keyPredicate, ParamBinder } fro
 import { displayQualified, quoteQualified } from '../src/core/identifiers';
 import { ChunkCheckpoint, ChunkPlan, Key } from '../src/core/plan';
 import { ActivityDeps } from './deps';
+import { FinishTable, finishSmallTable } from './indexes';
 
 export interface CopyChunkInput {
   migrationId: string;
@@ -29,6 +30,12 @@ export interface CopyChunkInput {
   sliceMs: number;
   /** Copy rate cap for this chunk (the workflow divides the migration's cap among its chunks). */
   rowsPerSecond?: number;
+  /**
+   * A small table's only chunk (full mode): once it is done, the same activity builds the
+   * table's primary key (`primaryKey`: it was loaded without it), its indexes and constraints,
+   * and runs ANALYZE (finishSmallTable).
+   */
+  finish?: { table: FinishTable; primaryKey: boolean };
 }
 
 export interface CopyChunkResult {
@@ -36,6 +43,8 @@ export interface CopyChunkResult {
   rows: number;
   bytes: number;
   batches: number;
+  /** With `finish`, once the chunk is done: the indexes and constraints built. */
+  finished?: { built: number; evicted: number };
 }
 
 export function createCopyChunk({ connections, logger }: ActivityDeps) {
@@ -92,7 +101,12 @@ export function createCopyChunk({ connections, logger }: ActivityDeps) {
         // flushes the WAL of every asynchronously committed batch before it.
         if (batches > 0) await touchCheckpoint(target, ref);
         log.info({ rows, bytes, batches, ms: Date.now() - started, done: checkpoint.done }, 'chunk slice copied');
-        return { checkpoint, rows, bytes, batches };
+        if (!checkpoint.done || !input.finish) return { checkpoint, rows, bytes, batches };
+        const { finish } = input;
+        const finished = await connections.withClient(input.source, (s) =>
+          connections.withClient(input.target, (t) => finishSmallTable(s, t, { migrationId: input.migrationId, table: finish.table, copyTable: table, primaryKey: finish.primaryKey }, log)),
+        );
+        return { checkpoint, rows, bytes, batches, finished };
       });
     } catch (err) {
       if (err instanceof CancelledFailure) throw err;

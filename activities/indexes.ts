@@ -9,7 +9,7 @@
  * the rows that share a value — their keys go back into the change log first, so the sync
  * replays them from the source — and builds again. analyzeTable refreshes the statistics.
  */
-import { ClientBase, PoolClient } from 'pg';
+import { Client, ClientBase, PoolClient } from 'pg';
 import { readTable, TableInfo, withCatalogKeyTypes } from '../src/db/catalog';
 import { captureNames } from '../src/db/capture-sql';
 import { inTransaction } from '../src/db/connections';
@@ -79,95 +79,121 @@ async function indexExists(db: ClientBase, table: QualifiedName, index: IndexRef
   return ((await db.query(sql, [quoteQualified(table), nameOnTarget(index)])).rowCount ?? 0) > 0;
 }
 
+/** A dedicated or a pooled session. */
+type Session = Client | PoolClient;
+
+/** The source's secondary indexes and unique or exclusion constraints of the table, to build on the target. */
+async function listIndexesOn(source: ClientBase, table: ListIndexesInput['table']): Promise<IndexRef[]> {
+  // A target the user prepared keeps the indexes it has: Ferry adds none to it.
+  if (table.targetExisted) return [];
+  const info = await sourceTable(source, table.source);
+  const renamed = (name: string) => (targetIndexName(table, name) !== name ? { targetName: targetIndexName(table, name) } : {});
+  return [
+    ...info.indexes.map((i) => ({ name: i.name, kind: 'index' as const, unique: /^CREATE UNIQUE /.test(i.definition), exclusion: false, ...renamed(i.name) })),
+    ...info.uniques.map((u) => ({
+      name: u.name,
+      kind: 'constraint' as const,
+      unique: /^UNIQUE/.test(u.definition),
+      exclusion: /^EXCLUDE/.test(u.definition),
+      ...renamed(u.name),
+    })),
+  ];
+}
+
+/** Runs `fn` on `db` without a statement timeout: a build of a large table must not meet it. */
+async function untimed<T>(db: ClientBase, fn: () => Promise<T>): Promise<T> {
+  await db.query('SET statement_timeout = 0');
+  try {
+    return await fn();
+  } finally {
+    await db.query('RESET statement_timeout').catch(() => undefined);
+  }
+}
+
+async function buildIndexOn(source: Session, target: Session, input: BuildIndexInput, logger: ActivityDeps['logger']): Promise<BuildIndexResult> {
+  const label = `${input.index.name} on ${displayQualified(input.table.target)}`;
+  if (await indexExists(target, input.table.target, input.index)) return { built: false, evicted: 0 };
+  const info = await sourceTable(source, input.table.source);
+  const sql = definition(info, input);
+  let evicted = 0;
+  return untimed(target, async () => {
+    for (let round = 0; ; round += 1) {
+      try {
+        await target.query(sql);
+        logger.info({ migrationId: input.migrationId, index: label, evicted }, 'index built');
+        return { built: true, evicted };
+      } catch (err) {
+        if (!input.evictDuplicates || !input.index.unique || sqlState(err) !== '23505' || round >= MAX_EVICTION_ROUNDS) throw err;
+        evicted += await evictDuplicates(source, target, input);
+      }
+    }
+  });
+}
+
+/**
+ * The primary key of a table loaded without it (prepareTarget's primaryKeyAfterLoad). Rows
+ * copied twice would make it fail (23505) — which a batch committing with its checkpoint, under
+ * the chunk's fence, rules out; a failure here is a loud proof that something broke that.
+ */
+async function addPrimaryKeyOn(source: Session, target: Session, table: Pick<TablePlan, 'source' | 'target' | 'targetNames'>): Promise<{ built: boolean }> {
+  const has = await target.query(`SELECT 1 FROM pg_catalog.pg_constraint WHERE conrelid = to_regclass($1) AND contype = 'p'`, [quoteQualified(table.target)]);
+  if (has.rowCount) return { built: false };
+  const info = await sourceTable(source, table.source);
+  const { rows } = await source.query(`SELECT pg_catalog.pg_get_indexdef(conindid) AS definition FROM pg_catalog.pg_constraint WHERE conrelid = $1 AND contype = 'p'`, [
+    info.oid,
+  ]);
+  if (!info.primaryKey || rows.length === 0) throw refusal(FAILURE.NoPrimaryKey, `${displayQualified(info.name)} lost its primary key on the source`);
+  await untimed(target, () =>
+    inTransaction(target, async () => {
+      const name = targetIndexName(table, info.primaryKey!.name);
+      for (const sql of addPrimaryKeySql(info, table.target, rows[0].definition, name)) await target.query(sql);
+    }),
+  );
+  return { built: true };
+}
+
+/** What finishSmallTable needs of the table's plan. */
+export type FinishTable = Pick<TablePlan, 'source' | 'target' | 'targetExisted' | 'targetNames'>;
+
+/**
+ * A small table's whole index phase on two sessions, for its copy to run once loaded (full
+ * mode): the primary key where it was loaded without it, then every secondary index and unique
+ * or exclusion constraint one after another, then ANALYZE — one activity where a large table
+ * takes one per index, in parallel, since for a few thousand rows each round trip through
+ * Temporal costs more than the build. Each step is skipped when it is done already, so a retry
+ * finishes what an earlier attempt began.
+ */
+export async function finishSmallTable(
+  source: Session,
+  target: Session,
+  input: { migrationId: string; table: FinishTable; copyTable: CopyTable; primaryKey: boolean },
+  logger: ActivityDeps['logger'],
+): Promise<{ built: number; evicted: number }> {
+  if (input.primaryKey) await addPrimaryKeyOn(source, target, input.table);
+  let built = 0;
+  for (const index of await listIndexesOn(source, input.table)) {
+    const result = await buildIndexOn(source, target, { migrationId: input.migrationId, source: '', target: '', table: input.copyTable, index, evictDuplicates: false }, logger);
+    if (result.built) built += 1;
+  }
+  await untimed(target, () => target.query(`ANALYZE ${quoteQualified(input.table.target)}`));
+  return { built, evicted: 0 };
+}
+
 export function createIndexActivities({ connections, logger }: ActivityDeps) {
   async function listIndexes(input: ListIndexesInput): Promise<{ indexes: IndexRef[] }> {
-    // A target the user prepared keeps the indexes it has: Ferry adds none to it.
-    if (input.table.targetExisted) return { indexes: [] };
-    const info = await connections.withClient(input.source, (db) => sourceTable(db, input.table.source));
-    const renamed = (name: string) => (targetIndexName(input.table, name) !== name ? { targetName: targetIndexName(input.table, name) } : {});
-    return {
-      indexes: [
-        ...info.indexes.map((i) => ({ name: i.name, kind: 'index' as const, unique: /^CREATE UNIQUE /.test(i.definition), exclusion: false, ...renamed(i.name) })),
-        ...info.uniques.map((u) => ({
-          name: u.name,
-          kind: 'constraint' as const,
-          unique: /^UNIQUE/.test(u.definition),
-          exclusion: /^EXCLUDE/.test(u.definition),
-          ...renamed(u.name),
-        })),
-      ],
-    };
+    return { indexes: await connections.withClient(input.source, (db) => listIndexesOn(db, input.table)) };
   }
 
   async function buildIndex(input: BuildIndexInput): Promise<BuildIndexResult> {
-    const label = `${input.index.name} on ${displayQualified(input.table.target)}`;
-    return await connections.withClient(input.source, (source) =>
-      connections.withClient(input.target, async (target) => {
-        if (await indexExists(target, input.table.target, input.index)) return { built: false, evicted: 0 };
-        const info = await sourceTable(source, input.table.source);
-        const sql = definition(info, input);
-        let evicted = 0;
-        // A long build must not meet the session's statement timeout.
-        await target.query('SET statement_timeout = 0');
-        try {
-          for (let round = 0; ; round += 1) {
-            try {
-              await target.query(sql);
-              logger.info({ migrationId: input.migrationId, index: label, evicted }, 'index built');
-              return { built: true, evicted };
-            } catch (err) {
-              if (!input.evictDuplicates || !input.index.unique || sqlState(err) !== '23505' || round >= MAX_EVICTION_ROUNDS) throw err;
-              evicted += await evictDuplicates(source, target, input);
-            }
-          }
-        } finally {
-          await target.query('RESET statement_timeout').catch(() => undefined);
-        }
-      }),
-    );
+    return connections.withClient(input.source, (source) => connections.withClient(input.target, (target) => buildIndexOn(source, target, input, logger)));
   }
 
-  /**
-   * The primary key of a table loaded without it (prepareTarget's primaryKeyAfterLoad). Rows
-   * copied twice would make it fail (23505) — which a batch committing with its checkpoint, under
-   * the chunk's fence, rules out; a failure here is a loud proof that something broke that.
-   */
   async function addPrimaryKey(input: { source: string; target: string; table: Pick<TablePlan, 'source' | 'target' | 'targetNames'> }): Promise<{ built: boolean }> {
-    return connections.withClient(input.source, (source) =>
-      connections.withClient(input.target, async (target) => {
-        const has = await target.query(`SELECT 1 FROM pg_catalog.pg_constraint WHERE conrelid = to_regclass($1) AND contype = 'p'`, [
-          quoteQualified(input.table.target),
-        ]);
-        if (has.rowCount) return { built: false };
-        const info = await sourceTable(source, input.table.source);
-        const { rows } = await source.query(
-          `SELECT pg_catalog.pg_get_indexdef(conindid) AS definition FROM pg_catalog.pg_constraint WHERE conrelid = $1 AND contype = 'p'`,
-          [info.oid],
-        );
-        if (!info.primaryKey || rows.length === 0) throw refusal(FAILURE.NoPrimaryKey, `${displayQualified(info.name)} lost its primary key on the source`);
-        await target.query('SET statement_timeout = 0');
-        try {
-          await inTransaction(target, async () => {
-            const name = targetIndexName(input.table, info.primaryKey!.name);
-            for (const sql of addPrimaryKeySql(info, input.table.target, rows[0].definition, name)) await target.query(sql);
-          });
-        } finally {
-          await target.query('RESET statement_timeout').catch(() => undefined);
-        }
-        return { built: true };
-      }),
-    );
+    return connections.withClient(input.source, (source) => connections.withClient(input.target, (target) => addPrimaryKeyOn(source, target, input.table)));
   }
 
   async function analyzeTable(input: { target: string; table: QualifiedName }): Promise<void> {
-    await connections.withClient(input.target, async (db) => {
-      await db.query('SET statement_timeout = 0');
-      try {
-        await db.query(`ANALYZE ${quoteQualified(input.table)}`);
-      } finally {
-        await db.query('RESET statement_timeout').catch(() => undefined);
-      }
-    });
+    await connections.withClient(input.target, (db) => untimed(db, () => db.query(`ANALYZE ${quoteQualified(input.table)}`)));
   }
 
   return { listIndexes, buildIndex, addPrimaryKey, analyzeTable };
@@ -186,7 +212,7 @@ function definition(info: TableInfo, input: BuildIndexInput): string {
  * the two at worst replays a row twice. Nothing else writes the table meanwhile: its sync is
  * paused by its workflow, and the lock keeps a straggling attempt out.
  */
-async function evictDuplicates(source: PoolClient, target: PoolClient, input: BuildIndexInput): Promise<number> {
+async function evictDuplicates(source: Session, target: Session, input: BuildIndexInput): Promise<number> {
   const key = (await readUniqueKeys(source, input.table.source)).find((k) => k.name === input.index.name);
   if (!key) throw refusal(FAILURE.MissingIndex, `${input.index.name} disappeared from ${displayQualified(input.table.source)} on the source`);
   const shape = await withCatalogKeyTypes(source, input.table);

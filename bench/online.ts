@@ -22,7 +22,9 @@
  * Options: --scale N (10), --clients N (4), --seconds N (20, per pgbench measurement),
  * --validation none|count|checksum (checksum), --outage-scale N (50; 0 skips the comparison),
  * --outage-repeat N (3: runs per outage configuration, the median counts),
- * --capture auto|trigger|logical (the spec's capture; auto by default), --apply N (1: the spec's
+ * --capture auto|trigger|logical, or several comma-separated (the spec's capture, auto by
+ * default; several are migrated one after another from the same source, each into its own
+ * target and after a baseline of its own, and printed side by side at the end), --apply N (1: the spec's
  * parallelism.apply, sessions applying one table's changes at once), --pg URL (logical capture
  * needs a server with wal_level=logical).
  *
@@ -49,7 +51,8 @@ const ADMIN = arg('--pg', process.env.FERRY_TEST_PG ?? DEFAULT_TEST_PG);
 const VALIDATION = arg('--validation', 'checksum');
 const OUTAGE_SCALE = Number(arg('--outage-scale', '50'));
 const OUTAGE_REPEAT = Number(arg('--outage-repeat', '3'));
-const CAPTURE = arg('--capture', 'auto');
+/** Capture modes migrated one after the other in this run, each into a target of its own. */
+const CAPTURES = arg('--capture', 'auto').split(',');
 const APPLY_LANES = Number(arg('--apply', '1'));
 const ROOT = join(__dirname, '..');
 const PGBENCH = findOnPath('pgbench') ?? '/usr/lib/postgresql/15/bin/pgbench';
@@ -104,21 +107,38 @@ async function lagSeconds(db: string): Promise<number> {
   return worst;
 }
 
+/** What one capture mode's migration of pgbench's tables measured. */
+interface CaptureFigures {
+  capture: string;
+  reason: string;
+  baseline: number;
+  copySeconds: number;
+  lagAtApproval: number;
+  captureOnly: number;
+  backlog: number;
+  drainSeconds: number;
+  withSync: number;
+  lag: { p50: number; p99: number; worst: number; readings: number };
+  lagAtCutover: number;
+  outageMs?: number;
+  state: string;
+}
+
 async function main(): Promise<void> {
   await ensurePostgres(ADMIN);
   const tag = Date.now().toString(36);
   const source = `ferry_bench_pgb_src_${tag}`;
-  const target = `ferry_bench_pgb_tgt_${tag}`;
+  const targets = CAPTURES.map((capture) => `ferry_bench_pgb_tgt_${tag}_${capture}`);
   await sql(ADMIN, `CREATE DATABASE ${source}`);
-  await sql(ADMIN, `CREATE DATABASE ${target}`);
+  for (const target of targets) await sql(ADMIN, `CREATE DATABASE ${target}`);
   const server = await startDevServer({ headless: true });
   const env: NodeJS.ProcessEnv = {
     ...process.env,
     TEMPORAL_ADDRESS: server.address,
     FERRY_LOG_LEVEL: 'warn',
     [connectionEnvVar('pgb_src')]: url(source),
-    [connectionEnvVar('pgb_tgt')]: url(target),
   };
+  targets.forEach((target, i) => (env[connectionEnvVar(`pgb_tgt_${i}`)] = url(target)));
   for (let n = 0; n < 3 * OUTAGE_REPEAT; n += 1) {
     env[connectionEnvVar(`out_src_${n}`)] = url(outageDatabases(n).source);
     env[connectionEnvVar(`out_tgt_${n}`)] = url(outageDatabases(n).target);
@@ -131,108 +151,18 @@ async function main(): Promise<void> {
     if (init.code !== 0) throw new Error(init.out);
     await sql(url(source), 'ALTER TABLE public.pgbench_history ADD COLUMN id bigserial PRIMARY KEY');
     await sql(url(source), 'VACUUM ANALYZE');
-    process.stdout.write('done\n\n');
-
+    process.stdout.write('done\n');
     await pgbench(source, 5); // warm-up: caches, autovacuum after the load
-    await sql(ADMIN, 'CHECKPOINT');
-    const baseline = await pgbench(source, SECONDS);
-    process.stdout.write(`source TPS without capture:          ${baseline.toFixed(0)}  (pgbench -c ${CLIENTS}, ${SECONDS} s)\n`);
 
-    const spec = join(tmpdir(), `ferry-bench-online-${tag}.json`);
-    writeFileSync(
-      spec,
-      JSON.stringify({
-        id: `bench-online-${tag}`,
-        source: 'pgb_src',
-        target: 'pgb_tgt',
-        mode: 'online',
-        validation: VALIDATION,
-        capture: CAPTURE,
-        parallelism: { apply: APPLY_LANES },
-        cutover: { approval: 'manual', approvalTimeout: '30m' },
-        tables: ['public.pgbench_accounts', 'public.pgbench_branches', 'public.pgbench_tellers', 'public.pgbench_history'],
-      }),
-    );
-    // Writers during the whole copy, as an application would keep writing.
-    const background = run(PGBENCH, ['-n', '-c', String(CLIENTS), '-j', '2', '-T', '3600', url(source)]);
-    const started = run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'start', spec, '--json'], env);
-    const startOut = await started.done;
-    if (startOut.code !== 0) throw new Error(`ferry start failed: ${startOut.out}`);
-    const startedDoc = JSON.parse(startOut.stdout) as { id: string; plan?: { capture?: { mode: string; reason: string } } };
-    const id = startedDoc.id;
-    process.stdout.write(`capture:                             ${startedDoc.plan?.capture?.mode ?? '?'} (${startedDoc.plan?.capture?.reason ?? ''})\n`);
-    process.stdout.write(`apply lanes per table:               ${APPLY_LANES} (parallelism.apply)\n`);
-    const t0 = Date.now();
-    for (;;) {
-      const s = await ferry.status(id);
-      if (s.endedAt) throw new Error(`migration ended early: ${JSON.stringify(s.error)}`);
-      if (s.phase === 'AWAITING_APPROVAL') break;
-      await new Promise((r) => setTimeout(r, 200));
+    const figures: CaptureFigures[] = [];
+    for (const [i, capture] of CAPTURES.entries()) {
+      process.stdout.write(`\n— capture ${capture}, ${APPLY_LANES} apply lane(s) per table (parallelism.apply)\n`);
+      figures.push(await captureRun(ferry, env, source, targets[i], `pgb_tgt_${i}`, capture, `${tag}-${i}`));
     }
-    const lagAtApproval = await lagSeconds(source);
-    process.stdout.write(`copy + catch-up under load:          ${((Date.now() - t0) / 1000).toFixed(1)} s to AWAITING_APPROVAL\n`);
-    process.stdout.write(`lag when approval was reached:       ${lagAtApproval.toFixed(2)} s\n`);
-    background.kill();
-    await background.done;
-
-    // Capture alone (the triggers), with the sync paused: what the application pays when the
-    // target and Ferry's workers run on other machines.
-    await ferry.pause(id);
-    await new Promise((r) => setTimeout(r, 3000));
-    await sql(ADMIN, 'CHECKPOINT');
-    const captureOnly = await pgbench(source, SECONDS);
-    process.stdout.write(`source TPS with capture, sync paused: ${captureOnly.toFixed(0)}  → ${(captureOnly / baseline).toFixed(2)} × without\n`);
-    // The apply's capacity: the backlog the paused sync left (the log rows pgbench's writes made
-    // while it ran), drained with nothing else writing, against the rate pgbench made it.
-    const backlog = await logRows(source);
-    await ferry.resume(id);
-    const drainStarted = Date.now();
-    while ((await logRows(source)) > 0) {
-      if (Date.now() - drainStarted > 600_000) throw new Error('the sync did not drain the paused backlog within 10 minutes');
-      await new Promise((r) => setTimeout(r, 100));
-    }
-    const drainSeconds = (Date.now() - drainStarted) / 1000;
-    const changeRate = backlog / SECONDS;
-    const applyCapacity = backlog / drainSeconds;
-    process.stdout.write(
-      `apply capacity:                      ${applyCapacity.toFixed(0)} log rows/s (a backlog of ${backlog} drained in ${drainSeconds.toFixed(1)} s)` +
-        ` against ${changeRate.toFixed(0)} logged/s while pgbench ran → ${(applyCapacity / changeRate).toFixed(2)} ×\n`,
-    );
-
-    await sql(ADMIN, 'CHECKPOINT');
-    const measuredAt = Date.now();
-    const lags: number[] = [];
-    const sampling = (async () => {
-      while (Date.now() - measuredAt < SECONDS * 1000) {
-        lags.push(await lagSeconds(source));
-        await new Promise((r) => setTimeout(r, 250));
-      }
-    })();
-    const withCapture = await pgbench(source, SECONDS);
-    await sampling;
-    process.stdout.write(`source TPS with capture and sync:    ${withCapture.toFixed(0)}  → ${(withCapture / baseline).toFixed(2)} × without (sync shares these 2 cores)\n`);
-    const sorted = [...lags].sort((a, b) => a - b);
-    const pct = (p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))].toFixed(2);
-    process.stdout.write(
-      `lag while pgbench ran:               p50 ${pct(50)} s, p99 ${pct(99)} s, worst ${pct(100)} s (oldest key waiting in the change logs, ${lags.length} readings over ${SECONDS} s)\n`,
-    );
-    const slot = (await ferry.status(id)).capture;
-    if (slot) process.stdout.write(`slot lag after the measurement:      ${slot.slotLagBytes} bytes, ${slot.slotLagSeconds} s since the consumer's last confirmation\n`);
-
-    const tail = run(PGBENCH, ['-n', '-c', String(CLIENTS), '-j', '2', '-T', '3600', url(source)]);
-    await new Promise((r) => setTimeout(r, 3000));
-    const lagAtCutover = await lagSeconds(source);
-    await ferry.approve(id);
-    const result = await ferry.result(id);
-    tail.kill();
-    await tail.done;
-    process.stdout.write(`lag when the cutover began:          ${lagAtCutover.toFixed(2)} s\n`);
-    process.stdout.write(`write outage (freeze → cut over):    ${result.cutover ? `${result.cutover.writeOutageMs} ms` : 'n/a'}  (${result.state})\n`);
-    const [rows] = await sql(url(target), 'SELECT count(*)::int AS n FROM public.pgbench_history');
-    process.stdout.write(`pgbench_history rows on the target:  ${rows.n}\n`);
+    if (figures.length > 1) sideBySide(figures);
 
     if (OUTAGE_SCALE > 0) {
-      process.stdout.write(`\ncutover write outage under pgbench (-c ${CLIENTS}), ${VALIDATION} validation:\n`);
+      process.stdout.write(`\ncutover write outage under pgbench (-c ${CLIENTS}), ${VALIDATION} validation, capture ${CAPTURES[0]}:\n`);
       const runs = [
         { scale: SCALE, constraints: false },
         { scale: SCALE, constraints: true },
@@ -260,8 +190,152 @@ async function main(): Promise<void> {
     worker.kill();
     await worker.done;
     await server.stop();
-    for (const db of [source, target]) await sql(ADMIN, `DROP DATABASE IF EXISTS ${db} WITH (FORCE)`).catch(() => undefined);
+    for (const db of [source, ...targets]) await sql(ADMIN, `DROP DATABASE IF EXISTS ${db} WITH (FORCE)`).catch(() => undefined);
   }
+}
+
+/**
+ * pgbench's tables migrated online with `capture` into `target` (connection `targetName`) while
+ * pgbench writes, the source's TPS measured just before: each mode is compared with a baseline
+ * of its own minutes, since pgbench's TPS drifts here by more than the effects measured. The
+ * migration unfreezes the source when it ends, so the next mode migrates the same source.
+ */
+async function captureRun(ferry: FerryClient, env: NodeJS.ProcessEnv, source: string, target: string, targetName: string, capture: string, tag: string): Promise<CaptureFigures> {
+  await sql(ADMIN, 'CHECKPOINT');
+  const baseline = await pgbench(source, SECONDS);
+  process.stdout.write(`source TPS without capture:          ${baseline.toFixed(0)}  (pgbench -c ${CLIENTS}, ${SECONDS} s)\n`);
+
+  const spec = join(tmpdir(), `ferry-bench-online-${tag}.json`);
+  writeFileSync(
+    spec,
+    JSON.stringify({
+      id: `bench-online-${tag}`,
+      source: 'pgb_src',
+      target: targetName,
+      mode: 'online',
+      validation: VALIDATION,
+      capture,
+      parallelism: { apply: APPLY_LANES },
+      cutover: { approval: 'manual', approvalTimeout: '30m', afterwards: 'unfreeze' },
+      tables: ['public.pgbench_accounts', 'public.pgbench_branches', 'public.pgbench_tellers', 'public.pgbench_history'],
+    }),
+  );
+  // Writers during the whole copy, as an application would keep writing.
+  const background = run(PGBENCH, ['-n', '-c', String(CLIENTS), '-j', '2', '-T', '3600', url(source)]);
+  const started = run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'start', spec, '--json'], env);
+  const startOut = await started.done;
+  if (startOut.code !== 0) throw new Error(`ferry start failed: ${startOut.out}`);
+  const startedDoc = JSON.parse(startOut.stdout) as { id: string; plan?: { capture?: { mode: string; reason: string } } };
+  const id = startedDoc.id;
+  const mode = startedDoc.plan?.capture?.mode ?? '?';
+  const reason = startedDoc.plan?.capture?.reason ?? '';
+  process.stdout.write(`capture:                             ${mode} (${reason})\n`);
+  const t0 = Date.now();
+  for (;;) {
+    const s = await ferry.status(id);
+    if (s.endedAt) throw new Error(`migration ended early: ${JSON.stringify(s.error)}`);
+    if (s.phase === 'AWAITING_APPROVAL') break;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  const copySeconds = (Date.now() - t0) / 1000;
+  const lagAtApproval = await lagSeconds(source);
+  process.stdout.write(`copy + catch-up under load:          ${copySeconds.toFixed(1)} s to AWAITING_APPROVAL\n`);
+  process.stdout.write(`lag when approval was reached:       ${lagAtApproval.toFixed(2)} s\n`);
+  background.kill();
+  await background.done;
+
+  // Capture alone (the triggers, or the slot's consumer), with the sync paused: what the
+  // application pays when the target and Ferry's workers run on other machines.
+  await ferry.pause(id);
+  await new Promise((r) => setTimeout(r, 3000));
+  await sql(ADMIN, 'CHECKPOINT');
+  const captureOnly = await pgbench(source, SECONDS);
+  process.stdout.write(`source TPS with capture, sync paused: ${captureOnly.toFixed(0)}  → ${(captureOnly / baseline).toFixed(2)} × without\n`);
+  // The apply's capacity: the backlog the paused sync left (the log rows pgbench's writes made
+  // while it ran), drained with nothing else writing, against the rate pgbench made it.
+  const backlog = await logRows(source);
+  await ferry.resume(id);
+  const drainStarted = Date.now();
+  while ((await logRows(source)) > 0) {
+    if (Date.now() - drainStarted > 600_000) throw new Error('the sync did not drain the paused backlog within 10 minutes');
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  const drainSeconds = (Date.now() - drainStarted) / 1000;
+  const changeRate = backlog / SECONDS;
+  const applyCapacity = backlog / drainSeconds;
+  process.stdout.write(
+    `apply capacity:                      ${applyCapacity.toFixed(0)} log rows/s (a backlog of ${backlog} drained in ${drainSeconds.toFixed(1)} s)` +
+      ` against ${changeRate.toFixed(0)} logged/s while pgbench ran → ${(applyCapacity / changeRate).toFixed(2)} ×\n`,
+  );
+
+  await sql(ADMIN, 'CHECKPOINT');
+  const measuredAt = Date.now();
+  const lags: number[] = [];
+  const sampling = (async () => {
+    while (Date.now() - measuredAt < SECONDS * 1000) {
+      lags.push(await lagSeconds(source));
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  })();
+  const withSync = await pgbench(source, SECONDS);
+  await sampling;
+  process.stdout.write(`source TPS with capture and sync:    ${withSync.toFixed(0)}  → ${(withSync / baseline).toFixed(2)} × without (sync shares these 2 cores)\n`);
+  const sorted = [...lags].sort((a, b) => a - b);
+  const pct = (p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
+  const lag = { p50: pct(50), p99: pct(99), worst: pct(100), readings: lags.length };
+  process.stdout.write(
+    `lag while pgbench ran:               p50 ${lag.p50.toFixed(2)} s, p99 ${lag.p99.toFixed(2)} s, worst ${lag.worst.toFixed(2)} s (oldest key waiting in the change logs, ${lags.length} readings over ${SECONDS} s)\n`,
+  );
+  const slot = (await ferry.status(id)).capture;
+  if (slot) process.stdout.write(`slot lag after the measurement:      ${slot.slotLagBytes} bytes, ${slot.slotLagSeconds} s since the consumer's last confirmation\n`);
+
+  const tail = run(PGBENCH, ['-n', '-c', String(CLIENTS), '-j', '2', '-T', '3600', url(source)]);
+  await new Promise((r) => setTimeout(r, 3000));
+  const lagAtCutover = await lagSeconds(source);
+  await ferry.approve(id);
+  const result = await ferry.result(id);
+  tail.kill();
+  await tail.done;
+  process.stdout.write(`lag when the cutover began:          ${lagAtCutover.toFixed(2)} s\n`);
+  process.stdout.write(`write outage (freeze → cut over):    ${result.cutover ? `${result.cutover.writeOutageMs} ms` : 'n/a'}  (${result.state})\n`);
+  const [rows] = await sql(url(target), 'SELECT count(*)::int AS n FROM public.pgbench_history');
+  process.stdout.write(`pgbench_history rows on the target:  ${rows.n}\n`);
+  return {
+    capture: mode,
+    reason,
+    baseline,
+    copySeconds,
+    lagAtApproval,
+    captureOnly,
+    backlog,
+    drainSeconds,
+    withSync,
+    lag,
+    lagAtCutover,
+    outageMs: result.cutover?.writeOutageMs,
+    state: result.state,
+  };
+}
+
+/** The modes' figures in one table, a column each. */
+function sideBySide(figures: CaptureFigures[]): void {
+  const ratio = (a: number, b: number) => `${(a / b).toFixed(2)}×`;
+  const rows: [string, (f: CaptureFigures) => string][] = [
+    ['source TPS without capture (just before)', (f) => f.baseline.toFixed(0)],
+    ['with capture, sync paused', (f) => `${f.captureOnly.toFixed(0)} (${ratio(f.captureOnly, f.baseline)})`],
+    ['with capture and the sync on the same cores', (f) => `${f.withSync.toFixed(0)} (${ratio(f.withSync, f.baseline)})`],
+    ['copy + catch-up to AWAITING_APPROVAL', (f) => `${f.copySeconds.toFixed(1)} s`],
+    [
+      'apply capacity against the logging rate',
+      (f) => `${(f.backlog / f.drainSeconds).toFixed(0)} against ${(f.backlog / SECONDS).toFixed(0)} rows/s (${ratio(SECONDS, f.drainSeconds)})`,
+    ],
+    ['lag while pgbench ran: p50 / p99 / worst', (f) => `${f.lag.p50.toFixed(2)} / ${f.lag.p99.toFixed(2)} / ${f.lag.worst.toFixed(2)} s`],
+    ['lag when the cutover began', (f) => `${f.lagAtCutover.toFixed(2)} s`],
+    ['write outage', (f) => (f.outageMs === undefined ? `n/a (${f.state})` : `${f.outageMs} ms`)],
+  ];
+  process.stdout.write(`\nside by side (${SECONDS} s per pgbench measurement, -c ${CLIENTS}, ${APPLY_LANES} apply lane(s)):\n`);
+  process.stdout.write(`| | ${figures.map((f) => f.capture).join(' | ')} |\n| --- |${figures.map(() => ' --- |').join('')}\n`);
+  for (const [label, cell] of rows) process.stdout.write(`| ${label} | ${figures.map(cell).join(' | ')} |\n`);
 }
 
 /**
@@ -292,7 +366,7 @@ async function outageRun(ferry: FerryClient, n: number, scale: number, constrain
     const load = run(PGBENCH, ['-n', '-c', String(CLIENTS), '-j', '2', '-T', '3600', url(source)]);
     try {
       await ferry.start(
-        { id, source: `out_src_${n}`, target: `out_tgt_${n}`, mode: 'online', validation: VALIDATION, capture: CAPTURE, parallelism: { apply: APPLY_LANES }, tables, cutover: { approval: 'manual', approvalTimeout: '1h' } },
+        { id, source: `out_src_${n}`, target: `out_tgt_${n}`, mode: 'online', validation: VALIDATION, capture: CAPTURES[0], parallelism: { apply: APPLY_LANES }, tables, cutover: { approval: 'manual', approvalTimeout: '1h' } },
         {},
       );
       for (;;) {

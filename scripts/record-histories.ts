@@ -360,6 +360,13 @@ ANALYZE;`,
     run: fullLoad(() => ({ source: 'src', target: 'dst', batchRows: 100, validation: 'checksum', tables: ['public.customers', { name: 'public.orders', chunks: 2 }] })),
   },
   {
+    name: 'full-small-tables',
+    description: 'full load after patch small-table-in-one-step: two small tables in one chunk each, whose primary key, indexes (a unique constraint, an index) and ANALYZE their copy activity does once the chunk is done; checksum validation',
+    schema: FULL_SCHEMA,
+    expected: 'SUCCEEDED',
+    run: fullLoad(() => ({ source: 'src', target: 'dst', batchRows: 100, validation: 'checksum', tables: ['public.customers', 'public.orders'] })),
+  },
+  {
     name: 'online-batched-reports',
     description: 'online after patch batched-reports (the last chunk, FULL_DONE and TableCopied in one signal), manual approval, writes during sync, approve',
     schema: ONLINE_SCHEMA,

@@ -51,6 +51,8 @@ const LEGACY_MAX_IDLE_MS = 8_000;
 /** Online: report lag to the parent at least this often (each report is a history event there). */
 export const LAG_REPORT_MS = 10_000;
 export const SYNC_BATCH_KEYS = 5_000;
+/** Estimated rows up to which a table in one chunk is finished by its copy (finishesInCopy). */
+export const SMALL_TABLE_ROWS = 100_000;
 
 const copy = proxyActivities<Activities>({
   startToCloseTimeout: '10 minutes',
@@ -155,6 +157,8 @@ class TableRun {
   private lastChunkReport?: Omit<TableProgress, 'tableIndex'>;
   /** The source's indexes, listed while the primary key was built (batchedReports). */
   private listedIndexes?: IndexRef[];
+  /** A small table's indexes, built by its copy (finishesInCopy), for the IndexesBuilt event. */
+  private builtInCopy?: { built: number; evicted: number };
   private readonly table: TablePlan;
   private readonly copyTable: CopyTable;
   private readonly label: string;
@@ -235,7 +239,8 @@ class TableRun {
       if (this.chunks.some((c) => c.status.state !== 'DONE')) return this.carryOn();
       await this.copied();
     }
-    if (this.machine.state === 'FULL_DONE' && this.input.primaryKeyAfterLoad) {
+    // (A small table's copy built its key with its indexes: sync.indexesBuilt.)
+    if (this.machine.state === 'FULL_DONE' && this.input.primaryKeyAfterLoad && !this.sync.indexesBuilt) {
       if (this.batchedReports && this.input.mode === 'full' && this.input.indexes && !this.sync.indexesBuilt) {
         [, this.listedIndexes] = await Promise.all([buildPrimaryKey(this.input), listSourceIndexes(this.input)]);
       } else {
@@ -267,10 +272,15 @@ class TableRun {
           fence: nextFence(chunk),
           sliceMs: SLICE_MS,
           rowsPerSecond: chunkRateCap(this.control, this.input.chunkParallelism, notDone),
+          ...(this.finishesInCopy() ? { finish: { table: this.table, primaryKey: this.input.primaryKeyAfterLoad === true } } : {}),
         }),
       );
       if (!result) continue; // interrupted: the next slice runs under the new control
       chunk.status = statusOf(result.checkpoint);
+      if (result.finished) {
+        this.sync.indexesBuilt = true;
+        this.builtInCopy = result.finished;
+      }
       if (this.progressByQuery && !result.checkpoint.done) continue; // the tableState query shows it
       const report = {
         chunk: { index: i, ...chunk.status },
@@ -279,6 +289,23 @@ class TableRun {
       if (this.batchedReports && this.chunks.every((c) => c.status.state === 'DONE')) this.lastChunkReport = report;
       else await this.report(report);
     }
+  }
+
+  /**
+   * A small table in full mode (one chunk, at most SMALL_TABLE_ROWS estimated) has its primary
+   * key, indexes and ANALYZE done by its copy activity, once the chunk is done: one activity
+   * instead of three to five, each a round trip through Temporal that for a few thousand rows
+   * costs more than the work (PATCHES.smallTableInOneStep).
+   */
+  private finishesInCopy(): boolean {
+    return (
+      this.input.mode === 'full' &&
+      this.input.indexes !== undefined &&
+      this.batchedReports &&
+      this.table.chunks.length === 1 &&
+      this.table.rowsEstimated <= SMALL_TABLE_ROWS &&
+      patched(PATCHES.smallTableInOneStep)
+    );
   }
 
   /** Every chunk copied: FULL_DONE and TableCopied (with the last chunk's report, in one signal). */
@@ -306,7 +333,7 @@ class TableRun {
     }
     if (this.batchedReports) {
       // IndexesBuilt and COMPLETED in one signal.
-      const built = await this.buildTargetIndexes();
+      const built = (await this.buildTargetIndexes()) ?? this.builtInCopy;
       await this.move('COMPLETED', undefined, { events: built ? [{ type: 'IndexesBuilt', detail: built }] : [] });
     } else {
       await this.buildIndexes();

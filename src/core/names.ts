@@ -109,6 +109,12 @@ export const PATCHES = {
    * one parent workflow task fewer per table.
    */
   parentMarksCopying: 'parent-marks-copying',
+  /**
+   * Full mode: a table in one chunk of at most SMALL_TABLE_ROWS estimated rows gets its primary
+   * key, indexes and ANALYZE from its copy activity once the chunk is done, instead of from
+   * activities of their own (workflows/table.ts finishesInCopy).
+   */
+  smallTableInOneStep: 'small-table-in-one-step',
 } as const;
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);

@@ -4,6 +4,8 @@
  */
 import { objectInventory, rowsAsText } from '../helpers/databases';
 import { stackSuite } from '../helpers/suite';
+import { activityStarts } from '../helpers/history';
+import { workflowIds } from '../../src/core/names';
 
 const SOURCE_SCHEMA = `
 CREATE TYPE public.mood AS ENUM ('sad', 'ok', 'happy', 'it''s complicated');
@@ -147,6 +149,13 @@ describe('a full-load migration', () => {
     ]);
     const fks = await suite.dbs.query('target', `SELECT conname, convalidated FROM pg_constraint WHERE contype = 'f' AND conrelid = 'app.with_identity'::regclass`);
     expect(fks).toEqual([{ conname: 'with_identity_ref_fkey', convalidated: true }]);
+    // A small table (one chunk, 600 rows) got its key, indexes and ANALYZE from its copy
+    // activity: its workflow ran no activity of theirs.
+    const small = plan.tables.find((t) => t.source.name === 'with_identity')!;
+    const ran = new Set((await activityStarts(suite.stack.client, workflowIds.table(started.id, small.index))).map((a) => a.activityType));
+    expect([...ran].sort()).toEqual(['copyChunk', 'validateChunk']);
+    const [analyzed] = await suite.dbs.query('target', `SELECT last_analyze IS NOT NULL AS done FROM pg_stat_user_tables WHERE relid = 'app.with_identity'::regclass`);
+    expect(analyzed.done).toBe(true);
 
     // Nothing of Ferry remains: no bookkeeping on the target, the source untouched.
     expect(await suite.dbs.query('target', `SELECT nspname FROM pg_namespace WHERE nspname = '_ferry'`)).toEqual([]);
