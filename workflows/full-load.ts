@@ -1,11 +1,17 @@
 /**
  * mode: full — prepareTarget → one tableMigrationWorkflow per table (at most
- * parallelism.tables at once), each copying, validating and building its indexes → foreign keys
+ * parallelism.tables at once, small tables four to a slot), each copying, validating and building its indexes → foreign keys
  * (added NOT VALID, then validated, parallelism.indexes at a time) and sequence positions.
  * Executions begun by an older Ferry build every index at the end instead (finalizeTarget).
  */
+import { patched } from '@temporalio/workflow';
 import { steps } from './proxies';
-import { runBounded } from './bounded';
+import { runBounded, runWeighted } from './bounded';
+import { PATCHES } from '../src/core/names';
+import { isSmallTable, TablePlan } from '../src/core/plan';
+
+/** Small tables (isSmallTable) that copy at once in one `parallelism.tables` slot. */
+const SMALL_PER_SLOT = 4;
 import { derivePhase, MigrationContext, prepareTarget, startTable } from './context';
 
 export async function runFullLoad(ctx: MigrationContext): Promise<void> {
@@ -13,14 +19,21 @@ export async function runFullLoad(ctx: MigrationContext): Promise<void> {
   await prepareTarget(ctx);
   tracker.setPhase('FULL_MIGRATING', 'target prepared');
   tracker.step('tables');
-  await runBounded(plan.tables, spec.parallelism.tables, async (table) => {
+  const copyTable = async (table: TablePlan) => {
     const child = await startTable(ctx, table, false);
     try {
       await child.result();
     } finally {
       ctx.children.delete(table.index);
     }
-  });
+  };
+  if (patched(PATCHES.smallTablesShareSlots)) {
+    // A small table (one chunk, finished by its copy activity) takes a quarter of a slot: for
+    // such tables the round trips through Temporal, not the databases, are what takes the time.
+    await runWeighted(plan.tables, spec.parallelism.tables * SMALL_PER_SLOT, (t) => (isSmallTable(t) ? 1 : SMALL_PER_SLOT), copyTable);
+  } else {
+    await runBounded(plan.tables, spec.parallelism.tables, copyTable);
+  }
   derivePhase(tracker, spec);
   tracker.step('foreign keys');
   const { writtenDuringCopy, skippedForeignKeys } = ctx.targetReadyBeforeCutover ? await finishTarget(ctx) : await finalizeAtTheEnd(ctx);

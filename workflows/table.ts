@@ -23,7 +23,7 @@ import type { Activities } from '../activities';
 import type { SyncInput, SyncResult } from '../activities/sync-changes';
 import { innermostApplicationFailure } from '../src/core/failures';
 import { displayQualified } from '../src/core/identifiers';
-import { ChunkCheckpoint, CopyTable, copyTableOf, KeyRange, TablePlan } from '../src/core/plan';
+import { ChunkCheckpoint, CopyTable, copyTableOf, isSmallTable, KeyRange, TablePlan } from '../src/core/plan';
 import { chunkRateCap } from '../src/core/rate';
 import { Phase, phaseMachine, StateMachine, Transition } from '../src/core/state-machine';
 import { ChunkStatus, EventType, TableStatus } from '../src/core/status';
@@ -51,8 +51,6 @@ const LEGACY_MAX_IDLE_MS = 8_000;
 /** Online: report lag to the parent at least this often (each report is a history event there). */
 export const LAG_REPORT_MS = 10_000;
 export const SYNC_BATCH_KEYS = 5_000;
-/** Estimated rows up to which a table in one chunk is finished by its copy (finishesInCopy). */
-export const SMALL_TABLE_ROWS = 100_000;
 
 const copy = proxyActivities<Activities>({
   startToCloseTimeout: '10 minutes',
@@ -292,20 +290,13 @@ class TableRun {
   }
 
   /**
-   * A small table in full mode (one chunk, at most SMALL_TABLE_ROWS estimated) has its primary
-   * key, indexes and ANALYZE done by its copy activity, once the chunk is done: one activity
-   * instead of three to five, each a round trip through Temporal that for a few thousand rows
-   * costs more than the work (PATCHES.smallTableInOneStep).
+   * A small table in full mode (isSmallTable) has its primary key, indexes and ANALYZE done by
+   * its copy activity, once the chunk is done: one activity instead of three to five, each a
+   * round trip through Temporal that for a few thousand rows costs more than the work
+   * (PATCHES.smallTableInOneStep).
    */
   private finishesInCopy(): boolean {
-    return (
-      this.input.mode === 'full' &&
-      this.input.indexes !== undefined &&
-      this.batchedReports &&
-      this.table.chunks.length === 1 &&
-      this.table.rowsEstimated <= SMALL_TABLE_ROWS &&
-      patched(PATCHES.smallTableInOneStep)
-    );
+    return this.input.mode === 'full' && this.input.indexes !== undefined && this.batchedReports && isSmallTable(this.table) && patched(PATCHES.smallTableInOneStep);
   }
 
   /** Every chunk copied: FULL_DONE and TableCopied (with the last chunk's report, in one signal). */

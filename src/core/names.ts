@@ -110,11 +110,16 @@ export const PATCHES = {
    */
   parentMarksCopying: 'parent-marks-copying',
   /**
-   * Full mode: a table in one chunk of at most SMALL_TABLE_ROWS estimated rows gets its primary
-   * key, indexes and ANALYZE from its copy activity once the chunk is done, instead of from
-   * activities of their own (workflows/table.ts finishesInCopy).
+   * Full mode: a small table (src/core/plan.ts isSmallTable) gets its primary key, indexes and
+   * ANALYZE from its copy activity once the chunk is done, instead of from activities of their
+   * own (workflows/table.ts finishesInCopy).
    */
   smallTableInOneStep: 'small-table-in-one-step',
+  /**
+   * Full mode: a small table takes a quarter of a parallelism.tables slot, so that four of them
+   * copy where one large table would (workflows/full-load.ts, runWeighted).
+   */
+  smallTablesShareSlots: 'small-tables-share-slots',
 } as const;
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);

@@ -72,6 +72,19 @@ export function targetIndexName(table: Pick<TablePlan, 'targetNames'>, sourceNam
 /** What copying, syncing and validating one table needs (the plan minus its chunk list). */
 export type CopyTable = Pick<TablePlan, 'index' | 'source' | 'target' | 'columns' | 'keyColumns' | 'copyFormat' | 'keyCollateC'>;
 
+/** Estimated rows up to which a table in one chunk is small (isSmallTable). */
+export const SMALL_TABLE_ROWS = 100_000;
+
+/**
+ * A table in one chunk of at most SMALL_TABLE_ROWS estimated rows. In full mode its copy
+ * activity also builds its key and indexes (workflows/table.ts finishesInCopy), and it takes a
+ * quarter of a `parallelism.tables` slot (workflows/full-load.ts): for such a table the round
+ * trips through Temporal cost more than the work.
+ */
+export function isSmallTable(t: Pick<TablePlan, 'chunks' | 'rowsEstimated'>): boolean {
+  return t.chunks.length === 1 && t.rowsEstimated <= SMALL_TABLE_ROWS;
+}
+
 export function copyTableOf(t: TablePlan): CopyTable {
   return {
     index: t.index,

@@ -14,7 +14,25 @@ import { ResultDocument } from '../../src/core/status';
 import { HEARTBEAT_THROTTLE } from '../../src/worker';
 import { eventually, TestStack } from '../helpers/stack';
 
-type Mode = { copy: 'ok' | 'slow' | 'fail' };
+type Mode = { copy: 'ok' | 'slow' | 'fail'; mixed: boolean };
+
+/** One large table and eight small ones (one chunk, a hundred rows: src/core/plan.ts isSmallTable). */
+function mixedTables() {
+  const table = (index: number, rowsEstimated: number, chunks: number) => ({
+    index,
+    source: { schema: 'public', name: `t${index}` },
+    target: { schema: 'public', name: `t${index}` },
+    columns: ['id'],
+    keyColumns: [{ name: 'id', type: 'bigint', collatable: false }],
+    copyFormat: 'binary' as const,
+    keyCollateC: false,
+    rowsEstimated,
+    chunks: chunks === 1 ? [{ index: 0, lower: null, upper: null }] : [{ index: 0, lower: null, upper: ['10'] }, { index: 1, lower: ['10'], upper: null }],
+    targetExisted: false,
+    sourceWrites: 0,
+  });
+  return [table(0, 500_000, 2), ...Array.from({ length: 8 }, (_, i) => table(i + 1, 100, 1))];
+}
 
 describe('migrationWorkflow orchestration', () => {
   let stack: TestStack;
@@ -22,11 +40,14 @@ describe('migrationWorkflow orchestration', () => {
   let running: Promise<void>;
   let calls: string[];
   let callbacks: CallbackInput[];
-  const mode: Mode = { copy: 'ok' };
+  const mode: Mode = { copy: 'ok', mixed: false };
+  /** Copies running now, and the most seen at once (mixed mode): small tables, large ones. */
+  const copying = { small: 0, large: 0, maxSmall: 0, smallBesideLarge: 0 };
 
   const fakes: Partial<Activities> = {
     async preflight() {
       calls.push('preflight');
+      if (mode.mixed) return { sourceServer: '15', targetServer: '15', tables: mixedTables() };
       return {
         sourceServer: '15',
         targetServer: '15',
@@ -55,6 +76,16 @@ describe('migrationWorkflow orchestration', () => {
       return { created: 1 };
     },
     async copyChunk(input) {
+      if (mode.mixed) {
+        const kind = input.table.index === 0 ? 'large' : 'small';
+        copying[kind] += 1;
+        copying.maxSmall = Math.max(copying.maxSmall, copying.small);
+        if (copying.small > 0 && copying.large > 0) copying.smallBesideLarge += 1;
+        await Context.current().sleep(1_500);
+        copying[kind] -= 1;
+        const done = { checkpoint: { lastKey: null, rowsCopied: 10, done: true }, rows: 10, bytes: 100, batches: 1 };
+        return input.finish ? { ...done, finished: { built: 1, evicted: 0 } } : done;
+      }
       calls.push(`copyChunk:${input.chunk.index}`);
       if (mode.copy === 'fail') throw ApplicationFailure.nonRetryable('disk full', 'PostgresError.53100');
       if (mode.copy === 'slow') {
@@ -141,6 +172,7 @@ describe('migrationWorkflow orchestration', () => {
     calls = [];
     callbacks = [];
     mode.copy = 'ok';
+    mode.mixed = false;
   });
 
   async function start(id: string, extra?: Record<string, unknown>) {
@@ -186,6 +218,18 @@ describe('migrationWorkflow orchestration', () => {
     expect(result.events.filter((e) => e.table === 'public.t').map((e) => e.type)).toEqual(['SliceMigrated', 'SliceMigrated', 'TableCopied', 'IndexesBuilt']);
     const status = await stack.ferry.status(id);
     expect(status.tables[0]).toMatchObject({ phase: 'COMPLETED', rowsCopied: 20 });
+  });
+
+  it('copies small tables four to a parallelism.tables slot, and a large table alone in its slot', async () => {
+    mode.mixed = true;
+    Object.assign(copying, { small: 0, large: 0, maxSmall: 0, smallBesideLarge: 0 });
+    const tables = mixedTables().map((t) => `public.${t.source.name}`);
+    const { id } = await start('mixed', { tables, validation: 'none', parallelism: { tables: 1 } });
+    const result = await stack.ferry.result(id);
+    expect(result.state).toBe('SUCCEEDED');
+    expect({ maxSmall: copying.maxSmall, smallBesideLarge: copying.smallBesideLarge }).toEqual({ maxSmall: 4, smallBesideLarge: 0 });
+    // A small table's copy built its key and indexes: no activity of theirs ran.
+    expect(calls.filter((c) => /addPrimaryKey|listIndexes|buildIndex|analyzeTable/.test(c)).sort()).toEqual(['addPrimaryKey', 'analyzeTable', 'buildIndex:t_v_idx', 'listIndexes']); // the large table's
   });
 
   it('shows a table FULL_MIGRATING while it copies, though the table sends no signal for it', async () => {
