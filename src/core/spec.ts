@@ -106,7 +106,9 @@ export const specSchema = z
     validation: z.enum(['none', 'count', 'checksum']).default('checksum').describe('how copied data is proven equal'),
     parallelism: z
       .strictObject({
-        tables: int(1, PARALLELISM.max).default(PARALLELISM.tables).describe('tables copied at once'),
+        tables: int(1, PARALLELISM.max)
+          .default(PARALLELISM.tables)
+          .describe('tables copied at once (full mode: a small table, one chunk of at most 100,000 estimated rows, takes a quarter of a slot)'),
         chunks: int(1, PARALLELISM.max).default(PARALLELISM.chunks).describe('chunk copies at once per table'),
         indexes: int(1, PARALLELISM.max).default(PARALLELISM.indexes).describe('index and constraint builds at once per table (and foreign-key validations at once)'),
         apply: int(1, MAX_APPLY_LANES)
