@@ -14,7 +14,7 @@ import type { CopyTable } from '../src/core/plan';
 import { asActivityFailure } from '../src/db/errors';
 import { Bound, keyAsText, keyFromRow, keyOrder, keyPredicate, ParamBinder } from '../src/db/ranges';
 import { displayQualified, quoteQualified } from '../src/core/identifiers';
-import { ChunkCheckpoint, ChunkPlan, Key } from '../src/core/plan';
+import { ChunkCheckpoint, ChunkPlan, Key, SMALL_TABLE_ROWS } from '../src/core/plan';
 import { ActivityDeps } from './deps';
 import { FinishTable, finishSmallTable } from './indexes';
 
@@ -33,7 +33,7 @@ export interface CopyChunkInput {
   /**
    * A small table's only chunk (full mode): once it is done, the same activity builds the
    * table's primary key (`primaryKey`: it was loaded without it), its indexes and constraints,
-   * and runs ANALYZE (finishSmallTable).
+   * and runs ANALYZE (finishSmallTable) — if it copied no more than SMALL_TABLE_ROWS rows.
    */
   finish?: { table: FinishTable; primaryKey: boolean };
 }
@@ -101,10 +101,17 @@ export function createCopyChunk({ connections, logger }: ActivityDeps) {
         // flushes the WAL of every asynchronously committed batch before it.
         if (batches > 0) await touchCheckpoint(target, ref);
         log.info({ rows, bytes, batches, ms: Date.now() - started, done: checkpoint.done }, 'chunk slice copied');
-        if (!checkpoint.done || !input.finish) return { checkpoint, rows, bytes, batches };
+        // Only a table that really is small: statistics can be stale, and a table that turns out
+        // large gets its key and indexes from activities of their own, as any other (the
+        // workflow sees no `finished`), rather than in this activity's last slice.
+        if (!checkpoint.done || !input.finish || checkpoint.rowsCopied > SMALL_TABLE_ROWS) return { checkpoint, rows, bytes, batches };
         const { finish } = input;
         const finished = await connections.withClient(input.source, (s) =>
-          connections.withClient(input.target, (t) => finishSmallTable(s, t, { migrationId: input.migrationId, table: finish.table, copyTable: table, primaryKey: finish.primaryKey }, log)),
+          connections.withClient(input.target, (t) =>
+            finishSmallTable(s, t, { migrationId: input.migrationId, table: finish.table, copyTable: table, primaryKey: finish.primaryKey }, log, () =>
+              ctx.heartbeat({ chunk: input.chunk.index, rowsCopied: checkpoint.rowsCopied }),
+            ),
+          ),
         );
         return { checkpoint, rows, bytes, batches, finished };
       });

@@ -168,12 +168,15 @@ export async function finishSmallTable(
   target: Session,
   input: { migrationId: string; table: FinishTable; copyTable: CopyTable; primaryKey: boolean },
   logger: ActivityDeps['logger'],
+  heartbeat: () => void,
 ): Promise<{ built: number; evicted: number }> {
   if (input.primaryKey) await addPrimaryKeyOn(source, target, input.table);
+  heartbeat();
   let built = 0;
   for (const index of await listIndexesOn(source, input.table)) {
     const result = await buildIndexOn(source, target, { migrationId: input.migrationId, source: '', target: '', table: input.copyTable, index, evictDuplicates: false }, logger);
     if (result.built) built += 1;
+    heartbeat();
   }
   await untimed(target, () => target.query(`ANALYZE ${quoteQualified(input.table.target)}`));
   return { built, evicted: 0 };

@@ -178,4 +178,28 @@ describe('a full-load migration', () => {
     const phaseMoves = status.transitions.filter((t) => t.machine === 'phase').map((t) => t.to);
     expect(phaseMoves).toEqual(['FULL_MIGRATING', 'FULL_DONE', 'VALIDATING', 'COMPLETED']);
   });
+
+  it('builds the key and indexes with activities of their own for a table its statistics called small but whose copy found it large', async () => {
+    // Analysed at 10 rows, then grown past the small-table bound with no new statistics.
+    await suite.dbs.exec(
+      'source',
+      `CREATE TABLE public.grown (id int PRIMARY KEY, v text NOT NULL) WITH (autovacuum_enabled = false);
+       CREATE INDEX grown_v ON public.grown (v);
+       INSERT INTO public.grown SELECT g, 'v' || g FROM generate_series(1, 10) g;
+       ANALYZE public.grown;
+       INSERT INTO public.grown SELECT g, 'v' || g FROM generate_series(11, 120000) g;`,
+    );
+    const spec = { source: 'legacy', target: 'v2', validation: 'count', tables: ['public.grown'] };
+    const plan = await suite.stack.ferry.preflight(spec, 'grown-plan');
+    expect({ chunks: plan.tables[0].chunks.length, rowsEstimated: plan.tables[0].rowsEstimated }).toEqual({ chunks: 1, rowsEstimated: 10 });
+    const { id } = await suite.stack.ferry.start(spec, { id: 'full-grown' });
+    const result = await suite.stack.ferry.result(id);
+    expect(result.error).toBeNull();
+    expect(result.state).toBe('SUCCEEDED');
+    const ran = new Set((await activityStarts(suite.stack.client, workflowIds.table(id, 0))).map((a) => a.activityType));
+    expect([...ran].sort()).toEqual(['addPrimaryKey', 'analyzeTable', 'buildIndex', 'copyChunk', 'listIndexes', 'validateChunk']);
+    const indexes = await suite.dbs.query<{ def: string }>('target', `SELECT pg_get_indexdef(indexrelid) AS def FROM pg_index WHERE indrelid = 'public.grown'::regclass ORDER BY 1`);
+    expect(indexes.map((i) => i.def)).toEqual(['CREATE INDEX grown_v ON public.grown USING btree (v)', 'CREATE UNIQUE INDEX grown_pkey ON public.grown USING btree (id)']);
+    expect(await rowsAsText(suite.dbs, 'target', 'public.grown', 'id')).toEqual(await rowsAsText(suite.dbs, 'source', 'public.grown', 'id'));
+  });
 });
