@@ -1,7 +1,8 @@
 /**
  * mode: full — prepareTarget → one tableMigrationWorkflow per table (at most
- * parallelism.tables at once, small tables four to a slot), each copying, validating and building its indexes → foreign keys
- * (added NOT VALID, then validated, parallelism.indexes at a time) and sequence positions.
+ * parallelism.tables at once, small tables four to a slot), each copying, validating and
+ * building its indexes → foreign keys (added NOT VALID, then validated, parallelism.indexes at a
+ * time) and sequence positions.
  * Executions begun by an older Ferry build every index at the end instead (finalizeTarget).
  */
 import { patched } from '@temporalio/workflow';
@@ -9,10 +10,10 @@ import { steps } from './proxies';
 import { runBounded, runWeighted } from './bounded';
 import { PATCHES } from '../src/core/names';
 import { isSmallTable, TablePlan } from '../src/core/plan';
+import { derivePhase, MigrationContext, prepareTarget, startTable } from './context';
 
 /** Small tables (isSmallTable) that copy at once in one `parallelism.tables` slot. */
 const SMALL_PER_SLOT = 4;
-import { derivePhase, MigrationContext, prepareTarget, startTable } from './context';
 
 export async function runFullLoad(ctx: MigrationContext): Promise<void> {
   const { spec, plan, tracker } = ctx;
@@ -28,8 +29,9 @@ export async function runFullLoad(ctx: MigrationContext): Promise<void> {
     }
   };
   if (patched(PATCHES.smallTablesShareSlots)) {
-    // A small table (one chunk, finished by its copy activity) takes a quarter of a slot: for
-    // such tables the round trips through Temporal, not the databases, are what takes the time.
+    // A small table (one chunk, at most 100,000 estimated rows; its copy activity also builds
+    // its key and indexes) takes a quarter of a slot: for such tables the round trips through
+    // Temporal, not the databases, are what takes the time.
     await runWeighted(plan.tables, spec.parallelism.tables * SMALL_PER_SLOT, (t) => (isSmallTable(t) ? 1 : SMALL_PER_SLOT), copyTable);
   } else {
     await runBounded(plan.tables, spec.parallelism.tables, copyTable);
