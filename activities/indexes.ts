@@ -82,6 +82,14 @@ async function indexExists(db: ClientBase, table: QualifiedName, index: IndexRef
 /** A dedicated or a pooled session. */
 type Session = Client | PoolClient;
 
+/** What building an index needs once its sessions are open: not the connections' names. */
+type IndexBuild = Omit<BuildIndexInput, 'source' | 'target'>;
+
+/** ANALYZE without a statement timeout. */
+async function analyzeOn(db: ClientBase, table: QualifiedName): Promise<void> {
+  await untimed(db, () => db.query(`ANALYZE ${quoteQualified(table)}`));
+}
+
 /** The source's secondary indexes and unique or exclusion constraints of the table, to build on the target. */
 async function listIndexesOn(source: ClientBase, table: ListIndexesInput['table']): Promise<IndexRef[]> {
   // A target the user prepared keeps the indexes it has: Ferry adds none to it.
@@ -110,7 +118,7 @@ async function untimed<T>(db: ClientBase, fn: () => Promise<T>): Promise<T> {
   }
 }
 
-async function buildIndexOn(source: Session, target: Session, input: BuildIndexInput, logger: ActivityDeps['logger']): Promise<BuildIndexResult> {
+async function buildIndexOn(source: Session, target: Session, input: IndexBuild, logger: ActivityDeps['logger']): Promise<BuildIndexResult> {
   const label = `${input.index.name} on ${displayQualified(input.table.target)}`;
   if (await indexExists(target, input.table.target, input.index)) return { built: false, evicted: 0 };
   const info = await sourceTable(source, input.table.source);
@@ -174,11 +182,11 @@ export async function finishSmallTable(
   heartbeat();
   let built = 0;
   for (const index of await listIndexesOn(source, input.table)) {
-    const result = await buildIndexOn(source, target, { migrationId: input.migrationId, source: '', target: '', table: input.copyTable, index, evictDuplicates: false }, logger);
+    const result = await buildIndexOn(source, target, { migrationId: input.migrationId, table: input.copyTable, index, evictDuplicates: false }, logger);
     if (result.built) built += 1;
     heartbeat();
   }
-  await untimed(target, () => target.query(`ANALYZE ${quoteQualified(input.table.target)}`));
+  await analyzeOn(target, input.table.target);
   return { built, evicted: 0 };
 }
 
@@ -196,13 +204,13 @@ export function createIndexActivities({ connections, logger }: ActivityDeps) {
   }
 
   async function analyzeTable(input: { target: string; table: QualifiedName }): Promise<void> {
-    await connections.withClient(input.target, (db) => untimed(db, () => db.query(`ANALYZE ${quoteQualified(input.table)}`)));
+    await connections.withClient(input.target, (db) => analyzeOn(db, input.table));
   }
 
   return { listIndexes, buildIndex, addPrimaryKey, analyzeTable };
 }
 
-function definition(info: TableInfo, input: BuildIndexInput): string {
+function definition(info: TableInfo, input: IndexBuild): string {
   const found = (input.index.kind === 'constraint' ? info.uniques : info.indexes).find((i) => i.name === input.index.name);
   if (!found) throw refusal(FAILURE.MissingIndex, `${input.index.name} disappeared from ${displayQualified(info.name)} on the source`);
   const name = nameOnTarget(input.index);
@@ -215,7 +223,7 @@ function definition(info: TableInfo, input: BuildIndexInput): string {
  * the two at worst replays a row twice. Nothing else writes the table meanwhile: its sync is
  * paused by its workflow, and the lock keeps a straggling attempt out.
  */
-async function evictDuplicates(source: Session, target: Session, input: BuildIndexInput): Promise<number> {
+async function evictDuplicates(source: Session, target: Session, input: IndexBuild): Promise<number> {
   const key = (await readUniqueKeys(source, input.table.source)).find((k) => k.name === input.index.name);
   if (!key) throw refusal(FAILURE.MissingIndex, `${input.index.name} disappeared from ${displayQualified(input.table.source)} on the source`);
   const shape = await withCatalogKeyTypes(source, input.table);

@@ -196,6 +196,7 @@ async function logIsEmpty(source: ClientBase, input: SyncInput): Promise<boolean
 
 /** Splits `keys` into `count` shares by a hash of each key: a key always lands in the same share. */
 export function shareByKeyHash(keys: Key[], count: number): Key[][] {
+  if (count === 1) return [keys];
   const shares: Key[][] = Array.from({ length: count }, () => []);
   for (const key of keys) {
     // FNV-1a over the key's text: cheap, and spread well enough for a handful of shares.
@@ -207,8 +208,8 @@ export function shareByKeyHash(keys: Key[], count: number): Key[][] {
 }
 
 /**
- * One round's keys applied by the lanes at once, each its share in its own transaction, the
- * keys it applied recorded as dirty in the same transaction. Every lane runs to its end before
+ * One round's keys applied by the lanes at once (one lane: the sync's own fenced sessions), each
+ * its share in its own transaction, the keys it applied recorded as dirty in the same transaction. Every lane runs to its end before
  * this returns or throws, so no session is still writing when the slice ends them. A lane that
  * failed leaves the round's log rows in place: the keys the others applied are applied again
  * later, which is harmless.
@@ -263,7 +264,7 @@ async function syncSlice(input: SyncInput, { source, target, write, lanes: openL
   // value (applyKeys) must see the whole round. An index made unique later is seen by each
   // lane's applyKeys under its lock, which then evicts within its share.
   const laneCount = input.lanes ?? 1;
-  const lanes = laneCount > 1 && (await readUniqueKeys(target, input.table.target)).length === 0 ? await openLanes(laneCount) : null;
+  const lanes = laneCount > 1 && (await readUniqueKeys(target, input.table.target)).length === 0 ? await openLanes(laneCount) : [{ source, target, write }];
   while (Date.now() - started < input.sliceMs) {
     if (ctx.cancellationSignal.aborted) throw new CancelledFailure('sync slice cancelled');
     if (caughtUp) {
@@ -279,13 +280,7 @@ async function syncSlice(input: SyncInput, { source, target, write, lanes: openL
       continue;
     }
     const keys = distinctKeys(rows.map((r) => r.pk as Key));
-    const done = lanes
-      ? await applyInLanes(input, lanes, keys, heartbeat)
-      : await write(async () => {
-          const result = await applyKeys(source, target, input.table, keys, heartbeat);
-          if (input.recordDirty) await recordDirty(target, input.migrationId, input.table.index, result.applied);
-          return result;
-        });
+    const done = await applyInLanes(input, lanes, keys, heartbeat);
     // Only after the target committed: evicted rows back into the log, then delete exactly
     // the log rows that were applied.
     await enqueue(source, log, done.requeue);
