@@ -66,6 +66,8 @@ export interface TableLiveState {
   rowsCopied: number;
   chunks: ChunkStatus[];
   lag?: TableStatus['lag'];
+  /** Whether the table holds a pause (the parent forwards control to its tables). */
+  paused?: boolean;
 }
 
 /** A child's milestone, reported to the parent, which owns the event sequence. */

@@ -219,6 +219,7 @@ class TableRun {
       rowsCopied: this.rowsCopied(),
       chunks: this.chunks.map((c) => c.status),
       lag: this.sync.lag,
+      paused: this.control.paused,
     }));
   }
 

@@ -10,6 +10,7 @@
 import { captureNames } from '../../src/db/capture-sql';
 import { quoteQualified } from '../../src/core/identifiers';
 import { createMetrics, FerryMetrics } from '../../src/telemetry';
+import { tableStateQuery } from '../../workflows/definitions';
 import type { ValidateChunkInput } from '../../activities/validate-chunk';
 import { objectInventory, rowsAsText } from '../helpers/databases';
 import { activityStarts } from '../helpers/history';
@@ -160,7 +161,15 @@ describe('online validation and the sync metrics', () => {
     await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL');
     const appliedBefore = await metric(metrics, 'ferry_changes_applied_total', 'public.lagged');
     await suite.stack.ferry.pause(id);
-    await eventually(async () => !((await suite.stack.ferry.handle(`${id}/table-0`).describe()).raw.pendingActivities ?? []).some((a) => a.activityType?.name === 'syncChanges'));
+    // The table itself must hold the pause (the parent forwards it): until then an idle table's
+    // next look at its log can begin, and race the writes below (seen once in CI: a look that
+    // found the log empty ended just as 500 changes landed).
+    const table0 = suite.stack.ferry.handle(`${id}/table-0`);
+    await eventually(
+      async () =>
+        (await table0.query(tableStateQuery)).paused === true &&
+        !((await table0.describe()).raw.pendingActivities ?? []).some((a) => a.activityType?.name === 'syncChanges'),
+    );
     const seen = slices.length;
     const logs = () => slices.slice(seen).flatMap((x) => ('log' in x ? [x.log] : []));
 
