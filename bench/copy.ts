@@ -7,7 +7,7 @@
  *       into a table that has its primary key (as Ferry's target has during the load);
  *   (b) pgcopydb clone --table-jobs 2, when pgcopydb is installed;
  *   (c) ferry start --wait with validation none, and again with checksum, through a dev server
- *       and one `ferry worker` process, whose peak RSS (VmHWM) it reports.
+ *       and one `ferry worker` process, whose peak RSS (VmHWM) it reports for each part of the run.
  *   (a') the same pipe into the table without its key, then ALTER TABLE … ADD PRIMARY KEY: the
  *       index-free load Ferry does, at PostgreSQL's own speed;
  *   (s) a plain checksum scan of both sides at once (count and sum of row hashes): what
@@ -134,6 +134,20 @@ function peakRssMb(pid: number): number {
   return Math.round(kb / 1024);
 }
 
+/**
+ * The worker's peak RSS since the last call (VmHWM, then reset by writing 5 to clear_refs), so
+ * that each size reports its own peak; without the right to reset, the peak so far.
+ */
+function peakRssSince(pid: number): number {
+  const peak = peakRssMb(pid);
+  try {
+    writeFileSync(`/proc/${pid}/clear_refs`, '5');
+  } catch {
+    // Not permitted here: the next reading includes this one's.
+  }
+  return peak;
+}
+
 async function main(): Promise<void> {
   await ensurePostgres(ADMIN);
   const tag = Date.now().toString(36);
@@ -150,7 +164,8 @@ async function main(): Promise<void> {
   const results: Record<string, Sample> = {};
   const copyPhase: Record<string, number> = {};
   const many: ManyResult[] = [];
-  let rss = 0;
+  /** The worker's peak RSS over each part of the run, by part. */
+  const rss: Record<string, number> = {};
   try {
     process.stdout.write(`seeding ${ROWS.toLocaleString('en-US')} rows… `);
     await sql(url(dbs.source), `${TABLE_DDL};
@@ -246,6 +261,7 @@ async function main(): Promise<void> {
       const w = await run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'start', warm, '--wait'], env);
       if (w.code !== 0) throw new Error(`warm-up failed: ${w.out}\n${workerLog}`);
       await sql(url(dbs.none), 'DROP TABLE public.warm');
+      rss['start and warm-up'] = peakRssSince(worker.pid!);
 
       for (const [name, target, validation] of [
         ['none', 'bench_none', 'none'],
@@ -274,9 +290,12 @@ async function main(): Promise<void> {
         process.stdout.write(`      where each run's time went: ${timelines.join('\n                                  ')}\n`);
         phases.sort((a, b) => a - b);
         copyPhase[name] = phases[Math.floor(phases.length / 2)];
+        rss[`${ROWS.toLocaleString('en-US')} rows, validation ${name}`] = peakRssSince(worker.pid!);
       }
-      if (MANY) many.push(...(await manyTables(dbs.many, dbs.manyTarget, env, pgcopydb ?? undefined)));
-      rss = peakRssMb(worker.pid!);
+      if (MANY) many.push(...(await manyTables(dbs.many, dbs.manyTarget, env, pgcopydb ?? undefined, (label) => {
+        const mb = peakRssSince(worker.pid!);
+        if (label) rss[label] = mb;
+      })));
     } finally {
       worker.kill('SIGTERM');
       await new Promise((r) => worker.on('exit', r));
@@ -297,7 +316,7 @@ async function main(): Promise<void> {
       `ferry copy phase alone (none):           ${seconds(copyPhase.none)}, ${(raw.median / copyPhase.none).toFixed(2)} × raw throughput ` +
         '(MigrationStarted → TableCopied in the result\'s events: the chunk copies without CLI, preflight, DDL, ANALYZE)\n',
     );
-    process.stdout.write(`ferry worker peak RSS (VmHWM):           ${rss} MB (over every run above and below)\n`);
+    process.stdout.write(`ferry worker peak RSS (VmHWM), by part:  ${Object.entries(rss).map(([part, mb]) => `${part} ${mb} MB`).join(', ')}\n`);
     if (copydb) process.stdout.write(`ferry (validation none) vs pgcopydb:     ${((1 - results.none.median / copydb.median) * 100).toFixed(0)}% less time\n`);
     for (const m of many) {
       process.stdout.write(
@@ -328,7 +347,14 @@ interface ManyResult {
  * Orchestration overhead: many small tables, each shape in a schema of its own on `source`,
  * moved by ferry (validation none) and by pgcopydb into a fresh `target`.
  */
-async function manyTables(source: string, target: string, env: NodeJS.ProcessEnv, pgcopydb: string | undefined): Promise<ManyResult[]> {
+async function manyTables(
+  source: string,
+  target: string,
+  env: NodeJS.ProcessEnv,
+  pgcopydb: string | undefined,
+  /** Takes the worker's peak RSS over what ran since the last reading (unlabelled: only resets it). */
+  peak: (label?: string) => void,
+): Promise<ManyResult[]> {
   const out: ManyResult[] = [];
   for (const shape of MANY_SHAPES) {
     const schema = `m${shape.tables}`;
@@ -360,8 +386,10 @@ async function manyTables(source: string, target: string, env: NodeJS.ProcessEnv
         },
       );
     };
+    peak();
     const ferry = await ferryRun();
     const ferryWide = await ferryRun(MANY_PARALLELISM);
+    peak(`${shape.tables} tables × ${shape.rows.toLocaleString('en-US')} rows`);
     let copydb: Sample | undefined;
     if (pgcopydb) {
       const work = join(tmpdir(), `ferry-bench-pgcopydb-${schema}-${Date.now()}`);

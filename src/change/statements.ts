@@ -4,7 +4,6 @@
  * the table are refused with their safe form named — or, for SET NOT NULL, replaced by it. The
  * README's table of unsafe statements lists the same cases as `judgeStatement` below.
  */
-import { loadModule, parse } from 'libpg-query';
 import { ClientBase } from 'pg';
 import { QualifiedName } from '../core/identifiers';
 
@@ -18,12 +17,26 @@ export type Verdict =
   | { action: 'setNotNull'; table: QualifiedName; column: string }
   | { action: 'refuse'; message: string };
 
-let loaded: Promise<void> | undefined;
+type Parser = typeof import('libpg-query');
+let parser: Promise<Parser> | undefined;
+
+/**
+ * The parser, loaded on first use: requiring libpg-query instantiates its WebAssembly at once,
+ * and its memory (about 130 MB of the process's RSS) would sit in every worker, most of which
+ * never judge a change plan.
+ */
+function loadParser(): Promise<Parser> {
+  parser ??= (async () => {
+    const module = require('libpg-query') as Parser;
+    await module.loadModule();
+    return module;
+  })();
+  return parser;
+}
 
 /** The statements of `sql` as parse trees; an error message when it does not parse. */
 export async function parseStatements(sql: string): Promise<Node[] | string> {
-  loaded ??= loadModule();
-  await loaded;
+  const { parse } = await loadParser();
   try {
     const tree = await parse(sql);
     return (tree.stmts ?? []).map((s: Node) => s.stmt);
