@@ -324,12 +324,14 @@ function sideBySide(figures: CaptureFigures[]): void {
     ['source TPS without capture (just before)', (f) => f.baseline.toFixed(0)],
     ['with capture, sync paused', (f) => `${f.captureOnly.toFixed(0)} (${ratio(f.captureOnly, f.baseline)})`],
     ['with capture and the sync on the same cores', (f) => `${f.withSync.toFixed(0)} (${ratio(f.withSync, f.baseline)})`],
+    ['capture, as preflight chose it', (f) => f.reason || f.capture],
     ['copy + catch-up to AWAITING_APPROVAL', (f) => `${f.copySeconds.toFixed(1)} s`],
+    ['lag when approval was reached', (f) => `${f.lagAtApproval.toFixed(2)} s`],
     [
       'apply capacity against the logging rate',
       (f) => `${(f.backlog / f.drainSeconds).toFixed(0)} against ${(f.backlog / SECONDS).toFixed(0)} rows/s (${ratio(SECONDS, f.drainSeconds)})`,
     ],
-    ['lag while pgbench ran: p50 / p99 / worst', (f) => `${f.lag.p50.toFixed(2)} / ${f.lag.p99.toFixed(2)} / ${f.lag.worst.toFixed(2)} s`],
+    ['lag while pgbench ran: p50 / p99 / worst', (f) => `${f.lag.p50.toFixed(2)} / ${f.lag.p99.toFixed(2)} / ${f.lag.worst.toFixed(2)} s (${f.lag.readings} readings)`],
     ['lag when the cutover began', (f) => `${f.lagAtCutover.toFixed(2)} s`],
     ['write outage', (f) => (f.outageMs === undefined ? `n/a (${f.state})` : `${f.outageMs} ms`)],
   ];

@@ -10,17 +10,9 @@
  */
 const verb = process.argv[2];
 if (verb === 'worker') {
-  const v8 = require('node:v8');
   // A smaller young generation keeps a copying worker's peak RSS about 20 MB lower at no
   // measurable cost in throughput (bench/copy.ts); it applies to the isolates created from here on.
-  v8.setFlagsFromString('--max-semi-space-size=2');
-  // The same goes for the workflow thread's isolate: its heap bounded at 256 MB (the cached
-  // workflows of a many-table migration take a fraction of that), so that V8 collects it rather
-  // than letting it grow towards the 4 GB default — over 500 small tables the worker's peak RSS
-  // was about 600 MB unbounded, 364 MB bounded. An operator's own NODE_OPTIONS bound wins.
-  if (!/--max-old-space-size/.test(process.env.NODE_OPTIONS ?? '') && !process.execArgv.some((a) => a.startsWith('--max-old-space-size'))) {
-    v8.setFlagsFromString('--max-old-space-size=256');
-  }
+  require('node:v8').setFlagsFromString('--max-semi-space-size=2');
 }
 const build = require('../scripts/build').buildState();
 let cli;

@@ -21,8 +21,6 @@ export interface FerryWorkerOptions {
   workflowBundle?: { code: string };
   maxConcurrentActivityTaskExecutions?: number;
   maxConcurrentWorkflowTaskExecutions?: number;
-  /** Workflow executions kept in memory between their tasks (the sticky cache); default DEFAULT_CACHED_WORKFLOWS. */
-  maxCachedWorkflows?: number;
   /** Worker-wide activity rate cap (activities per second). */
   maxActivitiesPerSecond?: number;
   /** Server-side cap across every worker of the task queue. */
@@ -92,14 +90,6 @@ const keepRowDataOnWorker: NonNullable<NonNullable<WorkerOptions['interceptors']
   },
 });
 
-/**
- * The sticky cache: executions kept in memory between their workflow tasks. The SDK sizes it
- * from the main heap's limit (about 2,300 executions on a machine of this size), more than the
- * workflow thread's heap holds once bin/ferry.js bounds it (256 MB). An execution pushed out
- * replays its history on its next task; a table workflow's is short (continue-as-new bounds it).
- */
-export const DEFAULT_CACHED_WORKFLOWS = 200;
-
 export const HEARTBEAT_THROTTLE = { maxHeartbeatThrottleInterval: '2 seconds', defaultHeartbeatThrottleInterval: '2 seconds' } as const;
 
 export async function createFerryWorker(options: FerryWorkerOptions): Promise<FerryWorker> {
@@ -109,7 +99,6 @@ export async function createFerryWorker(options: FerryWorkerOptions): Promise<Fe
   const dataConverter = dataConverterFromEnv(env);
   const bundle = options.workflowBundle ?? workflowBundle(env, { encodeFailures: Boolean(dataConverter?.failureConverterPath) });
   const activitySlots = options.maxConcurrentActivityTaskExecutions ?? 8;
-  const cachedWorkflows = options.maxCachedWorkflows ?? DEFAULT_CACHED_WORKFLOWS;
   const connections = new ConnectionRegistry({ env, poolSize: activitySlots + 2, applicationName: 'ferry-worker' });
   const connection = await NativeConnection.connect(connectionOptions(options.temporal));
   const workerOptions: WorkerOptions = {
@@ -119,8 +108,7 @@ export async function createFerryWorker(options: FerryWorkerOptions): Promise<Fe
     workflowBundle: bundle,
     activities: createActivities({ connections, logger: options.logger, env, metrics: options.metrics }),
     maxConcurrentActivityTaskExecutions: activitySlots,
-    maxConcurrentWorkflowTaskExecutions: Math.min(options.maxConcurrentWorkflowTaskExecutions ?? 40, cachedWorkflows),
-    maxCachedWorkflows: cachedWorkflows,
+    maxConcurrentWorkflowTaskExecutions: options.maxConcurrentWorkflowTaskExecutions ?? 40,
     shutdownGraceTime: options.shutdownGraceTime ?? '30 seconds',
     // Cancellation reaches an activity only with a heartbeat's reply: send them often enough
     // that cancel, pause and a lost worker are noticed within a couple of seconds.

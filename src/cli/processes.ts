@@ -41,7 +41,6 @@ export function registerProcessCommands(program: Command): void {
     .description('run one worker of the pool: executes migrations\' workflows and activities')
     .option('--concurrency <n>', 'activities this worker runs at once (FERRY_WORKER_CONCURRENCY, default 8)', positiveInt)
     .option('--workflow-concurrency <n>', 'workflow tasks this worker runs at once (FERRY_WORKFLOW_CONCURRENCY, default 40)', positiveInt)
-    .option('--cached-workflows <n>', 'workflow executions this worker keeps in memory between tasks (FERRY_CACHED_WORKFLOWS, default 200)', positiveInt)
     .option('--max-activities-per-second <n>', 'rate cap for this worker (FERRY_MAX_ACTIVITIES_PER_SECOND)', positiveInt)
     .option('--task-queue-activities-per-second <n>', 'server-side rate cap across all workers of the queue (FERRY_TASK_QUEUE_ACTIVITIES_PER_SECOND)', positiveInt)
     .option('--shutdown-grace <duration>', 'how long SIGTERM waits for in-flight activities (FERRY_SHUTDOWN_GRACE, default 30s)', duration)
@@ -53,7 +52,6 @@ export function registerProcessCommands(program: Command): void {
 interface WorkerFlags {
   concurrency?: number;
   workflowConcurrency?: number;
-  cachedWorkflows?: number;
   maxActivitiesPerSecond?: number;
   taskQueueActivitiesPerSecond?: number;
   shutdownGrace?: number;
@@ -75,7 +73,6 @@ export function workerSettings(flags: WorkerFlags, env: NodeJS.ProcessEnv): Omit
   return {
     concurrency: flags.concurrency ?? fromEnv('FERRY_WORKER_CONCURRENCY', positiveInt),
     workflowConcurrency: flags.workflowConcurrency ?? fromEnv('FERRY_WORKFLOW_CONCURRENCY', positiveInt),
-    cachedWorkflows: flags.cachedWorkflows ?? fromEnv('FERRY_CACHED_WORKFLOWS', positiveInt),
     maxActivitiesPerSecond: flags.maxActivitiesPerSecond ?? fromEnv('FERRY_MAX_ACTIVITIES_PER_SECOND', positiveInt),
     taskQueueActivitiesPerSecond: flags.taskQueueActivitiesPerSecond ?? fromEnv('FERRY_TASK_QUEUE_ACTIVITIES_PER_SECOND', positiveInt),
     shutdownGrace: flags.shutdownGrace ?? fromEnv('FERRY_SHUTDOWN_GRACE', duration) ?? 30_000,
@@ -124,7 +121,6 @@ async function workerCommand(flags: WorkerFlags): Promise<void> {
     metrics,
     maxConcurrentActivityTaskExecutions: opts.concurrency,
     maxConcurrentWorkflowTaskExecutions: opts.workflowConcurrency,
-    maxCachedWorkflows: opts.cachedWorkflows,
     maxActivitiesPerSecond: opts.maxActivitiesPerSecond,
     maxTaskQueueActivitiesPerSecond: opts.taskQueueActivitiesPerSecond,
     shutdownGraceTime: opts.shutdownGrace,

@@ -100,8 +100,6 @@ export class TestStack {
       logger?: Logger;
       /** Ferry's Prometheus metrics, fed as `ferry worker --metrics-port` feeds them (src/telemetry.ts createMetrics). */
       metrics?: FerryMetrics;
-      /** The sticky cache's size (`ferry worker --cached-workflows`). */
-      cachedWorkflows?: number;
     } = {},
   ): Promise<FerryWorker> {
     const worker = await createFerryWorker({
@@ -113,7 +111,6 @@ export class TestStack {
       interceptors: options.interceptors,
       maxConcurrentActivityTaskExecutions: options.activitySlots,
       metrics: options.metrics,
-      maxCachedWorkflows: options.cachedWorkflows,
     });
     this.inProcess.push({ worker, running: worker.run() });
     return worker;

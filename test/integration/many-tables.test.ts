@@ -37,13 +37,7 @@ describe(`an online migration of ${TABLES} tables`, () => {
       target: '',
     },
     connections: { src: 'source', dst: 'target' },
-    // Two workers whose caches hold 30 executions each, fewer than the migration's 101 (its own
-    // and one per table): executions are pushed out and replay their histories when they next
-    // run, as on a worker serving more migrations than its cache holds.
-    workers: 0,
-    ready: async () => {
-      for (let i = 0; i < 2; i += 1) await suite.stack.startWorker({ cachedWorkflows: 30 });
-    },
+    workers: 2,
   });
 
   it('copies, syncs and cuts over every table, with writes to some of them throughout', async () => {

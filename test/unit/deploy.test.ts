@@ -278,16 +278,6 @@ describe('the Kubernetes manifests in deploy/k8s', () => {
   });
 });
 
-describe('ferry worker settings', () => {
-  it('reads each worker setting from the environment, a flag winning, and refuses a bad value by its name', () => {
-    expect(workerSettings({}, { FERRY_CACHED_WORKFLOWS: '50' }).cachedWorkflows).toBe(50);
-    expect(workerSettings({ cachedWorkflows: 20 }, { FERRY_CACHED_WORKFLOWS: '50' }).cachedWorkflows).toBe(20);
-    expect(workerSettings({}, {}).cachedWorkflows).toBeUndefined();
-    expect(() => workerSettings({}, { FERRY_CACHED_WORKFLOWS: 'many' })).toThrow(/^FERRY_CACHED_WORKFLOWS=many .*: fix or unset it$/);
-    expect(() => workerSettings({}, { FERRY_WORKFLOW_CONCURRENCY: '0' })).toThrow(/^FERRY_WORKFLOW_CONCURRENCY=0 /);
-  });
-});
-
 describe('the worker Deployment', () => {
   it('runs `ferry worker` through the image entrypoint, with the image docker-compose builds', () => {
     const image = dockerfile();
