@@ -22,8 +22,8 @@ let parser: Promise<Parser> | undefined;
 
 /**
  * The parser, loaded on first use: requiring libpg-query instantiates its WebAssembly at once,
- * and its memory (about 130 MB of the process's RSS) would sit in every worker, most of which
- * never judge a change plan.
+ * reserving about 130 MB (a few MB of it resident) in every worker, most of which never judge
+ * a change plan.
  */
 function loadParser(): Promise<Parser> {
   parser ??= (async () => {

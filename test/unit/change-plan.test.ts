@@ -1,4 +1,6 @@
 /** Change plans: the spec's normal form and refusals, the step and phase machines, the lock backoff. */
+import { execFileSync } from 'node:child_process';
+import { join } from 'node:path';
 import { parseChangePlan } from '../../src/core/change-plan';
 import { CHANGE_PHASE_TRANSITIONS, CHANGE_PHASES, changePhaseMachine, STEP_STATES, STEP_TRANSITIONS, stepMachine } from '../../src/core/change-status';
 import { SpecError } from '../../src/core/errors';
@@ -122,3 +124,23 @@ function changePhaseMachineAt(state: (typeof CHANGE_PHASES)[number]) {
   for (const s of path[state]) m.to(s as never, 't');
   return m;
 }
+
+describe('the SQL parser change plans are judged with', () => {
+  it('is loaded on first use, not by a worker loading its activities (its WebAssembly reserves about 130 MB)', () => {
+    // A process of its own, from the compiled build the jest set-up made: what it reserves is
+    // read before and after the first parse.
+    const script = `
+      const external = () => Math.round(process.memoryUsage().external / 1048576);
+      require('./dist/activities');
+      setTimeout(async () => {
+        const before = external();
+        const parsed = await require('./dist/src/change/statements').parseStatements('ALTER TABLE t ADD COLUMN n int');
+        console.log(JSON.stringify({ before, after: external(), parsed: Array.isArray(parsed) }));
+      }, 500);`;
+    const out = execFileSync(process.execPath, ['-e', script], { cwd: join(__dirname, '..', '..'), encoding: 'utf8' });
+    const { before, after, parsed } = JSON.parse(out.trim().split('\n').at(-1)!) as { before: number; after: number; parsed: boolean };
+    expect(parsed).toBe(true);
+    expect(before).toBeLessThan(40);
+    expect(after).toBeGreaterThan(before + 64);
+  });
+});
