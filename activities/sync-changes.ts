@@ -209,8 +209,9 @@ export function shareByKeyHash(keys: Key[], count: number): Key[][] {
 
 /**
  * One round's keys applied by the lanes at once (one lane: the sync's own fenced sessions), each
- * its share in its own transaction, the keys it applied recorded as dirty in the same transaction. Every lane runs to its end before
- * this returns or throws, so no session is still writing when the slice ends them. A lane that
+ * its share in its own transaction, the keys it applied recorded as dirty in the same
+ * transaction. Every lane runs to its end before this returns or throws, so no session is
+ * still writing when the slice ends them. A lane that
  * failed leaves the round's log rows in place: the keys the others applied are applied again
  * later, which is harmless.
  */

@@ -127,19 +127,22 @@ function changePhaseMachineAt(state: (typeof CHANGE_PHASES)[number]) {
 
 describe('the SQL parser change plans are judged with', () => {
   it('is loaded on first use, not by a worker loading its activities (its WebAssembly reserves about 130 MB)', () => {
-    // A process of its own, from the compiled build the jest set-up made: what it reserves is
-    // read before and after the first parse.
+    // A process of its own, from the compiled build the jest set-up made: whether the parser's
+    // module is loaded, and what the process reserves, before and after the first parse.
     const script = `
       const external = () => Math.round(process.memoryUsage().external / 1048576);
+      const loaded = () => Object.keys(require.cache).some((path) => path.includes('/libpg-query/'));
       require('./dist/activities');
-      setTimeout(async () => {
+      (async () => {
         const before = external();
+        const loadedBefore = loaded();
         const parsed = await require('./dist/src/change/statements').parseStatements('ALTER TABLE t ADD COLUMN n int');
-        console.log(JSON.stringify({ before, after: external(), parsed: Array.isArray(parsed) }));
-      }, 500);`;
+        console.log(JSON.stringify({ before, loadedBefore, after: external(), parsed: Array.isArray(parsed) }));
+      })();`;
     const out = execFileSync(process.execPath, ['-e', script], { cwd: join(__dirname, '..', '..'), encoding: 'utf8' });
-    const { before, after, parsed } = JSON.parse(out.trim().split('\n').at(-1)!) as { before: number; after: number; parsed: boolean };
+    const { before, loadedBefore, after, parsed } = JSON.parse(out.trim().split('\n').at(-1)!) as { before: number; loadedBefore: boolean; after: number; parsed: boolean };
     expect(parsed).toBe(true);
+    expect(loadedBefore).toBe(false);
     expect(before).toBeLessThan(40);
     expect(after).toBeGreaterThan(before + 64);
   });
