@@ -53,10 +53,7 @@ export function createCheckDirty({ connections }: ActivityDeps) {
     const ctx = Context.current();
     const batchKeys = input.batchKeys ?? 5000;
     const log = quoteQualified(captureNames(input.migrationId, input.table.index).log);
-    let source: Client | undefined;
-    let target: Client | undefined;
-    try {
-      [source, target] = await Promise.all([connections.client(input.source), connections.client(input.target)]);
+    return connections.withSessions([input.source, input.target], undefined, async (source, target) => {
       input = { ...input, table: await withCatalogKeyTypes(source, input.table) }; // types from the catalog, not the plan
       const result: CheckDirtyResult = { checked: 0, mismatched: 0, waiting: 0, remaining: 0 };
       let after: Key | null = null;
@@ -104,8 +101,6 @@ export function createCheckDirty({ connections }: ActivityDeps) {
       ]);
       result.remaining = left.rows[0].n;
       return result;
-    } finally {
-      await Promise.all([source?.end().catch(() => undefined), target?.end().catch(() => undefined)]);
-    }
+    });
   };
 }

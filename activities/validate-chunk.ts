@@ -97,13 +97,10 @@ export function createValidateChunk({ connections }: ActivityDeps) {
   return async function validateChunk(input: ValidateChunkInput): Promise<ValidateChunkResult> {
     const ctx = Context.current();
     const limits = { leafRows: input.leafRows ?? 1000, maxRanges: input.maxRanges ?? 64 };
-    let source: Client | undefined;
-    let target: Client | undefined;
-    try {
-      // A range's scan takes as long as it takes (liveness heartbeats run meanwhile); the
-      // statement timeout of ordinary sessions would fail a large one.
-      const unbounded = { statementTimeoutMs: 0 };
-      [source, target] = await Promise.all([connections.client(input.source, unbounded), connections.client(input.target, unbounded)]);
+    // A range's scan takes as long as it takes (liveness heartbeats run meanwhile); the
+    // statement timeout of ordinary sessions would fail a large one.
+    const unbounded = { statementTimeoutMs: 0 };
+    return connections.withSessions([input.source, input.target], unbounded, async (source, target) => {
       input = { ...input, table: await withCatalogKeyTypes(source, input.table) }; // types from the catalog, not the plan
       const logical = input.live ? await isLogical(source, input.live.migrationId) : false;
       const comparison = new RangeComparison(connections, ctx, input, source, target, logical, limits);
@@ -112,9 +109,7 @@ export function createValidateChunk({ connections }: ActivityDeps) {
       const mismatches = await comparison.narrow(input.range, s, t);
       const tooMany = mismatches.length >= limits.maxRanges;
       return { match: false, sourceRows: s.rows, targetRows: t.rows, mismatches: tooMany ? [input.range] : mismatches, excluded: comparison.excluded };
-    } finally {
-      await Promise.all([source?.end().catch(() => undefined), target?.end().catch(() => undefined)]);
-    }
+    });
   };
 }
 

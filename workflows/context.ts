@@ -4,7 +4,7 @@ import { workflowIds } from '../src/core/names';
 import { MigrationPlan, TablePlan } from '../src/core/plan';
 import { Spec } from '../src/core/spec';
 import { steps } from './proxies';
-import { Control } from './definitions';
+import { Control, TableProgress } from './definitions';
 import { Saga } from './saga';
 import { tableMigrationWorkflow } from './table';
 import { Tracker } from './tracker';
@@ -31,6 +31,8 @@ export interface MigrationContext {
   /** The control forwarded to table workflows (the rate cap with its current share). */
   control(): Control;
   children: Map<number, ChildWorkflowHandle<typeof tableMigrationWorkflow>>;
+  /** A table's milestone, as the tableProgress signal delivers it (also from a table's result). */
+  progress(p: TableProgress): void;
   /** Set by the approveCutover signal. */
   approved(): boolean;
   /**

@@ -23,7 +23,9 @@ export async function runFullLoad(ctx: MigrationContext): Promise<void> {
   const copyTable = async (table: TablePlan) => {
     const child = await startTable(ctx, table, false);
     try {
-      await child.result();
+      const { reports } = await child.result();
+      // A small table's milestones come with its result (PATCHES.smallTableReportsInResult).
+      for (const report of reports ?? []) ctx.progress({ tableIndex: table.index, ...report });
     } finally {
       ctx.children.delete(table.index);
     }

@@ -25,7 +25,7 @@ import { checkedAudit, ErrorInfo, resultDocument, ResultDocument } from '../src/
 import { checks, steps } from './proxies';
 import { derivePhase, MigrationContext, MigrationOptions } from './context';
 import { ControlDesk } from './control';
-import { cancelSignal, stateQuery, tableProgressSignal } from './definitions';
+import { cancelSignal, stateQuery, TableProgress, tableProgressSignal } from './definitions';
 import { runFullLoad } from './full-load';
 import { runOnline } from './online';
 import { Saga } from './saga';
@@ -86,15 +86,16 @@ class MigrationRun {
       desk.record('cancel', 'running', 'cancel requested', request);
       this.main.cancel();
     });
-    setHandler(tableProgressSignal, (p) => {
+    const progress = (p: TableProgress) => {
       this.tracker.applyProgress(p);
       derivePhase(this.tracker, spec);
       desk.onProgress(p);
-    });
+    };
+    setHandler(tableProgressSignal, progress);
     this.callbacks = new Callbacks(this.info.workflowId, spec.callback);
     this.tracker.onEvent = this.callbacks.eventSender();
     this.startDeadline(spec);
-    const { outcome, failure } = await this.execute(spec, desk);
+    const { outcome, failure } = await this.execute(spec, desk, progress);
     return this.end(spec, outcome, failure);
   }
 
@@ -123,7 +124,7 @@ class MigrationRun {
   }
 
   /** The mode's chain, then the bookkeeping released; or, on failure, the compensations. */
-  private async execute(spec: Spec, desk: ControlDesk): Promise<{ outcome: Outcome; failure?: unknown }> {
+  private async execute(spec: Spec, desk: ControlDesk, progress: (p: TableProgress) => void): Promise<{ outcome: Outcome; failure?: unknown }> {
     const { tracker, saga, options } = this;
     const id = this.info.workflowId;
     try {
@@ -143,6 +144,7 @@ class MigrationRun {
           saga,
           options,
           children: desk.children,
+          progress,
           control: () => desk.forwarded(),
           approved: () => desk.approved,
           targetReadyBeforeCutover: patched(PATCHES.targetReadyBeforeCutover),

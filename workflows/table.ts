@@ -10,6 +10,7 @@ import {
   ActivityCancellationType,
   allHandlersFinished,
   ApplicationFailure,
+  CancellationScope,
   condition,
   continueAsNew,
   ExternalWorkflowHandle,
@@ -136,6 +137,8 @@ interface SyncState {
 export interface TableWorkflowResult {
   rowsCopied: number;
   repairedRanges: number;
+  /** Milestones held back for the parent to apply, in order (PATCHES.smallTableReportsInResult). */
+  reports?: Omit<TableProgress, 'tableIndex'>[];
 }
 
 export async function tableMigrationWorkflow(input: TableWorkflowInput): Promise<TableWorkflowResult> {
@@ -155,6 +158,12 @@ class TableRun {
   private lastChunkReport?: Omit<TableProgress, 'tableIndex'>;
   /** The source's indexes, listed while the primary key was built (batchedReports). */
   private listedIndexes?: IndexRef[];
+  /**
+   * Milestones held for the result instead of signalled (a small table in full mode,
+   * PATCHES.smallTableReportsInResult); undefined: each is signalled. Decided at the first one.
+   */
+  private held?: Omit<TableProgress, 'tableIndex'>[];
+  private holdDecided = false;
   /** A small table's indexes, built by its copy (finishesInCopy), for the IndexesBuilt event. */
   private builtInCopy?: { built: number; evicted: number };
   private readonly table: TablePlan;
@@ -224,6 +233,17 @@ class TableRun {
   }
 
   async run(): Promise<TableWorkflowResult> {
+    try {
+      const result = await this.phases();
+      return this.held?.length ? { ...result, reports: this.held } : result;
+    } catch (err) {
+      // A table that fails sends what it held first: the parent tells the story in order.
+      await this.sendHeld();
+      throw err;
+    }
+  }
+
+  private async phases(): Promise<TableWorkflowResult> {
     if (this.machine.state === 'PENDING') {
       await condition(() => this.copyAllowed);
       if (this.input.copyingMarkedByParent) this.machine.to('FULL_MIGRATING', new Date().toISOString());
@@ -550,8 +570,25 @@ class TableRun {
     return { migrationId: this.input.migrationId, source: this.input.source, target: this.input.target };
   }
 
-  private report(p: Omit<TableProgress, 'tableIndex'>): Promise<void> {
-    return this.parent.signal(tableProgressSignal, { tableIndex: this.table.index, ...p });
+  private async report(p: Omit<TableProgress, 'tableIndex'>): Promise<void> {
+    if (!this.holdDecided) {
+      this.holdDecided = true;
+      if (this.finishesInCopy() && patched(PATCHES.smallTableReportsInResult)) this.held = [];
+    }
+    if (this.held) {
+      this.held.push(p);
+      return;
+    }
+    await this.parent.signal(tableProgressSignal, { tableIndex: this.table.index, ...p });
+  }
+
+  /** Signals the milestones held back (the table fails, or continues as new), in order. */
+  private async sendHeld(): Promise<void> {
+    const held = this.held ?? [];
+    this.held = undefined;
+    await CancellationScope.nonCancellable(async () => {
+      for (const p of held) await this.parent.signal(tableProgressSignal, { tableIndex: this.table.index, ...p }).catch(() => undefined);
+    });
   }
 
   private event(type: EventType, detail?: Record<string, unknown>): Promise<void> {
@@ -573,6 +610,7 @@ class TableRun {
   }
 
   private async carryOn(): Promise<never> {
+    await this.sendHeld();
     await condition(allHandlersFinished);
     const { machine, chunks, copyAllowed, sync, repairedRanges } = this;
     return continueAsNew<typeof tableMigrationWorkflow>({

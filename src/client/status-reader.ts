@@ -139,6 +139,9 @@ export class StatusReader {
             .withDeadline(Date.now() + 3_000, () => this.handle(workflowIds.table(id, i)).query(tableStateQuery))
             .catch(() => undefined);
           if (!live) return;
+          // The table's own phase is never behind the parent's view of it (a small table in
+          // full mode reports its milestones only as it ends).
+          t.phase = live.phase;
           t.rowsCopied = live.rowsCopied;
           t.chunks = live.chunks;
           if (live.lag) t.lag = live.lag;

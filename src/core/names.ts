@@ -120,6 +120,13 @@ export const PATCHES = {
    * copy where one large table would (workflows/full-load.ts, runWeighted).
    */
   smallTablesShareSlots: 'small-tables-share-slots',
+  /**
+   * Full mode: a small table that finishes in its copy (smallTableInOneStep) sends its parent no
+   * signal: its milestones come back in its result (TableWorkflowResult.reports), which the
+   * parent applies in order as the table ends — or, when it fails, in signals just before. The
+   * two signals it sent were two round trips for the table and two workflow tasks for the parent.
+   */
+  smallTableReportsInResult: 'small-table-reports-in-result',
 } as const;
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);

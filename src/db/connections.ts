@@ -3,7 +3,7 @@
  * (`FERRY_CONN_<NAME>`) and keeps one pinned-session pool per name. URLs never leave this
  * module: workflow inputs, histories, logs and errors carry only the names.
  */
-import { Client, Pool, PoolClient } from 'pg';
+import { Client, ClientBase, Pool, PoolClient } from 'pg';
 import { connectionEnvVar } from '../core/names';
 import { refusal } from './errors';
 import { DEFAULT_TIMEOUTS, sessionConfig, SessionTimeouts } from './session';
@@ -16,8 +16,29 @@ export interface ConnectionRegistryOptions {
   applicationName?: string;
 }
 
+/**
+ * How long a dedicated session given back stays open for the next activity. Opening a session
+ * costs the server a process start and a cold catalog cache — about 40 ms of CPU on the 2-core
+ * machine the benches run on, more than copying a small table — and every chunk, sync slice and
+ * validation of every table took two of them.
+ */
+const SESSION_IDLE_MS = 5_000;
+
+/** A dedicated session lent by `ConnectionRegistry.session`: `release` gives it back. */
+export interface Session {
+  client: PoolClient;
+  /**
+   * Resets the session (DISCARD ALL: settings back to the pinned ones, temporary tables,
+   * session locks and prepared statements gone) and gives it back; with a failure, or when the
+   * reset fails (a transaction left open), the session ends instead.
+   */
+  release(failed?: unknown): Promise<void>;
+}
+
 export class ConnectionRegistry {
   private readonly pools = new Map<string, Pool>();
+  /** Dedicated sessions given back, by connection name and timeouts. */
+  private readonly sessions = new Map<string, Pool>();
   private readonly env: NodeJS.ProcessEnv;
   private readonly poolSize: number;
   private readonly timeouts: SessionTimeouts;
@@ -63,6 +84,62 @@ export class ConnectionRegistry {
     return client;
   }
 
+  /**
+   * A dedicated session as `client` gives, taken from the sessions earlier activities gave back
+   * when one is idle (opened otherwise: nobody ever waits for one).
+   */
+  async session(name: string, timeouts?: Partial<SessionTimeouts>): Promise<Session> {
+    const settings = { ...this.timeouts, ...timeouts };
+    const key = `${name}\u0000${settings.statementTimeoutMs}\u0000${settings.lockTimeoutMs}`;
+    let pool = this.sessions.get(key);
+    if (!pool) {
+      pool = new Pool({ ...sessionConfig(this.url(name), this.applicationName, settings), max: 10_000, idleTimeoutMillis: SESSION_IDLE_MS });
+      pool.on('error', () => undefined);
+      this.sessions.set(key, pool);
+    }
+    const client = await pool.connect();
+    let released = false;
+    return {
+      client,
+      async release(failed?: unknown) {
+        if (released) return;
+        released = true;
+        if (failed === undefined) {
+          try {
+            await client.query('DISCARD ALL');
+          } catch (err) {
+            failed = err;
+          }
+        }
+        // (A failed session is ended: what it was doing when it failed is unknown.)
+        client.release(failed === undefined ? undefined : failed instanceof Error ? failed : new Error(String(failed)));
+      },
+    };
+  }
+
+  /**
+   * Runs `fn` with a dedicated session on each of `names`; they are given back when it
+   * returns and ended when it throws.
+   */
+  async withSessions<T>(names: string[], timeouts: Partial<SessionTimeouts> | undefined, fn: (...clients: PoolClient[]) => Promise<T>): Promise<T> {
+    const taken = await Promise.allSettled(names.map((name) => this.session(name, timeouts)));
+    const sessions = taken.flatMap((t) => (t.status === 'fulfilled' ? [t.value] : []));
+    const refused = taken.find((t): t is PromiseRejectedResult => t.status === 'rejected');
+    if (refused) {
+      await Promise.all(sessions.map((s) => s.release()));
+      throw refused.reason;
+    }
+    let failed: unknown;
+    try {
+      return await fn(...sessions.map((s) => s.client));
+    } catch (err) {
+      failed = err ?? new Error('failed');
+      throw err;
+    } finally {
+      await Promise.all(sessions.map((s) => s.release(failed)));
+    }
+  }
+
   async withClient<T>(name: string, fn: (client: PoolClient) => Promise<T>): Promise<T> {
     const client = await this.pool(name).connect();
     let broken: Error | undefined;
@@ -78,14 +155,15 @@ export class ConnectionRegistry {
   }
 
   async close(): Promise<void> {
-    const pools = [...this.pools.values()];
+    const pools = [...this.pools.values(), ...this.sessions.values()];
     this.pools.clear();
+    this.sessions.clear();
     await Promise.all(pools.map((p) => p.end().catch(() => undefined)));
   }
 }
 
 /** Runs fn inside BEGIN/COMMIT on the client, rolling back on any error. */
-export async function inTransaction<T>(client: Client | PoolClient, fn: () => Promise<T>): Promise<T> {
+export async function inTransaction<T>(client: ClientBase, fn: () => Promise<T>): Promise<T> {
   await client.query('BEGIN');
   try {
     const result = await fn();

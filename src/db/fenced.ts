@@ -3,16 +3,17 @@
  * range repair): a dedicated session on each side, key types from the catalog, the target
  * written as a replica, the chunk's checkpoint row claimed with this attempt's fence token —
  * and every write transaction checking, under the row's lock, that no newer attempt has taken
- * the fence since (docs/architecture.md §5). Sessions end whatever happens.
+ * the fence since (docs/architecture.md §5). Sessions are given back reset when the work
+ * succeeded (ConnectionRegistry.session), and end when it failed.
  */
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
-import { Client } from 'pg';
+import { ClientBase } from 'pg';
 import { FAILURE } from '../core/failure-types';
 import { CopyTable } from '../core/plan';
 import { CheckpointRow, ChunkRef, claimChunk, holdsFence } from './bookkeeping';
 import { withCatalogKeyTypes } from './catalog';
-import { ConnectionRegistry, inTransaction } from './connections';
+import { ConnectionRegistry, inTransaction, Session } from './connections';
 import { writeAsReplica } from './session';
 
 /** The fence token of an attempt: later dispatches and later attempts always hold bigger ones. */
@@ -30,8 +31,8 @@ export interface FencedInput {
 }
 
 export interface FencedSessions {
-  source: Client;
-  target: Client;
+  source: ClientBase;
+  target: ClientBase;
   /** The table, its key types read from the source catalog (never the plan's). */
   table: CopyTable;
   /** The checkpoint as committed when this attempt claimed it. */
@@ -48,8 +49,8 @@ export interface FencedSessions {
 }
 
 export interface FencedLane {
-  source: Client;
-  target: Client;
+  source: ClientBase;
+  target: ClientBase;
   write<T>(fn: () => Promise<T>): Promise<T>;
 }
 
@@ -70,35 +71,44 @@ export async function withFencedSessions<T>(
   const token = fenceToken(input.fence, attempt);
   const ref: ChunkRef = { migrationId: input.migrationId, tableIndex: input.table.index, chunkIndex };
   const timeouts = options.statementTimeoutMs === undefined ? undefined : { statementTimeoutMs: options.statementTimeoutMs };
-  let source: Client | undefined;
-  let target: Client | undefined;
-  const further: Client[] = [];
+  const taken: Session[] = [];
+  let failed: unknown;
   const fencedWrite =
-    (t: Client, lock: 'update' | 'share') =>
+    (t: ClientBase, lock: 'update' | 'share') =>
     <R>(work: () => Promise<R>) =>
       inTransaction(t, async () => {
         if (!(await holdsFence(t, ref, token, lock))) throw superseded(ref);
         return work();
       });
+  const pair = async () => {
+    const sessions = await Promise.allSettled([connections.session(input.source, timeouts), connections.session(input.target, timeouts)]);
+    for (const s of sessions) if (s.status === 'fulfilled') taken.push(s.value);
+    for (const s of sessions) if (s.status === 'rejected') throw s.reason;
+    const [source, target] = sessions.map((s) => (s as PromiseFulfilledResult<Session>).value.client);
+    return { source, target };
+  };
   try {
-    [source, target] = await Promise.all([connections.client(input.source, timeouts), connections.client(input.target, timeouts)]);
+    const first = await pair();
+    const { source, target } = first;
     const table = await withCatalogKeyTypes(source, input.table);
     await writeAsReplica(target);
     const claimed = await claimChunk(target, ref, token, `${activityId}#${attempt}`);
     if (!claimed) throw superseded(ref);
-    const first = { source, target };
     const lanes = async (count: number): Promise<FencedLane[]> => {
       const pairs = [first];
       while (pairs.length < count) {
-        const pair = await Promise.all([connections.client(input.source, timeouts), connections.client(input.target, timeouts)]);
-        further.push(...pair);
-        await writeAsReplica(pair[1]);
-        pairs.push({ source: pair[0], target: pair[1] });
+        const more = await pair();
+        await writeAsReplica(more.target);
+        pairs.push(more);
       }
       return pairs.map((p) => ({ ...p, write: fencedWrite(p.target, 'share') }));
     };
     return await fn({ source, target, table, claimed, write: fencedWrite(target, 'update'), lanes });
+  } catch (err) {
+    failed = err ?? new Error('failed');
+    throw err;
   } finally {
-    await Promise.all([source, target, ...further].map((c) => c?.end().catch(() => undefined)));
+    // Given back for the next activity (reset), or ended when anything failed.
+    await Promise.all(taken.map((s) => s.release(failed)));
   }
 }

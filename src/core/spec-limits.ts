@@ -1,0 +1,15 @@
+/** The spec's bounds and defaults (a module without zod: workflows read them without loading the schema). */
+export const BATCH_ROWS = { min: 100, max: 1_000_000, default: 50_000 };
+export const CHUNKS = { min: 1, max: 256 };
+// Two chunks at a time per table measured fastest with source and target sharing 2 cores
+// (bench/copy.ts); raise parallelism.chunks when the databases have cores to spare.
+export const PARALLELISM = { tables: 2, chunks: 2, indexes: 2, apply: 1, max: 64 };
+/** Sessions applying one table's changes at once: each lane holds one on each side. */
+export const MAX_APPLY_LANES = 16;
+export const MAX_METADATA_BYTES = 16 * 1024;
+export const MAX_TABLES = 500;
+/**
+ * Callback secrets are read only from worker variables with this prefix: a spec must not make
+ * the workers sign a body it knows with FERRY_CONN_… or TEMPORAL_API_KEY (an HMAC oracle).
+ */
+export const CALLBACK_SECRET_NAME = /^FERRY_SECRET_[A-Z0-9_]{1,115}$/;
