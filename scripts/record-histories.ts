@@ -367,6 +367,13 @@ ANALYZE;`,
     run: fullLoad(() => ({ source: 'src', target: 'dst', batchRows: 100, validation: 'checksum', tables: ['public.customers', 'public.orders'] })),
   },
   {
+    name: 'full-small-tables-held',
+    description: 'full load after patch small-table-reports-in-result: two small tables that send their parent no signal; their milestones come back in their results; checksum validation',
+    schema: FULL_SCHEMA,
+    expected: 'SUCCEEDED',
+    run: fullLoad(() => ({ source: 'src', target: 'dst', batchRows: 100, validation: 'checksum', tables: ['public.customers', 'public.orders'] })),
+  },
+  {
     name: 'online-batched-reports',
     description: 'online after patch batched-reports (the last chunk, FULL_DONE and TableCopied in one signal), manual approval, writes during sync, approve',
     schema: ONLINE_SCHEMA,

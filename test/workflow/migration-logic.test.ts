@@ -14,7 +14,7 @@ import { ResultDocument } from '../../src/core/status';
 import { HEARTBEAT_THROTTLE } from '../../src/worker';
 import { eventually, TestStack } from '../helpers/stack';
 
-type Mode = { copy: 'ok' | 'slow' | 'fail'; mixed: boolean };
+type Mode = { copy: 'ok' | 'slow' | 'fail'; mixed: boolean; /** validateChunk finds this table's rows differ, every time. */ differs?: number };
 
 /** One large table and eight small ones (one chunk, a hundred rows: src/core/plan.ts isSmallTable). */
 function mixedTables() {
@@ -97,9 +97,14 @@ describe('migrationWorkflow orchestration', () => {
       }
       return { checkpoint: { lastKey: null, rowsCopied: 10, done: true }, rows: 10, bytes: 100, batches: 1 };
     },
-    async validateChunk() {
+    async validateChunk(input) {
       calls.push('validateChunk');
+      if (input.table.index === mode.differs) return { match: false, sourceRows: 10, targetRows: 9, mismatches: [{ lower: null, upper: null }], excluded: 0 };
       return { match: true, sourceRows: 10, targetRows: 10, mismatches: [], excluded: 0 };
+    },
+    async repairRange() {
+      calls.push('repairRange');
+      return { deleted: 9, copied: 10 };
     },
     async addPrimaryKey() {
       calls.push('addPrimaryKey');
@@ -173,6 +178,7 @@ describe('migrationWorkflow orchestration', () => {
     callbacks = [];
     mode.copy = 'ok';
     mode.mixed = false;
+    mode.differs = undefined;
   });
 
   async function start(id: string, extra?: Record<string, unknown>) {
@@ -230,6 +236,39 @@ describe('migrationWorkflow orchestration', () => {
     expect({ maxSmall: copying.maxSmall, smallBesideLarge: copying.smallBesideLarge }).toEqual({ maxSmall: 4, smallBesideLarge: 0 });
     // A small table's copy built its key and indexes: no activity of theirs ran.
     expect(calls.filter((c) => /addPrimaryKey|listIndexes|buildIndex|analyzeTable/.test(c)).sort()).toEqual(['addPrimaryKey', 'analyzeTable', 'buildIndex:t_v_idx', 'listIndexes']); // the large table's
+  });
+
+  it('hears of a small table only as it ends: its milestones come back with its result, in order', async () => {
+    mode.mixed = true;
+    const tables = mixedTables().map((t) => `public.${t.source.name}`);
+    const { id } = await start('held', { tables });
+    const result = await stack.ferry.result(id);
+    expect(result.state).toBe('SUCCEEDED');
+    for (const index of [1, 8]) {
+      const history = await stack.client.workflow.getHandle(`${id}/table-${index}`).fetchHistory();
+      expect((history.events ?? []).filter((e) => e.signalExternalWorkflowExecutionInitiatedEventAttributes)).toHaveLength(0);
+      expect(result.events.filter((e) => e.table === `public.t${index}`).map((e) => e.type)).toEqual(['SliceMigrated', 'TableCopied', 'ValidationPassed', 'IndexesBuilt']);
+    }
+    // The large table still reports as it goes.
+    const large = await stack.client.workflow.getHandle(`${id}/table-0`).fetchHistory();
+    expect((large.events ?? []).filter((e) => e.signalExternalWorkflowExecutionInitiatedEventAttributes).length).toBeGreaterThan(0);
+    expect(result.tables.map((t) => t.phase)).toEqual(Array(9).fill('COMPLETED'));
+    const phases = (await stack.ferry.status(id)).transitions.filter((t) => t.machine === 'phase').map((t) => t.to);
+    expect(phases).toEqual(['FULL_MIGRATING', 'FULL_DONE', 'VALIDATING', 'COMPLETED']);
+  });
+
+  it('hears what a small table held before the table fails', async () => {
+    mode.mixed = true;
+    mode.differs = 3;
+    const tables = mixedTables().map((t) => `public.${t.source.name}`);
+    const { id } = await start('held-failure', { tables });
+    const result = await stack.ferry.result(id);
+    expect(result.state).toBe('FAILED');
+    expect(result.error?.type).toBe('ConsistencyBreach');
+    // Copied, then validating, then the breach: sent in order as it failed.
+    expect(result.events.filter((e) => e.table === 'public.t3').map((e) => e.type)).toEqual(['SliceMigrated', 'TableCopied', 'ConsistencyBreach']);
+    expect(result.tables[3].phase).toBe('VALIDATING');
+    expect(calls.filter((c) => c === 'repairRange')).toHaveLength(3);
   });
 
   it('shows a table FULL_MIGRATING while it copies, though the table sends no signal for it', async () => {
