@@ -1,8 +1,9 @@
 /**
- * The migration spec (docs/architecture.md §9): a zod schema for the JSON/YAML a person or a service
- * writes, and its normalised form that workflows and activities use. Every refusal names the
- * field (`tables[1].chunks: …`). Pure module: the workflow validates its own input with it too,
- * because Go and Python callers start `migrationWorkflow` without Ferry's CLI.
+ * The migration spec (docs/architecture.md §9): a zod schema (src/core/spec-schema.ts) for the
+ * JSON/YAML a person or a service writes, and its normalised form that workflows and activities
+ * use. Every refusal names the field (`tables[1].chunks: …`). Pure module: the workflow validates
+ * its own input with it too, because Go and Python callers start `migrationWorkflow` without
+ * Ferry's CLI.
  */
 import type { z } from 'zod';
 import { SpecError, SpecProblem } from './errors';
