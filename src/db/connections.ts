@@ -98,6 +98,11 @@ export class ConnectionRegistry {
       this.sessions.set(key, pool);
     }
     const client = await pool.connect();
+    // The pool listens for errors only on idle sessions: unheard, the server ending a lent one
+    // between two queries (pg_terminate_backend, a restart) would crash the worker. Its holder
+    // learns of it from the next query, which fails.
+    const unheard = () => undefined;
+    client.on('error', unheard);
     let released = false;
     return {
       client,
@@ -112,6 +117,7 @@ export class ConnectionRegistry {
           }
         }
         // (A failed session is ended: what it was doing when it failed is unknown.)
+        if (failed === undefined) client.removeListener('error', unheard);
         client.release(failed === undefined ? undefined : failed instanceof Error ? failed : new Error(String(failed)));
       },
     };
