@@ -134,54 +134,12 @@ export function tableLabel(t: { source: QualifiedName }): string {
   return `${t.source.schema}.${t.source.name}`;
 }
 
-/**
- * A plan as it enters a workflow from outside Ferry's own preflight (a workflow argument, a
- * bookkeeping row for `ferry retry`): checked against its shape before anything uses it.
- * Identifiers are quoted wherever they are used and key types are read from the catalog
- * (src/db/catalog.ts withCatalogKeyTypes), so a plan can name tables, not smuggle SQL.
- * Built on first use: every workflow execution evaluates the modules its bundle imports as
- * it starts, and zod with its schemas is costly there (src/core/spec-schema.ts).
- */
-function buildPlanSchema() {
-  const { z } = require('zod') as typeof import('zod');
-  const name = z.string().min(1).max(200);
-  const qualified = z.strictObject({ schema: name, name });
-  const key = z.array(z.string().max(10_000)).min(1).max(32);
-  return z.strictObject({
-    tables: z
-      .array(
-        z.strictObject({
-          index: z.number().int().min(0).max(10_000),
-          source: qualified,
-          target: qualified,
-          columns: z.array(name).min(1).max(1600),
-          keyColumns: z.array(z.strictObject({ name, type: z.string().max(200), collatable: z.boolean() })).min(1).max(32),
-          copyFormat: z.enum(['binary', 'text']),
-          keyCollateC: z.boolean(),
-          rowsEstimated: z.number().min(0),
-          chunks: z.array(z.strictObject({ index: z.number().int().min(0).max(10_000), lower: key.nullable(), upper: key.nullable() })).min(1).max(256),
-          validationUnits: z.array(z.strictObject({ chunk: z.number().int().min(0).max(10_000), lower: key.nullable(), upper: key.nullable() })).max(100_000).optional(),
-          notes: z.array(z.string().max(2000)).max(1000).optional(),
-          targetNames: z.record(name, name).optional(),
-          targetExisted: z.boolean(),
-          sourceWrites: z.number().min(0),
-        }),
-      )
-      .min(1)
-      .max(500),
-    sourceServer: z.string().max(200),
-    targetServer: z.string().max(200),
-    targetReplicaRole: z.boolean().optional(),
-    capture: z.strictObject({ mode: z.enum(['trigger', 'logical']), reason: z.string().max(4000) }).optional(),
-  });
-}
-
-let planSchema: ReturnType<typeof buildPlanSchema> | undefined;
+/** The schema module, loaded on first use (src/core/plan-schema.ts says why). */
+const schemas = (): typeof import('./plan-schema') => require('./plan-schema');
 
 /** The plan, or a message naming what is wrong with it. */
 export function checkPlan(input: unknown): { ok: true; plan: MigrationPlan } | { ok: false; reason: string } {
-  planSchema ??= buildPlanSchema();
-  const result = planSchema.safeParse(input);
+  const result = schemas().planSchema.safeParse(input);
   if (result.success) return { ok: true, plan: result.data };
   const issue = result.error.issues[0];
   return { ok: false, reason: `plan.${issue.path.join('.')}: ${issue.message}` };

@@ -123,31 +123,25 @@ export class ConnectionRegistry {
     };
   }
 
+  /** Sessions taken together and given back together (SessionGroup). */
+  sessionGroup(timeouts?: Partial<SessionTimeouts>): SessionGroup {
+    return new SessionGroup(this, timeouts);
+  }
+
   /**
    * Runs `fn` with a dedicated session on each of `names`; they are given back when it
    * returns and ended when it throws.
    */
   async withSessions<T>(names: string[], timeouts: Partial<SessionTimeouts> | undefined, fn: (...clients: PoolClient[]) => Promise<T>): Promise<T> {
-    const taken = await Promise.allSettled(names.map((name) => this.session(name, timeouts)));
-    const sessions = taken.flatMap((t) => (t.status === 'fulfilled' ? [t.value] : []));
-    const refused = taken.find((t): t is PromiseRejectedResult => t.status === 'rejected');
-    if (refused) {
-      await Promise.all(sessions.map((s) => s.release()));
-      throw refused.reason;
-    }
-    let failed: unknown;
-    try {
-      return await fn(...sessions.map((s) => s.client));
-    } catch (err) {
-      failed = err ?? new Error('failed');
-      throw err;
-    } finally {
-      await Promise.all(sessions.map((s) => s.release(failed)));
-    }
+    const group = this.sessionGroup(timeouts);
+    return group.run(async () => fn(...(await group.take(names))));
   }
 
   async withClient<T>(name: string, fn: (client: PoolClient) => Promise<T>): Promise<T> {
     const client = await this.pool(name).connect();
+    // As with a lent session (`session`): heard while lent, learnt of from the next query.
+    const unheard = () => undefined;
+    client.on('error', unheard);
     let broken: Error | undefined;
     try {
       return await fn(client);
@@ -156,6 +150,7 @@ export class ConnectionRegistry {
       throw err;
     } finally {
       // A client whose query failed mid-transaction is discarded rather than reused.
+      if (!broken) client.removeListener('error', unheard);
       client.release(broken);
     }
   }
@@ -165,6 +160,40 @@ export class ConnectionRegistry {
     this.pools.clear();
     this.sessions.clear();
     await Promise.all(pools.map((p) => p.end().catch(() => undefined)));
+  }
+}
+
+/**
+ * Dedicated sessions taken for one piece of work, maybe in several steps (the sync takes a pair
+ * per lane as it needs them): `run` gives every one taken back when its work returns and ends
+ * them all when it throws, including those opened beside one that was refused.
+ */
+export class SessionGroup {
+  private readonly taken: Session[] = [];
+
+  constructor(
+    private readonly registry: ConnectionRegistry,
+    private readonly timeouts: Partial<SessionTimeouts> | undefined,
+  ) {}
+
+  /** A session on each of `names`, in order; throws the first refusal. */
+  async take(names: string[]): Promise<PoolClient[]> {
+    const settled = await Promise.allSettled(names.map((name) => this.registry.session(name, this.timeouts)));
+    for (const s of settled) if (s.status === 'fulfilled') this.taken.push(s.value);
+    for (const s of settled) if (s.status === 'rejected') throw s.reason;
+    return settled.map((s) => (s as PromiseFulfilledResult<Session>).value.client);
+  }
+
+  async run<T>(fn: () => Promise<T>): Promise<T> {
+    let failed: unknown;
+    try {
+      return await fn();
+    } catch (err) {
+      failed = err ?? new Error('failed');
+      throw err;
+    } finally {
+      await Promise.all(this.taken.map((s) => s.release(failed)));
+    }
   }
 }
 

@@ -13,7 +13,7 @@ import { FAILURE } from '../core/failure-types';
 import { CopyTable } from '../core/plan';
 import { CheckpointRow, ChunkRef, claimChunk, holdsFence } from './bookkeeping';
 import { withCatalogKeyTypes } from './catalog';
-import { ConnectionRegistry, inTransaction, Session } from './connections';
+import { ConnectionRegistry, inTransaction } from './connections';
 import { writeAsReplica } from './session';
 
 /** The fence token of an attempt: later dispatches and later attempts always hold bigger ones. */
@@ -71,8 +71,7 @@ export async function withFencedSessions<T>(
   const token = fenceToken(input.fence, attempt);
   const ref: ChunkRef = { migrationId: input.migrationId, tableIndex: input.table.index, chunkIndex };
   const timeouts = options.statementTimeoutMs === undefined ? undefined : { statementTimeoutMs: options.statementTimeoutMs };
-  const taken: Session[] = [];
-  let failed: unknown;
+  const group = connections.sessionGroup(timeouts);
   const fencedWrite =
     (t: ClientBase, lock: 'update' | 'share') =>
     <R>(work: () => Promise<R>) =>
@@ -81,13 +80,11 @@ export async function withFencedSessions<T>(
         return work();
       });
   const pair = async () => {
-    const sessions = await Promise.allSettled([connections.session(input.source, timeouts), connections.session(input.target, timeouts)]);
-    for (const s of sessions) if (s.status === 'fulfilled') taken.push(s.value);
-    for (const s of sessions) if (s.status === 'rejected') throw s.reason;
-    const [source, target] = sessions.map((s) => (s as PromiseFulfilledResult<Session>).value.client);
+    const [source, target] = await group.take([input.source, input.target]);
     return { source, target };
   };
-  try {
+  // Given back for the next activity (reset), or ended when anything failed.
+  return group.run(async () => {
     const first = await pair();
     const { source, target } = first;
     const table = await withCatalogKeyTypes(source, input.table);
@@ -103,12 +100,6 @@ export async function withFencedSessions<T>(
       }
       return pairs.map((p) => ({ ...p, write: fencedWrite(p.target, 'share') }));
     };
-    return await fn({ source, target, table, claimed, write: fencedWrite(target, 'update'), lanes });
-  } catch (err) {
-    failed = err ?? new Error('failed');
-    throw err;
-  } finally {
-    // Given back for the next activity (reset), or ended when anything failed.
-    await Promise.all(taken.map((s) => s.release(failed)));
-  }
+    return fn({ source, target, table, claimed, write: fencedWrite(target, 'update'), lanes });
+  });
 }
