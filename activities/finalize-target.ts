@@ -4,7 +4,7 @@
  * Every step checks what exists first, so a retry repeats nothing.
  */
 import { ClientBase } from 'pg';
-import { readTable, SequenceInfo, TableInfo } from '../src/db/catalog';
+import { readTables, SequenceInfo, TableInfo } from '../src/db/catalog';
 import { addConstraintSql, addForeignKeySql, createIndexSql } from '../src/db/ddl';
 import { refusal } from '../src/db/errors';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified, sameName } from '../src/core/identifiers';
@@ -57,8 +57,9 @@ export function createFinalizeTarget({ connections }: ActivityDeps) {
         await target.query('SET statement_timeout = 0');
         try {
           const infos: { plan: FinalizeTargetInput['tables'][number]; info: TableInfo }[] = [];
-          for (const plan of input.tables) {
-            const info = await readTable(source, plan.source);
+          const read = await readTables(source, input.tables.map((t) => t.source));
+          for (const [i, plan] of input.tables.entries()) {
+            const info = read[i];
             if (!info) throw refusal(FAILURE.MissingTable, `table ${displayQualified(plan.source)} disappeared from the source`);
             // Table statistics count every insert, update and delete since the server started.
             if (info.writes > plan.sourceWrites) {

@@ -10,7 +10,7 @@
  */
 import { ClientBase } from 'pg';
 import { markCompleted } from '../src/db/bookkeeping';
-import { readTable, TableInfo } from '../src/db/catalog';
+import { readTables, TableInfo } from '../src/db/catalog';
 import { inTransaction } from '../src/db/connections';
 import { addForeignKeySql } from '../src/db/ddl';
 import { refusal } from '../src/db/errors';
@@ -39,13 +39,12 @@ export interface ForeignKeyRef {
 }
 
 async function readAll(db: ClientBase, tables: TableRef[]): Promise<{ plan: TableRef; info: TableInfo }[]> {
-  const out: { plan: TableRef; info: TableInfo }[] = [];
-  for (const plan of tables) {
-    const info = await readTable(db, plan.source);
+  const infos = await readTables(db, tables.map((t) => t.source));
+  return tables.map((plan, i) => {
+    const info = infos[i];
     if (!info) throw refusal(FAILURE.MissingTable, `table ${displayQualified(plan.source)} disappeared from the source`);
-    out.push({ plan, info });
-  }
-  return out;
+    return { plan, info };
+  });
 }
 
 export function createForeignKeyActivities({ connections }: ActivityDeps) {

@@ -5,7 +5,7 @@
 import { ApplicationFailure } from '@temporalio/common';
 import { PoolClient } from 'pg';
 import { autoChunkCount, EXACT_PLAN_ROWS, pickBoundaries, rangesFromBoundaries, samplePercent, VALIDATION_UNIT_ROWS, validationUnits } from '../src/core/chunks';
-import { ColumnInfo, estimateRows, readTable, readUserTypes, TableInfo, typeExists } from '../src/db/catalog';
+import { ColumnInfo, estimateRows, readTables, readUserTypes, TableInfo, typeExists } from '../src/db/catalog';
 import { refusal, sqlState } from '../src/db/errors';
 import { readPartitions, targetPartitionName } from '../src/db/partitions';
 import { keyAsText, keyFromRow, keyOrder, KeyShape } from '../src/db/ranges';
@@ -69,6 +69,8 @@ async function planMigration(source: PoolClient, target: PoolClient, spec: Spec)
   const role = await targetRole(target);
   const tables: TablePlan[] = [];
   const claimed = new RelationNames(target);
+  // Every table's catalog in a few statements on each side (readTables), then checked in order.
+  const [sourceInfos, targetInfos] = await Promise.all([readTables(source, spec.tables.map((t) => t.source)), readTables(target, spec.tables.map((t) => t.target))]);
   for (const [index, table] of spec.tables.entries()) {
     if (sameDatabase && sameName(table.source, table.target)) {
       throw refusal(
@@ -77,7 +79,7 @@ async function planMigration(source: PoolClient, target: PoolClient, spec: Spec)
       );
     }
     try {
-      tables.push(await planTable(source, target, spec, table, index, role, claimed));
+      tables.push(await planTable(source, target, spec, table, index, role, claimed, { source: sourceInfos[index], target: targetInfos[index] }));
     } catch (err) {
       throw atField(err, `tables[${index}]`);
     }
@@ -132,14 +134,15 @@ async function planTable(
   index: number,
   role: TargetRole,
   claimed: RelationNames,
+  read: { source: TableInfo | null; target: TableInfo | null },
 ): Promise<TablePlan> {
-  const info = await readSourceTable(source, spec, table);
+  const info = await checkSourceTable(source, spec, table, read.source);
   const keyColumns: KeyColumn[] = info.primaryKey.columns.map((name) => {
     const column = info.columns.find((c) => c.name === name)!;
     return { name, type: column.type, collatable: column.effectiveCollation !== null };
   });
   const copied = info.columns.filter((c) => !c.generated);
-  const existing = await readTable(target, table.target);
+  const existing = read.target;
   const fit = existing
     ? await fitExistingTarget(source, target, spec, table, role, info, existing, copied, keyColumns)
     : await planCreatedTarget(source, target, table, claimed, info, copied, keyColumns);
@@ -167,9 +170,8 @@ async function planTable(
 }
 
 /** The source table, refused unless it exists, is a table, has a primary key and is readable; with its row estimate. */
-async function readSourceTable(source: PoolClient, spec: Spec, table: TableSpec): Promise<KeyedTable> {
+async function checkSourceTable(source: PoolClient, spec: Spec, table: TableSpec, info: TableInfo | null): Promise<KeyedTable> {
   const label = displayQualified(table.source);
-  const info = await readTable(source, table.source);
   if (!info) {
     throw refusal(
       FAILURE.MissingTable,

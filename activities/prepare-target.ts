@@ -5,7 +5,7 @@
  * object it creates is recorded for rollback.
  */
 import { Client, ClientBase } from 'pg';
-import { readTable, readUserTypes, typeExists } from '../src/db/catalog';
+import { readTables, readUserTypes, TableInfo, typeExists } from '../src/db/catalog';
 import { inTransaction } from '../src/db/connections';
 import { bookkeepingExists, ensureBookkeeping, lockBookkeeping, SYNC_CHUNK } from '../src/db/bookkeeping';
 import { createSequenceSql, createTableSql, createTypeSql, SequenceNames, targetSequenceName } from '../src/db/ddl';
@@ -42,12 +42,16 @@ export function createPrepareTarget({ connections, logger }: ActivityDeps) {
         await target.query('INSERT INTO _ferry.migrations (id, plan) VALUES ($1, $2)', [input.migrationId, JSON.stringify(input.plan)]);
         const record = recorder(target, input.migrationId);
         await connections.withClient(input.source, async (source) => {
+          // The tables Ferry creates, read from the source in a few statements (readTables).
+          const created = input.plan.tables.filter((t) => !t.targetExisted);
+          const infos = new Map((await readTables(source, created.map((t) => t.source))).map((info, i) => [created[i].index, info]));
+          const schemas = new Set<string>();
           for (const table of input.plan.tables) {
             if (table.targetExisted) {
               if (input.truncate) await target.query(`TRUNCATE ${quoteQualified(table.target)}`);
               await record('existing-table', table.target);
             } else {
-              await createTargetTable(source, target, table, input.primaryKeyAfterLoad, record);
+              await createTargetTable(source, target, table, infos.get(table.index) ?? null, schemas, input.primaryKeyAfterLoad, record);
             }
             for (const chunk of [...table.chunks.map((c) => c.index), SYNC_CHUNK]) {
               await target.query(
@@ -66,11 +70,24 @@ export function createPrepareTarget({ connections, logger }: ActivityDeps) {
   };
 }
 
-/** A table Ferry creates, as the source has it now: its schema and user types, its serial sequences, the table, its partitions. */
-async function createTargetTable(source: ClientBase, target: Client, table: TablePlan, primaryKeyAfterLoad: boolean | undefined, record: Recorder): Promise<void> {
-  const info = await readTable(source, table.source);
+/**
+ * A table Ferry creates, as the source has it now (`info`): its schema (unless `schemas` holds it
+ * already) and user types, its serial sequences, the table, its partitions.
+ */
+async function createTargetTable(
+  source: ClientBase,
+  target: Client,
+  table: TablePlan,
+  info: TableInfo | null,
+  schemas: Set<string>,
+  primaryKeyAfterLoad: boolean | undefined,
+  record: Recorder,
+): Promise<void> {
   if (!info) throw refusal(FAILURE.MissingTable, `table ${displayQualified(table.source)} disappeared from the source after preflight`);
-  await ensureSchema(target, table.target.schema, record);
+  if (!schemas.has(table.target.schema)) {
+    await ensureSchema(target, table.target.schema, record);
+    schemas.add(table.target.schema);
+  }
   for (const type of await readUserTypes(source, info.columns.map((c) => c.typeOid))) {
     if (await typeExists(target, type.name)) continue;
     await target.query(createTypeSql(type));
