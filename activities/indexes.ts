@@ -91,10 +91,10 @@ async function analyzeOn(db: ClientBase, table: QualifiedName): Promise<void> {
 }
 
 /** The source's secondary indexes and unique or exclusion constraints of the table, to build on the target. */
-async function listIndexesOn(source: ClientBase, table: ListIndexesInput['table']): Promise<IndexRef[]> {
+async function listIndexesOn(source: ClientBase, table: ListIndexesInput['table'], read?: TableInfo): Promise<IndexRef[]> {
   // A target the user prepared keeps the indexes it has: Ferry adds none to it.
   if (table.targetExisted) return [];
-  const info = await sourceTable(source, table.source);
+  const info = read ?? (await sourceTable(source, table.source));
   const renamed = (name: string) => (targetIndexName(table, name) !== name ? { targetName: targetIndexName(table, name) } : {});
   return [
     ...info.indexes.map((i) => ({ name: i.name, kind: 'index' as const, unique: /^CREATE UNIQUE /.test(i.definition), exclusion: false, ...renamed(i.name) })),
@@ -118,10 +118,10 @@ async function untimed<T>(db: ClientBase, fn: () => Promise<T>): Promise<T> {
   }
 }
 
-async function buildIndexOn(source: Session, target: Session, input: IndexBuild, logger: ActivityDeps['logger']): Promise<BuildIndexResult> {
+async function buildIndexOn(source: Session, target: Session, input: IndexBuild, logger: ActivityDeps['logger'], read?: TableInfo): Promise<BuildIndexResult> {
   const label = `${input.index.name} on ${displayQualified(input.table.target)}`;
   if (await indexExists(target, input.table.target, input.index)) return { built: false, evicted: 0 };
-  const info = await sourceTable(source, input.table.source);
+  const info = read ?? (await sourceTable(source, input.table.source));
   const sql = definition(info, input);
   let evicted = 0;
   return untimed(target, async () => {
@@ -143,10 +143,15 @@ async function buildIndexOn(source: Session, target: Session, input: IndexBuild,
  * copied twice would make it fail (23505) — which a batch committing with its checkpoint, under
  * the chunk's fence, rules out; a failure here is a loud proof that something broke that.
  */
-async function addPrimaryKeyOn(source: Session, target: Session, table: Pick<TablePlan, 'source' | 'target' | 'targetNames'>): Promise<{ built: boolean }> {
+async function addPrimaryKeyOn(
+  source: Session,
+  target: Session,
+  table: Pick<TablePlan, 'source' | 'target' | 'targetNames'>,
+  read?: TableInfo,
+): Promise<{ built: boolean }> {
   const has = await target.query(`SELECT 1 FROM pg_catalog.pg_constraint WHERE conrelid = to_regclass($1) AND contype = 'p'`, [quoteQualified(table.target)]);
   if (has.rowCount) return { built: false };
-  const info = await sourceTable(source, table.source);
+  const info = read ?? (await sourceTable(source, table.source));
   const { rows } = await source.query(`SELECT pg_catalog.pg_get_indexdef(conindid) AS definition FROM pg_catalog.pg_constraint WHERE conrelid = $1 AND contype = 'p'`, [
     info.oid,
   ]);
@@ -178,11 +183,13 @@ export async function finishSmallTable(
   logger: ActivityDeps['logger'],
   heartbeat: () => void,
 ): Promise<{ built: number; evicted: number }> {
-  if (input.primaryKey) await addPrimaryKeyOn(source, target, input.table);
+  // The source's catalog read once for the key and every index (each step alone reads its own).
+  const info = await sourceTable(source, input.table.source);
+  if (input.primaryKey) await addPrimaryKeyOn(source, target, input.table, info);
   heartbeat();
   let built = 0;
-  for (const index of await listIndexesOn(source, input.table)) {
-    const result = await buildIndexOn(source, target, { migrationId: input.migrationId, table: input.copyTable, index, evictDuplicates: false }, logger);
+  for (const index of await listIndexesOn(source, input.table, info)) {
+    const result = await buildIndexOn(source, target, { migrationId: input.migrationId, table: input.copyTable, index, evictDuplicates: false }, logger, info);
     if (result.built) built += 1;
     heartbeat();
   }
