@@ -10,10 +10,12 @@
  *   - the apply's capacity: the backlog pgbench's writes left in the change logs while the sync
  *     was paused, drained with nothing else writing (log rows per second), against the rate
  *     pgbench filled the logs;
- *   - the lag (age of the oldest unapplied change, read from the change logs on the source):
- *     p50, p99 and worst over the --seconds pgbench writes with the sync running (--seconds 300
- *     for five minutes), when approval is reached and when the cutover begins; the write outage
- *     of the cutover;
+ *   - the lag over the --seconds pgbench writes with the sync running since the copy, before
+ *     anything is paused (--seconds 300 for five minutes): p50, p99 and worst of the age of the
+ *     oldest unapplied change in the change logs on the source, and of the target's newest
+ *     pgbench_history row (end to end, the slot included); the lag when approval is reached and
+ *     when the cutover begins; the write outage of the cutover;
+ *   - the same for --recovery seconds (60; 0 skips) right after the paused backlog drained;
  *   - the write outage of cutovers side by side: pgbench's tables alone, with a table that has a
  *     unique secondary column and a foreign key, and the same at --outage-scale (5,000,000
  *     accounts by default): the outage should follow the rows changed, not the tables' size.
@@ -25,7 +27,7 @@
  * --capture auto|trigger|logical, or several comma-separated (the spec's capture, auto by
  * default; several are migrated one after another from the same source, each into its own
  * target and after a baseline of its own, and printed side by side at the end), --apply N (1: the spec's
- * parallelism.apply, sessions applying one table's changes at once), --pg URL (logical capture
+ * parallelism.apply, sessions applying one table's changes at once), --recovery N (60), --pg URL (logical capture
  * needs a server with wal_level=logical).
  *
  * With logical capture "sync paused" still runs the slot's consumer (it is not a table's sync):
@@ -54,6 +56,8 @@ const OUTAGE_REPEAT = Number(arg('--outage-repeat', '3'));
 /** Capture modes migrated one after the other in this run, each into a target of its own. */
 const CAPTURES = arg('--capture', 'auto').split(',');
 const APPLY_LANES = Number(arg('--apply', '1'));
+/** Seconds of pgbench with the sync running right after the paused backlog drained (0: not measured). */
+const RECOVERY_SECONDS = Number(arg('--recovery', '60'));
 const ROOT = join(__dirname, '..');
 const PGBENCH = findOnPath('pgbench') ?? '/usr/lib/postgresql/15/bin/pgbench';
 
@@ -107,6 +111,55 @@ async function lagSeconds(db: string): Promise<number> {
   return worst;
 }
 
+/**
+ * Age in seconds of the newest pgbench_history row on the target: pgbench inserts one per
+ * transaction, stamped with the transaction's start, so while it writes this is how far the
+ * target trails the source end to end — with logical capture including the time a change takes
+ * through the slot into the logs, which the logs' own age does not show.
+ */
+async function targetLagSeconds(target: string): Promise<number> {
+  const [row] = await sql(url(target), `SELECT coalesce(extract(epoch FROM clock_timestamp() - (SELECT mtime FROM public.pgbench_history ORDER BY id DESC LIMIT 1)), 0)::float8 AS lag`);
+  return Math.max(0, Number(row.lag));
+}
+
+interface LagFigures {
+  p50: number;
+  p99: number;
+  worst: number;
+  readings: number;
+}
+
+const lagLine = (lag: LagFigures) => `p50 ${lag.p50.toFixed(2)} s, p99 ${lag.p99.toFixed(2)} s, worst ${lag.worst.toFixed(2)} s`;
+
+function percentiles(values: number[]): LagFigures {
+  const sorted = [...values].sort((a, b) => a - b);
+  const pct = (p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? NaN;
+  return { p50: pct(50), p99: pct(99), worst: pct(100), readings: values.length };
+}
+
+/**
+ * pgbench for `seconds` with the sync running; meanwhile every ~250 ms the lag as the change
+ * logs show it and as the target shows it.
+ */
+async function withSyncRun(source: string, target: string, seconds: number): Promise<{ tps: number; lag: LagFigures; targetLag: LagFigures }> {
+  await sql(ADMIN, 'CHECKPOINT');
+  const measuredAt = Date.now();
+  const lags: number[] = [];
+  const targetLags: number[] = [];
+  const sampling = (async () => {
+    // A second for pgbench's first transactions to reach the target's reading.
+    await new Promise((r) => setTimeout(r, 1000));
+    while (Date.now() - measuredAt < seconds * 1000) {
+      lags.push(await lagSeconds(source));
+      targetLags.push(await targetLagSeconds(target));
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  })();
+  const tps = await pgbench(source, seconds);
+  await sampling;
+  return { tps, lag: percentiles(lags), targetLag: percentiles(targetLags) };
+}
+
 /** What one capture mode's migration of pgbench's tables measured. */
 interface CaptureFigures {
   capture: string;
@@ -118,7 +171,9 @@ interface CaptureFigures {
   backlog: number;
   drainSeconds: number;
   withSync: number;
-  lag: { p50: number; p99: number; worst: number; readings: number };
+  lag: LagFigures;
+  targetLag: LagFigures;
+  recovery?: { tps: number; lag: LagFigures; targetLag: LagFigures };
   lagAtCutover: number;
   outageMs?: number;
   state: string;
@@ -244,6 +299,13 @@ async function captureRun(ferry: FerryClient, env: NodeJS.ProcessEnv, source: st
   background.kill();
   await background.done;
 
+  // Steady state first: the sync running since the copy, pgbench writing, nothing paused. This
+  // is the lag an application sees during a migration.
+  const steady = await withSyncRun(source, target, SECONDS);
+  process.stdout.write(`source TPS with capture and sync:    ${steady.tps.toFixed(0)}  → ${(steady.tps / baseline).toFixed(2)} × without (sync shares these 2 cores)\n`);
+  process.stdout.write(`lag while pgbench ran:               ${lagLine(steady.lag)} (oldest key waiting in the change logs, ${steady.lag.readings} readings over ${SECONDS} s)\n`);
+  process.stdout.write(`lag at the target:                   ${lagLine(steady.targetLag)} (age of the target's newest pgbench_history row)\n`);
+
   // Capture alone (the triggers, or the slot's consumer), with the sync paused: what the
   // application pays when the target and Ferry's workers run on other machines.
   await ferry.pause(id);
@@ -268,24 +330,12 @@ async function captureRun(ferry: FerryClient, env: NodeJS.ProcessEnv, source: st
       ` against ${changeRate.toFixed(0)} logged/s while pgbench ran → ${(applyCapacity / changeRate).toFixed(2)} ×\n`,
   );
 
-  await sql(ADMIN, 'CHECKPOINT');
-  const measuredAt = Date.now();
-  const lags: number[] = [];
-  const sampling = (async () => {
-    while (Date.now() - measuredAt < SECONDS * 1000) {
-      lags.push(await lagSeconds(source));
-      await new Promise((r) => setTimeout(r, 250));
-    }
-  })();
-  const withSync = await pgbench(source, SECONDS);
-  await sampling;
-  process.stdout.write(`source TPS with capture and sync:    ${withSync.toFixed(0)}  → ${(withSync / baseline).toFixed(2)} × without (sync shares these 2 cores)\n`);
-  const sorted = [...lags].sort((a, b) => a - b);
-  const pct = (p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
-  const lag = { p50: pct(50), p99: pct(99), worst: pct(100), readings: lags.length };
-  process.stdout.write(
-    `lag while pgbench ran:               p50 ${lag.p50.toFixed(2)} s, p99 ${lag.p99.toFixed(2)} s, worst ${lag.worst.toFixed(2)} s (oldest key waiting in the change logs, ${lags.length} readings over ${SECONDS} s)\n`,
-  );
+  // Right after the drained backlog (the logs and pgbench's tables full of dead rows): how
+  // the source and the lag fare while that is cleaned up.
+  const recovery = RECOVERY_SECONDS > 0 ? await withSyncRun(source, target, RECOVERY_SECONDS) : undefined;
+  if (recovery) {
+    process.stdout.write(`after the drain: TPS with sync        ${recovery.tps.toFixed(0)}  → ${(recovery.tps / baseline).toFixed(2)} × without; lag ${lagLine(recovery.lag)}, at the target ${lagLine(recovery.targetLag)} (${RECOVERY_SECONDS} s)\n`);
+  }
   const slot = (await ferry.status(id)).capture;
   if (slot) process.stdout.write(`slot lag after the measurement:      ${slot.slotLagBytes} bytes, ${slot.slotLagSeconds} s since the consumer's last confirmation\n`);
 
@@ -309,8 +359,10 @@ async function captureRun(ferry: FerryClient, env: NodeJS.ProcessEnv, source: st
     captureOnly,
     backlog,
     drainSeconds,
-    withSync,
-    lag,
+    withSync: steady.tps,
+    lag: steady.lag,
+    targetLag: steady.targetLag,
+    recovery,
     lagAtCutover,
     outageMs: result.cutover?.writeOutageMs,
     state: result.state,
@@ -323,7 +375,7 @@ function sideBySide(figures: CaptureFigures[]): void {
   const rows: [string, (f: CaptureFigures) => string][] = [
     ['source TPS without capture (just before)', (f) => f.baseline.toFixed(0)],
     ['with capture, sync paused', (f) => `${f.captureOnly.toFixed(0)} (${ratio(f.captureOnly, f.baseline)})`],
-    ['with capture and the sync on the same cores', (f) => `${f.withSync.toFixed(0)} (${ratio(f.withSync, f.baseline)})`],
+    ['with capture and the sync on the same cores (steady, before any pause)', (f) => `${f.withSync.toFixed(0)} (${ratio(f.withSync, f.baseline)})`],
     ['capture, as preflight chose it', (f) => f.reason || f.capture],
     ['copy + catch-up to AWAITING_APPROVAL', (f) => `${f.copySeconds.toFixed(1)} s`],
     ['lag when approval was reached', (f) => `${f.lagAtApproval.toFixed(2)} s`],
@@ -332,6 +384,11 @@ function sideBySide(figures: CaptureFigures[]): void {
       (f) => `${(f.backlog / f.drainSeconds).toFixed(0)} against ${(f.backlog / SECONDS).toFixed(0)} rows/s (${ratio(SECONDS, f.drainSeconds)})`,
     ],
     ['lag while pgbench ran: p50 / p99 / worst', (f) => `${f.lag.p50.toFixed(2)} / ${f.lag.p99.toFixed(2)} / ${f.lag.worst.toFixed(2)} s (${f.lag.readings} readings)`],
+    ['lag at the target (newest pgbench_history row): p50 / p99 / worst', (f) => `${f.targetLag.p50.toFixed(2)} / ${f.targetLag.p99.toFixed(2)} / ${f.targetLag.worst.toFixed(2)} s`],
+    [
+      `after the drained backlog (${RECOVERY_SECONDS} s): TPS; lag p50 / p99 / worst`,
+      (f) => (f.recovery ? `${f.recovery.tps.toFixed(0)} (${ratio(f.recovery.tps, f.baseline)}); logs ${f.recovery.lag.p50.toFixed(2)} / ${f.recovery.lag.p99.toFixed(2)} / ${f.recovery.lag.worst.toFixed(2)} s, target ${f.recovery.targetLag.p50.toFixed(2)} / ${f.recovery.targetLag.p99.toFixed(2)} / ${f.recovery.targetLag.worst.toFixed(2)} s` : 'not measured'),
+    ],
     ['lag when the cutover began', (f) => `${f.lagAtCutover.toFixed(2)} s`],
     ['write outage', (f) => (f.outageMs === undefined ? `n/a (${f.state})` : `${f.outageMs} ms`)],
   ];
