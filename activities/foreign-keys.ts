@@ -10,15 +10,13 @@
  */
 import { ClientBase } from 'pg';
 import { markCompleted } from '../src/db/bookkeeping';
-import { readTables, TableInfo } from '../src/db/catalog';
+import { readSourceTables, TableInfo } from '../src/db/catalog';
 import { inTransaction } from '../src/db/connections';
 import { addForeignKeySql } from '../src/db/ddl';
-import { refusal } from '../src/db/errors';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified, sameName } from '../src/core/identifiers';
 import { TablePlan } from '../src/core/plan';
 import { ActivityDeps } from './deps';
 import { copySequencePositions } from './finalize-target';
-import { FAILURE } from '../src/core/failure-types';
 
 type TableRef = Pick<TablePlan, 'source' | 'target' | 'targetExisted' | 'sourceWrites'>;
 
@@ -39,12 +37,8 @@ export interface ForeignKeyRef {
 }
 
 async function readAll(db: ClientBase, tables: TableRef[]): Promise<{ plan: TableRef; info: TableInfo }[]> {
-  const infos = await readTables(db, tables.map((t) => t.source));
-  return tables.map((plan, i) => {
-    const info = infos[i];
-    if (!info) throw refusal(FAILURE.MissingTable, `table ${displayQualified(plan.source)} disappeared from the source`);
-    return { plan, info };
-  });
+  const infos = await readSourceTables(db, tables.map((t) => t.source));
+  return tables.map((plan, i) => ({ plan, info: infos[i] }));
 }
 
 export function createForeignKeyActivities({ connections }: ActivityDeps) {

@@ -10,7 +10,7 @@
  * replays them from the source — and builds again. analyzeTable refreshes the statistics.
  */
 import { Client, ClientBase, PoolClient } from 'pg';
-import { readTable, TableInfo, withCatalogKeyTypes } from '../src/db/catalog';
+import { readSourceTables, TableInfo, withCatalogKeyTypes } from '../src/db/catalog';
 import { captureNames } from '../src/db/capture-sql';
 import { inTransaction } from '../src/db/connections';
 import { deleteKeys } from '../src/db/copy-stream';
@@ -62,9 +62,7 @@ export interface BuildIndexResult {
 const MAX_EVICTION_ROUNDS = 5;
 
 async function sourceTable(db: ClientBase, name: QualifiedName): Promise<TableInfo> {
-  const info = await readTable(db, name);
-  if (!info) throw refusal(FAILURE.MissingTable, `table ${displayQualified(name)} disappeared from the source`);
-  return info;
+  return (await readSourceTables(db, [name]))[0];
 }
 
 function nameOnTarget(index: IndexRef): string {

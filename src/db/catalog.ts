@@ -7,6 +7,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { ClientBase, QueryResultRow } from 'pg';
 import { displayQualified, QualifiedName, quoteQualified } from '../core/identifiers';
 import { FAILURE } from '../core/failure-types';
+import { refusal } from './errors';
 
 export interface ColumnInfo {
   name: string;
@@ -210,6 +211,18 @@ function isBinaryPortable(row: {
 /** The table, or null when it does not exist (or is not a table). */
 export async function readTable(db: ClientBase, name: QualifiedName): Promise<TableInfo | null> {
   return (await readTables(db, [name]))[0];
+}
+
+/**
+ * The source tables of a plan, read as readTables reads them: a table that is gone refuses the
+ * step (MissingTable) instead of coming back null.
+ */
+export async function readSourceTables(db: ClientBase, names: QualifiedName[]): Promise<TableInfo[]> {
+  const infos = await readTables(db, names);
+  return infos.map((info, i) => {
+    if (!info) throw refusal(FAILURE.MissingTable, `table ${displayQualified(names[i])} disappeared from the source`);
+    return info;
+  });
 }
 
 /**
