@@ -150,14 +150,11 @@ async function addPrimaryKeyOn(
   const has = await target.query(`SELECT 1 FROM pg_catalog.pg_constraint WHERE conrelid = to_regclass($1) AND contype = 'p'`, [quoteQualified(table.target)]);
   if (has.rowCount) return { built: false };
   const info = read ?? (await sourceTable(source, table.source));
-  const { rows } = await source.query(`SELECT pg_catalog.pg_get_indexdef(conindid) AS definition FROM pg_catalog.pg_constraint WHERE conrelid = $1 AND contype = 'p'`, [
-    info.oid,
-  ]);
-  if (!info.primaryKey || rows.length === 0) throw refusal(FAILURE.NoPrimaryKey, `${displayQualified(info.name)} lost its primary key on the source`);
+  const key = info.primaryKey;
+  if (!key) throw refusal(FAILURE.NoPrimaryKey, `${displayQualified(info.name)} lost its primary key on the source`);
   await untimed(target, () =>
     inTransaction(target, async () => {
-      const name = targetIndexName(table, info.primaryKey!.name);
-      for (const sql of addPrimaryKeySql(info, table.target, rows[0].definition, name)) await target.query(sql);
+      for (const sql of addPrimaryKeySql(info, table.target, key.indexDefinition, targetIndexName(table, key.name))) await target.query(sql);
     }),
   );
   return { built: true };

@@ -15,7 +15,7 @@ import { ClientBase } from 'pg';
 import { SYNC_CHUNK } from '../src/db/bookkeeping';
 import { FencedLane, FencedSessions, withFencedSessions } from '../src/db/fenced';
 import { assertCaptureIntact } from '../src/db/capture-check';
-import { captureNames } from '../src/db/capture-sql';
+import { captureNames, FREEZE_STATE, freezeStateSequence } from '../src/db/capture-sql';
 import { enqueue, keysFromJson } from '../src/db/change-log';
 import { withCatalogKeyTypes } from '../src/db/catalog';
 import { copyStream, deleteKeys, selectColumns } from '../src/db/copy-stream';
@@ -50,6 +50,13 @@ export interface SyncInput {
    * besides its key is applied by one session whatever this says.
    */
   lanes?: number;
+  /**
+   * With returnWhenCaughtUp: keep polling the log (every POLL_MS) this long while the rounds
+   * find changes, rather than returning after the first round that caught up. A look that finds
+   * the log empty (an idle table, which then frees its activity slot) or the source frozen (the
+   * cutover is about to ask for the finish) returns at once. Absent: no dwell.
+   */
+  busyDwellMs?: number;
 }
 
 export interface SyncResult {
@@ -186,6 +193,32 @@ export function nextRoundKeys(size: number, found: number, ms: number, base: num
   return size;
 }
 
+/**
+ * The cutover has begun (or is over) on the source: its freeze state is past open. A source
+ * without the armed freeze (capture installed by an older Ferry) counts as frozen: no dwell.
+ */
+async function frozen(source: ClientBase, migrationId: string): Promise<boolean> {
+  // pg_sequence_last_value: null while the sequence was never set (still open).
+  const { rows } = await source.query('SELECT to_regclass($1) IS NOT NULL AS armed, pg_catalog.pg_sequence_last_value(to_regclass($1)) AS state', [
+    quoteQualified(freezeStateSequence(migrationId)),
+  ]);
+  if (!rows[0].armed) return true;
+  return rows[0].state !== null && Number(rows[0].state) !== FREEZE_STATE.open;
+}
+
+const DWELL_LOOK_MS = 100;
+
+/** Waits `ms`, looking at the freeze state every DWELL_LOOK_MS; true as soon as the source is frozen. */
+async function frozenDuring(ctx: Context, source: ClientBase, migrationId: string, ms: number): Promise<boolean> {
+  const until = Date.now() + ms;
+  for (;;) {
+    if (await frozen(source, migrationId)) return true;
+    const left = until - Date.now();
+    if (left <= 0) return false;
+    await ctx.sleep(Math.min(DWELL_LOOK_MS, left));
+  }
+}
+
 /** Capture intact (or the sync fails as it would in a slice) and nothing in the table's log. */
 async function logIsEmpty(source: ClientBase, input: SyncInput): Promise<boolean> {
   await assertCaptureIntact(source, input);
@@ -260,6 +293,9 @@ async function syncSlice(input: SyncInput, { source, target, write, lanes: openL
   // transaction, and one that runs for long holds its locks and delays the next heartbeat.
   let roundKeys = input.batchKeys;
   let deletedSinceVacuum = 0;
+  // Whether the last round found changes: a busy table dwells, an idle one returns.
+  let busy = false;
+  const dwelling = () => input.busyDwellMs !== undefined && busy && Date.now() - started < input.busyDwellMs;
   const heartbeat = () => ctx.heartbeat({ applied, roundKeys });
   // Lanes only where nothing but the key can conflict: the eviction of rows holding a unique
   // value (applyKeys) must see the whole round. An index made unique later is seen by each
@@ -269,13 +305,20 @@ async function syncSlice(input: SyncInput, { source, target, write, lanes: openL
   while (Date.now() - started < input.sliceMs) {
     if (ctx.cancellationSignal.aborted) throw new CancelledFailure('sync slice cancelled');
     if (caughtUp) {
-      if (input.returnWhenCaughtUp) break;
+      if (input.returnWhenCaughtUp && !dwelling()) break;
       heartbeat();
-      await ctx.sleep(POLL_MS);
+      if (input.returnWhenCaughtUp) {
+        // Dwelling: the freeze is looked at every DWELL_LOOK_MS of the wait, so that the cutover,
+        // whose outage waits for this activity to end, never waits a whole poll for it.
+        if (await frozenDuring(ctx, source, input.migrationId, POLL_MS)) break;
+      } else {
+        await ctx.sleep(POLL_MS);
+      }
     }
     const size = roundKeys;
     const roundStarted = Date.now();
     const { rows } = await source.query(`SELECT id, pk FROM ${log} ORDER BY id LIMIT ${size}`);
+    busy = rows.length > 0;
     if (rows.length === 0) {
       caughtUp = true;
       continue;

@@ -381,6 +381,46 @@ ANALYZE;`,
     run: (ctx) => approvedOnline(ctx, { unfreeze: false }),
   },
   {
+    name: 'online-busy-dwell',
+    description:
+      'online after patch busy-sync-dwell: at the approval an application updates a row every 100 ms, so the ready tables\' sync ' +
+      'activities keep polling (busyDwellMs) instead of returning after each round; approved while it writes, the freeze ends its writes',
+    schema: ONLINE_SCHEMA,
+    expected: 'SUCCEEDED',
+    async run(ctx) {
+      const { id, stack, dbs } = ctx;
+      await syncedAtApproval(ctx, onlineSpec({ cutover: { approval: 'manual', approvalTimeout: '10m', afterwards: 'unfreeze' } }));
+      const app = new PgClient({ connectionString: dbs.url('source'), application_name: 'recording-app' });
+      await app.connect();
+      let refused = false;
+      let written = 0;
+      const writes = (async () => {
+        for (let i = 0; !refused; i += 1) {
+          // The freeze refuses the write (read_only_sql_transaction): the application stops.
+          await app.query('UPDATE public.accounts SET balance = balance + 1 WHERE id = $1', [1 + (i % 400)]).then(
+            () => (written += 1),
+            () => (refused = true),
+          );
+          await new Promise((r) => setTimeout(r, 100));
+        }
+      })();
+      try {
+        // Some seconds of writes reach the target while the tables dwell, then the approval.
+        await eventually(async () => written >= 40, 60_000);
+        await stack.ferry.approve(id);
+        const result = await resultWithin(stack.ferry, id);
+        refused = true;
+        await writes;
+        if (result.state === 'SUCCEEDED') await sameRows(dbs, ONLINE_TABLES);
+        return result;
+      } finally {
+        refused = true;
+        await writes;
+        await app.end();
+      }
+    },
+  },
+  {
     name: 'online-armed-freeze',
     description:
       'online with unique columns, a foreign key and an index (built before the approval); approved while a write transaction is open: ' +

@@ -48,6 +48,12 @@ export const IDLE_POLL_MS = 500;
  * IDLE_POLL_MS; the cutover's finish request ends the wait at once.
  */
 export const MAX_IDLE_MS = 30_000;
+/**
+ * How long a busy table's sync activity keeps polling before it returns (SyncInput.busyDwellMs):
+ * long enough that its activity, sessions and fence are a small cost beside its rounds, short
+ * enough that a pause or a dirty re-check waits little behind it.
+ */
+export const BUSY_DWELL_MS = 5_000;
 const LEGACY_MAX_IDLE_MS = 8_000;
 /** Online: report lag to the parent at least this often (each report is a history event there). */
 export const LAG_REPORT_MS = 10_000;
@@ -395,7 +401,7 @@ class TableRun {
       await condition(() => !this.control.paused || this.finishRequested);
       if (this.finishRequested) break;
       if (this.historyFull()) return this.carryOn();
-      const result = await this.slices.run('sync', () => this.syncChanges(this.syncSlice()));
+      const result = await this.slices.run('sync', () => this.syncChanges(this.steadySyncSlice()));
       if (!result) continue;
       const now = Date.now();
       const quiet = patched(PATCHES.quietIdleTables);
@@ -424,6 +430,17 @@ class TableRun {
     }
     if (this.machine.can('CUTTING_OVER')) await this.move('CUTTING_OVER', 'cutover: the parent drains the last changes');
     return { rowsCopied: this.rowsCopied(), repairedRanges: this.repairedRanges };
+  }
+
+  /**
+   * The next slice of the sync loop: a table ready for the cutover (nothing left to validate or
+   * build) dwells in its activity while it is busy (PATCHES.busySyncDwell).
+   */
+  private steadySyncSlice(): SyncInput {
+    const slice = this.syncSlice();
+    const ready = this.sync.validated && (!this.input.indexes || this.sync.indexesBuilt === true);
+    if (!slice.returnWhenCaughtUp || !ready || !patched(PATCHES.busySyncDwell)) return slice;
+    return { ...slice, busyDwellMs: BUSY_DWELL_MS };
   }
 
   /** The next sync slice's input. */

@@ -127,6 +127,13 @@ export const PATCHES = {
    * two signals it sent were two round trips for the table and two workflow tasks for the parent.
    */
   smallTableReportsInResult: 'small-table-reports-in-result',
+  /**
+   * Online, a table ready for the cutover: its sync activity keeps polling while its rounds find
+   * changes, for up to BUSY_DWELL_MS (SyncInput.busyDwellMs), instead of returning after each
+   * round that caught up — a busy table took an activity, two new sessions and a fence every
+   * half second, which cost its source more than the rounds' own work.
+   */
+  busySyncDwell: 'busy-sync-dwell',
 } as const;
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);

@@ -73,7 +73,8 @@ export interface TableInfo {
   estimatedRows: number;
   pages: number;
   columns: ColumnInfo[];
-  primaryKey: { name: string; columns: string[]; definition: string } | null;
+  /** indexDefinition: the key's index as CREATE UNIQUE INDEX (to build it before the constraint). */
+  primaryKey: { name: string; columns: string[]; definition: string; indexDefinition: string } | null;
   checks: ConstraintInfo[];
   /** Unique and exclusion constraints, added after the load. */
   uniques: ConstraintInfo[];
@@ -130,6 +131,7 @@ SELECT a.attrelid::int8 AS relid, a.attname::text AS name,
 const CONSTRAINTS_SQL = `
 SELECT con.conrelid::int8 AS relid, con.conname::text AS name, con.contype::text AS kind,
        pg_catalog.pg_get_constraintdef(con.oid) AS definition,
+       CASE WHEN con.contype = 'p' THEN pg_catalog.pg_get_indexdef(con.conindid) END AS index_definition,
        ARRAY(SELECT a.attname::text
                FROM unnest(con.conkey) WITH ORDINALITY k(attnum, ord)
                JOIN pg_catalog.pg_attribute a ON a.attrelid = con.conrelid AND a.attnum = k.attnum
@@ -285,7 +287,7 @@ function tableInfo(
       effectiveCollation: c.effective_collation,
       binaryPortable: isBinaryPortable(c as Parameters<typeof isBinaryPortable>[0]),
     })),
-    primaryKey: pk ? { name: pk.name, columns: pk.columns, definition: pk.definition } : null,
+    primaryKey: pk ? { name: pk.name, columns: pk.columns, definition: pk.definition, indexDefinition: pk.index_definition } : null,
     checks: constraints.filter((c) => c.kind === 'c').map((c) => ({ name: c.name, definition: c.definition })),
     uniques: constraints
       .filter((c) => c.kind === 'u' || c.kind === 'x')

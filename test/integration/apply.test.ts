@@ -178,6 +178,74 @@ describe('the online apply', () => {
     expect(await rowsAsText(dbs, 'target', 'public.counters', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.counters', 'id'));
   });
 
+  it('keeps polling while a ready table is busy (busyDwellMs), returns at once when a look finds the log empty, and within a moment of the freeze', async () => {
+    await dbs.exec('source', `CREATE TABLE public.things (id int PRIMARY KEY, v int NOT NULL);
+      INSERT INTO public.things SELECT g, 0 FROM generate_series(1, 100) g;`);
+    const plan = await migrate('dwell', ['public.things']);
+    const table = copyTableOf(plan.tables[0]);
+    await run(() => activities.copyChunk({ migrationId: 'dwell', source: 'src', target: 'dst', table, chunk: { ...plan.tables[0].chunks[0] }, batchRows: 1000, fence: Date.now(), sliceMs: 30_000 }));
+    const slice = (busyDwellMs: number) =>
+      run(() => activities.syncChanges({ migrationId: 'dwell', source: 'src', target: 'dst', table, fence: Date.now(), sliceMs: 30_000, batchKeys: 100, recordDirty: false, returnWhenCaughtUp: true, busyDwellMs }));
+    // A writer: one update every 50 ms, until told to stop.
+    const writer = new Client({ connectionString: dbs.url('source') });
+    await writer.connect();
+    let writing = true;
+    const writes = (async () => {
+      for (let i = 0; writing; i += 1) {
+        await writer.query('UPDATE public.things SET v = v + 1 WHERE id = $1', [1 + (i % 100)]);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    })();
+    try {
+      await eventually(async () => JSON.stringify(await rowsAsText(dbs, 'source', 'public.things', 'id')) !== JSON.stringify(await rowsAsText(dbs, 'target', 'public.things', 'id')), 10_000, 20);
+      // Busy: one activity runs round after round for the dwell (without it: one round, then back).
+      const started = Date.now();
+      const busy = await slice(2_000);
+      expect(busy.rounds).toBeGreaterThanOrEqual(3);
+      expect(Date.now() - started).toBeGreaterThanOrEqual(2_000);
+    } finally {
+      writing = false;
+      await writes;
+      await writer.end();
+    }
+    // Idle: the first look at an empty log returns, whatever the dwell.
+    await slice(0);
+    const idleStarted = Date.now();
+    const idle = await slice(20_000);
+    expect(idle.rounds).toBe(0);
+    expect(Date.now() - idleStarted).toBeLessThan(2_000);
+    expect(await rowsAsText(dbs, 'target', 'public.things', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.things', 'id'));
+
+    // Frozen: changes still arriving (in-flight commits, put straight into the log here, since
+    // the freeze refuses the table's writers) do not hold the activity past a moment.
+    const log = (await dbs.query<{ t: string }>('source', `SELECT format('%I.%I', schemaname, tablename) AS t FROM pg_tables WHERE schemaname = '_ferry_capture' AND tablename LIKE 'log\\_%\\_0'`))[0].t;
+    let feeding = true;
+    let fed = 0;
+    const feeder = (async () => {
+      while (feeding) {
+        fed = Number((await dbs.query<{ id: string }>('source', `INSERT INTO ${log} (pk) VALUES ('{7}') RETURNING id::text AS id`))[0].id);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    })();
+    const consumedUpTo = (id: number) =>
+      eventually(async () => (await dbs.query<{ n: string }>('source', `SELECT count(*)::text AS n FROM ${log} WHERE id <= $1`, [id]))[0].n === '0', 10_000, 50);
+    try {
+      await eventually(async () => fed > 0, 10_000, 20);
+      const dwelling = slice(20_000);
+      // Two polls of the one activity have applied what was fed: it is dwelling on the fed log.
+      await consumedUpTo(fed);
+      await consumedUpTo(fed);
+      const frozenAt = Date.now();
+      await run(() => activities.setFreeze({ migrationId: 'dwell', source: 'src', state: 'frozen' }));
+      const result = await dwelling;
+      expect(result.rounds).toBeGreaterThan(1);
+      expect(Date.now() - frozenAt).toBeLessThan(1_500);
+    } finally {
+      feeding = false;
+      await feeder;
+    }
+  });
+
   it('re-checks the dirty set: skips keys still waiting in the log, clears matching rows, puts differing ones back into the log', async () => {
     await dbs.exec('source', `CREATE TABLE public.things (id int PRIMARY KEY, v text);
       INSERT INTO public.things SELECT g, 'v' || g FROM generate_series(1, 10) g;`);

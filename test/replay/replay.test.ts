@@ -56,6 +56,9 @@ const SCENARIOS: Record<string, { failureType?: string; change?: boolean; runs?:
   // patched('parent-marks-copying').
   'full-batched-reports': {},
   'online-batched-reports': {},
+  // Ready tables whose sync activity keeps polling while writes arrive (busyDwellMs), behind
+  // patched('busy-sync-dwell'); approved while the application writes.
+  'online-busy-dwell': {},
   // Small tables finished by their copy activity (key, indexes, ANALYZE), behind
   // patched('small-table-in-one-step').
   'full-small-tables': {},
@@ -155,7 +158,7 @@ describe('recorded workflow histories', () => {
 
     const all = [...fixtures.values()].flat();
     // The README's determinism row counts them.
-    expect(all).toHaveLength(96);
+    expect(all).toHaveLength(100);
     expect([...new Set(all.map((f) => f.workflowType))].sort()).toEqual([MIGRATION_WORKFLOW, TABLE_WORKFLOW, CHANGE_WORKFLOW, ...HELPER_WORKFLOW_TYPES].sort());
     expect(fixtures.get('online')!.map((f) => f.workflowType)).toContain(UNFREEZE_WORKFLOW);
     expect(fixtures.get('online-armed-freeze')!.map((f) => f.workflowType)).toContain(CLEANUP_WORKFLOW);

@@ -8,6 +8,7 @@ import { readFileSync } from 'node:fs';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import type { Activities } from '../../activities';
 import { controlSignal } from '../../workflows/definitions';
+import { BUSY_DWELL_MS } from '../../workflows/table';
 import type { MigrationPlan } from '../../src/core/plan';
 import { HEARTBEAT_THROTTLE } from '../../src/worker';
 import { eventually, resultWithin, TestStack, waitForPhase } from '../helpers/stack';
@@ -47,6 +48,8 @@ describe('the online chain, with fake activities', () => {
   let worker: Worker;
   let running: Promise<void>;
   let calls: string[];
+  /** Each sync slice's busyDwellMs (undefined: none asked). */
+  let dwells: (number | undefined)[];
   const script: Script = { mismatchRounds: 0, blockedSlices: 0, appliedPerSlice: 0 };
   const count = (name: string) => calls.filter((c) => c === name).length;
 
@@ -67,8 +70,9 @@ describe('the online chain, with fake activities', () => {
       calls.push('copyChunk');
       return { checkpoint: { lastKey: null, rowsCopied: 20, done: true }, rows: 20, bytes: 200, batches: 1 };
     },
-    async syncChanges() {
+    async syncChanges(input) {
       calls.push('syncChanges');
+      dwells.push(input.busyDwellMs);
       return { applied: script.appliedPerSlice, rounds: script.appliedPerSlice > 0 ? 1 : 0, caughtUp: true, pending: 0, lagSeconds: 0 };
     },
     async validateChunk(input) {
@@ -151,6 +155,7 @@ describe('the online chain, with fake activities', () => {
 
   beforeEach(() => {
     calls = [];
+    dwells = [];
     script.mismatchRounds = 0;
     script.appliedPerSlice = 0;
     script.blockedSlices = 0;
@@ -204,6 +209,9 @@ describe('the online chain, with fake activities', () => {
     script.appliedPerSlice = 3;
     const { id } = await start('recheck', { approval: 'manual' });
     await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL', 60_000);
+    // Until validated a slice returns as soon as it is caught up; ready, a busy one dwells.
+    expect(dwells[0]).toBeUndefined();
+    await eventually(async () => dwells[dwells.length - 1] === BUSY_DWELL_MS, 10_000);
     const before = count('checkDirtyKeys');
     // Every 15 s a caught-up table whose sync applied keys compares its dirty set again.
     await eventually(async () => count('checkDirtyKeys') >= before + 2, 60_000);
