@@ -27,15 +27,16 @@
  * --capture auto|trigger|logical, or several comma-separated (the spec's capture, auto by
  * default; several are migrated one after another from the same source, each into its own
  * target and after a baseline of its own, and printed side by side at the end), --apply N (1: the spec's
- * parallelism.apply, sessions applying one table's changes at once), --recovery N (60), --pg URL (logical capture
+ * parallelism.apply, sessions applying one table's changes at once), --recovery N (60), --paused N (--seconds:
+ * pgbench with the sync paused, for capture's own cost and the drained backlog), --pg URL (logical capture
  * needs a server with wal_level=logical).
  *
  * With logical capture "sync paused" still runs the slot's consumer (it is not a table's sync):
  * that line is then what capture from the write-ahead log costs the source on the same machine.
  */
 import { spawn } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import { FerryClient } from '../src/client';
@@ -58,6 +59,8 @@ const CAPTURES = arg('--capture', 'auto').split(',');
 const APPLY_LANES = Number(arg('--apply', '1'));
 /** Seconds of pgbench with the sync running right after the paused backlog drained (0: not measured). */
 const RECOVERY_SECONDS = Number(arg('--recovery', '60'));
+/** Seconds of pgbench with the sync paused (capture's own cost, and the backlog the drain measures); --seconds by default. */
+const PAUSED_SECONDS = Number(arg('--paused', String(SECONDS)));
 const ROOT = join(__dirname, '..');
 const PGBENCH = findOnPath('pgbench') ?? '/usr/lib/postgresql/15/bin/pgbench';
 
@@ -141,23 +144,103 @@ function percentiles(values: number[]): LagFigures {
  * pgbench for `seconds` with the sync running; meanwhile every ~250 ms the lag as the change
  * logs show it and as the target shows it.
  */
-async function withSyncRun(source: string, target: string, seconds: number): Promise<{ tps: number; lag: LagFigures; targetLag: LagFigures }> {
+async function withSyncRun(source: string, target: string, seconds: number): Promise<{ tps: number; lag: LagFigures; targetLag: LagFigures; cpu: string }> {
   await sql(ADMIN, 'CHECKPOINT');
   const measuredAt = Date.now();
   const lags: number[] = [];
   const targetLags: number[] = [];
+  const cpu = new CpuUse(source, target);
+  await cpu.sample();
   const sampling = (async () => {
     // A second for pgbench's first transactions to reach the target's reading.
     await new Promise((r) => setTimeout(r, 1000));
     while (Date.now() - measuredAt < seconds * 1000) {
       lags.push(await lagSeconds(source));
       targetLags.push(await targetLagSeconds(target));
+      await cpu.sample();
       await new Promise((r) => setTimeout(r, 250));
     }
   })();
   const tps = await pgbench(source, seconds);
   await sampling;
-  return { tps, lag: percentiles(lags), targetLag: percentiles(targetLags) };
+  return { tps, lag: percentiles(lags), targetLag: percentiles(targetLags), cpu: cpu.summary() };
+}
+
+/**
+ * CPU seconds each part of the machine used while pgbench ran, read from /proc (utime + stime)
+ * at every lag reading: a process's last reading counts, so one that ended (pgbench's sessions
+ * at its end) counts up to its last reading. PostgreSQL's sessions are told apart by
+ * pg_stat_activity (Ferry's by their application_name, which begins with "ferry").
+ */
+class CpuUse {
+  private readonly seen = new Map<number, { group: string; first: number; last: number }>();
+  private readonly started = Date.now();
+  private readonly tick = 100; // USER_HZ on Linux
+
+  constructor(
+    private readonly source: string,
+    private readonly target: string,
+  ) {}
+
+  private async sessions(): Promise<Map<number, string>> {
+    const rows = (await sql(ADMIN, `SELECT pid, coalesce(datname, '') AS db, application_name AS app, backend_type AS kind FROM pg_stat_activity`)) as {
+      pid: number;
+      db: string;
+      app: string;
+      kind: string;
+    }[];
+    const groups = new Map<number, string>();
+    for (const { pid, db, app, kind } of rows) {
+      const side = db === this.source ? 'source' : db === this.target ? 'target' : undefined;
+      if (kind === 'walsender') groups.set(Number(pid), 'walsender (decoding)');
+      else if (side && app.startsWith('ferry')) groups.set(Number(pid), `Ferry's ${side} sessions`);
+      else if (side === 'source' && app === 'pgbench') groups.set(Number(pid), "pgbench's sessions");
+      else if (side) groups.set(Number(pid), `other ${side} sessions`);
+      else groups.set(Number(pid), 'PostgreSQL, the rest');
+    }
+    return groups;
+  }
+
+  private group(cmdline: string): string | undefined {
+    if (cmdline.startsWith('postgres')) return 'PostgreSQL, the rest';
+    if (cmdline.includes('pgbench')) return 'pgbench';
+    if (/temporal\S* server start-dev/.test(cmdline)) return 'Temporal server';
+    if (cmdline.includes('ferry.js worker')) return 'Ferry worker';
+    return undefined;
+  }
+
+  async sample(): Promise<void> {
+    const initial = this.seen.size === 0;
+    const sessions = await this.sessions();
+    for (const entry of readdirSync('/proc')) {
+      const pid = Number(entry);
+      if (!Number.isInteger(pid)) continue;
+      try {
+        const known = this.seen.get(pid);
+        const group = sessions.get(pid) ?? known?.group ?? this.group(readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0/g, ' '));
+        if (!group) continue;
+        const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+        const ticks = Number(fields[11]) + Number(fields[12]); // utime, stime (fields 14 and 15)
+        if (known) {
+          known.last = ticks;
+          known.group = group;
+        } else {
+          // A process born during the run counts from zero.
+          this.seen.set(pid, { group, first: initial ? ticks : 0, last: ticks });
+        }
+      } catch {
+        // gone between the listing and the read
+      }
+    }
+  }
+
+  summary(): string {
+    const totals = new Map<string, number>();
+    for (const { group, first, last } of this.seen.values()) totals.set(group, (totals.get(group) ?? 0) + (last - first) / this.tick);
+    const seconds = (Date.now() - this.started) / 1000;
+    const parts = [...totals.entries()].sort((a, b) => b[1] - a[1]).map(([g, s]) => `${g} ${s.toFixed(1)}`);
+    return `${parts.join(', ')} (CPU seconds in ${seconds.toFixed(0)} s on ${cpus().length} cores)`;
+  }
 }
 
 /** What one capture mode's migration of pgbench's tables measured. */
@@ -305,13 +388,14 @@ async function captureRun(ferry: FerryClient, env: NodeJS.ProcessEnv, source: st
   process.stdout.write(`source TPS with capture and sync:    ${steady.tps.toFixed(0)}  → ${(steady.tps / baseline).toFixed(2)} × without (sync shares these 2 cores)\n`);
   process.stdout.write(`lag while pgbench ran:               ${lagLine(steady.lag)} (oldest key waiting in the change logs, ${steady.lag.readings} readings over ${SECONDS} s)\n`);
   process.stdout.write(`lag at the target:                   ${lagLine(steady.targetLag)} (age of the target's newest pgbench_history row)\n`);
+  process.stdout.write(`CPU while pgbench ran with the sync: ${steady.cpu}\n`);
 
   // Capture alone (the triggers, or the slot's consumer), with the sync paused: what the
   // application pays when the target and Ferry's workers run on other machines.
   await ferry.pause(id);
   await new Promise((r) => setTimeout(r, 3000));
   await sql(ADMIN, 'CHECKPOINT');
-  const captureOnly = await pgbench(source, SECONDS);
+  const captureOnly = await pgbench(source, PAUSED_SECONDS);
   process.stdout.write(`source TPS with capture, sync paused: ${captureOnly.toFixed(0)}  → ${(captureOnly / baseline).toFixed(2)} × without\n`);
   // The apply's capacity: the backlog the paused sync left (the log rows pgbench's writes made
   // while it ran), drained with nothing else writing, against the rate pgbench made it.
@@ -323,7 +407,7 @@ async function captureRun(ferry: FerryClient, env: NodeJS.ProcessEnv, source: st
     await new Promise((r) => setTimeout(r, 100));
   }
   const drainSeconds = (Date.now() - drainStarted) / 1000;
-  const changeRate = backlog / SECONDS;
+  const changeRate = backlog / PAUSED_SECONDS;
   const applyCapacity = backlog / drainSeconds;
   process.stdout.write(
     `apply capacity:                      ${applyCapacity.toFixed(0)} log rows/s (a backlog of ${backlog} drained in ${drainSeconds.toFixed(1)} s)` +
@@ -381,7 +465,7 @@ function sideBySide(figures: CaptureFigures[]): void {
     ['lag when approval was reached', (f) => `${f.lagAtApproval.toFixed(2)} s`],
     [
       'apply capacity against the logging rate',
-      (f) => `${(f.backlog / f.drainSeconds).toFixed(0)} against ${(f.backlog / SECONDS).toFixed(0)} rows/s (${ratio(SECONDS, f.drainSeconds)})`,
+      (f) => `${(f.backlog / f.drainSeconds).toFixed(0)} against ${(f.backlog / PAUSED_SECONDS).toFixed(0)} rows/s (${ratio(PAUSED_SECONDS, f.drainSeconds)})`,
     ],
     ['lag while pgbench ran: p50 / p99 / worst', (f) => `${f.lag.p50.toFixed(2)} / ${f.lag.p99.toFixed(2)} / ${f.lag.worst.toFixed(2)} s (${f.lag.readings} readings)`],
     ['lag at the target (newest pgbench_history row): p50 / p99 / worst', (f) => `${f.targetLag.p50.toFixed(2)} / ${f.targetLag.p99.toFixed(2)} / ${f.targetLag.worst.toFixed(2)} s`],
@@ -392,7 +476,7 @@ function sideBySide(figures: CaptureFigures[]): void {
     ['lag when the cutover began', (f) => `${f.lagAtCutover.toFixed(2)} s`],
     ['write outage', (f) => (f.outageMs === undefined ? `n/a (${f.state})` : `${f.outageMs} ms`)],
   ];
-  process.stdout.write(`\nside by side (${SECONDS} s per pgbench measurement, -c ${CLIENTS}, ${APPLY_LANES} apply lane(s)):\n`);
+  process.stdout.write(`\nside by side (${SECONDS} s per pgbench measurement, ${PAUSED_SECONDS} s paused, -c ${CLIENTS}, ${APPLY_LANES} apply lane(s)):\n`);
   process.stdout.write(`| | ${figures.map((f) => f.capture).join(' | ')} |\n| --- |${figures.map(() => ' --- |').join('')}\n`);
   for (const [label, cell] of rows) process.stdout.write(`| ${label} | ${figures.map(cell).join(' | ')} |\n`);
 }
