@@ -101,14 +101,13 @@ export function changedKeys(message: Pgoutput.Message, keyColumns: string[]): Ke
       return value;
     });
   };
-  const keys: (Key | null)[] = [];
-  if (message.tag === 'insert') keys.push(keyOf(message.new));
+  if (message.tag === 'insert') return [keyOf(message.new)!];
+  if (message.tag === 'delete') return [keyOf(message.key ?? message.old)!];
+  if (message.tag !== 'update') return [];
   // The old key comes only when the key changed (replica identity default) or always (full).
-  if (message.tag === 'update') keys.push(keyOf(message.new), keyOf(message.key ?? message.old));
-  if (message.tag === 'delete') keys.push(keyOf(message.key ?? message.old));
-  const distinct = new Map<string, Key>();
-  for (const key of keys) if (key) distinct.set(JSON.stringify(key), key);
-  return [...distinct.values()];
+  const next = keyOf(message.new)!;
+  const old = keyOf(message.key ?? message.old);
+  return old && old.some((v, i) => v !== next[i]) ? [next, old] : [next];
 }
 
 export function createStreamActivities({ connections, logger, metrics }: ActivityDeps) {
@@ -172,6 +171,8 @@ class StreamSlice {
   failure: unknown;
 
   private readonly tables: Map<string, CaptureTable>;
+  /** The table each relation the stream announced stands for (null: not one of ours), looked up once per relation message. */
+  private readonly byRelation = new WeakMap<Pgoutput.MessageRelation, CaptureTable | null>();
   /** Keys of the transaction being received; keys of committed ones waiting for the flush. */
   private current: KeysByTable = new Map();
   private pending: KeysByTable = new Map();
@@ -191,7 +192,8 @@ class StreamSlice {
     private readonly metrics: ActivityDeps['metrics'],
   ) {
     this.tables = new Map(input.tables.map((t) => [relationKey(t.source.schema, t.source.name), t]));
-    service.on('data', (_lsn: string, message: Pgoutput.Message) => this.serial(() => this.onMessage(message)));
+    // With flow control the service awaits each call before it hands over the next message.
+    service.on('data', (_lsn: string, message: Pgoutput.Message) => this.onMessage(message));
     service.on('error', (err: unknown) => {
       this.failure ??= err;
     });
@@ -244,36 +246,59 @@ class StreamSlice {
     return this.chain;
   }
 
-  private async onMessage(message: Pgoutput.Message): Promise<void> {
-    switch (message.tag) {
-      case 'begin':
-        this.current = new Map();
-        return;
-      case 'insert':
-      case 'update':
-      case 'delete': {
-        const table = this.tables.get(relationKey(message.relation.schema, message.relation.name));
-        if (table) addKeys(this.current, table.index, changedKeys(message, table.keyColumns.map((k) => k.name)));
-        return;
-      }
-      case 'commit':
-        for (const [index, keys] of this.current) {
-          addKeys(this.pending, index, keys.values());
-          this.pendingKeys += keys.size;
+  /**
+   * A transaction's changes and its commit are noted at once, in memory (the flush that may be
+   * running works on the keys it took before); only the steps that touch the source go through
+   * `serial`, after whatever step runs now.
+   */
+  private onMessage(message: Pgoutput.Message): Promise<void> | undefined {
+    if (this.failure !== undefined) return undefined;
+    try {
+      switch (message.tag) {
+        case 'begin':
+          this.current = new Map();
+          return undefined;
+        case 'insert':
+        case 'update':
+        case 'delete': {
+          const table = this.tableOf(message.relation);
+          if (table) addKeys(this.current, table.index, changedKeys(message, table.keyColumns.map((k) => k.name)));
+          return undefined;
         }
-        this.current = new Map();
-        this.pendingLsn = message.commitEndLsn;
-        if (this.pendingKeys >= FLUSH_KEYS) await this.flush();
-        return;
-      case 'message':
-        // A mark or heartbeat: confirmed at once, since someone may be waiting for it.
-        if (message.prefix !== this.names.messagePrefix) return;
-        this.pendingLsn = message.messageLsn;
-        await this.flush();
-        this.heartbeats.received(Buffer.from(message.content).toString());
-        return;
-      default:
+        case 'commit':
+          for (const [index, keys] of this.current) {
+            addKeys(this.pending, index, keys.values());
+            this.pendingKeys += keys.size;
+          }
+          this.current = new Map();
+          this.pendingLsn = message.commitEndLsn;
+          return this.pendingKeys >= FLUSH_KEYS ? this.serial(() => this.flush()) : undefined;
+        case 'message': {
+          // A mark or heartbeat: confirmed at once, since someone may be waiting for it.
+          if (message.prefix !== this.names.messagePrefix) return undefined;
+          this.pendingLsn = message.messageLsn;
+          const content = Buffer.from(message.content).toString();
+          return this.serial(async () => {
+            await this.flush();
+            this.heartbeats.received(content);
+          });
+        }
+        default:
+          return undefined;
+      }
+    } catch (err) {
+      this.failure ??= err;
+      return undefined;
     }
+  }
+
+  private tableOf(relation: Pgoutput.MessageRelation): CaptureTable | null {
+    let table = this.byRelation.get(relation);
+    if (table === undefined) {
+      table = this.tables.get(relationKey(relation.schema, relation.name)) ?? null;
+      this.byRelation.set(relation, table);
+    }
+    return table;
   }
 
   /** The pending keys and their position in one source transaction; then, only then, the position confirmed to the slot. */
@@ -310,11 +335,11 @@ class StreamSlice {
   }
 }
 
-/** Adds keys to a table's set (by their JSON text). */
+/** Adds keys to a table's set (a one-column key by its value, others by their JSON text: a table's keys all have as many columns). */
 function addKeys(into: KeysByTable, index: number, keys: Iterable<Key>): void {
   let set = into.get(index);
   if (!set) into.set(index, (set = new Map()));
-  for (const key of keys) set.set(JSON.stringify(key), key);
+  for (const key of keys) set.set(key.length === 1 ? key[0] : JSON.stringify(key), key);
 }
 
 /** Heartbeat messages on their way through the slot, and the commit-to-log lag they measure. */
