@@ -102,7 +102,12 @@ export function changedKeys(message: Pgoutput.Message, keyColumns: string[]): Ke
     });
   };
   if (message.tag === 'insert') return [keyOf(message.new)!];
-  if (message.tag === 'delete') return [keyOf(message.key ?? message.old)!];
+  if (message.tag === 'delete') {
+    const key = keyOf(message.key ?? message.old);
+    // Only a table whose replica identity is NOTHING sends a delete without its old key.
+    if (!key) throw ApplicationFailure.nonRetryable('a delete arrived without its old key (replica identity NOTHING); logical capture cannot tell which row was deleted', FAILURE.CaptureLost);
+    return [key];
+  }
   if (message.tag !== 'update') return [];
   // The old key comes only when the key changed (replica identity default) or always (full).
   const next = keyOf(message.new)!;

@@ -57,6 +57,8 @@ describe('changedKeys', () => {
 
   it('refuses a change whose key value did not come (it cannot tell which row changed)', () => {
     expect(() => changedKeys({ tag: 'insert', relation, new: { a: '1' } }, keys)).toThrow('a change arrived without the value of key column "b" (not sent)');
+    // A delete without its old row (replica identity NOTHING): never a key silently dropped.
+    expect(() => changedKeys({ tag: 'delete', relation, key: null, old: null }, keys)).toThrow('a delete arrived without its old key');
   });
 
   it('asks nothing of other messages', () => {
