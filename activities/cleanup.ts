@@ -3,7 +3,7 @@
  * read from the bookkeeping on both sides — all `ferry cleanup` needs, with no workflow state.
  */
 import { bookkeepingExists } from '../src/db/bookkeeping';
-import { FREEZE_STATE, freezeFunction, freezeStateSequence } from '../src/db/capture-sql';
+import { freezeFunction, readFreezeState } from '../src/db/capture-sql';
 import { quoteQualified } from '../src/core/identifiers';
 import { ActivityDeps } from './deps';
 
@@ -33,11 +33,8 @@ export function createCleanupActivities({ connections }: ActivityDeps) {
     // The source tells too: a freeze that says "moved" or "released", or the freeze an older
     // Ferry installed only at cutover, is there only after a completed cutover.
     const sourceSaysCompleted = await connections.withClient(input.source, async (db) => {
-      const seq = quoteQualified(freezeStateSequence(input.migrationId));
-      if ((await db.query('SELECT to_regclass($1) IS NOT NULL AS present', [seq])).rows[0].present) {
-        const { rows } = await db.query(`SELECT last_value FROM ${seq}`);
-        return [FREEZE_STATE.moved, FREEZE_STATE.released].includes(Number(rows[0].last_value) as 2 | 3);
-      }
+      const state = await readFreezeState(db, input.migrationId);
+      if (state !== 'absent') return state === 'moved' || state === 'released';
       const legacy = await db.query('SELECT to_regprocedure($1) IS NOT NULL AS present', [`${quoteQualified(freezeFunction(input.migrationId))}()`]);
       return legacy.rows[0].present as boolean;
     });

@@ -24,6 +24,7 @@ import {
   freezeFunction,
   freezeStateSequence,
   GUARD_BYPASS,
+  readFreezeState,
   triggerNames,
 } from '../src/db/capture-sql';
 import { inTransaction } from '../src/db/connections';
@@ -84,8 +85,7 @@ export function createFreezeActivities({ connections, logger }: ActivityDeps) {
   async function setFreeze(input: SetFreezeInput): Promise<{ at: string; applied: boolean }> {
     return await connections.withClient(input.source, async (db) => {
       const seq = quoteQualified(freezeStateSequence(input.migrationId));
-      const exists = await db.query('SELECT to_regclass($1) IS NOT NULL AS present', [seq]);
-      if (!exists.rows[0].present) {
+      if ((await readFreezeState(db, input.migrationId)) === 'absent') {
         // Nothing to lift (never installed, or already removed); freezing without it is a bug.
         if (input.state === 'frozen' || input.state === 'moved') {
           throw refusal(FAILURE.FreezeMissing, `the freeze of migration ${input.migrationId} is not installed on the source (was capture removed?)`);
@@ -152,8 +152,7 @@ export function createFreezeActivities({ connections, logger }: ActivityDeps) {
       const trigger = triggerNames(migrationId).freeze;
       const { rows } = await db.query('SELECT tgrelid::regclass::text AS relation FROM pg_catalog.pg_trigger WHERE tgname = $1 ORDER BY oid', [trigger]);
       const seq = quoteQualified(freezeStateSequence(migrationId));
-      const armed = (await db.query('SELECT to_regclass($1) IS NOT NULL AS present', [seq])).rows[0].present;
-      if (armed) await db.query('SELECT pg_catalog.setval($1::regclass, $2, true)', [seq, FREEZE_STATE.released]);
+      if ((await readFreezeState(db, migrationId)) !== 'absent') await db.query('SELECT pg_catalog.setval($1::regclass, $2, true)', [seq, FREEZE_STATE.released]);
       const { pending } = await removeFreeze(db, migrationId);
       logger.info({ migrationId, tables: rows.length, pending }, 'source unfrozen');
       return { unfrozen: rows.map((r) => r.relation as string), pending };

@@ -15,7 +15,7 @@ import { ClientBase } from 'pg';
 import { SYNC_CHUNK } from '../src/db/bookkeeping';
 import { FencedLane, FencedSessions, withFencedSessions } from '../src/db/fenced';
 import { assertCaptureIntact } from '../src/db/capture-check';
-import { captureNames, FREEZE_STATE, freezeStateSequence } from '../src/db/capture-sql';
+import { captureNames, readFreezeState } from '../src/db/capture-sql';
 import { enqueue, keysFromJson } from '../src/db/change-log';
 import { withCatalogKeyTypes } from '../src/db/catalog';
 import { copyStream, deleteKeys, selectColumns } from '../src/db/copy-stream';
@@ -198,12 +198,7 @@ export function nextRoundKeys(size: number, found: number, ms: number, base: num
  * without the armed freeze (capture installed by an older Ferry) counts as frozen: no dwell.
  */
 async function frozen(source: ClientBase, migrationId: string): Promise<boolean> {
-  // pg_sequence_last_value: null while the sequence was never set (still open).
-  const { rows } = await source.query('SELECT to_regclass($1) IS NOT NULL AS armed, pg_catalog.pg_sequence_last_value(to_regclass($1)) AS state', [
-    quoteQualified(freezeStateSequence(migrationId)),
-  ]);
-  if (!rows[0].armed) return true;
-  return rows[0].state !== null && Number(rows[0].state) !== FREEZE_STATE.open;
+  return (await readFreezeState(source, migrationId)) !== 'open';
 }
 
 const DWELL_LOOK_MS = 100;

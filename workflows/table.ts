@@ -438,9 +438,24 @@ class TableRun {
    */
   private steadySyncSlice(): SyncInput {
     const slice = this.syncSlice();
-    const ready = this.sync.validated && (!this.input.indexes || this.sync.indexesBuilt === true);
-    if (!slice.returnWhenCaughtUp || !ready || !patched(PATCHES.busySyncDwell)) return slice;
+    // (Recorded histories call patched() from the slice right after the indexes are built, before
+    // the table declares itself ready: the check must stay nothingLeftToBuild, not declaredReady.)
+    if (!slice.returnWhenCaughtUp || !this.nothingLeftToBuild() || !patched(PATCHES.busySyncDwell)) return slice;
     return { ...slice, busyDwellMs: BUSY_DWELL_MS };
+  }
+
+  /** Validated and, where it has indexes to build, built: only the sync is left before the cutover. */
+  private nothingLeftToBuild(): boolean {
+    return this.sync.validated && (!this.input.indexes || this.sync.indexesBuilt === true);
+  }
+
+  /**
+   * Whether the table has declared itself ready for the cutover: validated and, where it has
+   * indexes to build, moved to AWAITING_APPROVAL (which stepTowardsReady does on the first
+   * caught-up round after nothingLeftToBuild()).
+   */
+  private declaredReady(): boolean {
+    return this.sync.validated && (!this.input.indexes || this.machine.state === 'AWAITING_APPROVAL');
   }
 
   /** The next sync slice's input. */
@@ -453,12 +468,11 @@ class TableRun {
       batchKeys: SYNC_BATCH_KEYS,
       recordDirty: this.sync.validationBegun,
       ...(this.input.applyLanes ? { lanes: this.input.applyLanes } : {}),
-      // Until ready (validated, indexes built), come back as soon as caught up; afterwards an
+      // Until declared ready, come back as soon as caught up; afterwards an
       // execution begun before progress was read by query polls for a whole slice. Otherwise
       // always: an idle table then holds no activity slot while it waits (its timer), so
       // hundreds of caught-up tables cannot starve the copies.
-      returnWhenCaughtUp:
-        this.progressByQuery || !this.sync.validated || (this.input.indexes !== undefined && this.machine.state !== 'AWAITING_APPROVAL'),
+      returnWhenCaughtUp: this.progressByQuery || !this.declaredReady(),
     };
   }
 

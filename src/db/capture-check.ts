@@ -8,9 +8,9 @@
  */
 import { ApplicationFailure } from '@temporalio/common';
 import { ClientBase } from 'pg';
-import { displayQualified, quoteQualified } from '../core/identifiers';
+import { displayQualified } from '../core/identifiers';
 import type { CopyTable } from '../core/plan';
-import { CAPTURE_SCHEMA, FINGERPRINT_SQL, freezeStateSequence, PARTITIONS_SQL, triggerNames } from './capture-sql';
+import { CAPTURE_SCHEMA, FINGERPRINT_SQL, PARTITIONS_SQL, readFreezeState, triggerNames } from './capture-sql';
 import { FAILURE } from '../core/failure-types';
 import { isLogical, logicalNames } from './logical-sql';
 
@@ -84,10 +84,10 @@ export async function assertCaptureIntact(source: ClientBase, input: { migration
   // TRUNCATE refusal.
   await assertPartitionsUnchanged(source, table, rows[0]);
   const names = triggerNames(input.migrationId);
-  const armed = await source.query('SELECT to_regclass($1) IS NOT NULL AS present', [quoteQualified(freezeStateSequence(input.migrationId))]);
+  const armed = (await readFreezeState(source, input.migrationId)) !== 'absent';
   const logical = await isLogical(source, input.migrationId);
   if (logical) await assertLogicalIntact(source, input.migrationId, table);
-  const onTable = [...(logical ? [] : [names.capture]), names.truncate, ...(armed.rows[0].present ? [names.freeze] : [])];
+  const onTable = [...(logical ? [] : [names.capture]), names.truncate, ...(armed ? [names.freeze] : [])];
   // Partitions carry the TRUNCATE refusal and the freeze of their own, and a clone of the row trigger.
   const missing = await source.query(MISSING_TRIGGERS_SQL, [rows[0].relid, onTable, onTable]);
   if (missing.rows.length > 0) {

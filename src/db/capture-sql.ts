@@ -5,7 +5,7 @@
  * every name fits PostgreSQL's 63-byte limit.
  */
 import { createHash } from 'node:crypto';
-import { escapeLiteral } from 'pg';
+import { ClientBase, escapeLiteral } from 'pg';
 import { QualifiedName, quoteIdent, quoteQualified } from '../core/identifiers';
 import { KeyColumn } from '../core/plan';
 import { VersionedSchema } from './schema-versions';
@@ -92,6 +92,23 @@ export const FREEZE_STATE = {
   moved: 3,
 } as const;
 export type FreezeState = keyof typeof FREEZE_STATE;
+
+/**
+ * The freeze state on the source, in one statement: `absent` where the freeze is not armed
+ * (capture never installed, installed by a Ferry without the armed freeze, or removed). A
+ * sequence never set since it was created reads open.
+ */
+export async function readFreezeState(db: ClientBase, migrationId: string): Promise<FreezeState | 'absent'> {
+  const { rows } = await db.query('SELECT to_regclass($1) IS NOT NULL AS armed, pg_catalog.pg_sequence_last_value(to_regclass($1)) AS state', [
+    quoteQualified(freezeStateSequence(migrationId)),
+  ]);
+  if (!rows[0].armed) return 'absent';
+  if (rows[0].state === null) return 'open';
+  const value = Number(rows[0].state);
+  const state = (Object.keys(FREEZE_STATE) as FreezeState[]).find((name) => FREEZE_STATE[name] === value);
+  if (!state) throw new Error(`the freeze state sequence of migration ${migrationId} holds ${value}, which no Ferry writes`);
+  return state;
+}
 
 /** The capture bookkeeping's numbered versions (see schema-versions.ts); steps are only appended. */
 export const CAPTURE_BOOKKEEPING: VersionedSchema = {
