@@ -315,7 +315,7 @@ async function main(): Promise<void> {
     process.stdout.write(`ferry (validation none) / raw COPY:      ${ratio(raw, results.none)} × raw throughput\n`);
     process.stdout.write(`ferry (validation none) time / (a'):     ${(results.none.median / rawIndexFree.median).toFixed(2)} × the index-free load's time\n`);
     process.stdout.write(
-      `ferry (validation none) time / (a'+a''): ${(results.none.median / (rawIndexFree.median + analyze.median)).toFixed(2)} × the index-free load's time with ANALYZE\n`,
+      `ferry (validation none) time / (a'+a''):${(results.none.median / (rawIndexFree.median + analyze.median)).toFixed(2)} × the index-free load's time with ANALYZE\n`,
     );
     process.stdout.write(
       `checksum validation's cost:              ${seconds(results.checksum.median - results.none.median)} over none, ` +
