@@ -8,7 +8,8 @@ import { Context } from '@temporalio/activity';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { Pool } from 'pg';
 import { advanceCheckpoint, ChunkRef, touchCheckpoint } from '../src/db/bookkeeping';
-import { copyRange } from '../src/db/copy-stream';
+import { copyRange, selectColumns } from '../src/db/copy-stream';
+import { BatchSize } from '../src/core/batch-size';
 import { withFencedSessions } from '../src/db/fenced';
 import type { CopyTable } from '../src/core/plan';
 import { asActivityFailure } from '../src/db/errors';
@@ -24,7 +25,8 @@ export interface CopyChunkInput {
   target: string;
   table: CopyTable;
   chunk: ChunkPlan;
-  batchRows: number;
+  /** Rows a batch; absent: batches sized by bytes (src/core/batch-size.ts). */
+  batchRows?: number;
   /** Grows with every dispatch of this chunk; with the attempt number it forms the fence token. */
   fence: number;
   sliceMs: number;
@@ -47,6 +49,9 @@ export interface CopyChunkResult {
   finished?: { built: number; evicted: number };
 }
 
+/** Rows read to learn the width of a chunk's next rows (BatchSize). */
+const WIDTH_SAMPLE_ROWS = 100;
+
 export function createCopyChunk({ connections, logger }: ActivityDeps) {
   return async function copyChunk(input: CopyChunkInput): Promise<CopyChunkResult> {
     const ctx = Context.current();
@@ -62,13 +67,16 @@ export function createCopyChunk({ connections, logger }: ActivityDeps) {
         let batches = 0;
         // The next batch's end key is looked up (on a pooled connection) while this batch copies.
         const keys = connections.pool(input.source);
-        let upcoming = checkpoint.done ? undefined : nextBatch(keys, chunk, checkpoint.lastKey);
+        // Batches sized by bytes (no batchRows given) start from the width of the next rows.
+        const width = input.batchRows === undefined && !checkpoint.done ? await sampleWidth(keys, chunk, checkpoint.lastKey) : null;
+        const size = new BatchSize(input.batchRows, width, input.rowsPerSecond);
+        let upcoming = checkpoint.done ? undefined : nextBatch(keys, chunk, checkpoint.lastKey, size.next());
         // At least one batch per call, however short the slice: every call makes progress.
         while (upcoming && (batches === 0 || Date.now() - started < input.sliceMs)) {
           // Every committed batch is a resume point, so stopping between batches loses nothing.
           if (ctx.cancellationSignal.aborted) throw new CancelledFailure('chunk copy cancelled');
           const batch = await upcoming;
-          upcoming = batch.end === null ? undefined : nextBatch(keys, chunk, batch.end);
+          upcoming = batch.end === null ? undefined : nextBatch(keys, chunk, batch.end, size.next());
           upcoming?.catch(() => undefined); // awaited on the next turn; never left unhandled
           const stats = await write(async () => {
             // Data and checkpoint commit together, so a batch lost in a target crash is simply
@@ -89,6 +97,7 @@ export function createCopyChunk({ connections, logger }: ActivityDeps) {
           rows += stats.rows;
           bytes += stats.bytes;
           batches += 1;
+          size.record(stats.rows, stats.bytes);
           checkpoint = { lastKey: batch.end ?? checkpoint.lastKey, rowsCopied: checkpoint.rowsCopied + stats.rows, done: batch.end === null };
           // The chunk's committed rows, for `ferry status` between the slice's reports (src/client/status-reader.ts).
           ctx.heartbeat({ chunk: input.chunk.index, rowsCopied: checkpoint.rowsCopied });
@@ -125,25 +134,46 @@ export function createCopyChunk({ connections, logger }: ActivityDeps) {
   };
 }
 
-/**
- * The next batch's key range: after the checkpoint (or from the chunk's lower bound) up to the
- * batchRows-th key, or to the chunk's upper bound when fewer rows remain (then `end` is null).
- */
-async function nextBatch(source: Pool, input: CopyChunkInput, lastKey: Key | null): Promise<{ bounds: Bound[]; end: Key | null }> {
+/** The chunk's rows after the checkpoint (or from its lower bound), up to its upper bound. */
+function remaining(input: CopyChunkInput, lastKey: Key | null): { from: Bound[]; until: Bound[] } {
   const from: Bound[] = lastKey
     ? [{ op: '>', key: lastKey }]
     : input.chunk.lower
       ? [{ op: '>=', key: input.chunk.lower }]
       : [];
-  const until: Bound[] = input.chunk.upper ? [{ op: '<', key: input.chunk.upper }] : [];
+  return { from, until: input.chunk.upper ? [{ op: '<', key: input.chunk.upper }] : [] };
+}
+
+/**
+ * The next batch's key range: after the checkpoint (or from the chunk's lower bound) up to the
+ * batchRows-th key, or to the chunk's upper bound when fewer rows remain (then `end` is null).
+ */
+async function nextBatch(source: Pool, input: CopyChunkInput, lastKey: Key | null, batchRows: number): Promise<{ bounds: Bound[]; end: Key | null }> {
+  const { from, until } = remaining(input, lastKey);
   const binder = new ParamBinder();
   const where = keyPredicate(input.table, [...from, ...until], binder);
   const { rows } = await source.query(
     `SELECT ${keyAsText(input.table)} FROM ${quoteQualified(input.table.source)} WHERE ${where}
-      ORDER BY ${keyOrder(input.table)} OFFSET ${input.batchRows - 1} LIMIT 1`,
+      ORDER BY ${keyOrder(input.table)} OFFSET ${batchRows - 1} LIMIT 1`,
     binder.params,
   );
   if (rows.length === 0) return { bounds: [...from, ...until], end: null };
   const end = keyFromRow(rows[0], input.table);
   return { bounds: [...from, { op: '<=', key: end }], end };
+}
+
+/**
+ * Bytes per row of the next rows to copy, as text (close to their COPY size, TOASTed values
+ * uncompressed — the catalog's sizes are of what is stored, compressed); null when none remain.
+ */
+async function sampleWidth(source: Pool, input: CopyChunkInput, lastKey: Key | null): Promise<number | null> {
+  const { from, until } = remaining(input, lastKey);
+  const binder = new ParamBinder();
+  const where = keyPredicate(input.table, [...from, ...until], binder);
+  const { rows } = await source.query(
+    `SELECT avg(octet_length(s::text))::float8 AS width FROM (SELECT ${selectColumns(input.table)} FROM ${quoteQualified(input.table.source)}
+      WHERE ${where} ORDER BY ${keyOrder(input.table)} LIMIT ${WIDTH_SAMPLE_ROWS}) s`,
+    binder.params,
+  );
+  return rows[0].width === null ? null : Number(rows[0].width);
 }

@@ -6,8 +6,10 @@
  *   (a) psql "COPY … TO STDOUT (FORMAT binary)" | psql "COPY … FROM STDIN (FORMAT binary)"
  *       into a table that has its primary key (as Ferry's target has during the load);
  *   (b) pgcopydb clone --table-jobs 2, when pgcopydb is installed;
- *   (c) ferry start --wait with validation none, and again with checksum, through a dev server
- *       and one `ferry worker` process, whose peak RSS (VmHWM) it reports for each part of the run.
+ *   (c) ferry start --wait with validation none, again with checksum, and again with none and
+ *       fixed batches of 50,000 rows (the default before batches were sized by bytes), the three
+ *       taking turns, through a dev server and one `ferry worker` process, whose peak RSS
+ *       (VmHWM) it reports for each part of the run.
  *   (a') the same pipe into the table without its key, then ALTER TABLE … ADD PRIMARY KEY: the
  *       index-free load Ferry does, at PostgreSQL's own speed;
  *   (a'') ANALYZE of that table, which Ferry also runs after a table's key;
@@ -41,6 +43,8 @@ const REPEAT = Number(arg('--repeat', '3'));
 const MANY = !args.includes('--no-many');
 /** parallelism.tables of the second Ferry run over many tables (the first runs at the default). */
 const MANY_PARALLELISM = Number(arg('--many-parallelism', '8'));
+/** Batch rows of the comparison run: the default before batches were sized by bytes. */
+const FIXED_BATCH_ROWS = 50_000;
 /** The orchestration runs: tables × rows each. */
 const MANY_SHAPES = [
   { tables: 50, rows: 40_000 },
@@ -75,8 +79,12 @@ async function repeated(fresh: () => Promise<void>, fn: () => Promise<void>, che
     times.push(await timed(fn));
     await check();
   }
-  times.sort((a, b) => a - b);
-  return { median: times[Math.floor(times.length / 2)], min: times[0], max: times[times.length - 1] };
+  return sampleOf(times);
+}
+
+function sampleOf(values: number[]): Sample {
+  const sorted = [...values].sort((a, b) => a - b);
+  return { median: sorted[Math.floor(sorted.length / 2)], min: sorted[0], max: sorted[sorted.length - 1] };
 }
 
 function line(label: string, s: Sample, rows = ROWS): string {
@@ -271,35 +279,46 @@ async function main(): Promise<void> {
       await sql(url(dbs.none), 'DROP TABLE public.warm');
       rss['start and warm-up'] = peakRssSince(worker.pid!);
 
-      for (const [name, target, validation] of [
-        ['none', 'bench_none', 'none'],
-        ['checksum', 'bench_sum', 'checksum'],
-      ] as const) {
-        const db = target === 'bench_none' ? dbs.none : dbs.checksum;
-        const specFile = join(tmpdir(), `ferry-bench-${name}-${tag}.json`);
-        writeFileSync(specFile, JSON.stringify({ source: 'bench_src', target, validation, tables: ['public.bench_rows'] }));
-        const phases: number[] = [];
-        const timelines: string[] = [];
-        results[name] = await repeated(
-          () => recreate(db),
-          async () => {
-            const started = Date.now();
-            const r = await run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'start', specFile, '--wait', '--json'], env);
+      // Ferry's runs on the large table take turns (none, checksum, none with the earlier
+      // default's fixed batches; REPEAT rounds), so a drift in the machine's speed falls on all
+      // three alike. The third shows what sizing batches by bytes changed: the first two leave
+      // batchRows out.
+      const variants = (
+        [
+          { name: 'none', target: 'bench_none', validation: 'none', label: '(c) ferry start --wait, validation none' },
+          { name: 'checksum', target: 'bench_sum', validation: 'checksum', label: '(c) ferry start --wait, validation checksum' },
+          { name: 'none-fixed', target: 'bench_none', validation: 'none', batchRows: FIXED_BATCH_ROWS, label: `(c) ferry, validation none, batchRows ${FIXED_BATCH_ROWS}` },
+        ] as const
+      ).map((v) => {
+        const specFile = join(tmpdir(), `ferry-bench-${v.name}-${tag}.json`);
+        const batchRows = 'batchRows' in v ? { batchRows: v.batchRows } : {};
+        writeFileSync(specFile, JSON.stringify({ source: 'bench_src', target: v.target, validation: v.validation, tables: ['public.bench_rows'], ...batchRows }));
+        return { ...v, db: v.target === 'bench_none' ? dbs.none : dbs.checksum, specFile, times: [] as number[], phases: [] as number[], timelines: [] as string[] };
+      });
+      for (let round = 0; round < REPEAT; round += 1) {
+        for (const v of variants) {
+          await recreate(v.db);
+          await sql(ADMIN, 'CHECKPOINT');
+          let out = '';
+          const ms = await timed(async () => {
+            const r = await run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'start', v.specFile, '--wait', '--json'], env);
             if (r.code !== 0) throw new Error(`ferry failed: ${r.out}\n${workerLog}`);
-            phases.push(copyPhaseMs(r.out));
-            timelines.push(timelineText(r.out, Date.now() - started));
-          },
-          async () => {
-            const [count] = await sql(url(db), 'SELECT count(*)::int AS n FROM public.bench_rows');
-            if (count.n !== ROWS) throw new Error(`ferry copied ${count.n} rows, expected ${ROWS}`);
-          },
-        );
-        process.stdout.write(line(`(c) ferry start --wait, validation ${name}`, results[name]));
-        process.stdout.write(`      where each run's time went: ${timelines.join('\n                                  ')}\n`);
-        phases.sort((a, b) => a - b);
-        copyPhase[name] = phases[Math.floor(phases.length / 2)];
-        rss[`${ROWS.toLocaleString('en-US')} rows, validation ${name}`] = peakRssSince(worker.pid!);
+            out = r.out;
+          });
+          v.times.push(ms);
+          v.phases.push(copyPhaseMs(out));
+          v.timelines.push(timelineText(out, ms));
+          const [count] = await sql(url(v.db), 'SELECT count(*)::int AS n FROM public.bench_rows');
+          if (count.n !== ROWS) throw new Error(`ferry copied ${count.n} rows, expected ${ROWS}`);
+        }
       }
+      for (const v of variants) {
+        results[v.name] = sampleOf(v.times);
+        process.stdout.write(line(v.label, results[v.name]));
+        process.stdout.write(`      where each run's time went: ${v.timelines.join('\n                                  ')}\n`);
+        copyPhase[v.name] = sampleOf(v.phases).median;
+      }
+      rss[`${ROWS.toLocaleString('en-US')} rows (the three runs)`] = peakRssSince(worker.pid!);
       if (MANY) many.push(...(await manyTables(dbs.many, dbs.manyTarget, env, pgcopydb ?? undefined, (label) => {
         const mb = peakRssSince(worker.pid!);
         if (label) rss[label] = mb;
@@ -322,6 +341,9 @@ async function main(): Promise<void> {
         `${((results.checksum.median - results.none.median) / scan.median).toFixed(2)} × one plain two-sided scan\n`,
     );
     process.stdout.write(`ferry (validation checksum) / raw COPY:  ${ratio(raw, results.checksum)} × raw throughput\n`);
+    process.stdout.write(
+      `batches by bytes / ${FIXED_BATCH_ROWS.toLocaleString('en-US')}-row batches:  ${(results.none.median / results['none-fixed'].median).toFixed(2)} × the time (validation none)\n`,
+    );
     if (copydb) process.stdout.write(`ferry (validation none) / pgcopydb:      ${ratio(copydb, results.none)} × pgcopydb throughput\n`);
     process.stdout.write(
       `ferry copy phase alone (none):           ${seconds(copyPhase.none)}, ${(raw.median / copyPhase.none).toFixed(2)} × raw throughput ` +

@@ -367,6 +367,13 @@ ANALYZE;`,
     run: fullLoad(() => ({ source: 'src', target: 'dst', batchRows: 100, validation: 'checksum', tables: ['public.customers', 'public.orders'] })),
   },
   {
+    name: 'full-batches-by-bytes',
+    description: 'full load of a spec without batchRows after patch batches-by-bytes: the tables get no batchRows and their copies size batches by bytes; checksum validation',
+    schema: FULL_SCHEMA,
+    expected: 'SUCCEEDED',
+    run: fullLoad(() => ({ source: 'src', target: 'dst', validation: 'checksum', tables: ['public.customers', { name: 'public.orders', chunks: 2 }] })),
+  },
+  {
     name: 'full-small-tables-held',
     description: 'full load after patch small-table-reports-in-result: two small tables that send their parent no signal; their milestones come back in their results; checksum validation',
     schema: FULL_SCHEMA,

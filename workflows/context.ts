@@ -1,6 +1,6 @@
 /** What the parent's chains share: the spec, the plan, the tracker, the saga, the children. */
-import { ChildWorkflowCancellationType, ChildWorkflowHandle, startChild, workflowInfo } from '@temporalio/workflow';
-import { workflowIds } from '../src/core/names';
+import { ChildWorkflowCancellationType, ChildWorkflowHandle, patched, startChild, workflowInfo } from '@temporalio/workflow';
+import { PATCHES, workflowIds } from '../src/core/names';
 import { MigrationPlan, TablePlan } from '../src/core/plan';
 import { Spec } from '../src/core/spec';
 import { steps } from './proxies';
@@ -60,6 +60,15 @@ export async function prepareTarget(ctx: MigrationContext): Promise<void> {
   });
 }
 
+/** batchRows' default before batches were sized by bytes. */
+const EARLIER_DEFAULT_BATCH_ROWS = 50_000;
+
+/** The spec's batchRows; without one, none (batches sized by bytes), unless the migration began before that. */
+function batchRowsOf(spec: Spec): number | undefined {
+  if (spec.batchRows !== undefined) return spec.batchRows;
+  return patched(PATCHES.batchesByBytes) ? undefined : EARLIER_DEFAULT_BATCH_ROWS;
+}
+
 export async function startTable(ctx: MigrationContext, table: TablePlan, waitForCopySlot: boolean) {
   const { id, spec, tracker } = ctx;
   const marked = ctx.parentMarksCopying && spec.mode === 'full';
@@ -75,7 +84,7 @@ export async function startTable(ctx: MigrationContext, table: TablePlan, waitFo
         source: spec.source,
         target: spec.target,
         table,
-        batchRows: spec.batchRows,
+        batchRows: batchRowsOf(spec),
         validation: spec.validation,
         chunkParallelism: spec.parallelism.chunks,
         control: ctx.control(),

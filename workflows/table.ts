@@ -80,7 +80,8 @@ export interface TableWorkflowInput {
   source: string;
   target: string;
   table: TablePlan;
-  batchRows: number;
+  /** Absent: the copy sizes its batches by bytes. */
+  batchRows?: number;
   validation: 'none' | 'count' | 'checksum';
   chunkParallelism: number;
   control: Control;

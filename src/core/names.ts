@@ -134,6 +134,11 @@ export const PATCHES = {
    * half second, which cost its source more than the rounds' own work.
    */
   busySyncDwell: 'busy-sync-dwell',
+  /**
+   * A spec without batchRows copies in batches sized by bytes (src/core/batch-size.ts); a
+   * migration started before keeps the 50,000 rows its spec's default then was.
+   */
+  batchesByBytes: 'batches-by-bytes',
 } as const;
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);

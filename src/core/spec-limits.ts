@@ -1,5 +1,11 @@
 /** The spec's bounds and defaults (a module without zod: workflows read them without loading the schema). */
-export const BATCH_ROWS = { min: 100, max: 1_000_000, default: 50_000 };
+export const BATCH_ROWS = { min: 100, max: 1_000_000 };
+/**
+ * Without batchRows (spec or throttle), a copy batch holds about this much of the table: narrow
+ * rows get batches of a few hundred thousand (fewer commits and key lookups), wide rows small
+ * ones (a bounded transaction and redo after a failure). See src/core/batch-size.ts.
+ */
+export const BATCH_BYTES = 32 * 1024 * 1024;
 export const CHUNKS = { min: 1, max: 256 };
 // Two chunks at a time per table measured fastest with source and target sharing 2 cores
 // (bench/copy.ts); raise parallelism.chunks when the databases have cores to spare.

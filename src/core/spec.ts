@@ -43,7 +43,8 @@ export interface Spec {
   mode: 'full' | 'online';
   tables: TableSpec[];
   truncate: boolean;
-  batchRows: number;
+  /** Rows per copy batch; absent: sized by bytes (src/core/batch-size.ts). */
+  batchRows?: number;
   validation: 'none' | 'count' | 'checksum';
   parallelism: { tables: number; chunks: number; indexes: number; apply: number };
   cutover?: CutoverSpec;

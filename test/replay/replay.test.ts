@@ -62,6 +62,7 @@ const SCENARIOS: Record<string, { failureType?: string; change?: boolean; runs?:
   // Small tables finished by their copy activity (key, indexes, ANALYZE), behind
   // patched('small-table-in-one-step').
   'full-small-tables': {},
+  'full-batches-by-bytes': {},
   // Small tables that send no signal: their milestones come back in their results, behind
   // patched('small-table-reports-in-result').
   'full-small-tables-held': {},
@@ -158,7 +159,7 @@ describe('recorded workflow histories', () => {
 
     const all = [...fixtures.values()].flat();
     // The README's determinism row counts them.
-    expect(all).toHaveLength(100);
+    expect(all).toHaveLength(104);
     expect([...new Set(all.map((f) => f.workflowType))].sort()).toEqual([MIGRATION_WORKFLOW, TABLE_WORKFLOW, CHANGE_WORKFLOW, ...HELPER_WORKFLOW_TYPES].sort());
     expect(fixtures.get('online')!.map((f) => f.workflowType)).toContain(UNFREEZE_WORKFLOW);
     expect(fixtures.get('online-armed-freeze')!.map((f) => f.workflowType)).toContain(CLEANUP_WORKFLOW);

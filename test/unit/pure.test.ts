@@ -7,6 +7,8 @@ import { nextRoundKeys, shareByKeyHash } from '../../activities/sync-changes';
 import { collationVersionsDiffer, sameCollation } from '../../activities/preflight';
 import { etaText, RateWindow, rateText } from '../../src/view/watch';
 import { chunkRateCap, tablesSharing } from '../../src/core/rate';
+import { BatchSize, UNSIZED_BATCH_ROWS } from '../../src/core/batch-size';
+import { BATCH_BYTES } from '../../src/core/spec-limits';
 import { formatDuration, parseDuration } from '../../src/core/duration';
 import { displayQualified, parseQualifiedName, quoteIdent, quoteQualified, withSuffix } from '../../src/core/identifiers';
 import { arrayLiteral, keyInList, keyPredicate, literalBinder, ParamBinder } from '../../src/db/ranges';
@@ -150,6 +152,32 @@ describe('the rate cap', () => {
     expect(tablesSharing(2, 5)).toBe(2);
     expect(tablesSharing(4, 1)).toBe(1);
     expect(tablesSharing(4, 0)).toBe(1);
+  });
+});
+
+describe('copy batch sizes', () => {
+  it('are the given batchRows whatever the rows weigh', () => {
+    const size = new BatchSize(2_000, 100, 500);
+    size.record(2_000, 20_000_000);
+    expect(size.next()).toBe(2_000);
+  });
+
+  it('hold about 32 MB by the sampled width, then by the width the batches measured', () => {
+    const size = new BatchSize(undefined, 128, undefined);
+    expect(size.next()).toBe(BATCH_BYTES / 128);
+    size.record(10_000, 10_000 * 1024);
+    expect(size.next()).toBe(BATCH_BYTES / 1024);
+  });
+
+  it('stay within 100 and 1,000,000 rows, and fall back to 50,000 without a width', () => {
+    expect(new BatchSize(undefined, 4, undefined).next()).toBe(1_000_000);
+    expect(new BatchSize(undefined, 10_000_000, undefined).next()).toBe(100);
+    expect(new BatchSize(undefined, null, undefined).next()).toBe(UNSIZED_BATCH_ROWS);
+  });
+
+  it('take about a second of a capped copy', () => {
+    expect(new BatchSize(undefined, 100, 5_000).next()).toBe(5_000);
+    expect(new BatchSize(undefined, 100, 10).next()).toBe(100);
   });
 });
 

@@ -27,7 +27,7 @@ describe('the spec', () => {
       mode: 'full',
       tables: [{ source: { schema: 'public', name: 'orders' }, target: { schema: 'public', name: 'orders' } }],
       truncate: false,
-      batchRows: 50_000,
+      batchRows: undefined,
       validation: 'checksum',
       parallelism: { tables: 2, chunks: 2, indexes: 2, apply: 1 },
       cutover: undefined,

@@ -1,0 +1,99 @@
+/**
+ * Copy batches without a batchRows hold about 32 MB of rows: a table of wide rows is copied in
+ * several small transactions, a narrow one in few large ones, and a given batchRows is kept as
+ * is. What a batch held is read off the target: the rows one transaction wrote share its xmin.
+ */
+import { MockActivityEnvironment } from '@temporalio/testing';
+import { DefaultLogger } from '@temporalio/worker';
+import { createActivities } from '../../activities';
+import { ConnectionRegistry } from '../../src/db/connections';
+import { silentLogger } from '../../src/logger';
+import { copyTableOf, MigrationPlan } from '../../src/core/plan';
+import { parseSpec } from '../../src/core/spec';
+import { BATCH_BYTES } from '../../src/core/spec-limits';
+import { TestDatabases } from '../helpers/databases';
+
+const WIDE_ROWS = 640; // 128 KB of incompressible text each: about 84 MB
+const NARROW_ROWS = 300_000; // about 50 bytes each: 15 MB
+
+describe('copy batches sized by bytes', () => {
+  let dbs: TestDatabases;
+  let connections: ConnectionRegistry;
+  let activities: ReturnType<typeof createActivities>;
+  let plan: MigrationPlan;
+  const run = <T>(fn: () => Promise<T>): Promise<T> => new MockActivityEnvironment(undefined, { logger: new DefaultLogger('ERROR') }).run(fn) as Promise<T>;
+
+  beforeAll(async () => {
+    dbs = await TestDatabases.create('batchsize', ['source', 'target']);
+    await dbs.exec(
+      'source',
+      `CREATE TABLE public.docs (id int PRIMARY KEY, body text);
+       INSERT INTO public.docs SELECT g, (SELECT string_agg(md5(g::text || ':' || i || random()::text), '') FROM generate_series(1, 4096) i)
+         FROM generate_series(1, ${WIDE_ROWS}) g;
+       CREATE TABLE public.narrow (id int PRIMARY KEY, memo text);
+       INSERT INTO public.narrow SELECT g, md5(g::text) FROM generate_series(1, ${NARROW_ROWS}) g;
+       CREATE TABLE public.fixed (LIKE public.narrow INCLUDING ALL);
+       INSERT INTO public.fixed SELECT * FROM public.narrow;
+       ANALYZE;`,
+    );
+    const urls = { FERRY_CONN_SRC: dbs.url('source'), FERRY_CONN_DST: dbs.url('target') };
+    connections = new ConnectionRegistry({ env: urls });
+    activities = createActivities({ connections, logger: silentLogger(), env: urls });
+    const tables = ['public.docs', 'public.narrow', 'public.fixed'].map((name) => ({ name, chunks: 1 }));
+    plan = await run(() => activities.preflight({ migrationId: 'sized', spec: parseSpec({ source: 'src', target: 'dst', tables }) }));
+    await run(() => activities.prepareTarget({ migrationId: 'sized', source: 'src', target: 'dst', plan, truncate: false, primaryKeyAfterLoad: false }));
+  });
+
+  afterAll(async () => {
+    await connections?.close();
+    await dbs?.drop();
+  });
+
+  const copy = (index: number, batchRows?: number) =>
+    run(() =>
+      activities.copyChunk({
+        migrationId: 'sized',
+        source: 'src',
+        target: 'dst',
+        table: copyTableOf(plan.tables[index]),
+        chunk: plan.tables[index].chunks[0],
+        ...(batchRows === undefined ? {} : { batchRows }),
+        fence: 1,
+        sliceMs: 600_000,
+      }),
+    );
+
+  /** The target's transactions that wrote the table, in key order: rows and text bytes each. */
+  const transactions = (table: string) =>
+    dbs.query<{ rows: number; bytes: number }>(
+      'target',
+      `SELECT count(*)::int AS rows, sum(octet_length(t::text))::int8::float8 AS bytes FROM public.${table} t GROUP BY xmin::text ORDER BY min(id)`,
+    );
+
+  const digest = async (role: string, table: string) =>
+    (await dbs.query<{ d: string; n: number }>(role, `SELECT md5(string_agg(t::text, '|' ORDER BY id)) AS d, count(*)::int AS n FROM public.${table} t`))[0];
+
+  it('copies wide rows in several transactions of about 32 MB', async () => {
+    const result = await copy(0);
+    expect(result.checkpoint.done).toBe(true);
+    expect(await digest('target', 'docs')).toEqual(await digest('source', 'docs'));
+    const txs = await transactions('docs');
+    // 84 MB in batches of at most about 32 MB (a 50,000-row batch would have taken it all at once).
+    expect(txs.length).toBeGreaterThanOrEqual(3);
+    for (const tx of txs) expect(tx.bytes).toBeLessThanOrEqual(BATCH_BYTES * 1.1);
+    expect(txs.reduce((n, tx) => n + tx.rows, 0)).toBe(WIDE_ROWS);
+  });
+
+  it('copies narrow rows in one transaction where 50,000-row batches took six', async () => {
+    const result = await copy(1);
+    expect(result.checkpoint.done).toBe(true);
+    expect(await digest('target', 'narrow')).toEqual(await digest('source', 'narrow'));
+    expect(await transactions('narrow')).toEqual([{ rows: NARROW_ROWS, bytes: expect.any(Number) }]);
+  });
+
+  it('keeps a given batchRows', async () => {
+    await copy(2, 100_000);
+    expect(await digest('target', 'fixed')).toEqual(await digest('source', 'fixed'));
+    expect((await transactions('fixed')).map((tx) => tx.rows)).toEqual([100_000, 100_000, 100_000]);
+  });
+});
