@@ -15,6 +15,8 @@
  *   (a'') ANALYZE of that table, which Ferry also runs after a table's key;
  *   (s) a plain checksum scan of both sides at once (count and sum of row hashes): what
  *       validation must at least cost;
+ *   (f) fixed costs: `ferry --help` (the CLI starting) and `ferry validate --connect` (the CLI
+ *       and the preflight helper workflow on the large table), what a run spends outside it;
  *   (m) orchestration: ferry (validation none) over 50 tables of 40,000 rows and over 500
  *       tables of 100 rows, with parallelism.tables at its default (2) and at
  *       --many-parallelism (8), against pgcopydb on the same tables (skip with --no-many).
@@ -82,6 +84,17 @@ async function repeated(fresh: () => Promise<void>, fn: () => Promise<void>, che
   return sampleOf(times);
 }
 
+/** REPEAT timings of a command that must exit 0. */
+async function timesOf(command: () => Promise<{ code: number | null; out: string }>): Promise<number[]> {
+  const times: number[] = [];
+  for (let i = 0; i < REPEAT; i += 1) {
+    let result: { code: number | null; out: string } = { code: null, out: '' };
+    times.push(await timed(async () => void (result = await command())));
+    if (result.code !== 0) throw new Error(`exit ${result.code}: ${result.out}`);
+  }
+  return times;
+}
+
 function sampleOf(values: number[]): Sample {
   const sorted = [...values].sort((a, b) => a - b);
   return { median: sorted[Math.floor(sorted.length / 2)], min: sorted[0], max: sorted[sorted.length - 1] };
@@ -89,7 +102,7 @@ function sampleOf(values: number[]): Sample {
 
 function line(label: string, s: Sample, rows = ROWS): string {
   const range = REPEAT > 1 ? `  (${seconds(s.min)}–${seconds(s.max)})` : '';
-  return `${label.padEnd(42)} ${seconds(s.median).padStart(8)}  ${rate(s.median, rows).padStart(16)}${range}\n`;
+  return `${label.padEnd(42)} ${seconds(s.median).padStart(8)}  ${(rows > 0 ? rate(s.median, rows) : '').padStart(16)}${range}\n`;
 }
 
 async function recreate(db: string): Promise<void> {
@@ -321,6 +334,13 @@ async function main(): Promise<void> {
         copyPhase[v.name] = sampleOf(v.phases).median;
       }
       rss[`${ROWS.toLocaleString('en-US')} rows (the three runs)`] = peakRssSince(worker.pid!);
+      // What "outside the workflow" above is made of: a CLI call that sends nothing, and one that
+      // also runs the preflight helper workflow on the worker (the large table's plan) and stops.
+      await recreate(variants[0].db); // preflight refuses a target table that has rows
+      const cli = sampleOf(await timesOf(() => run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), '--help'], env)));
+      const preflight = sampleOf(await timesOf(() => run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'validate', variants[0].specFile, '--connect'], env)));
+      process.stdout.write(line('(f) ferry --help (the CLI starting)', cli, 0));
+      process.stdout.write(line('(f) ferry validate --connect (+ preflight)', preflight, 0));
       if (MANY) many.push(...(await manyTables(dbs.many, dbs.manyTarget, env, pgcopydb ?? undefined, (label) => {
         const mb = peakRssSince(worker.pid!);
         if (label) rss[label] = mb;
