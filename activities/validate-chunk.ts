@@ -31,6 +31,8 @@ export interface ValidateChunkInput {
   leafRows?: number;
   /** More differing pieces than this are reported as the whole range. */
   maxRanges?: number;
+  /** Only say whether the range matches: no narrowing (the caller compares smaller ranges next). */
+  compareOnly?: boolean;
   /**
    * Online mode (source live, sync paused): compare in one source snapshot, leaving out the keys
    * waiting in the table's change log then — sync applies them later and they join the dirty set.
@@ -106,6 +108,7 @@ export function createValidateChunk({ connections }: ActivityDeps) {
       const comparison = new RangeComparison(connections, ctx, input, source, target, logical, limits);
       const [s, t] = await comparison.compare(input.range);
       if (same(s, t)) return { match: true, sourceRows: s.rows, targetRows: t.rows, mismatches: [], excluded: comparison.excluded };
+      if (input.compareOnly) return { match: false, sourceRows: s.rows, targetRows: t.rows, mismatches: [], excluded: comparison.excluded };
       const mismatches = await comparison.narrow(input.range, s, t);
       const tooMany = mismatches.length >= limits.maxRanges;
       return { match: false, sourceRows: s.rows, targetRows: t.rows, mismatches: tooMany ? [input.range] : mismatches, excluded: comparison.excluded };

@@ -374,6 +374,13 @@ ANALYZE;`,
     run: fullLoad(() => ({ source: 'src', target: 'dst', validation: 'checksum', tables: ['public.customers', { name: 'public.orders', chunks: 2 }] })),
   },
   {
+    name: 'full-validated-whole',
+    description: 'full load after patch whole-table-validation: a table of two chunks compared whole, one statement per side (checksum), before its chunks would be; a small table beside it',
+    schema: FULL_SCHEMA,
+    expected: 'SUCCEEDED',
+    run: fullLoad(() => ({ source: 'src', target: 'dst', validation: 'checksum', tables: ['public.customers', { name: 'public.orders', chunks: 2 }] })),
+  },
+  {
     name: 'full-small-tables-held',
     description: 'full load after patch small-table-reports-in-result: two small tables that send their parent no signal; their milestones come back in their results; checksum validation',
     schema: FULL_SCHEMA,

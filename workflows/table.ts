@@ -55,6 +55,8 @@ export const MAX_IDLE_MS = 30_000;
  */
 export const BUSY_DWELL_MS = 5_000;
 const LEGACY_MAX_IDLE_MS = 8_000;
+/** Full mode: tables of up to this many estimated rows are validated whole first (validateFull). */
+const WHOLE_TABLE_VALIDATION_ROWS = 4_000_000;
 /** Online: report lag to the parent at least this often (each report is a history event there). */
 export const LAG_REPORT_MS = 10_000;
 export const SYNC_BATCH_KEYS = 5_000;
@@ -369,6 +371,13 @@ class TableRun {
     const { input } = this;
     const mode = input.validation === 'count' ? 'count' : 'checksum';
     let pending = validationRanges(input.table);
+    // A range of half a table can cost its side nearly a scan of the whole (bench/copy.ts): a
+    // table of a few million rows is compared whole first, one statement per side, and its
+    // ranges one by one only when that differs.
+    if (pending.length > 1 && input.table.rowsEstimated <= WHOLE_TABLE_VALIDATION_ROWS && patched(PATCHES.wholeTableValidation)) {
+      const whole = await check.validateChunk({ source: input.source, target: input.target, table: this.copyTable, range: { lower: null, upper: null }, mode, compareOnly: true });
+      if (whole.match) return 0;
+    }
     let repaired = 0;
     for (let round = 0; ; round += 1) {
       const mismatched: { chunk: number; range: KeyRange }[] = [];

@@ -139,6 +139,12 @@ export const PATCHES = {
    * migration started before keeps the 50,000 rows its spec's default then was.
    */
   batchesByBytes: 'batches-by-bytes',
+  /**
+   * Full mode: a table of up to WHOLE_TABLE_VALIDATION_ROWS rows in several chunks is first
+   * compared whole, one statement per side (workflows/table.ts validateFull); its chunks are
+   * compared one by one, and repaired, only when that differs.
+   */
+  wholeTableValidation: 'whole-table-validation',
 } as const;
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);

@@ -95,6 +95,38 @@ describe('failures and repairs', () => {
     await suite.dbs.exec('target', 'DROP TABLE public.accounts');
   });
 
+  it('compares a table of two chunks whole, one statement per side, and its chunks only when that differs', async () => {
+    const seen: Pick<ValidateChunkInput, 'range' | 'compareOnly'>[] = [];
+    tamper = async (input) => {
+      if (input.table.source.name === 'accounts') seen.push({ range: input.range, compareOnly: input.compareOnly });
+    };
+    const spec = { source: 'src', target: 'dst', batchRows: 500, tables: [{ name: 'public.accounts', chunks: 2 }] };
+    const clean = await suite.stack.ferry.result((await suite.stack.ferry.start(spec, { id: 'whole-clean' })).id);
+    expect(clean.state).toBe('SUCCEEDED');
+    expect(seen).toEqual([{ range: { lower: null, upper: null }, compareOnly: true }]);
+    expect(await rowsAsText(suite.dbs, 'target', 'public.accounts', 'id')).toEqual(await rowsAsText(suite.dbs, 'source', 'public.accounts', 'id'));
+    await suite.dbs.exec('target', 'DROP TABLE public.accounts');
+
+    // Altered behind Ferry's back while the whole table is compared: the chunks, then a repair.
+    seen.length = 0;
+    tamper = async (input) => {
+      if (input.table.source.name !== 'accounts') return;
+      seen.push({ range: input.range, compareOnly: input.compareOnly });
+      if (seen.length === 1) {
+        await suite.dbs.exec('target', `UPDATE public.accounts SET balance = balance + 0.01 WHERE id = 1234; DELETE FROM public.accounts WHERE id = 2900;`);
+      }
+    };
+    const repaired = await suite.stack.ferry.result((await suite.stack.ferry.start(spec, { id: 'whole-repaired' })).id);
+    expect(repaired.state).toBe('SUCCEEDED');
+    expect(seen[0]).toEqual({ range: { lower: null, upper: null }, compareOnly: true });
+    // Then each chunk on its own (never the whole table again), the altered one narrowed and repaired.
+    expect(seen.length).toBeGreaterThanOrEqual(3);
+    expect(seen.slice(1).every((s) => !s.compareOnly && (s.range.lower !== null || s.range.upper !== null))).toBe(true);
+    expect(await rowsAsText(suite.dbs, 'target', 'public.accounts', 'id')).toEqual(await rowsAsText(suite.dbs, 'source', 'public.accounts', 'id'));
+    expect(repaired.events.find((e) => e.type === 'ValidationPassed')?.detail?.repairedRanges).toBeGreaterThanOrEqual(1);
+    await suite.dbs.exec('target', 'DROP TABLE public.accounts');
+  });
+
   it('gives up with ConsistencyBreach when the damage keeps coming back, and rolls back', async () => {
     tamper = async (input) => {
       if (input.table.source.name === 'accounts') await suite.dbs.exec('target', `UPDATE public.accounts SET owner = 'x' WHERE id = 10`);

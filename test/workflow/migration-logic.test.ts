@@ -14,7 +14,14 @@ import { ResultDocument } from '../../src/core/status';
 import { HEARTBEAT_THROTTLE } from '../../src/worker';
 import { eventually, TestStack } from '../helpers/stack';
 
-type Mode = { copy: 'ok' | 'slow' | 'fail'; mixed: boolean; /** validateChunk finds this table's rows differ, every time. */ differs?: number };
+type Mode = {
+  copy: 'ok' | 'slow' | 'fail';
+  mixed: boolean;
+  /** validateChunk finds this table's rows differ, every time. */
+  differs?: number;
+  /** validateChunk finds rows differ in its next this many calls (any table). */
+  differsNext?: number;
+};
 
 /** One large table and eight small ones (one chunk, a hundred rows: src/core/plan.ts isSmallTable). */
 function mixedTables() {
@@ -98,7 +105,11 @@ describe('migrationWorkflow orchestration', () => {
       return { checkpoint: { lastKey: null, rowsCopied: 10, done: true }, rows: 10, bytes: 100, batches: 1 };
     },
     async validateChunk(input) {
-      calls.push('validateChunk');
+      calls.push(input.compareOnly ? `validateChunk:whole:${JSON.stringify(input.range)}` : 'validateChunk');
+      if (mode.differsNext) {
+        mode.differsNext -= 1;
+        return { match: false, sourceRows: 10, targetRows: 9, mismatches: input.compareOnly ? [] : [input.range], excluded: 0 };
+      }
       if (input.table.index === mode.differs) return { match: false, sourceRows: 10, targetRows: 9, mismatches: [{ lower: null, upper: null }], excluded: 0 };
       return { match: true, sourceRows: 10, targetRows: 10, mismatches: [], excluded: 0 };
     },
@@ -179,6 +190,7 @@ describe('migrationWorkflow orchestration', () => {
     mode.copy = 'ok';
     mode.mixed = false;
     mode.differs = undefined;
+    mode.differsNext = undefined;
   });
 
   async function start(id: string, extra?: Record<string, unknown>) {
@@ -196,8 +208,8 @@ describe('migrationWorkflow orchestration', () => {
     // indexes are listed meanwhile.
     expect(calls.slice(4, 6).sort()).toEqual(['addPrimaryKey', 'listIndexes']);
     expect(calls.slice(6)).toEqual([
-      'validateChunk',
-      'validateChunk',
+      // Two chunks of a small table: compared whole, one statement per side, and that matched.
+      'validateChunk:whole:{"lower":null,"upper":null}',
       // The table's own indexes as soon as it is validated, then what spans tables.
       'buildIndex:t_v_idx',
       'analyzeTable',
@@ -255,6 +267,22 @@ describe('migrationWorkflow orchestration', () => {
     expect(result.tables.map((t) => t.phase)).toEqual(Array(9).fill('COMPLETED'));
     const phases = (await stack.ferry.status(id)).transitions.filter((t) => t.machine === 'phase').map((t) => t.to);
     expect(phases).toEqual(['FULL_MIGRATING', 'FULL_DONE', 'VALIDATING', 'COMPLETED']);
+  });
+
+  it('compares the chunks of a table one by one, and repairs the one that differs, when the whole table differs', async () => {
+    mode.differsNext = 2; // the whole table, then its first chunk
+    const { id } = await start('whole-differs');
+    const result = await stack.ferry.result(id);
+    expect(result.state).toBe('SUCCEEDED');
+    const validation = calls.filter((c) => c.startsWith('validateChunk') || c === 'repairRange');
+    expect(validation.slice(0, 3).concat(validation.slice(3).sort())).toEqual([
+      'validateChunk:whole:{"lower":null,"upper":null}',
+      'validateChunk',
+      'validateChunk',
+      'repairRange',
+      'validateChunk',
+    ]);
+    expect(result.events.find((e) => e.type === 'ValidationPassed')?.detail?.repairedRanges).toBe(1);
   });
 
   it('hears what a small table held before the table fails', async () => {
