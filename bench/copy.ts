@@ -84,17 +84,6 @@ async function repeated(fresh: () => Promise<void>, fn: () => Promise<void>, che
   return sampleOf(times);
 }
 
-/** REPEAT timings of a command that must exit 0. */
-async function timesOf(command: () => Promise<{ code: number | null; out: string }>): Promise<number[]> {
-  const times: number[] = [];
-  for (let i = 0; i < REPEAT; i += 1) {
-    let result: { code: number | null; out: string } = { code: null, out: '' };
-    times.push(await timed(async () => void (result = await command())));
-    if (result.code !== 0) throw new Error(`exit ${result.code}: ${result.out}`);
-  }
-  return times;
-}
-
 function sampleOf(values: number[]): Sample {
   const sorted = [...values].sort((a, b) => a - b);
   return { median: sorted[Math.floor(sorted.length / 2)], min: sorted[0], max: sorted[sorted.length - 1] };
@@ -337,8 +326,12 @@ async function main(): Promise<void> {
       // What "outside the workflow" above is made of: a CLI call that sends nothing, and one that
       // also runs the preflight helper workflow on the worker (the large table's plan) and stops.
       await recreate(variants[0].db); // preflight refuses a target table that has rows
-      const cli = sampleOf(await timesOf(() => run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), '--help'], env)));
-      const preflight = sampleOf(await timesOf(() => run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'validate', variants[0].specFile, '--connect'], env)));
+      const ferryCall = (argv: string[]) => async () => {
+        const r = await run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), ...argv], env);
+        if (r.code !== 0) throw new Error(`ferry ${argv.join(' ')} exited ${r.code}: ${r.out}`);
+      };
+      const cli = await repeated(async () => undefined, ferryCall(['--help']));
+      const preflight = await repeated(async () => undefined, ferryCall(['validate', variants[0].specFile, '--connect']));
       process.stdout.write(line('(f) ferry --help (the CLI starting)', cli, 0));
       process.stdout.write(line('(f) ferry validate --connect (+ preflight)', preflight, 0));
       if (MANY) many.push(...(await manyTables(dbs.many, dbs.manyTarget, env, pgcopydb ?? undefined, (label) => {

@@ -371,9 +371,9 @@ class TableRun {
     const { input } = this;
     const mode = input.validation === 'count' ? 'count' : 'checksum';
     let pending = validationRanges(input.table);
-    // A range of half a table can cost its side nearly a scan of the whole (bench/copy.ts): a
-    // table of a few million rows is compared whole first, one statement per side, and its
-    // ranges one by one only when that differs.
+    // A range of half a table can cost its side nearly a scan of the whole (README: Benchmarks,
+    // batches sized by bytes): a table of a few million rows is compared whole first, one
+    // statement per side, and its ranges one by one only when that differs.
     if (pending.length > 1 && input.table.rowsEstimated <= WHOLE_TABLE_VALIDATION_ROWS && patched(PATCHES.wholeTableValidation)) {
       const whole = await check.validateChunk({ source: input.source, target: input.target, table: this.copyTable, range: { lower: null, upper: null }, mode, compareOnly: true });
       if (whole.match) return 0;
