@@ -24,7 +24,7 @@ import { createSyncActivities } from './sync-changes';
 import { createStreamActivities } from './stream-changes';
 import { createRewriteActivities } from './rewrite';
 import { createRewriteSwapActivities } from './rewrite-swap';
-import { createRepairRange, createValidateChunk } from './validate-chunk';
+import { createChecksumBlocks, createRepairRange, createValidateChunk } from './validate-chunk';
 
 export type { ActivityDeps };
 
@@ -36,6 +36,7 @@ export function createActivities(deps: ActivityDeps) {
     copyChunk: createCopyChunk(deps),
     validateChunk: createValidateChunk(deps),
     repairRange: createRepairRange(deps),
+    checksumBlocks: createChecksumBlocks(deps),
     finalizeTarget: createFinalizeTarget(deps),
     ...createRollbackTarget(deps),
     ...createCaptureActivities(deps),

@@ -201,6 +201,68 @@ class RangeComparison {
   }
 }
 
+export interface ChecksumBlocksInput {
+  /** The connection name of the side to read (the migration's source or target). */
+  connection: string;
+  /** The relation on that side (the table's source or target name). */
+  relation: QualifiedName;
+  table: CopyTable;
+  mode: 'count' | 'checksum';
+  /** This unit's place among `units`: it reads the unit-th share of the relation's blocks. */
+  unit: number;
+  units: number;
+}
+
+export interface ChecksumBlocksResult extends RangeSummary {
+  /** The blocks read, [first, last) (last null: to the end); null when unit 0 read the whole relation. */
+  blocks: [number, number | null] | null;
+}
+
+/**
+ * The summary of one physical share of a relation: the rows in blocks
+ * [unit·B/units, (unit+1)·B/units) of its B blocks now, the last share open-ended. Every row
+ * lies in exactly one share, so the shares' counts and sums add up to the whole relation's, and
+ * each side is read once, sequentially, in as many parallel pieces as wanted: a key range read
+ * through the key's index cost its side nearly as much as a whole scan (README: Benchmarks).
+ * A relation that is not a plain table (a partitioned one: its blocks are its partitions') or a
+ * server before PostgreSQL 14 (no TID range scans: every share would read everything) is read
+ * whole by unit 0, and the other units read nothing.
+ */
+export function blockShareSql(table: CopyTable, relation: QualifiedName, mode: 'count' | 'checksum', blocks: [number, number | null] | null): string {
+  const where = blocks === null ? 'true' : `ctid >= '(${blocks[0]},0)'::tid` + (blocks[1] === null ? '' : ` AND ctid < '(${blocks[1]},0)'::tid`);
+  return summarySql(table, relation, where, mode);
+}
+
+/** Which blocks a unit reads; null: the whole relation (unit 0 only), undefined: nothing. */
+export function blockShare(totalBlocks: number, unit: number, units: number, splittable: boolean): [number, number | null] | null | undefined {
+  if (!splittable || units <= 1) return unit === 0 ? null : undefined;
+  const first = Math.floor((unit * totalBlocks) / units);
+  return [first, unit === units - 1 ? null : Math.floor(((unit + 1) * totalBlocks) / units)];
+}
+
+export function createChecksumBlocks({ connections }: ActivityDeps) {
+  return async function checksumBlocks(input: ChecksumBlocksInput): Promise<ChecksumBlocksResult> {
+    // As validateChunk: a scan takes as long as it takes, liveness heartbeats run meanwhile.
+    return connections.withSessions([input.connection], { statementTimeoutMs: 0 }, async (db) => {
+      const { rows } = await db.query(
+        `SELECT c.relkind = 'r' AND current_setting('server_version_num')::int >= 140000 AS splittable,
+                pg_catalog.pg_relation_size(c.oid) / current_setting('block_size')::int8 AS blocks
+           FROM pg_catalog.pg_class c WHERE c.oid = $1::regclass`,
+        [quoteQualified(input.relation)],
+      );
+      const blocks = blockShare(Number(rows[0].blocks), input.unit, input.units, rows[0].splittable);
+      if (blocks === undefined) return { rows: 0, sum: '0', blocks: null };
+      // The share's own scan: PostgreSQL's parallel workers would read the whole table to filter it.
+      const summary = await inTransaction(db, async () => {
+        await db.query('SET LOCAL max_parallel_workers_per_gather = 0');
+        const { rows: [row] } = await db.query(blockShareSql(input.table, input.relation, input.mode, blocks));
+        return { rows: Number(row.rows), sum: input.mode === 'count' ? '0' : row.sum };
+      });
+      return { ...summary, blocks };
+    });
+  };
+}
+
 export function createRepairRange({ connections, logger }: ActivityDeps) {
   return async function repairRange(input: RepairRangeInput): Promise<{ deleted: number; copied: number }> {
     const ctx = Context.current();

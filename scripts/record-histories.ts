@@ -381,6 +381,13 @@ ANALYZE;`,
     run: fullLoad(() => ({ source: 'src', target: 'dst', validation: 'checksum', tables: ['public.customers', { name: 'public.orders', chunks: 2 }] })),
   },
   {
+    name: 'full-validated-blocks',
+    description: "full load after patch block-validation: a table of two chunks compared by its sides' sums over shares of blocks (checksumBlocks, one share per side at this size, run at once), before its chunks would be; a small table beside it",
+    schema: FULL_SCHEMA,
+    expected: 'SUCCEEDED',
+    run: fullLoad(() => ({ source: 'src', target: 'dst', validation: 'checksum', tables: ['public.customers', { name: 'public.orders', chunks: 2 }] })),
+  },
+  {
     name: 'full-small-tables-held',
     description: 'full load after patch small-table-reports-in-result: two small tables that send their parent no signal; their milestones come back in their results; checksum validation',
     schema: FULL_SCHEMA,

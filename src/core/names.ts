@@ -145,6 +145,13 @@ export const PATCHES = {
    * compared one by one, and repaired, only when that differs.
    */
   wholeTableValidation: 'whole-table-validation',
+  /**
+   * Full mode: a table in several chunks, of any size, is first compared by summing each side's
+   * shares of physical blocks (checksumBlocks, parallel units, each side read once); its chunks
+   * are compared one by one, and repaired, only when the sums differ. Supersedes
+   * wholeTableValidation for executions that take it.
+   */
+  blockValidation: 'block-validation',
 } as const;
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);

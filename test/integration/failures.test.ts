@@ -4,13 +4,16 @@
  * damage that keeps coming back (ConsistencyBreach, rolled back). Checked with SQL.
  */
 import { objectInventory, rowsAsText } from '../helpers/databases';
-import { beforeActivity } from '../helpers/interceptors';
+import { aroundActivities } from '../helpers/interceptors';
 import { stackSuite } from '../helpers/suite';
 import { RefusedError } from '../../src/client';
-import type { ValidateChunkInput } from '../../activities/validate-chunk';
+import type { ChecksumBlocksInput, ValidateChunkInput } from '../../activities/validate-chunk';
+
+/** What a validation activity was asked: a key range compared on both sides, or one side's share of blocks. */
+type Validation = ({ activity: 'validateChunk' } & ValidateChunkInput) | ({ activity: 'checksumBlocks' } & ChecksumBlocksInput);
 
 describe('failures and repairs', () => {
-  let tamper: ((input: ValidateChunkInput) => Promise<void>) | undefined;
+  let tamper: ((input: Validation) => Promise<void>) | undefined;
 
   const suite = stackSuite({
     name: 'fail',
@@ -30,8 +33,10 @@ describe('failures and repairs', () => {
     workers: 0,
     ready: async () => {
       await suite.stack.startWorker({
-        interceptors: beforeActivity('validateChunk', async (input) => {
-          await tamper?.(input as ValidateChunkInput);
+        // Before every validation statement, whichever activity runs it.
+        interceptors: aroundActivities({
+          validateChunk: { before: async (input) => tamper?.({ activity: 'validateChunk', ...(input as ValidateChunkInput) }) },
+          checksumBlocks: { before: async (input) => tamper?.({ activity: 'checksumBlocks', ...(input as ChecksumBlocksInput) }) },
         }),
       });
     },
@@ -95,33 +100,38 @@ describe('failures and repairs', () => {
     await suite.dbs.exec('target', 'DROP TABLE public.accounts');
   });
 
-  it('compares a table of two chunks whole, one statement per side, and its chunks only when that differs', async () => {
-    const seen: Pick<ValidateChunkInput, 'range' | 'compareOnly'>[] = [];
+  it("compares a table of two chunks by its sides' sums, each side read once, and its chunks only when they differ", async () => {
+    const seen: string[] = [];
+    const noted = (input: Validation) =>
+      input.activity === 'checksumBlocks' ? `checksumBlocks:${input.connection}:${input.unit}/${input.units}` : `validateChunk:${JSON.stringify(input.range)}`;
     tamper = async (input) => {
-      if (input.table.source.name === 'accounts') seen.push({ range: input.range, compareOnly: input.compareOnly });
+      if (input.table.source.name === 'accounts') seen.push(noted(input));
     };
     const spec = { source: 'src', target: 'dst', batchRows: 500, tables: [{ name: 'public.accounts', chunks: 2 }] };
-    const clean = await suite.stack.ferry.result((await suite.stack.ferry.start(spec, { id: 'whole-clean' })).id);
+    const clean = await suite.stack.ferry.result((await suite.stack.ferry.start(spec, { id: 'blocks-clean' })).id);
     expect(clean.state).toBe('SUCCEEDED');
-    expect(seen).toEqual([{ range: { lower: null, upper: null }, compareOnly: true }]);
+    // 3,000 rows: one share of blocks per side, and no key range read.
+    expect(seen.sort()).toEqual(['checksumBlocks:dst:0/1', 'checksumBlocks:src:0/1']);
     expect(await rowsAsText(suite.dbs, 'target', 'public.accounts', 'id')).toEqual(await rowsAsText(suite.dbs, 'source', 'public.accounts', 'id'));
     await suite.dbs.exec('target', 'DROP TABLE public.accounts');
 
-    // Altered behind Ferry's back while the whole table is compared: the chunks, then a repair.
+    // Altered behind Ferry's back before the target's share is summed: the chunks, then a repair.
     seen.length = 0;
+    let altered = false;
     tamper = async (input) => {
       if (input.table.source.name !== 'accounts') return;
-      seen.push({ range: input.range, compareOnly: input.compareOnly });
-      if (seen.length === 1) {
+      seen.push(noted(input));
+      if (!altered && input.activity === 'checksumBlocks' && input.connection === 'dst') {
+        altered = true;
         await suite.dbs.exec('target', `UPDATE public.accounts SET balance = balance + 0.01 WHERE id = 1234; DELETE FROM public.accounts WHERE id = 2900;`);
       }
     };
-    const repaired = await suite.stack.ferry.result((await suite.stack.ferry.start(spec, { id: 'whole-repaired' })).id);
+    const repaired = await suite.stack.ferry.result((await suite.stack.ferry.start(spec, { id: 'blocks-repaired' })).id);
     expect(repaired.state).toBe('SUCCEEDED');
-    expect(seen[0]).toEqual({ range: { lower: null, upper: null }, compareOnly: true });
-    // Then each chunk on its own (never the whole table again), the altered one narrowed and repaired.
-    expect(seen.length).toBeGreaterThanOrEqual(3);
-    expect(seen.slice(1).every((s) => !s.compareOnly && (s.range.lower !== null || s.range.upper !== null))).toBe(true);
+    expect(seen.slice(0, 2).sort()).toEqual(['checksumBlocks:dst:0/1', 'checksumBlocks:src:0/1']);
+    // Then each chunk on its own (never the whole table), the altered ones narrowed and repaired.
+    expect(seen.length).toBeGreaterThanOrEqual(4);
+    expect(seen.slice(2).every((s) => s.startsWith('validateChunk:') && s !== 'validateChunk:{"lower":null,"upper":null}')).toBe(true);
     expect(await rowsAsText(suite.dbs, 'target', 'public.accounts', 'id')).toEqual(await rowsAsText(suite.dbs, 'source', 'public.accounts', 'id'));
     expect(repaired.events.find((e) => e.type === 'ValidationPassed')?.detail?.repairedRanges).toBeGreaterThanOrEqual(1);
     await suite.dbs.exec('target', 'DROP TABLE public.accounts');

@@ -64,6 +64,8 @@ const SCENARIOS: Record<string, { failureType?: string; change?: boolean; runs?:
   'full-small-tables': {},
   'full-batches-by-bytes': {},
   'full-validated-whole': {},
+  // A table validated by its sides' sums over shares of blocks, behind patched('block-validation').
+  'full-validated-blocks': {},
   // Small tables that send no signal: their milestones come back in their results, behind
   // patched('small-table-reports-in-result').
   'full-small-tables-held': {},
@@ -160,7 +162,7 @@ describe('recorded workflow histories', () => {
 
     const all = [...fixtures.values()].flat();
     // The README's determinism row counts them.
-    expect(all).toHaveLength(108);
+    expect(all).toHaveLength(112);
     expect([...new Set(all.map((f) => f.workflowType))].sort()).toEqual([MIGRATION_WORKFLOW, TABLE_WORKFLOW, CHANGE_WORKFLOW, ...HELPER_WORKFLOW_TYPES].sort());
     expect(fixtures.get('online')!.map((f) => f.workflowType)).toContain(UNFREEZE_WORKFLOW);
     expect(fixtures.get('online-armed-freeze')!.map((f) => f.workflowType)).toContain(CLEANUP_WORKFLOW);

@@ -21,6 +21,8 @@ type Mode = {
   differs?: number;
   /** validateChunk finds rows differ in its next this many calls (any table). */
   differsNext?: number;
+  /** checksumBlocks finds the target's rows one short of the source's. */
+  blocksDiffer?: boolean;
 };
 
 /** One large table and eight small ones (one chunk, a hundred rows: src/core/plan.ts isSmallTable). */
@@ -113,6 +115,12 @@ describe('migrationWorkflow orchestration', () => {
       if (input.table.index === mode.differs) return { match: false, sourceRows: 10, targetRows: 9, mismatches: [{ lower: null, upper: null }], excluded: 0 };
       return { match: true, sourceRows: 10, targetRows: 10, mismatches: [], excluded: 0 };
     },
+    async checksumBlocks(input) {
+      const side = input.connection === 'a' ? 'source' : 'target'; // the spec's source
+      calls.push(`checksumBlocks:${side}:${input.unit}/${input.units}`);
+      const rows = side === 'target' && mode.blocksDiffer ? 9 : 10;
+      return { rows, sum: String(rows * 7), blocks: null };
+    },
     async repairRange() {
       calls.push('repairRange');
       return { deleted: 9, copied: 10 };
@@ -191,6 +199,7 @@ describe('migrationWorkflow orchestration', () => {
     mode.mixed = false;
     mode.differs = undefined;
     mode.differsNext = undefined;
+    mode.blocksDiffer = undefined;
   });
 
   async function start(id: string, extra?: Record<string, unknown>) {
@@ -207,9 +216,9 @@ describe('migrationWorkflow orchestration', () => {
     // Loaded without its primary key, which is built before anything reads by key; the source's
     // indexes are listed meanwhile.
     expect(calls.slice(4, 6).sort()).toEqual(['addPrimaryKey', 'listIndexes']);
-    expect(calls.slice(6)).toEqual([
-      // Two chunks of a small table: compared whole, one statement per side, and that matched.
-      'validateChunk:whole:{"lower":null,"upper":null}',
+    // Two chunks of a small table: each side summed in one share of its blocks, the two at once, and they matched.
+    expect(calls.slice(6, 8).sort()).toEqual(['checksumBlocks:source:0/1', 'checksumBlocks:target:0/1']);
+    expect(calls.slice(8)).toEqual([
       // The table's own indexes as soon as it is validated, then what spans tables.
       'buildIndex:t_v_idx',
       'analyzeTable',
@@ -269,14 +278,16 @@ describe('migrationWorkflow orchestration', () => {
     expect(phases).toEqual(['FULL_MIGRATING', 'FULL_DONE', 'VALIDATING', 'COMPLETED']);
   });
 
-  it('compares the chunks of a table one by one, and repairs the one that differs, when the whole table differs', async () => {
-    mode.differsNext = 2; // the whole table, then its first chunk
+  it('compares the chunks of a table one by one, and repairs the one that differs, when the sides\' sums differ', async () => {
+    mode.blocksDiffer = true;
+    mode.differsNext = 1; // then its first chunk
     const { id } = await start('whole-differs');
     const result = await stack.ferry.result(id);
     expect(result.state).toBe('SUCCEEDED');
-    const validation = calls.filter((c) => c.startsWith('validateChunk') || c === 'repairRange');
-    expect(validation.slice(0, 3).concat(validation.slice(3).sort())).toEqual([
-      'validateChunk:whole:{"lower":null,"upper":null}',
+    const validation = calls.filter((c) => c.startsWith('validateChunk') || c.startsWith('checksumBlocks') || c === 'repairRange');
+    expect(validation.slice(0, 2).sort().concat(validation.slice(2, 4), validation.slice(4).sort())).toEqual([
+      'checksumBlocks:source:0/1',
+      'checksumBlocks:target:0/1',
       'validateChunk',
       'validateChunk',
       'repairRange',
