@@ -417,7 +417,8 @@ class TableRun {
     const { input } = this;
     const units = Math.max(1, Math.ceil(input.table.rowsEstimated / VALIDATION_UNIT_ROWS));
     const sides = { source: { rows: 0, sum: BigInt(0) }, target: { rows: 0, sum: BigInt(0) } };
-    const shares = (['source', 'target'] as const).flatMap((side) => Array.from({ length: units }, (_, unit) => ({ side, unit })));
+    // Source and target shares alternate, so that both sides are read at the same time.
+    const shares = Array.from({ length: units }, (_, unit) => (['source', 'target'] as const).map((side) => ({ side, unit }))).flat();
     await runBounded(shares, input.chunkParallelism, async ({ side, unit }) => {
       const relation = side === 'source' ? this.copyTable.source : this.copyTable.target;
       const share = await check.checksumBlocks({ connection: input[side], relation, table: this.copyTable, mode, unit, units });
