@@ -252,9 +252,10 @@ export function createChecksumBlocks({ connections }: ActivityDeps) {
       );
       const blocks = blockShare(Number(rows[0].blocks), input.unit, input.units, rows[0].splittable);
       if (blocks === undefined) return { rows: 0, sum: '0', blocks: null };
-      // The share's own scan: PostgreSQL's parallel workers would read the whole table to filter it.
+      // A share is one process's scan: PostgreSQL's parallel workers would read the whole table
+      // to filter it. The whole relation (one share) may use them.
       const summary = await inTransaction(db, async () => {
-        await db.query('SET LOCAL max_parallel_workers_per_gather = 0');
+        if (blocks !== null) await db.query('SET LOCAL max_parallel_workers_per_gather = 0');
         const { rows: [row] } = await db.query(blockShareSql(input.table, input.relation, input.mode, blocks));
         return { rows: Number(row.rows), sum: input.mode === 'count' ? '0' : row.sum };
       });
