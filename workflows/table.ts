@@ -416,8 +416,8 @@ class TableRun {
   private async sidesMatchByBlocks(mode: 'count' | 'checksum'): Promise<boolean> {
     const { input } = this;
     // A table of a few million rows is one share per side, read whole with PostgreSQL's parallel
-    // workers: in the workflow its 2,000,000 rows took 2.3-2.7 s in two shares a side against
-    // 1.7 s whole (README: Benchmarks, validation by shares of blocks).
+    // workers, as before shares: at 2,000,000 rows no slower than two shares a side, and one
+    // activity less per side (README: Benchmarks, validation by shares of blocks).
     const units = input.table.rowsEstimated <= WHOLE_TABLE_VALIDATION_ROWS ? 1 : Math.ceil(input.table.rowsEstimated / VALIDATION_UNIT_ROWS);
     const sides = { source: { rows: 0, sum: BigInt(0) }, target: { rows: 0, sum: BigInt(0) } };
     // Source and target shares alternate, so that both sides are read at the same time.
