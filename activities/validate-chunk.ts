@@ -214,7 +214,7 @@ export interface ChecksumBlocksInput {
 }
 
 export interface ChecksumBlocksResult extends RangeSummary {
-  /** The blocks read, [first, last) (last null: to the end); null when unit 0 read the whole relation. */
+  /** The blocks read, [first, last) (last null: to the end); null when the relation is not split (unit 0 read all of it, the others nothing). */
   blocks: [number, number | null] | null;
 }
 

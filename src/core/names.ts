@@ -147,7 +147,8 @@ export const PATCHES = {
   wholeTableValidation: 'whole-table-validation',
   /**
    * Full mode: a table in several chunks, of any size, is first compared by summing each side's
-   * shares of physical blocks (checksumBlocks, parallel units, each side read once); its chunks
+   * shares of physical blocks (checksumBlocks, parallel units, each side read once; one share,
+   * the whole relation, up to WHOLE_TABLE_VALIDATION_ROWS); its chunks
    * are compared one by one, and repaired, only when the sums differ. Supersedes
    * wholeTableValidation for executions that take it.
    */
