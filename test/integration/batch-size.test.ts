@@ -3,25 +3,20 @@
  * several small transactions, a narrow one in few large ones, and a given batchRows is kept as
  * is. What a batch held is read off the target: the rows one transaction wrote share its xmin.
  */
-import { MockActivityEnvironment } from '@temporalio/testing';
-import { DefaultLogger } from '@temporalio/worker';
-import { createActivities } from '../../activities';
-import { ConnectionRegistry } from '../../src/db/connections';
-import { silentLogger } from '../../src/logger';
 import { copyTableOf, MigrationPlan } from '../../src/core/plan';
 import { parseSpec } from '../../src/core/spec';
 import { BATCH_BYTES } from '../../src/core/spec-limits';
 import { TestDatabases } from '../helpers/databases';
+import { DirectActivities, directActivities } from '../helpers/direct-activities';
 
 const WIDE_ROWS = 640; // 128 KB of incompressible text each: about 84 MB
 const NARROW_ROWS = 300_000; // about 50 bytes each: 15 MB
 
 describe('copy batches sized by bytes', () => {
   let dbs: TestDatabases;
-  let connections: ConnectionRegistry;
-  let activities: ReturnType<typeof createActivities>;
+  let direct: DirectActivities;
   let plan: MigrationPlan;
-  const run = <T>(fn: () => Promise<T>): Promise<T> => new MockActivityEnvironment(undefined, { logger: new DefaultLogger('ERROR') }).run(fn) as Promise<T>;
+  const run = <T>(fn: () => Promise<T>): Promise<T> => direct.run(fn);
 
   beforeAll(async () => {
     dbs = await TestDatabases.create('batchsize', ['source', 'target']);
@@ -36,22 +31,21 @@ describe('copy batches sized by bytes', () => {
        INSERT INTO public.fixed SELECT * FROM public.narrow;
        ANALYZE;`,
     );
-    const urls = { FERRY_CONN_SRC: dbs.url('source'), FERRY_CONN_DST: dbs.url('target') };
-    connections = new ConnectionRegistry({ env: urls });
-    activities = createActivities({ connections, logger: silentLogger(), env: urls });
+    direct = directActivities(dbs);
+    const { activities } = direct;
     const tables = ['public.docs', 'public.narrow', 'public.fixed'].map((name) => ({ name, chunks: 1 }));
     plan = await run(() => activities.preflight({ migrationId: 'sized', spec: parseSpec({ source: 'src', target: 'dst', tables }) }));
     await run(() => activities.prepareTarget({ migrationId: 'sized', source: 'src', target: 'dst', plan, truncate: false, primaryKeyAfterLoad: false }));
   });
 
   afterAll(async () => {
-    await connections?.close();
+    await direct?.close();
     await dbs?.drop();
   });
 
   const copy = (index: number, batchRows?: number) =>
     run(() =>
-      activities.copyChunk({
+      direct.activities.copyChunk({
         migrationId: 'sized',
         source: 'src',
         target: 'dst',

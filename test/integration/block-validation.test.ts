@@ -4,23 +4,17 @@
  * table again), and a partitioned table is read whole by its first share. Checked against
  * PostgreSQL's own count and sum over the table, and on a target that differs by one value.
  */
-import { MockActivityEnvironment } from '@temporalio/testing';
 import { Client } from 'pg';
-import { DefaultLogger } from '@temporalio/worker';
-import { createActivities } from '../../activities';
 import { blockShare, blockShareSql, ChecksumBlocksResult } from '../../activities/validate-chunk';
-import { ConnectionRegistry } from '../../src/db/connections';
-import { silentLogger } from '../../src/logger';
 import { copyTableOf, CopyTable, MigrationPlan } from '../../src/core/plan';
 import { parseSpec } from '../../src/core/spec';
 import { TestDatabases } from '../helpers/databases';
+import { DirectActivities, directActivities } from '../helpers/direct-activities';
 
 describe('validation by shares of blocks', () => {
   let dbs: TestDatabases;
-  let connections: ConnectionRegistry;
-  let activities: ReturnType<typeof createActivities>;
+  let direct: DirectActivities;
   let plan: MigrationPlan;
-  const run = <T>(fn: () => Promise<T>): Promise<T> => new MockActivityEnvironment(undefined, { logger: new DefaultLogger('ERROR') }).run(fn) as Promise<T>;
 
   beforeAll(async () => {
     dbs = await TestDatabases.create('blockval', ['source', 'target']);
@@ -44,14 +38,12 @@ describe('validation by shares of blocks', () => {
        INSERT INTO public.parts SELECT g, 'part ' || g FROM generate_series(1, 9000) g;
        ANALYZE;`,
     );
-    const urls = { FERRY_CONN_SRC: dbs.url('source'), FERRY_CONN_DST: dbs.url('target') };
-    connections = new ConnectionRegistry({ env: urls });
-    activities = createActivities({ connections, logger: silentLogger(), env: urls });
-    plan = await run(() => activities.preflight({ migrationId: 'blocks', spec: parseSpec({ source: 'src', target: 'dst', tables: ['public.items', 'public.parts'], truncate: true }) }));
+    direct = directActivities(dbs);
+    plan = await direct.run(() => direct.activities.preflight({ migrationId: 'blocks', spec: parseSpec({ source: 'src', target: 'dst', tables: ['public.items', 'public.parts'], truncate: true }) }));
   });
 
   afterAll(async () => {
-    await connections?.close();
+    await direct?.close();
     await dbs?.drop();
   });
 
@@ -62,7 +54,7 @@ describe('validation by shares of blocks', () => {
     const t = table(name);
     const shares: ChecksumBlocksResult[] = [];
     for (let unit = 0; unit < units; unit += 1) {
-      shares.push(await run(() => activities.checksumBlocks({ connection: side === 'source' ? 'src' : 'dst', relation: side === 'source' ? t.source : t.target, table: t, mode: 'checksum', unit, units })));
+      shares.push(await direct.run(() => direct.activities.checksumBlocks({ connection: side === 'source' ? 'src' : 'dst', relation: side === 'source' ? t.source : t.target, table: t, mode: 'checksum', unit, units })));
     }
     return { rows: shares.reduce((n, s) => n + s.rows, 0), sum: shares.reduce((n, s) => n + BigInt(s.sum), BigInt(0)), shares };
   }
