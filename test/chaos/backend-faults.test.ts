@@ -100,7 +100,8 @@ describe('database and callback faults', () => {
     // Temporal retried the failed activities (history keeps each activity's last attempt).
     const starts = await activityStarts(suite.stack.client, 'bfault-full/table-0');
     expect(starts.some((s) => s.activityType === 'copyChunk' && s.attempt >= 2)).toBe(true);
-    expect(starts.some((s) => s.activityType === 'validateChunk' && s.attempt >= 2)).toBe(true);
+    // The two-chunk table's validation: its sides summed in shares of blocks (checksumBlocks).
+    expect(starts.some((s) => s.activityType === 'checksumBlocks' && s.attempt >= 2)).toBe(true);
   }, 300_000);
 
   it('(a) online: survives its sessions being terminated while copying, applying the change log and validating, under live writers', async () => {

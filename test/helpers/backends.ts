@@ -106,7 +106,7 @@ export const FerryStatements = {
   rangeCopy: (b: Backend) => /^COPY \(SELECT /.test(b.query) && !/= ANY \(|unnest\(/.test(b.query),
   /** syncChanges: reading, deleting and measuring the change log. */
   syncLog: (b: Backend) => /^(SELECT id, pk FROM|DELETE FROM|SELECT \(SELECT count\(\*\) FROM \(SELECT 1 FROM) "_ferry_capture"\."log_/.test(b.query),
-  /** validateChunk: the count-and-checksum query, either side. */
+  /** validateChunk or checksumBlocks: the count-and-checksum query, either side. */
   checksum: (b: Backend) => /hashtextextended\(ROW\(/.test(b.query),
 };
 
