@@ -37,6 +37,7 @@ import { ConnectionRegistry } from '../src/db/connections';
 import { logicalNames } from '../src/db/logical-sql';
 import { databaseUrl, runSql } from '../src/dev/postgres';
 import { silentLogger } from '../src/logger';
+import { logRows, output, PGBENCH, pgbenchTps } from './pgbench';
 // The tests' private cluster: initdb in a temporary directory, removed on stop.
 import { startLogicalCluster } from '../test/helpers/logical-cluster';
 
@@ -70,15 +71,10 @@ interface Measure {
   keys: number | null;
 }
 
-function exec(command: string, argv: string[]): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(command, argv);
-    let out = '';
-    child.stdout.on('data', (d) => (out += d));
-    child.stderr.on('data', (d) => (out += d));
-    child.on('error', reject);
-    child.on('exit', (code) => (code === 0 ? resolve(out) : reject(new Error(`${command} exited with ${code}:\n${out}`))));
-  });
+async function exec(command: string, argv: string[]): Promise<string> {
+  const { code, out } = await output(command, argv);
+  if (code !== 0) throw new Error(`${command} exited with ${code}:\n${out}`);
+  return out;
 }
 
 /** CPU seconds (user + system) a process has used so far, from /proc; null once it is gone. */
@@ -104,7 +100,7 @@ async function main(): Promise<void> {
     for (const db of Object.values(names)) await runSql(admin, `CREATE DATABASE ${db}`);
     const source = databaseUrl(admin, names.src);
     process.stdout.write(`preparing pgbench scale ${SCALE}… `);
-    await exec(`${BIN}/pgbench`, ['-i', '-s', String(SCALE), '-q', source]);
+    await exec(PGBENCH, ['-i', '-s', String(SCALE), '-q', source]);
     await runSql(source, 'ALTER TABLE pgbench_history ADD COLUMN id bigserial PRIMARY KEY');
     process.stdout.write('done\n');
 
@@ -121,13 +117,8 @@ async function main(): Promise<void> {
     await runSql(source, `CREATE PUBLICATION bench_keys FOR TABLE ${tableList(true)} WITH (publish = 'insert, update, delete')`);
 
     const pgbench = async (): Promise<number> => {
-      // From vacuumed branches and tellers each time, as bench:online does (their few rows take thousands of updates a second).
-      await runSql(source, 'VACUUM pgbench_branches, pgbench_tellers');
-      await runSql(source, 'CHECKPOINT');
-      const out = await exec(`${BIN}/pgbench`, ['-n', '-c', String(CLIENTS), '-j', '2', '-T', String(SECONDS), source]);
-      const tps = /tps = ([\d.]+) \(without initial connection time\)/.exec(out)?.[1];
-      if (!tps) throw new Error(`pgbench printed no TPS:\n${out}`);
-      return Number(tps);
+      await runSql(source, 'CHECKPOINT'); // each run from the same start; pgbenchTps vacuums branches and tellers
+      return pgbenchTps(source, CLIENTS, SECONDS);
     };
     /** The WAL sender streaming `slot`, once a consumer took it. */
     const walSender = async (slot: string): Promise<number> => {
@@ -167,7 +158,7 @@ async function main(): Promise<void> {
           const consumerBefore = process.cpuUsage();
           const { tps, cpu } = await pgbenchBeside(pid);
           const consumer = process.cpuUsage(consumerBefore);
-          return { tps, walSenderCpu: cpu, consumerCpu: (consumer.user + consumer.system) / 1e6, keys: await queuedKeys(source) };
+          return { tps, walSenderCpu: cpu, consumerCpu: (consumer.user + consumer.system) / 1e6, keys: await logRows(source) }; // nothing applies the logs here: all the consumer queued
         } finally {
           await act(() => activities.releaseSource({ migrationId: id, source: 'src', freeze: 'remove' }));
           await streaming;
@@ -216,14 +207,6 @@ async function main(): Promise<void> {
     for (const db of Object.values(names)) await runSql(admin, `DROP DATABASE IF EXISTS ${db} WITH (FORCE)`).catch(() => undefined);
     await cluster?.stop();
   }
-}
-
-/** Keys waiting in the change logs of the source (what the consumer queued; nothing applies them here). */
-async function queuedKeys(source: string): Promise<number> {
-  const logs = await runSql(source, `SELECT format('%I.%I', schemaname, tablename) AS t FROM pg_catalog.pg_tables WHERE schemaname = '_ferry_capture' AND tablename LIKE 'log\\_%'`);
-  let n = 0;
-  for (const { t } of logs) n += Number((await runSql(source, `SELECT count(*)::int8 AS n FROM ${t}`))[0].n);
-  return n;
 }
 
 main().then(

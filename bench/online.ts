@@ -42,8 +42,8 @@ import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import { FerryClient } from '../src/client';
 import { connectionEnvVar } from '../src/core/names';
 import { databaseUrl, DEFAULT_TEST_PG, ensurePostgres, runSql } from '../src/dev/postgres';
-import { findOnPath } from '../src/dev/temporal-binary';
 import { startDevServer } from '../src/dev/dev-server';
+import * as bench from './pgbench';
 
 const args = process.argv.slice(2);
 const arg = (name: string, fallback: string) => (args.includes(name) ? args[args.indexOf(name) + 1] : fallback);
@@ -62,7 +62,6 @@ const RECOVERY_SECONDS = Number(arg('--recovery', '60'));
 /** Seconds of pgbench with the sync paused (capture's own cost, and the backlog the drain measures); --seconds by default. */
 const PAUSED_SECONDS = Number(arg('--paused', String(SECONDS)));
 const ROOT = join(__dirname, '..');
-const PGBENCH = findOnPath('pgbench') ?? '/usr/lib/postgresql/15/bin/pgbench';
 
 const url = (db: string) => databaseUrl(ADMIN, db);
 const sql = runSql;
@@ -79,34 +78,11 @@ function run(command: string, argv: string[], env: NodeJS.ProcessEnv = process.e
   return { done: new Promise((resolve) => child.on('exit', (code) => resolve({ code, out, stdout }))), kill: () => child.kill('SIGINT') };
 }
 
-/**
- * pgbench's TPCB-like script for `seconds`; returns transactions per second. Each measurement
- * starts from vacuumed branches and tellers, as pgbench's own runs do (its `-n` here only spares
- * pgbench_history, whose TRUNCATE capture refuses): their few rows take thousands of updates a
- * second, and without it each run inherits the last one's dead rows — back-to-back runs on this
- * machine went 2,333, 2,018, 1,325 TPS, then 2,166 after the vacuum — which made every phase
- * measured after the baseline look slower than it was.
- */
-async function pgbench(db: string, seconds: number): Promise<number> {
-  await sql(url(db), 'VACUUM pgbench_branches, pgbench_tellers');
-  const { out } = await run(PGBENCH, ['-n', '-c', String(CLIENTS), '-j', '2', '-T', String(seconds), url(db)]).done;
-  const tps = /tps = ([\d.]+) \(without initial connection time\)/.exec(out)?.[1];
-  if (!tps) throw new Error(`pgbench printed no TPS:\n${out}`);
-  return Number(tps);
-}
-
-/** The migration's change logs on the source. */
-async function logTables(db: string): Promise<{ t: string }[]> {
-  return (await sql(url(db), `SELECT format('%I.%I', schemaname, tablename) AS t FROM pg_tables WHERE schemaname = '_ferry_capture' AND tablename LIKE 'log\\_%'`)) as { t: string }[];
-}
-
-/** Rows waiting in the migration's change logs on the source (each a changed key, not yet applied). */
-async function logRows(db: string): Promise<number> {
-  const logs = await logTables(db);
-  let n = 0;
-  for (const { t } of logs) n += Number((await sql(url(db), `SELECT count(*)::int8 AS n FROM ${t}`))[0].n);
-  return n;
-}
+const PGBENCH = bench.PGBENCH;
+/** pgbench's TPS over `seconds` on database `db` (bench/pgbench.ts). */
+const pgbench = (db: string, seconds: number) => bench.pgbenchTps(url(db), CLIENTS, seconds);
+const logRows = (db: string) => bench.logRows(url(db));
+const logTables = (db: string) => bench.logTables(url(db));
 
 /** Age in seconds of the oldest change waiting in any of the migration's logs on the source. */
 async function lagSeconds(db: string): Promise<number> {
