@@ -18,6 +18,7 @@ import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { FerryClient } from '../src/client';
+import { WORKER_PROCESS_ENV } from '../src/config';
 import { connectionEnvVar } from '../src/core/names';
 import { startDevServer } from '../src/dev/dev-server';
 import { databaseUrl, DEFAULT_TEST_PG, ensurePostgres, runSql } from '../src/dev/postgres';
@@ -94,7 +95,7 @@ async function main(): Promise<void> {
   await runSql(ADMIN, `CREATE DATABASE ${db}`);
   const server = await startDevServer({ headless: true });
   const env = { ...process.env, TEMPORAL_ADDRESS: server.address, FERRY_LOG_LEVEL: 'warn', [connectionEnvVar('bench')]: url(db) };
-  const worker = run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'worker'], env);
+  const worker = run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'worker'], { ...env, ...WORKER_PROCESS_ENV });
   const ferry = await FerryClient.connect({ address: server.address });
   try {
     process.stdout.write(`pgbench -i -s ${SCALE} (${ROWS} rows)… `);

@@ -34,6 +34,7 @@ import { join } from 'node:path';
 import { findOnPath } from '../src/dev/temporal-binary';
 import { databaseUrl, DEFAULT_TEST_PG, ensurePostgres, runSql } from '../src/dev/postgres';
 import { startDevServer } from '../src/dev/dev-server';
+import { WORKER_PROCESS_ENV } from '../src/config';
 import { connectionEnvVar } from '../src/core/names';
 
 const args = process.argv.slice(2);
@@ -262,7 +263,7 @@ async function main(): Promise<void> {
       [connectionEnvVar('bench_many')]: url(dbs.many),
       [connectionEnvVar('bench_many_t')]: url(dbs.manyTarget),
     };
-    const worker = spawn(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'worker'], { env, stdio: ['ignore', 'ignore', 'pipe'] });
+    const worker = spawn(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'worker'], { env: { ...env, ...WORKER_PROCESS_ENV }, stdio: ['ignore', 'ignore', 'pipe'] });
     let workerLog = '';
     worker.stderr.on('data', (d) => (workerLog = (workerLog + d).slice(-5000)));
     worker.on('exit', (code) => {

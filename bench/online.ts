@@ -40,6 +40,7 @@ import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import { FerryClient } from '../src/client';
+import { WORKER_PROCESS_ENV } from '../src/config';
 import { connectionEnvVar } from '../src/core/names';
 import { databaseUrl, DEFAULT_TEST_PG, ensurePostgres, runSql } from '../src/dev/postgres';
 import { startDevServer } from '../src/dev/dev-server';
@@ -265,7 +266,7 @@ async function main(): Promise<void> {
     env[connectionEnvVar(`out_src_${n}`)] = url(outageDatabases(n).source);
     env[connectionEnvVar(`out_tgt_${n}`)] = url(outageDatabases(n).target);
   }
-  const worker = run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'worker'], env);
+  const worker = run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'worker'], { ...env, ...WORKER_PROCESS_ENV });
   const ferry = await FerryClient.connect({ address: server.address });
   try {
     process.stdout.write(`pgbench -i -s ${SCALE}… `);

@@ -18,7 +18,7 @@ export interface FerryWorkerOptions {
   logger: Logger;
   env?: NodeJS.ProcessEnv;
   /** Prebuilt workflow bundle; else FERRY_WORKFLOW_BUNDLE, else the cached build (src/temporal/bundle.ts). */
-  workflowBundle?: { code: string };
+  workflowBundle?: WorkerOptions['workflowBundle'];
   maxConcurrentActivityTaskExecutions?: number;
   maxConcurrentWorkflowTaskExecutions?: number;
   /** Worker-wide activity rate cap (activities per second). */

@@ -1,6 +1,6 @@
 /** `ferry server` (embedded Temporal dev server) and `ferry worker` (one pool member). */
 import { Command } from 'commander';
-import { temporalConfig } from '../config';
+import { temporalConfig, WORKER_PROCESS_ENV } from '../config';
 import { RefusedError } from '../client';
 import { duration, httpUrl, positiveInt } from './args';
 import { CliExit } from './output';
@@ -146,6 +146,9 @@ async function workerCommand(flags: WorkerFlags): Promise<void> {
     { address: temporal.address, namespace: temporal.namespace, taskQueue: temporal.taskQueue, ...opts },
     'worker started',
   );
+  if (process.platform === 'linux' && !process.env.MALLOC_ARENA_MAX) {
+    logger.info({ setting: WORKER_PROCESS_ENV }, 'MALLOC_ARENA_MAX is not set: start the worker with MALLOC_ARENA_MAX=2 for a peak RSS about 45 MB lower (the image sets it)');
+  }
   try {
     await worker.run();
   } finally {

@@ -11,6 +11,7 @@ import type { DataConverter } from '@temporalio/common';
 import { FerryClient } from '../../src/client';
 import { dataConverterFromEnv } from '../../src/codec';
 import type { ResultDocument } from '../../src/core/status';
+import { WORKER_PROCESS_ENV } from '../../src/config';
 import { connectionEnvVar } from '../../src/core/names';
 import { Logger, silentLogger } from '../../src/logger';
 import { DevServer, DevServerOptions, startDevServer } from '../../src/dev/dev-server';
@@ -119,7 +120,7 @@ export class TestStack {
   /** A separate `ferry worker` process, so a test can SIGKILL it. */
   startWorkerProcess(identity: string, args: string[] = [], env: Record<string, string> = {}): RunningProcessWorker {
     const child = spawn(process.execPath, [FERRY_BIN, 'worker', '--identity', identity, '--shutdown-grace', '2s', ...args], {
-      env: { ...this.env, FERRY_LOG_LEVEL: 'info', ...env },
+      env: { ...this.env, ...WORKER_PROCESS_ENV, FERRY_LOG_LEVEL: 'info', ...env },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let output = '';

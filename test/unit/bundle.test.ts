@@ -1,12 +1,13 @@
 /**
  * The workflow bundle's cache key: one bundle per version of the workflow code and per checkout,
  * since webpack writes the checkout's absolute paths into the bundle (a workflow's stack traces
- * show them).
+ * show them). And its text: ASCII only, so that V8 holds it at one byte a character.
  */
-import { cpSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { workflowCodeHash } from '../../src/temporal/bundle';
+import { Script, createContext } from 'node:vm';
+import { asciiOnly, workflowBundlePath, workflowCodeHash } from '../../src/temporal/bundle';
 
 describe('workflowCodeHash', () => {
   let base: string;
@@ -46,5 +47,37 @@ describe('workflowCodeHash', () => {
 
   it('is this checkout\'s by default', () => {
     expect(workflowCodeHash()).toBe(workflowCodeHash(join(__dirname, '..', '..')));
+  });
+});
+
+describe('asciiOnly', () => {
+  const run = (code: string) => new Script(code).runInContext(createContext({}));
+
+  it('escapes what lies beyond ASCII, and the code means the same', () => {
+    const code = [
+      '// a comment — with an arrow →',
+      'const text = "a — b";',
+      "const quoted = 'c → d';",
+      'const template = `e ${1 + 1} ↔ f`;',
+      'const matched = /x—y/.test("x—y");',
+      'const ünïcode = 1;',
+      'JSON.stringify([text, quoted, template, matched, ünïcode]);',
+    ].join('\n');
+    const escaped = asciiOnly(code);
+    expect(escaped).toMatch(/^[\x00-\x7f]*$/);
+    expect(escaped).toContain('\\u2014');
+    expect(run(escaped)).toBe(run(code));
+    expect(JSON.parse(run(escaped))).toEqual(['a — b', 'c → d', 'e 2 ↔ f', true, 1]);
+  });
+
+  it('refuses a character right after a backslash, which the escape would change', () => {
+    expect(() => asciiOnly('const s = "\\—";')).toThrow(/backslash before "—"/);
+  });
+
+  it('leaves the workflow bundle the workers run ASCII only', () => {
+    // The bundle the test workers share (built by the jest set-up, as a worker builds it).
+    const bundle = readFileSync(workflowBundlePath(), 'utf8');
+    expect(bundle.length).toBeGreaterThan(100_000);
+    expect(bundle).toMatch(/^[\x00-\x7f]*$/);
   });
 });

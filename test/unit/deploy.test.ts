@@ -34,7 +34,7 @@ import type { IPodDisruptionBudget } from 'kubernetes-models/policy/v1/PodDisrup
 import type { IHorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2/HorizontalPodAutoscaler';
 import type { IScaledObject } from '@kubernetes-models/keda/keda.sh/v1alpha1/ScaledObject';
 import { workerSettings } from '../../src/cli/processes';
-import { temporalConfig } from '../../src/config';
+import { temporalConfig, WORKER_PROCESS_ENV } from '../../src/config';
 import { parseDuration } from '../../src/core/duration';
 
 const ROOT = join(__dirname, '..', '..');
@@ -403,6 +403,16 @@ describe('the worker Deployment', () => {
     // The bundles are in the image's cache directory; a Deployment that moved it would need it writable.
     const cacheDir = workerEnv().get('FERRY_CACHE_DIR') ?? image.env.FERRY_CACHE_DIR;
     expect(cacheDir).toBe(image.env.FERRY_CACHE_DIR);
+  });
+
+  it('starts its process with the environment Ferry measures workers in (malloc arenas), which nothing overrides', () => {
+    const image = dockerfile();
+    for (const [name, value] of Object.entries(WORKER_PROCESS_ENV)) {
+      expect(image.env[name]).toBe(value);
+      expect(workerEnv().get(name) ?? value).toBe(value);
+      const compose = parse(readFileSync(join(ROOT, 'docker-compose.yml'), 'utf8')) as { services: Record<string, ComposeService> };
+      expect(compose.services['ferry-worker'].environment?.[name] ?? value).toBe(value);
+    }
   });
 
   it('builds both workflow bundles into the image with the Dockerfile\'s own command', async () => {

@@ -3,7 +3,6 @@
  * final callback — on a real dev server with fake activities, so each case takes seconds.
  * (Every real activity is tested against PostgreSQL in test/integration.)
  */
-import { readFileSync } from 'node:fs';
 import { Context } from '@temporalio/activity';
 import { WorkflowFailedError } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
@@ -179,7 +178,7 @@ describe('migrationWorkflow orchestration', () => {
     worker = await Worker.create({
       connection: await NativeConnection.connect({ address: stack.server.address }),
       taskQueue: stack.taskQueue,
-      workflowBundle: { code: readFileSync(process.env.FERRY_WORKFLOW_BUNDLE!, 'utf8') },
+      workflowBundle: { codePath: process.env.FERRY_WORKFLOW_BUNDLE! },
       activities: fakes,
       ...HEARTBEAT_THROTTLE,
     });

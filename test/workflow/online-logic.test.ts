@@ -4,7 +4,6 @@
  * and the order of its compensations — on a real dev server with fake activities, so each case
  * takes seconds. (Every real activity is tested against PostgreSQL in test/integration.)
  */
-import { readFileSync } from 'node:fs';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import type { Activities } from '../../activities';
 import { controlSignal } from '../../workflows/definitions';
@@ -140,7 +139,7 @@ describe('the online chain, with fake activities', () => {
     worker = await Worker.create({
       connection: await NativeConnection.connect({ address: stack.server.address }),
       taskQueue: stack.taskQueue,
-      workflowBundle: { code: readFileSync(process.env.FERRY_WORKFLOW_BUNDLE!, 'utf8') },
+      workflowBundle: { codePath: process.env.FERRY_WORKFLOW_BUNDLE! },
       activities: fakes,
       ...HEARTBEAT_THROTTLE,
     });
