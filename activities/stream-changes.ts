@@ -69,6 +69,15 @@ async function readSlotWal(db: ClientBase, slot: string): Promise<Omit<SlotLag, 
 const FLUSH_MS = 200;
 /** Keys held before a flush, whatever the time. */
 const FLUSH_KEYS = 5_000;
+/**
+ * Distinct keys of one transaction held before they go into the change logs ahead of its commit
+ * message, so that a transaction of millions of rows does not hold them all in the worker's memory.
+ * pgoutput (protocol 1) sends a transaction only after it committed, so its keys may be queued
+ * before its end arrives; the position is confirmed only with the commit, and a consumer that
+ * stops in between receives the whole transaction again (a key queued twice is synced twice,
+ * harmlessly).
+ */
+const TRANSACTION_SPILL_KEYS = 5_000;
 /** A logical message this often, so an idle source still moves the slot. */
 const IDLE_MARK_MS = 5_000;
 
@@ -180,6 +189,7 @@ class StreamSlice {
   private readonly byRelation = new WeakMap<Pgoutput.MessageRelation, CaptureTable | null>();
   /** Keys of the transaction being received; keys of committed ones waiting for the flush. */
   private current: KeysByTable = new Map();
+  private currentKeys = 0;
   private pending: KeysByTable = new Map();
   private pendingKeys = 0;
   private pendingLsn: string | null = null;
@@ -262,13 +272,18 @@ class StreamSlice {
       switch (message.tag) {
         case 'begin':
           this.current = new Map();
+          this.currentKeys = 0;
           return undefined;
         case 'insert':
         case 'update':
         case 'delete': {
           const table = this.tableOf(message.relation);
-          if (table) addKeys(this.current, table.index, changedKeys(message, table.keyColumns.map((k) => k.name)));
-          return undefined;
+          if (table) this.currentKeys += addKeys(this.current, table.index, changedKeys(message, table.keyColumns.map((k) => k.name)));
+          if (this.currentKeys < TRANSACTION_SPILL_KEYS) return undefined;
+          const keys = this.current;
+          this.current = new Map();
+          this.currentKeys = 0;
+          return this.serial(() => this.spill(keys));
         }
         case 'commit':
           for (const [index, keys] of this.current) {
@@ -276,6 +291,7 @@ class StreamSlice {
             this.pendingKeys += keys.size;
           }
           this.current = new Map();
+          this.currentKeys = 0;
           this.pendingLsn = message.commitEndLsn;
           return this.pendingKeys >= FLUSH_KEYS ? this.serial(() => this.flush()) : undefined;
         case 'message': {
@@ -316,16 +332,26 @@ class StreamSlice {
     this.pendingLsn = null;
     const { db, input } = this;
     await inTransaction(db, async () => {
-      for (const [index, keys] of batches) {
-        await enqueue(db, quoteQualified(captureNames(input.migrationId, index).log), [...keys.values()]);
-        this.queued += keys.size;
-      }
+      await this.enqueueKeys(batches);
       await db.query(`UPDATE ${SLOTS_TABLE} SET confirmed_lsn = $2::pg_lsn, confirmed_at = clock_timestamp() WHERE migration_id = $1`, [input.migrationId, lsn]);
     });
     // Only now: the slot may let go of what the logs hold.
     await confirmPosition(this.service, lsn);
     this.confirmedLsn = lsn;
     this.lastFlush = Date.now();
+  }
+
+  /** Keys of a transaction still arriving into the change logs, its position not confirmed (TRANSACTION_SPILL_KEYS). */
+  private async spill(batches: KeysByTable): Promise<void> {
+    await inTransaction(this.db, () => this.enqueueKeys(batches));
+  }
+
+  /** Writes keys into their tables' change logs, in the caller's transaction. */
+  private async enqueueKeys(batches: KeysByTable): Promise<void> {
+    for (const [index, keys] of batches) {
+      await enqueue(this.db, quoteQualified(captureNames(this.input.migrationId, index).log), [...keys.values()]);
+      this.queued += keys.size;
+    }
   }
 
   /** A heartbeat message into the slot, and the lag as it stands (also to the worker's metrics). */
@@ -340,11 +366,16 @@ class StreamSlice {
   }
 }
 
-/** Adds keys to a table's set (a one-column key by its value, others by their JSON text: a table's keys all have as many columns). */
-function addKeys(into: KeysByTable, index: number, keys: Iterable<Key>): void {
+/**
+ * Adds keys to a table's set (a one-column key by its value, others by their JSON text: a table's
+ * keys all have as many columns); returns how many were not in it yet.
+ */
+function addKeys(into: KeysByTable, index: number, keys: Iterable<Key>): number {
   let set = into.get(index);
   if (!set) into.set(index, (set = new Map()));
+  const before = set.size;
   for (const key of keys) set.set(key.length === 1 ? key[0] : JSON.stringify(key), key);
+  return set.size - before;
 }
 
 /** Heartbeat messages on their way through the slot, and the commit-to-log lag they measure. */
