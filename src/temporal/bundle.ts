@@ -80,7 +80,7 @@ export async function buildBundleFile(out: string, options: BundleOptions = {}):
  * five for each (a workflow's stack trace stays exact to the line).
  */
 export function asciiOnly(code: string): string {
-  return code.replace(/[^\x00-\x7f]/g, (c, at: number) => {
+  return code.replace(/[\u0080-\uffff]/g, (c, at: number) => {
     // After a backslash the escape would read as an escaped backslash and plain text.
     if (code[at - 1] === '\\') throw new Error(`the workflow bundle has a backslash before ${JSON.stringify(c)}: cannot escape it`);
     return `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`;
