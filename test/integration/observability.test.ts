@@ -4,6 +4,7 @@
  * one audit log line per activity task, the SDK's logs in the same JSON stream, and `ferry watch`
  * output when stdout is not a terminal.
  */
+import { readFileSync } from 'node:fs';
 import { createServer, Server } from 'node:http';
 import { AddressInfo } from 'node:net';
 import { activityStarts } from '../helpers/history';
@@ -123,6 +124,22 @@ describe('observability', () => {
     expect(result).toMatchObject({ task_id: id, state: 'SUCCEEDED' });
     expect(docs.length).toBeGreaterThanOrEqual(1);
     expect(docs.every((d) => d.id === id)).toBe(true);
+  });
+
+  it('runs with two malloc arenas as Ferry starts it, and says so in its log when started without', async () => {
+    // The process's own environment, as the kernel holds it, not Ferry's report of it.
+    const environ = (pid: number) => readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0');
+    expect(environ(worker.process.pid!)).toContain('MALLOC_ARENA_MAX=2');
+    const hint = (w: RunningProcessWorker) => w.output().split('\n').some((l) => l.startsWith('{') && /MALLOC_ARENA_MAX is not set/.test(JSON.parse(l).msg));
+    expect(hint(worker)).toBe(false);
+    const bare = await suite.stack.startWorkerProcessReady('without-arena-setting', [], { MALLOC_ARENA_MAX: '' });
+    try {
+      expect(environ(bare.process.pid!)).toContain('MALLOC_ARENA_MAX=');
+      await eventually(async () => hint(bare), 20_000);
+    } finally {
+      bare.process.kill('SIGTERM');
+      expect(await bare.exited).toBe(0);
+    }
   });
 
   it('exits 0 on SIGTERM and closes its endpoints', async () => {
