@@ -129,12 +129,17 @@ function percentiles(values: number[]): LagFigures {
  * pgbench for `seconds` with the sync running; meanwhile every ~250 ms the lag as the change
  * logs show it and as the target shows it.
  */
-async function withSyncRun(source: string, target: string, seconds: number): Promise<{ tps: number; lag: LagFigures; targetLag: LagFigures; cpu: string }> {
+async function withSyncRun(
+  source: string,
+  target: string,
+  seconds: number,
+): Promise<{ tps: number; lag: LagFigures; targetLag: LagFigures; cpu: string; snapshots: string }> {
   await sql(ADMIN, 'CHECKPOINT');
   const measuredAt = Date.now();
   const lags: number[] = [];
   const targetLags: number[] = [];
   const cpu = new CpuUse(source, target);
+  const snapshots = new OldestSnapshots();
   await cpu.sample();
   const sampling = (async () => {
     // A second for pgbench's first transactions to reach the target's reading.
@@ -143,12 +148,43 @@ async function withSyncRun(source: string, target: string, seconds: number): Pro
       lags.push(await lagSeconds(source));
       targetLags.push(await targetLagSeconds(target));
       await cpu.sample();
+      await snapshots.sample(source);
       await new Promise((r) => setTimeout(r, 250));
     }
   })();
   const tps = await pgbench(source, seconds);
   await sampling;
-  return { tps, lag: percentiles(lags), targetLag: percentiles(targetLags), cpu: cpu.summary() };
+  return { tps, lag: percentiles(lags), targetLag: percentiles(targetLags), cpu: cpu.summary(), snapshots: snapshots.summary() };
+}
+
+/**
+ * The oldest snapshot held on the source database at each reading (pg_stat_activity's
+ * backend_xmin, by age in transactions), and whose it was: a snapshot held for long keeps vacuum
+ * and HOT pruning from pgbench's dead rows, which slows every one of its transactions.
+ */
+class OldestSnapshots {
+  private readonly ages: number[] = [];
+  private worst: { age: number; who: string } = { age: 0, who: '' };
+
+  async sample(db: string): Promise<void> {
+    const [row] = (await sql(
+      ADMIN,
+      `SELECT age(backend_xmin)::int AS age, application_name AS app, backend_type AS kind, left(regexp_replace(query, '\\s+', ' ', 'g'), 80) AS query,
+              extract(epoch FROM clock_timestamp() - xact_start)::float8 AS xact_seconds
+         FROM pg_stat_activity WHERE datname = '${db}' AND backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
+        ORDER BY age(backend_xmin) DESC LIMIT 1`,
+    )) as { age: number; app: string; kind: string; query: string; xact_seconds: number | null }[];
+    const age = row?.age ?? 0;
+    this.ages.push(age);
+    if (row && age > this.worst.age) {
+      this.worst = { age, who: `${row.app || row.kind}, its transaction ${Number(row.xact_seconds ?? 0).toFixed(1)} s old: ${row.query}` };
+    }
+  }
+
+  summary(): string {
+    const p = percentiles(this.ages);
+    return `age in transactions p50 ${p.p50.toFixed(0)}, p99 ${p.p99.toFixed(0)}, worst ${p.worst.toFixed(0)}${this.worst.who ? ` (${this.worst.who})` : ''}`;
+  }
 }
 
 /**
@@ -374,6 +410,7 @@ async function captureRun(ferry: FerryClient, env: NodeJS.ProcessEnv, source: st
   process.stdout.write(`lag while pgbench ran:               ${lagLine(steady.lag)} (oldest key waiting in the change logs, ${steady.lag.readings} readings over ${SECONDS} s)\n`);
   process.stdout.write(`lag at the target:                   ${lagLine(steady.targetLag)} (age of the target's newest pgbench_history row)\n`);
   process.stdout.write(`CPU while pgbench ran with the sync: ${steady.cpu}\n`);
+  process.stdout.write(`oldest snapshot on the source:       ${steady.snapshots}\n`);
 
   // Capture alone (the triggers, or the slot's consumer), with the sync paused: what the
   // application pays when the target and Ferry's workers run on other machines.
@@ -404,6 +441,8 @@ async function captureRun(ferry: FerryClient, env: NodeJS.ProcessEnv, source: st
   const recovery = RECOVERY_SECONDS > 0 ? await withSyncRun(source, target, RECOVERY_SECONDS) : undefined;
   if (recovery) {
     process.stdout.write(`after the drain: TPS with sync        ${recovery.tps.toFixed(0)}  → ${(recovery.tps / baseline).toFixed(2)} × without; lag ${lagLine(recovery.lag)}, at the target ${lagLine(recovery.targetLag)} (${RECOVERY_SECONDS} s)\n`);
+    process.stdout.write(`after the drain: CPU                 ${recovery.cpu}\n`);
+    process.stdout.write(`after the drain: oldest snapshot     ${recovery.snapshots}\n`);
   }
   const slot = (await ferry.status(id)).capture;
   if (slot) process.stdout.write(`slot lag after the measurement:      ${slot.slotLagBytes} bytes, ${slot.slotLagSeconds} s since the consumer's last confirmation\n`);
