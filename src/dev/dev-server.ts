@@ -80,55 +80,70 @@ export async function startDevServer(options: DevServerOptions = {}): Promise<De
   const binary = await ensureTemporalBinary(options.report);
   if (!binary) return startDownloadedServer(options, namespace);
 
-  const port = options.port ?? (await freePort());
-  const args = ['server', 'start-dev', '--ip', '127.0.0.1', '--port', String(port), '--namespace', namespace];
-  args.push('--log-level', options.logLevel ?? 'error');
-  let uiUrl: string | undefined;
-  if (options.headless) {
-    args.push('--headless');
-  } else {
-    const uiPort = options.uiPort ?? (await freePort());
-    args.push('--ui-port', String(uiPort));
-    uiUrl = `http://127.0.0.1:${uiPort}`;
-  }
-  if (options.dbFile) args.push('--db-filename', options.dbFile);
-  if (options.codecEndpoint) args.push('--ui-codec-endpoint', options.codecEndpoint);
-  for (const [name, type] of Object.entries(SEARCH_ATTRIBUTES)) args.push('--search-attribute', `${name}=${type}`);
-  for (const [key, value] of Object.entries(options.dynamicConfig ?? {})) {
-    args.push('--dynamic-config-value', `${key}=${JSON.stringify(value)}`);
-  }
+  // The ports are picked free and then handed over, so another process may take one in between
+  // (parallel test suites start dev servers at once): a server that exits because an address is in
+  // use is started again on new ports, when Ferry chose them.
+  const portsChosen = options.port === undefined && (options.headless || options.uiPort === undefined);
+  for (let attempt = 1; ; attempt += 1) {
+    const port = options.port ?? (await freePort());
+    const args = ['server', 'start-dev', '--ip', '127.0.0.1', '--port', String(port), '--namespace', namespace];
+    args.push('--log-level', options.logLevel ?? 'error');
+    let uiUrl: string | undefined;
+    if (options.headless) {
+      args.push('--headless');
+    } else {
+      const uiPort = options.uiPort ?? (await freePort());
+      args.push('--ui-port', String(uiPort));
+      uiUrl = `http://127.0.0.1:${uiPort}`;
+    }
+    if (options.dbFile) args.push('--db-filename', options.dbFile);
+    if (options.codecEndpoint) args.push('--ui-codec-endpoint', options.codecEndpoint);
+    for (const [name, type] of Object.entries(SEARCH_ATTRIBUTES)) args.push('--search-attribute', `${name}=${type}`);
+    for (const [key, value] of Object.entries(options.dynamicConfig ?? {})) {
+      args.push('--dynamic-config-value', `${key}=${JSON.stringify(value)}`);
+    }
 
-  const child = spawn(binary, args, { stdio: options.inheritOutput ? 'inherit' : ['ignore', 'ignore', 'pipe'] });
-  let stderrTail = '';
-  child.stderr?.on('data', (d: Buffer) => {
-    stderrTail = (stderrTail + d.toString()).slice(-4000);
-  });
-  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
-  const killOnExit = () => child.kill('SIGKILL');
-  process.once('exit', killOnExit);
+    const child = spawn(binary, args, { stdio: options.inheritOutput ? 'inherit' : ['ignore', 'ignore', 'pipe'] });
+    // The first lines say why a server failed (a Go panic's stack follows them); the last, what it did last.
+    let stderrHead = '';
+    let stderrTail = '';
+    child.stderr?.on('data', (d: Buffer) => {
+      if (stderrHead.length < 2000) stderrHead += d.toString().slice(0, 2000 - stderrHead.length);
+      stderrTail = (stderrTail + d.toString()).slice(-2000);
+    });
+    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+    const killOnExit = () => child.kill('SIGKILL');
+    process.once('exit', killOnExit);
 
-  const address = `127.0.0.1:${port}`;
-  try {
-    await waitForTemporal(address, namespace, 60_000, exited);
-  } catch (err) {
-    child.kill('SIGKILL');
-    throw new Error(`could not start the Temporal dev server (${binary} ${args.join(' ')}): ${stderrTail.trim()}`, { cause: err });
-  }
-  return {
-    address,
-    namespace,
-    uiUrl,
-    process: child,
-    exited,
-    async stop() {
+    const address = `127.0.0.1:${port}`;
+    try {
+      await waitForTemporal(address, namespace, 60_000, exited);
+    } catch (err) {
+      child.kill('SIGKILL');
       process.removeListener('exit', killOnExit);
-      if (child.exitCode !== null || child.signalCode !== null) return;
-      child.kill('SIGTERM');
-      const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
-      await exited;
-      clearTimeout(timer);
-    },
-  };
+      const stderr = stderrHead.length < 2000 ? stderrHead : `${stderrHead}\n…\n${stderrTail}`;
+      if (portsChosen && attempt < 3 && /address already in use/.test(stderr)) {
+        options.report?.(`ferry: the Temporal dev server found a port taken (attempt ${attempt}); starting it again on new ports`);
+        continue;
+      }
+      throw new Error(`could not start the Temporal dev server (${binary} ${args.join(' ')}): ${stderr.trim()}`, { cause: err });
+    }
+    return {
+      address,
+      namespace,
+      uiUrl,
+      process: child,
+      exited,
+      async stop() {
+        process.removeListener('exit', killOnExit);
+        if (child.exitCode !== null || child.signalCode !== null) return;
+        child.kill('SIGTERM');
+        const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+        await exited;
+        clearTimeout(timer);
+      },
+    };
+  }
 }
 
 /** Last resort where no binary can be built: @temporalio/testing downloads one (internet needed). */
