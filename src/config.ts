@@ -82,7 +82,7 @@ export function connectionOptions(config: Pick<TemporalConfig, 'address' | 'tls'
  * tests and benches start workers with it). glibc gives threads that allocate at once malloc arenas
  * of their own, up to eight per core, and each arena keeps what was freed in it for itself: with the
  * SDK's native threads, V8's helpers and libuv's pool, a worker over 500 small tables peaked at
- * 272–283 MB with the default and 234–238 MB with two arenas, in the same time. It has to be in
+ * 270–283 MB with the default and 234–238 MB with two arenas, in the same time. It has to be in
  * the environment before the process starts: glibc reads it once.
  */
 export const WORKER_PROCESS_ENV = { MALLOC_ARENA_MAX: '2' } as const;
