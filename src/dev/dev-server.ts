@@ -104,12 +104,18 @@ export async function startDevServer(options: DevServerOptions = {}): Promise<De
     }
 
     const child = spawn(binary, args, { stdio: options.inheritOutput ? 'inherit' : ['ignore', 'ignore', 'pipe'] });
-    // The first lines say why a server failed (a Go panic's stack follows them); the last, what it did last.
+    // The first lines say why a server failed (a Go panic's stack follows them); the last, what it
+    // did last. The tail holds only what came after the head, so the two never repeat each other.
     let stderrHead = '';
     let stderrTail = '';
+    let stderrCut = false;
     child.stderr?.on('data', (d: Buffer) => {
-      if (stderrHead.length < 2000) stderrHead += d.toString().slice(0, 2000 - stderrHead.length);
-      stderrTail = (stderrTail + d.toString()).slice(-2000);
+      const text = d.toString();
+      const room = Math.max(0, 2000 - stderrHead.length);
+      stderrHead += text.slice(0, room);
+      const rest = stderrTail + text.slice(room);
+      stderrCut ||= rest.length > 2000;
+      stderrTail = rest.slice(-2000);
     });
     const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
     const killOnExit = () => child.kill('SIGKILL');
@@ -121,7 +127,7 @@ export async function startDevServer(options: DevServerOptions = {}): Promise<De
     } catch (err) {
       child.kill('SIGKILL');
       process.removeListener('exit', killOnExit);
-      const stderr = stderrHead.length < 2000 ? stderrHead : `${stderrHead}\n…\n${stderrTail}`;
+      const stderr = stderrHead + (stderrCut ? '\n…\n' : '') + stderrTail;
       if (portsChosen && attempt < 3 && /address already in use/.test(stderr)) {
         options.report?.(`ferry: the Temporal dev server found a port taken (attempt ${attempt}); starting it again on new ports`);
         continue;
