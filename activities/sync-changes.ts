@@ -123,9 +123,9 @@ function upsertSql(table: CopyTable, stage: QualifiedName): string {
 }
 
 /**
- * Makes the target's rows for `keys` the source's current rows (the caller owns the
- * transaction): the source rows go into a staging table, then into the target — merged on the
- * key, where nothing else can conflict (an update in place keeps the target's indexes and heap
+ * Makes the target's rows for `keys` the source's current rows (inside a transaction the
+ * caller owns, whose commit empties the staging table): the source rows go into a staging
+ * table, then into the target — merged on the key, where nothing else can conflict (an update in place keeps the target's indexes and heap
  * from filling with dead rows, which a delete and insert of every changed row would leave).
  * Where the target has unique or exclusion indexes besides its key, the batch's rows are
  * deleted and re-inserted instead, and target rows that conflict with them — stale rows whose
@@ -137,15 +137,17 @@ export async function applyKeys(source: ClientBase, target: ClientBase, table: C
   await target.query(`LOCK TABLE ${quoteQualified(table.target)} IN ROW EXCLUSIVE MODE`);
   const uniques = await readUniqueKeys(target, table.target);
   const select = (batch: Key[]) => `SELECT ${selectColumns(table)} FROM ${quoteQualified(table.source)} WHERE ${keyInList(table, batch, literalBinder)}`;
+  // One staging table per session, emptied by each commit in place: a TRUNCATE per batch would
+  // give it a new file and its pg_class row a new version every time (catalog churn that adds
+  // up over a sync's thousands of small rounds). The caller's transaction is what empties it.
   const stage: QualifiedName = { schema: 'pg_temp', name: `ferry_stage_${table.index}` };
-  await target.query(`CREATE TEMP TABLE IF NOT EXISTS ${quoteQualified(stage)} (LIKE ${quoteQualified(table.target)} INCLUDING GENERATED)`);
+  await target.query(`CREATE TEMP TABLE IF NOT EXISTS ${quoteQualified(stage)} (LIKE ${quoteQualified(table.target)} INCLUDING GENERATED) ON COMMIT DELETE ROWS`);
   if (uniques.length === 0) {
     // Only the key can conflict: the staged rows merged in one statement, the rows gone from
     // the source deleted in another.
     await copyStream(source, target, { ...table, target: stage }, select(keys), onProgress);
     await target.query(deleteGoneSql(table, stage, keys));
     await target.query(upsertSql(table, stage));
-    await target.query(`TRUNCATE ${quoteQualified(stage)}`);
     return { applied: keys, requeue: [] };
   }
   const applied = [...keys];
@@ -161,7 +163,8 @@ export async function applyKeys(source: ClientBase, target: ClientBase, table: C
     }
     // OVERRIDING SYSTEM VALUE: the source's values of a GENERATED ALWAYS identity column too (COPY writes them as they are).
     await target.query(`INSERT INTO ${quoteQualified(table.target)} (${selectColumns(table)}) OVERRIDING SYSTEM VALUE SELECT ${selectColumns(table)} FROM ${quoteQualified(stage)}`);
-    await target.query(`TRUNCATE ${quoteQualified(stage)}`);
+    // The evicted rows are staged in the same transaction: the stage emptied for them here.
+    if (evicted.length > 0) await target.query(`DELETE FROM ${quoteQualified(stage)}`);
     batch = distinctKeys(evicted);
     applied.push(...batch);
   }

@@ -12,7 +12,8 @@
  * count, the median and the ratio to one lane, and checks the target equals the source at the
  * end (count and hash of every row on both sides). Figures, never assertions.
  *
- * Options: --rows N (1000000), --changes N (200000), --lanes 1,2,4, --repeat N (3),
+ * Options: --rows N (1000000), --changes N (200000), --lanes 1,2,4, --repeat N (3), --batch N
+ * (keys of a round to begin with, SYNC_BATCH_KEYS; small rounds are what a sync keeping up runs),
  * --pg URL (admin URL of the server to use), --keep (leave the databases).
  */
 import { MockActivityEnvironment } from '@temporalio/testing';
@@ -31,6 +32,7 @@ const ROWS = Number(arg('--rows', '1000000'));
 const CHANGES = Number(arg('--changes', '200000'));
 const LANES = arg('--lanes', '1,2,4').split(',').map(Number);
 const REPEAT = Number(arg('--repeat', '3'));
+const BATCH = Number(arg('--batch', String(SYNC_BATCH_KEYS)));
 const ADMIN = arg('--pg', process.env.FERRY_TEST_PG ?? DEFAULT_TEST_PG);
 const KEEP = args.includes('--keep');
 const ID = 'bench-apply';
@@ -84,7 +86,7 @@ async function main(): Promise<void> {
               table: copyTableOf(table),
               fence: Date.now(),
               sliceMs: 600_000,
-              batchKeys: SYNC_BATCH_KEYS,
+              batchKeys: BATCH,
               recordDirty: true,
               returnWhenCaughtUp: true,
               lanes,
@@ -103,7 +105,7 @@ async function main(): Promise<void> {
       (await runSql(url, `SELECT count(*)::text AS n, sum(hashtextextended(a::text, 0))::text AS h FROM public.accounts a`))[0];
     const [s, t] = await Promise.all([same(env.FERRY_CONN_SRC), same(env.FERRY_CONN_DST)]);
     const base = median(rates.get(LANES[0])!);
-    process.stdout.write(`\nkeys applied per second, median of ${REPEAT} (${CHANGES.toLocaleString('en')} changed rows each, ${ROWS.toLocaleString('en')}-row table, dirty set recorded):\n`);
+    process.stdout.write(`\nkeys applied per second, median of ${REPEAT} (${CHANGES.toLocaleString('en')} changed rows each, ${ROWS.toLocaleString('en')}-row table, rounds from ${BATCH.toLocaleString('en')} keys, dirty set recorded):\n`);
     process.stdout.write('| lanes | keys/s | against ' + `${LANES[0]} lane(s) |\n| --- | --- | --- |\n`);
     for (const lanes of LANES) {
       const m = median(rates.get(lanes)!);

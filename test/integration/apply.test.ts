@@ -15,7 +15,7 @@ import { silentLogger } from '../../src/logger';
 import { parseSpec } from '../../src/core/spec';
 import { objectInventory, rowsAsText, TestDatabases } from '../helpers/databases';
 import { eventually } from '../helpers/stack';
-import { shareByKeyHash } from '../../activities/sync-changes';
+import { applyKeys, shareByKeyHash } from '../../activities/sync-changes';
 import { Client } from 'pg';
 
 class MockActivityEnvironment extends SdkMockActivityEnvironment {
@@ -137,6 +137,39 @@ describe('the online apply', () => {
       if (r.caughtUp && r.pending === 0) break;
     }
     expect(await rowsAsText(dbs, 'target', 'public.users', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.users', 'id'));
+  });
+
+  it('keeps one staging table per target session across batches: emptied by each commit, never given a new file', async () => {
+    await dbs.exec('source', `CREATE TABLE public.things (id int PRIMARY KEY, v text);
+      INSERT INTO public.things SELECT g, 'old' FROM generate_series(1, 300) g;`);
+    const plan = await migrate('stage', ['public.things']);
+    const table = copyTableOf(plan.tables[0]);
+    await run(() => activities.copyChunk({ migrationId: 'stage', source: 'src', target: 'dst', table, chunk: { ...plan.tables[0].chunks[0] }, batchRows: 1000, fence: Date.now(), sliceMs: 30_000 }));
+    await dbs.exec('source', `UPDATE public.things SET v = 'new' WHERE id <= 200; DELETE FROM public.things WHERE id > 290`);
+    const source = new Client({ connectionString: dbs.url('source') });
+    const target = new Client({ connectionString: dbs.url('target') });
+    await source.connect();
+    await target.connect();
+    try {
+      const files: string[] = [];
+      for (let batch = 0; batch < 3; batch += 1) {
+        const keys = Array.from({ length: 100 }, (_, i) => [String(batch * 100 + i + 1)]);
+        await target.query('BEGIN');
+        await applyKeys(source, target, table, keys);
+        await target.query('COMMIT');
+        const { rows } = await target.query(
+          `SELECT relfilenode::text AS file, (SELECT count(*)::int FROM pg_temp.ferry_stage_${table.index}) AS staged FROM pg_class WHERE oid = 'pg_temp.ferry_stage_${table.index}'::regclass`,
+        );
+        expect(rows[0].staged).toBe(0);
+        files.push(rows[0].file);
+      }
+      // TRUNCATE would give the table a new file (and its pg_class row a new version) every batch.
+      expect(new Set(files).size).toBe(1);
+    } finally {
+      await source.end();
+      await target.end();
+    }
+    expect(await rowsAsText(dbs, 'target', 'public.things', 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.things', 'id'));
   });
 
   it('applies to a table whose key is an identity column GENERATED ALWAYS, with and without a unique index beside it', async () => {
