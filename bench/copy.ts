@@ -7,11 +7,13 @@
  *       into a table that has its primary key (as Ferry's target has during the load);
  *   (b) pgcopydb clone --table-jobs 2, when pgcopydb is installed;
  *   (c) ferry start --wait with validation none, again with checksum, and again with none and
- *       fixed batches of 50,000 rows (the default before batches were sized by bytes), the three
- *       taking turns, through a dev server and one `ferry worker` process, whose peak RSS
+ *       one chunk at a time (`parallelism.chunks: 1`, where the default copies two at once), the
+ *       three taking turns, through a dev server and one `ferry worker` process, whose peak RSS
  *       (VmHWM) it reports for each part of the run.
  *   (a') the same pipe into the table without its key, then ALTER TABLE … ADD PRIMARY KEY: the
  *       index-free load Ferry does, at PostgreSQL's own speed;
+ *   (a2) the same as (a') with two pipes at once, each half of the key range: what a second
+ *       stream buys on this machine;
  *   (a'') ANALYZE of that table, which Ferry also runs after a table's key;
  *   (s) a plain checksum scan of both sides at once (count and sum of row hashes): what
  *       validation must at least cost;
@@ -46,8 +48,6 @@ const REPEAT = Number(arg('--repeat', '3'));
 const MANY = !args.includes('--no-many');
 /** parallelism.tables of the second Ferry run over many tables (the first runs at the default). */
 const MANY_PARALLELISM = Number(arg('--many-parallelism', '8'));
-/** Batch rows of the comparison run: the default before batches were sized by bytes. */
-const FIXED_BATCH_ROWS = 50_000;
 /** The orchestration runs: tables × rows each. */
 const MANY_SHAPES = [
   { tables: 50, rows: 40_000 },
@@ -216,6 +216,23 @@ async function main(): Promise<void> {
     );
     process.stdout.write(line("(a') raw COPY without key, then ADD PRIMARY KEY", rawIndexFree));
 
+    // (a2) (a') in two pipes at once, each half of the key range (through the source's key).
+    const half = Math.floor(ROWS / 2);
+    const rawTwoPipes = await repeated(
+      async () => {
+        await recreate(dbs.raw);
+        await sql(url(dbs.raw), TABLE_DDL.replace(' PRIMARY KEY', ''));
+      },
+      async () => {
+        const pipe = (where: string) =>
+          `${PSQL} -X -q "${url(dbs.source)}" -c "COPY (SELECT * FROM public.bench_rows WHERE ${where}) TO STDOUT (FORMAT binary)" | ${PSQL} -X -q "${url(dbs.raw)}" -c "COPY public.bench_rows FROM STDIN (FORMAT binary)"`;
+        const r = await run('bash', ['-o', 'pipefail', '-c', `(${pipe(`id <= ${half}`)}) & first=$!; ${pipe(`id > ${half}`)}; second=$?; wait $first && exit $second`]);
+        if (r.code !== 0) throw new Error(`raw COPY in two pipes failed: ${r.out}`);
+        await sql(url(dbs.raw), 'ALTER TABLE public.bench_rows ADD PRIMARY KEY (id)');
+      },
+    );
+    process.stdout.write(line("(a2) (a') in two pipes at once", rawTwoPipes));
+
     // (a'') ANALYZE of what (a') loaded: Ferry analyzes every table it loads, after its key (the
     // two cannot overlap: their locks conflict), so (a') plus this is the same work done serially.
     const analyze = await repeated(async () => undefined, async () => {
@@ -284,20 +301,19 @@ async function main(): Promise<void> {
       await sql(url(dbs.source), 'DROP TABLE public.warm');
       rss['start and warm-up'] = peakRssSince(worker.pid!);
 
-      // Ferry's runs on the large table take turns (none, checksum, none with the earlier
-      // default's fixed batches; REPEAT rounds), so a drift in the machine's speed falls on all
-      // three alike. The third shows what sizing batches by bytes changed: the first two leave
-      // batchRows out.
+      // Ferry's runs on the large table take turns (none, checksum, none one chunk at a time;
+      // REPEAT rounds), so a drift in the machine's speed falls on all three alike. The third
+      // shows what the default's second chunk stream buys here.
       const variants = (
         [
           { name: 'none', target: 'bench_none', validation: 'none', label: '(c) ferry start --wait, validation none' },
           { name: 'checksum', target: 'bench_sum', validation: 'checksum', label: '(c) ferry start --wait, validation checksum' },
-          { name: 'none-fixed', target: 'bench_none', validation: 'none', batchRows: FIXED_BATCH_ROWS, label: `(c) ferry, validation none, batchRows ${FIXED_BATCH_ROWS}` },
+          { name: 'none-one-chunk', target: 'bench_none', validation: 'none', parallelism: { chunks: 1 }, label: '(c) ferry, validation none, one chunk at a time' },
         ] as const
       ).map((v) => {
         const specFile = join(tmpdir(), `ferry-bench-${v.name}-${tag}.json`);
-        const batchRows = 'batchRows' in v ? { batchRows: v.batchRows } : {};
-        writeFileSync(specFile, JSON.stringify({ source: 'bench_src', target: v.target, validation: v.validation, tables: ['public.bench_rows'], ...batchRows }));
+        const parallelism = 'parallelism' in v ? { parallelism: v.parallelism } : {};
+        writeFileSync(specFile, JSON.stringify({ source: 'bench_src', target: v.target, validation: v.validation, tables: ['public.bench_rows'], ...parallelism }));
         return { ...v, db: v.target === 'bench_none' ? dbs.none : dbs.checksum, specFile, times: [] as number[], phases: [] as number[], timelines: [] as string[] };
       });
       for (let round = 0; round < REPEAT; round += 1) {
@@ -357,9 +373,8 @@ async function main(): Promise<void> {
         `${((results.checksum.median - results.none.median) / scan.median).toFixed(2)} × one plain two-sided scan\n`,
     );
     process.stdout.write(`ferry (validation checksum) / raw COPY:  ${ratio(raw, results.checksum)} × raw throughput\n`);
-    process.stdout.write(
-      `batches by bytes / ${FIXED_BATCH_ROWS.toLocaleString('en-US')}-row batches:  ${(results.none.median / results['none-fixed'].median).toFixed(2)} × the time (validation none)\n`,
-    );
+    process.stdout.write(`two chunks at once / one (ferry, none):  ${(results.none.median / results['none-one-chunk'].median).toFixed(2)} × the time\n`);
+    process.stdout.write(`two raw pipes at once / one (a2 / a'):   ${(rawTwoPipes.median / rawIndexFree.median).toFixed(2)} × the time\n`);
     if (copydb) process.stdout.write(`ferry (validation none) / pgcopydb:      ${ratio(copydb, results.none)} × pgcopydb throughput\n`);
     process.stdout.write(
       `ferry copy phase alone (none):           ${seconds(copyPhase.none)}, ${(raw.median / copyPhase.none).toFixed(2)} × raw throughput ` +
