@@ -23,6 +23,8 @@ export interface DevServerOptions {
   inheritOutput?: boolean;
   codecEndpoint?: string;
   report?: (line: string) => void;
+  /** Picks each port Ferry chooses (default: one free now); a test hands out a taken one. */
+  pickPort?: () => Promise<number>;
 }
 
 export interface DevServer {
@@ -84,15 +86,16 @@ export async function startDevServer(options: DevServerOptions = {}): Promise<De
   // (parallel test suites start dev servers at once): a server that exits because an address is in
   // use is started again on new ports, when Ferry chose them.
   const portsChosen = options.port === undefined && (options.headless || options.uiPort === undefined);
+  const pickPort = options.pickPort ?? freePort;
   for (let attempt = 1; ; attempt += 1) {
-    const port = options.port ?? (await freePort());
+    const port = options.port ?? (await pickPort());
     const args = ['server', 'start-dev', '--ip', '127.0.0.1', '--port', String(port), '--namespace', namespace];
     args.push('--log-level', options.logLevel ?? 'error');
     let uiUrl: string | undefined;
     if (options.headless) {
       args.push('--headless');
     } else {
-      const uiPort = options.uiPort ?? (await freePort());
+      const uiPort = options.uiPort ?? (await pickPort());
       args.push('--ui-port', String(uiPort));
       uiUrl = `http://127.0.0.1:${uiPort}`;
     }

@@ -1,7 +1,8 @@
 /**
  * The Temporal dev server Ferry starts (tests, benches, `ferry server`, the demo): when it cannot
  * start, the error carries the server's own first words (a Go panic's stack would otherwise push
- * them out), and the process is gone.
+ * them out), and the process is gone; when a port Ferry chose was taken in the meantime, it
+ * starts again on new ones.
  */
 import { execFileSync } from 'node:child_process';
 import { createServer, Server } from 'node:net';
@@ -29,4 +30,31 @@ describe('the Temporal dev server', () => {
       holder.close();
     }
   }, 90_000);
+
+  it('starts again on new ports when a port it chose was taken before the server bound it', async () => {
+    const taken = await freePort();
+    const holder: Server = createServer();
+    await new Promise<void>((resolve) => holder.listen(taken, '127.0.0.1', () => resolve()));
+    // The first port handed out is taken by then, as when another suite's server took it between
+    // Ferry picking it free and this server binding it.
+    const handedOut: number[] = [];
+    const pickPort = async () => {
+      const port = handedOut.length === 0 ? taken : await freePort();
+      handedOut.push(port);
+      return port;
+    };
+    const reported: string[] = [];
+    let server: Awaited<ReturnType<typeof startDevServer>> | undefined;
+    try {
+      server = await startDevServer({ headless: true, pickPort, report: (line) => reported.push(line) });
+      expect(reported.filter((l) => l.includes('found a port taken (attempt 1)'))).toHaveLength(1);
+      expect(handedOut[0]).toBe(taken);
+      expect(handedOut.length).toBeGreaterThanOrEqual(2);
+      expect(server.address).toBe(`127.0.0.1:${handedOut[handedOut.length - 1]}`);
+      expect(serversOn(taken)).toEqual([]);
+    } finally {
+      await server?.stop();
+      holder.close();
+    }
+  }, 120_000);
 });
