@@ -125,21 +125,21 @@ function upsertSql(table: CopyTable, stage: QualifiedName): string {
 /**
  * Makes the target's rows for `keys` the source's current rows (inside a transaction the
  * caller owns, whose commit empties the staging table): the source rows go into a staging
- * table, then into the target — merged on the key, where nothing else can conflict (an update in place keeps the target's indexes and heap
- * from filling with dead rows, which a delete and insert of every changed row would leave).
- * Where the target has unique or exclusion indexes besides its key, the batch's rows are
- * deleted and re-inserted instead, and target rows that conflict with them — stale rows whose
- * change is still in the log — are evicted and replayed from the source in the same
- * transaction (see src/db/unique-keys.ts).
+ * table, then into the target — merged on the key, where nothing else can conflict (an update
+ * in place keeps the target's indexes and heap from filling with dead rows, which a delete and
+ * insert of every changed row would leave). Where the target has unique or exclusion indexes
+ * besides its key, the batch's rows are deleted and re-inserted instead, and target rows that
+ * conflict with them — stale rows whose change is still in the log — are evicted and replayed
+ * from the source in the same transaction (see src/db/unique-keys.ts).
  */
 export async function applyKeys(source: ClientBase, target: ClientBase, table: CopyTable, keys: Key[], onProgress: () => void = () => undefined): Promise<Applied> {
   // The lock first, then the catalog: an index created later is seen by the next batch.
   await target.query(`LOCK TABLE ${quoteQualified(table.target)} IN ROW EXCLUSIVE MODE`);
   const uniques = await readUniqueKeys(target, table.target);
   const select = (batch: Key[]) => `SELECT ${selectColumns(table)} FROM ${quoteQualified(table.source)} WHERE ${keyInList(table, batch, literalBinder)}`;
-  // One staging table per session, emptied by each commit in place: a TRUNCATE per batch would
+  // One staging table per session, emptied in place by each commit: a TRUNCATE per batch would
   // give it a new file and its pg_class row a new version every time (catalog churn that adds
-  // up over a sync's thousands of small rounds). The caller's transaction is what empties it.
+  // up over a sync's thousands of small rounds).
   const stage: QualifiedName = { schema: 'pg_temp', name: `ferry_stage_${table.index}` };
   await target.query(`CREATE TEMP TABLE IF NOT EXISTS ${quoteQualified(stage)} (LIKE ${quoteQualified(table.target)} INCLUDING GENERATED) ON COMMIT DELETE ROWS`);
   if (uniques.length === 0) {
