@@ -6,6 +6,7 @@ import { ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { Client, Connection } from '@temporalio/client';
+import { temporal } from '@temporalio/proto';
 import { DefaultLogger, Runtime, WorkerOptions } from '@temporalio/worker';
 import type { DataConverter } from '@temporalio/common';
 import { FerryClient } from '../../src/client';
@@ -236,12 +237,17 @@ export async function resultWithin(ferry: FerryClient, id: string, timeoutMs = 9
   }
 }
 
-/** State, table phases, events and pending activities of a migration and its table workflows. */
+/**
+ * State, table phases, events and pending activities of a migration and its table workflows;
+ * and, for a migration that stopped moving, what Temporal knows of it: its pending workflow task,
+ * the workers polling its task queue, and the last events of its history.
+ */
 export async function diagnose(ferry: FerryClient, id: string): Promise<string> {
   const lines: string[] = [];
   try {
     const s = await ferry.status(id);
-    lines.push(`state ${s.state} phase ${s.phase}`);
+    // No tables and no events: the state query went unanswered, this is visibility's view.
+    lines.push(`state ${s.state} phase ${s.phase}${s.tables.length === 0 ? ' (no worker answered the state query)' : ''}`);
     for (const t of s.tables) lines.push(`  ${t.source} ${t.phase} rows ${t.rowsCopied} lag ${JSON.stringify(t.lag)}`);
     lines.push(`events: ${s.events.map((e) => `${e.type}${e.table ? `(${e.table})` : ''}`).join(' ')}`);
     const workflows = [id, ...s.tables.map((_, i) => `${id}/table-${i}`)];
@@ -254,5 +260,28 @@ export async function diagnose(ferry: FerryClient, id: string): Promise<string> 
   } catch (err) {
     lines.push(`(diagnosis failed: ${String(err)})`);
   }
+  try {
+    lines.push(...(await temporalView(ferry, id)));
+  } catch (err) {
+    lines.push(`(Temporal's view failed: ${String(err)})`);
+  }
   return lines.join('\n');
+}
+
+/** The migration's pending workflow task, its task queue's pollers and its history's last events. */
+async function temporalView(ferry: FerryClient, id: string): Promise<string[]> {
+  const lines: string[] = [];
+  const at = (t: { seconds?: unknown } | null | undefined) => (t?.seconds ? new Date(Number(t.seconds) * 1000).toISOString() : '-');
+  const d = await ferry.handle(id).describe();
+  const task = d.raw.pendingWorkflowTask;
+  if (task) lines.push(`workflow task: ${temporal.api.enums.v1.PendingWorkflowTaskState[task.state ?? 0]} attempt ${task.attempt} scheduled ${at(task.scheduledTime)} started ${at(task.startedTime)}`);
+  const { pollers } = await ferry.client.workflowService.describeTaskQueue({
+    namespace: ferry.client.options.namespace,
+    taskQueue: { name: d.taskQueue },
+    taskQueueType: 1, // workflow tasks
+  });
+  lines.push(`workflow pollers on ${d.taskQueue}: ${(pollers ?? []).map((p) => `${p.identity} (last ${at(p.lastAccessTime)})`).join(', ') || 'none'}`);
+  const events = (await ferry.handle(id).fetchHistory()).events ?? [];
+  lines.push(`last events: ${events.slice(-12).map((e) => `${e.eventId} ${temporal.api.enums.v1.EventType[e.eventType ?? 0].replace('EVENT_TYPE_', '')} ${at(e.eventTime)}`).join('; ')}`);
+  return lines;
 }
