@@ -250,9 +250,12 @@ export async function diagnose(ferry: FerryClient, id: string): Promise<string> 
     lines.push(`state ${s.state} phase ${s.phase}${s.tables.length === 0 ? ' (no worker answered the state query)' : ''}`);
     for (const t of s.tables) lines.push(`  ${t.source} ${t.phase} rows ${t.rowsCopied} lag ${JSON.stringify(t.lag)}`);
     lines.push(`events: ${s.events.map((e) => `${e.type}${e.table ? `(${e.table})` : ''}`).join(' ')}`);
-    const workflows = [id, ...s.tables.map((_, i) => `${id}/table-${i}`)];
+    // Without the query's answer the tables are unknown: their workflows are looked for by id.
+    const tableCount = s.tables.length > 0 ? s.tables.length : await openTableWorkflows(ferry, id);
+    const workflows = [id, ...Array.from({ length: tableCount }, (_, i) => `${id}/table-${i}`)];
     for (const w of workflows) {
       const d = await ferry.handle(w).describe().catch(() => undefined);
+      if (w !== id) lines.push(`  ${w}: ${d?.status.name ?? 'not found'}`);
       for (const a of d?.raw.pendingActivities ?? []) {
         lines.push(`  pending in ${w}: ${a.activityType?.name} attempt ${a.attempt} ${a.lastFailure?.message ?? ''}`);
       }
@@ -266,6 +269,13 @@ export async function diagnose(ferry: FerryClient, id: string): Promise<string> 
     lines.push(`(Temporal's view failed: ${String(err)})`);
   }
   return lines.join('\n');
+}
+
+/** How many table workflows `id` has, counted by describing `id/table-0`, `id/table-1`, … (at most 64). */
+async function openTableWorkflows(ferry: FerryClient, id: string): Promise<number> {
+  let count = 0;
+  while (count < 64 && (await ferry.handle(`${id}/table-${count}`).describe().then(() => true, () => false))) count += 1;
+  return count;
 }
 
 /** The migration's pending workflow task, its task queue's pollers and its history's last events. */
