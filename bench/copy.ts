@@ -187,6 +187,14 @@ async function main(): Promise<void> {
     const [size] = await sql(url(dbs.source), `SELECT pg_size_pretty(pg_table_size('public.bench_rows')) AS s`);
     process.stdout.write(`done (${size.s})\n\n`);
 
+    /** psql to psql: `source` (a table or a parenthesised SELECT) in binary COPY into the raw target's table. */
+    const rawPipe = (source: string) =>
+      `${PSQL} -X -q "${url(dbs.source)}" -c "COPY ${source} TO STDOUT (FORMAT binary)" | ${PSQL} -X -q "${url(dbs.raw)}" -c "COPY public.bench_rows FROM STDIN (FORMAT binary)"`;
+    const keylessTable = async () => {
+      await recreate(dbs.raw);
+      await sql(url(dbs.raw), TABLE_DDL.replace(' PRIMARY KEY', ''));
+    };
+
     // (a) raw binary COPY, psql to psql, into a table with its primary key.
     const raw = await repeated(
       async () => {
@@ -194,8 +202,7 @@ async function main(): Promise<void> {
         await sql(url(dbs.raw), TABLE_DDL);
       },
       async () => {
-        const r = spawnSync('bash', ['-o', 'pipefail', '-c',
-          `${PSQL} -X -q "${url(dbs.source)}" -c "COPY public.bench_rows TO STDOUT (FORMAT binary)" | ${PSQL} -X -q "${url(dbs.raw)}" -c "COPY public.bench_rows FROM STDIN (FORMAT binary)"`]);
+        const r = spawnSync('bash', ['-o', 'pipefail', '-c', rawPipe('public.bench_rows')]);
         if (r.status !== 0) throw new Error(`raw COPY failed: ${r.stderr}`);
       },
     );
@@ -203,13 +210,9 @@ async function main(): Promise<void> {
 
     // (a') the same pipe into a table without its key, then the key: the index-free load.
     const rawIndexFree = await repeated(
+      keylessTable,
       async () => {
-        await recreate(dbs.raw);
-        await sql(url(dbs.raw), TABLE_DDL.replace(' PRIMARY KEY', ''));
-      },
-      async () => {
-        const r = spawnSync('bash', ['-o', 'pipefail', '-c',
-          `${PSQL} -X -q "${url(dbs.source)}" -c "COPY public.bench_rows TO STDOUT (FORMAT binary)" | ${PSQL} -X -q "${url(dbs.raw)}" -c "COPY public.bench_rows FROM STDIN (FORMAT binary)"`]);
+        const r = spawnSync('bash', ['-o', 'pipefail', '-c', rawPipe('public.bench_rows')]);
         if (r.status !== 0) throw new Error(`raw COPY failed: ${r.stderr}`);
         await sql(url(dbs.raw), 'ALTER TABLE public.bench_rows ADD PRIMARY KEY (id)');
       },
@@ -219,13 +222,9 @@ async function main(): Promise<void> {
     // (a2) (a') in two pipes at once, each half of the key range (through the source's key).
     const half = Math.floor(ROWS / 2);
     const rawTwoPipes = await repeated(
+      keylessTable,
       async () => {
-        await recreate(dbs.raw);
-        await sql(url(dbs.raw), TABLE_DDL.replace(' PRIMARY KEY', ''));
-      },
-      async () => {
-        const pipe = (where: string) =>
-          `${PSQL} -X -q "${url(dbs.source)}" -c "COPY (SELECT * FROM public.bench_rows WHERE ${where}) TO STDOUT (FORMAT binary)" | ${PSQL} -X -q "${url(dbs.raw)}" -c "COPY public.bench_rows FROM STDIN (FORMAT binary)"`;
+        const pipe = (where: string) => rawPipe(`(SELECT * FROM public.bench_rows WHERE ${where})`);
         const r = await run('bash', ['-o', 'pipefail', '-c', `(${pipe(`id <= ${half}`)}) & first=$!; ${pipe(`id > ${half}`)}; second=$?; wait $first && exit $second`]);
         if (r.code !== 0) throw new Error(`raw COPY in two pipes failed: ${r.out}`);
         await sql(url(dbs.raw), 'ALTER TABLE public.bench_rows ADD PRIMARY KEY (id)');

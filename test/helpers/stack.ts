@@ -5,7 +5,7 @@
 import { ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
-import { Client, Connection } from '@temporalio/client';
+import { Client, Connection, WorkflowExecutionDescription } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
 import { DefaultLogger, Runtime, WorkerOptions } from '@temporalio/worker';
 import type { DataConverter } from '@temporalio/common';
@@ -244,51 +244,50 @@ export async function resultWithin(ferry: FerryClient, id: string, timeoutMs = 9
  */
 export async function diagnose(ferry: FerryClient, id: string): Promise<string> {
   const lines: string[] = [];
+  const parent = await ferry.handle(id).describe().catch(() => undefined);
   try {
     const s = await ferry.status(id);
     // No tables and no events: the state query went unanswered, this is visibility's view.
     lines.push(`state ${s.state} phase ${s.phase}${s.tables.length === 0 ? ' (no worker answered the state query)' : ''}`);
     for (const t of s.tables) lines.push(`  ${t.source} ${t.phase} rows ${t.rowsCopied} lag ${JSON.stringify(t.lag)}`);
     lines.push(`events: ${s.events.map((e) => `${e.type}${e.table ? `(${e.table})` : ''}`).join(' ')}`);
-    // Without the query's answer the tables are unknown: their workflows are looked for by id.
-    const tableCount = s.tables.length > 0 ? s.tables.length : await openTableWorkflows(ferry, id);
-    const workflows = [id, ...Array.from({ length: tableCount }, (_, i) => `${id}/table-${i}`)];
-    for (const w of workflows) {
-      const d = await ferry.handle(w).describe().catch(() => undefined);
-      if (w !== id) lines.push(`  ${w}: ${d?.status.name ?? 'not found'}`);
+    const pending = (w: string, d: WorkflowExecutionDescription | undefined) => {
       for (const a of d?.raw.pendingActivities ?? []) {
         lines.push(`  pending in ${w}: ${a.activityType?.name} attempt ${a.attempt} ${a.lastFailure?.message ?? ''}`);
       }
+    };
+    pending(id, parent);
+    // Without the query's answer the tables are unknown: their workflows are looked for by id,
+    // up to the first that does not exist (at most 64).
+    const known = s.tables.length;
+    for (let i = 0; i < (known > 0 ? known : 64); i += 1) {
+      const w = `${id}/table-${i}`;
+      const d = await ferry.handle(w).describe().catch(() => undefined);
+      if (!d && known === 0) break;
+      lines.push(`  ${w}: ${d?.status.name ?? 'not found'}`);
+      pending(w, d);
     }
   } catch (err) {
     lines.push(`(diagnosis failed: ${String(err)})`);
   }
   try {
-    lines.push(...(await temporalView(ferry, id)));
+    lines.push(...(await temporalView(ferry, id, parent ?? (await ferry.handle(id).describe()))));
   } catch (err) {
     lines.push(`(Temporal's view failed: ${String(err)})`);
   }
   return lines.join('\n');
 }
 
-/** How many table workflows `id` has, counted by describing `id/table-0`, `id/table-1`, … (at most 64). */
-async function openTableWorkflows(ferry: FerryClient, id: string): Promise<number> {
-  let count = 0;
-  while (count < 64 && (await ferry.handle(`${id}/table-${count}`).describe().then(() => true, () => false))) count += 1;
-  return count;
-}
-
 /** The migration's pending workflow task, its task queue's pollers and its history's last events. */
-async function temporalView(ferry: FerryClient, id: string): Promise<string[]> {
+async function temporalView(ferry: FerryClient, id: string, d: WorkflowExecutionDescription): Promise<string[]> {
   const lines: string[] = [];
   const at = (t: { seconds?: unknown } | null | undefined) => (t?.seconds ? new Date(Number(t.seconds) * 1000).toISOString() : '-');
-  const d = await ferry.handle(id).describe();
   const task = d.raw.pendingWorkflowTask;
   if (task) lines.push(`workflow task: ${temporal.api.enums.v1.PendingWorkflowTaskState[task.state ?? 0]} attempt ${task.attempt} scheduled ${at(task.scheduledTime)} started ${at(task.startedTime)}`);
   const { pollers } = await ferry.client.workflowService.describeTaskQueue({
     namespace: ferry.client.options.namespace,
     taskQueue: { name: d.taskQueue },
-    taskQueueType: 1, // workflow tasks
+    taskQueueType: temporal.api.enums.v1.TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
   });
   lines.push(`workflow pollers on ${d.taskQueue}: ${(pollers ?? []).map((p) => `${p.identity} (last ${at(p.lastAccessTime)})`).join(', ') || 'none'}`);
   const events = (await ferry.handle(id).fetchHistory()).events ?? [];

@@ -15,11 +15,17 @@ function serversOn(port: number): string[] {
   return ps.split('\n').filter((l) => l.includes('server start-dev') && l.includes(`--port ${port} `));
 }
 
+/** A listener of the test's own on `port`, so that the port is taken. */
+async function holdPort(port: number): Promise<Server> {
+  const holder = createServer();
+  await new Promise<void>((resolve) => holder.listen(port, '127.0.0.1', () => resolve()));
+  return holder;
+}
+
 describe('the Temporal dev server', () => {
   it('fails with its own reason when the port it is given is taken, and leaves no process', async () => {
     const port = await freePort();
-    const holder: Server = createServer();
-    await new Promise<void>((resolve) => holder.listen(port, '127.0.0.1', () => resolve()));
+    const holder = await holdPort(port);
     try {
       // A port the caller gave is not swapped for another: the start fails, naming the cause.
       await expect(startDevServer({ port, headless: true })).rejects.toThrow(
@@ -33,8 +39,7 @@ describe('the Temporal dev server', () => {
 
   it('starts again on new ports when a port it chose was taken before the server bound it', async () => {
     const taken = await freePort();
-    const holder: Server = createServer();
-    await new Promise<void>((resolve) => holder.listen(taken, '127.0.0.1', () => resolve()));
+    const holder = await holdPort(taken);
     // The first port handed out is taken by then, as when another suite's server took it between
     // Ferry picking it free and this server binding it.
     const handedOut: number[] = [];
