@@ -3,6 +3,8 @@
  * for the Web UI test), then runs the type checker, the linter and jest. Extra arguments go to jest.
  */
 import { spawnSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ensureChromium } from '../src/dev/chromium';
 import { DEFAULT_TEST_PG, ensurePostgres } from '../src/dev/postgres';
@@ -11,10 +13,11 @@ import { ensureTemporalBinary } from '../src/dev/temporal-binary';
 const root = join(__dirname, '..');
 const bin = (name: string) => join(root, 'node_modules', '.bin', name);
 
-function step(title: string, command: string, args: string[], env: NodeJS.ProcessEnv = process.env): void {
+function step(title: string, command: string, args: string[], env: NodeJS.ProcessEnv = process.env, onFailure?: () => void): void {
   process.stderr.write(`\n== ${title}\n`);
   const started = Date.now();
   const result = spawnSync(command, args, { cwd: root, stdio: 'inherit', env });
+  if (result.status !== 0) onFailure?.();
   process.stderr.write(`== ${title}: ${result.status === 0 ? 'ok' : 'FAILED'} (${Math.round((Date.now() - started) / 1000)}s)\n`);
   if (result.status !== 0) process.exit(result.status ?? 1);
 }
@@ -30,7 +33,14 @@ async function main(): Promise<void> {
   const env = { ...process.env, FERRY_TEST_PG: pg, FERRY_CHROMIUM_BIN: chromium, ...(binary ? { FERRY_TEMPORAL_BIN: binary } : {}) };
   step('type check (tsc --noEmit)', bin('tsc'), ['--noEmit', '-p', '.']);
   step('lint (eslint)', bin('eslint'), ['.']);
-  step('tests (jest)', bin('jest'), process.argv.slice(2), env);
+  // Diagnoses of migrations that stopped moving, written by the suites (test/helpers/stack.ts):
+  // printed after a failed run, where the end of a long log shows them.
+  const diagnoses = join(tmpdir(), `ferry-test-diagnoses-${process.pid}.log`);
+  step('tests (jest)', bin('jest'), process.argv.slice(2), { ...env, FERRY_TEST_DIAGNOSES: diagnoses }, () => {
+    if (!existsSync(diagnoses)) return;
+    const lines = readFileSync(diagnoses, 'utf8').trimEnd().split('\n');
+    process.stderr.write(`\n== diagnoses written during the failed run (${diagnoses}), the last 80 lines\n${lines.slice(-80).join('\n')}\n`);
+  });
 }
 
 main().catch((err) => {

@@ -28,7 +28,7 @@ import { CAPTURE_LOCK } from '../../activities/capture';
 import { FerryClient } from '../../src/client';
 import { BOOKKEEPING_LOCK } from '../../src/db/bookkeeping';
 import { chaosSeed, compareTable, ferryTriggers, ledgerSql, preflightHelpers, prng, runningActivities, RunningActivity, sleep, trialSeed } from '../helpers/chaos';
-import { objectInventory, withClient } from '../helpers/databases';
+import { objectInventory } from '../helpers/databases';
 import { awaitRetry, HeldLock, Killed, lastAttempt, Retry } from '../helpers/kills';
 import { diagnose, eventually, resultWithin, RunningProcessWorker } from '../helpers/stack';
 import { stackSuite } from '../helpers/suite';
@@ -201,6 +201,8 @@ describe('workers SIGKILLed while they run a chosen activity', () => {
    * again). Starts the replacement.
    */
   async function placeKill(
+    /** The trial's label and how to rerun it, for the error. */
+    context: string,
     lane: Lane,
     kind: Kind,
     rand: () => number,
@@ -223,7 +225,9 @@ describe('workers SIGKILLed while they run a chosen activity', () => {
         180_000,
         50,
       ).catch(async (err: Error) => {
-        throw new Error(`no ${kind} ran on lane ${lane.name}: ${err.message}\n${await diagnose(ferry, migrationId)}`);
+        // What the lane's workers last wrote: a worker that stopped answering shows where.
+        const tails = pool.map((w) => `${w.identity} (exit ${w.process.exitCode ?? 'none'}):\n${w.output().trimEnd().split('\n').slice(-4).join('\n')}`);
+        throw new Error(`${context}: no ${kind} ran on lane ${lane.name}: ${err.message}\n${await diagnose(ferry, migrationId)}\n${tails.join('\n')}`);
       });
       // The random moment of the kill, inside the activity's run (its hold outlasts it).
       const delayMs = Math.floor(rand() * MAX_DELAY_MS[kind]);
@@ -251,27 +255,19 @@ describe('workers SIGKILLed while they run a chosen activity', () => {
     const holds: HeldLock[] = [];
     let ended = false;
     const watchers: Promise<void>[] = [];
-    /** Takes the lock once `ready` says so, polling the database. */
-    const when = (url: string, ready: string, params: unknown[], label: string, statements: string[]) =>
+    /** Takes the lock once `ready` (a boolean SQL expression) holds, the moment it does (HeldLock.takeWhen). */
+    const when = (url: string, ready: string, label: string, statements: string[]) =>
       watchers.push(
-        withClient(url, async (db) => {
-          while (!ended) {
-            const ok = await db.query(ready, params).then(
-              (r) => Boolean(r.rows[0]?.ok),
-              () => false,
-            );
-            if (ok) {
-              if (!ended) holds.push(await HeldLock.take(url, label, statements));
-              return;
-            }
-            await new Promise((r) => setTimeout(r, 5));
-          }
+        HeldLock.takeWhen(url, label, ready, statements, () => ended).then((held) => {
+          if (held) holds.push(held);
         }),
       );
+    const literal = (v: string | number) => `'${String(v).replace(/'/g, "''")}'`;
     // Copied, and its primary key built (the index-free load adds it after the copy, under a lock
     // of its own that a hold taken earlier would block).
-    const copied = `SELECT count(*) > 0 AND bool_and(done) AND EXISTS (SELECT 1 FROM pg_index WHERE indrelid = to_regclass($3) AND indisprimary) AS ok
-                      FROM _ferry.checkpoints WHERE migration_id = $1 AND table_index = $2 AND chunk_index >= 0`;
+    const copied = (i: number, t: string) =>
+      `(SELECT count(*) > 0 AND bool_and(done) AND EXISTS (SELECT 1 FROM pg_index WHERE indrelid = to_regclass(${literal(t)}) AND indisprimary)
+          FROM _ferry.checkpoints WHERE migration_id = ${literal(migrationId)} AND table_index = ${i} AND chunk_index >= 0)`;
     return {
       /** Before `ferry start`. */
       async before() {
@@ -283,18 +279,18 @@ describe('workers SIGKILLed while they run a chosen activity', () => {
       watch() {
         if (kind === 'validation' || kind === 'syncChanges') {
           // A copied table, locked before its validation or sync begins: either waits for the lock.
-          const mode = kind === 'validation' ? 'ACCESS EXCLUSIVE' : 'SHARE';
-          tables.forEach((t, i) => when(suite.dbs.url(target), copied, [migrationId, i, t], `${t} copied`, [`LOCK TABLE ${t} IN ${mode} MODE`]));
+          const lock = kind === 'validation' ? 'ACCESS EXCLUSIVE' : 'SHARE';
+          tables.forEach((t, i) => when(suite.dbs.url(target), copied(i, t), `${t} copied`, [`LOCK TABLE ${t} IN ${lock} MODE`]));
         }
         if (kind === 'buildIndex') {
           // Writers' lock from the moment the table has its primary key: sync and validation go on, CREATE INDEX waits.
-          when(suite.dbs.url(target), 'SELECT EXISTS (SELECT 1 FROM pg_index WHERE indrelid = to_regclass($1) AND indisprimary) AS ok', [INDEXED[mode]], 'indexed table', [
+          when(suite.dbs.url(target), `EXISTS (SELECT 1 FROM pg_index WHERE indrelid = to_regclass(${literal(INDEXED[mode])}) AND indisprimary)`, 'indexed table', [
             `LOCK TABLE ${INDEXED[mode]} IN ROW EXCLUSIVE MODE`,
           ]);
         }
         if (kind === 'awaitWriters') {
           // A write transaction open across the freeze: the cutover waits for it to end.
-          when(suite.dbs.url(source), `SELECT to_regclass('_ferry_capture.captures') IS NOT NULL AS ok`, [], 'open write', [
+          when(suite.dbs.url(source), `to_regclass('_ferry_capture.captures') IS NOT NULL`, 'open write', [
             `UPDATE public.accounts SET note = 'held open by the test' WHERE id = ${HELD_ROW}`,
           ]);
         }
@@ -356,7 +352,7 @@ describe('workers SIGKILLed while they run a chosen activity', () => {
       }
       hold.watch();
       const eligible = async (a: RunningActivity) => kind !== 'copyChunk' || ownsCheckpoint(target, id, a);
-      const placed = await placeKill(lane, kind, rand, id, eligible, () => hold.release()).finally(() => hold.release());
+      const placed = await placeKill(`${label} ${rerun}`, lane, kind, rand, id, eligible, () => hold.release()).finally(() => hold.release());
       const retrying = awaitRetry(ferry, placed.killed);
       retrying.catch(() => undefined);
       await starting.catch((err: Error) => {

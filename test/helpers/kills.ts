@@ -98,6 +98,47 @@ export class HeldLock {
     return new HeldLock(client, label);
   }
 
+  /**
+   * BEGIN, then `statements` as soon as `ready` (a boolean SQL expression, its values written in)
+   * holds: checked every millisecond inside the server, so that the lock lands within a
+   * millisecond of the moment (a client polling over the network and then connecting can be
+   * tens of milliseconds late on a loaded machine, and miss a step that starts at that moment).
+   * Undefined when `stopped()` says so first.
+   */
+  static async takeWhen(url: string, label: string, ready: string, statements: string[], stopped: () => boolean): Promise<HeldLock | undefined> {
+    const client = new PgClient({ connectionString: url, application_name: 'ferry-test-hold' });
+    await client.connect();
+    client.on('error', () => undefined);
+    const held = new HeldLock(client, label);
+    await client.query('BEGIN');
+    const run = statements.map((sql) => `EXECUTE ${client.escapeLiteral(sql)};`).join(' ');
+    // Rounds of a second, so that a stop is heard; each check reads the newest commits (a
+    // statement of a DO block takes a new snapshot under READ COMMITTED).
+    const round = `DO $hold$ BEGIN
+      FOR i IN 1..1000 LOOP
+        IF (${ready}) THEN ${run} PERFORM set_config('ferry_test.held', 'yes', true); RETURN; END IF;
+        PERFORM pg_sleep(0.001);
+      END LOOP;
+    END $hold$`;
+    while (!stopped()) {
+      const ok = await client.query(round).then(
+        () => true,
+        // Not yet answerable (a relation `ready` reads is not there yet): a new transaction.
+        async () => {
+          await client.query('ROLLBACK');
+          await new Promise((r) => setTimeout(r, 5));
+          await client.query('BEGIN');
+          return false;
+        },
+      );
+      if (!ok) continue;
+      const { rows } = await client.query(`SELECT current_setting('ferry_test.held', true) = 'yes' AS held`);
+      if (rows[0].held) return held;
+    }
+    await held.release();
+    return undefined;
+  }
+
   /** Ends the transaction: COMMIT (an open write that must land) or ROLLBACK. */
   async release(commit = false): Promise<void> {
     await this.client.query(commit ? 'COMMIT' : 'ROLLBACK').catch(() => undefined);

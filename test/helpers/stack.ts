@@ -4,6 +4,7 @@
  */
 import { ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { appendFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Client, Connection, WorkflowExecutionDescription } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
@@ -18,6 +19,7 @@ import { Logger, silentLogger } from '../../src/logger';
 import { DevServer, DevServerOptions, startDevServer } from '../../src/dev/dev-server';
 import type { FerryMetrics } from '../../src/telemetry';
 import { createFerryWorker, FerryWorker } from '../../src/worker';
+import { stateQuery } from '../../workflows/definitions';
 
 export const ROOT = join(__dirname, '..', '..');
 export const FERRY_BIN = join(ROOT, 'bin', 'ferry.js');
@@ -243,8 +245,18 @@ export async function resultWithin(ferry: FerryClient, id: string, timeoutMs = 9
  * the workers polling its task queue, and the last events of its history.
  */
 export async function diagnose(ferry: FerryClient, id: string): Promise<string> {
-  const lines: string[] = [];
+  const lines: string[] = [`diagnosis of ${id} at ${new Date().toISOString()}`];
   const parent = await ferry.handle(id).describe().catch(() => undefined);
+  // The state query on its own, to tell a slow answer from an error (the status falls back to
+  // visibility on either, after 5 s).
+  const started = Date.now();
+  const query = await ferry.client.connection
+    .withDeadline(Date.now() + 20_000, () => ferry.handle(id).query(stateQuery))
+    .then(
+      () => 'answered',
+      (err: Error) => `failed: ${err.message}`,
+    );
+  lines.push(`state query ${query} after ${Date.now() - started} ms`);
   try {
     const s = await ferry.status(id);
     // No tables and no events: the state query went unanswered, this is visibility's view.
@@ -275,7 +287,10 @@ export async function diagnose(ferry: FerryClient, id: string): Promise<string> 
   } catch (err) {
     lines.push(`(Temporal's view failed: ${String(err)})`);
   }
-  return lines.join('\n');
+  const text = lines.join('\n');
+  // `npm test` prints this file last when jest fails, where a CI log's tail shows it.
+  if (process.env.FERRY_TEST_DIAGNOSES) appendFileSync(process.env.FERRY_TEST_DIAGNOSES, `${text}\n\n`);
+  return text;
 }
 
 /** The migration's pending workflow task, its task queue's pollers and its history's last events. */
