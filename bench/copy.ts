@@ -27,7 +27,8 @@
  * Figures, never assertions.
  *
  * Options: --rows N (default 2000000), --repeat N (3), --pg URL (admin URL), --keep, --no-many,
- * --many-parallelism N (8).
+ * --many-parallelism N (8), --temporal-defaults (the dev server with Temporal's own task-queue
+ * read rates instead of Ferry's DEV_SERVER_DYNAMIC_CONFIG, to see what those cost).
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -35,7 +36,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { findOnPath } from '../src/dev/temporal-binary';
 import { databaseUrl, DEFAULT_TEST_PG, ensurePostgres, runSql } from '../src/dev/postgres';
-import { startDevServer } from '../src/dev/dev-server';
+import { DEV_SERVER_DYNAMIC_CONFIG, startDevServer } from '../src/dev/dev-server';
 import { WORKER_PROCESS_ENV } from '../src/config';
 import { connectionEnvVar } from '../src/core/names';
 
@@ -46,6 +47,8 @@ const ADMIN = arg('--pg', process.env.FERRY_TEST_PG ?? DEFAULT_TEST_PG);
 const KEEP = args.includes('--keep');
 const REPEAT = Number(arg('--repeat', '3'));
 const MANY = !args.includes('--no-many');
+/** Temporal's defaults (20 reads a second) for what Ferry's dev server changes. */
+const DEV_SERVER = args.includes('--temporal-defaults') ? { dynamicConfig: Object.fromEntries(Object.keys(DEV_SERVER_DYNAMIC_CONFIG).map((key) => [key, 20])) } : {};
 /** parallelism.tables of the second Ferry run over many tables (the first runs at the default). */
 const MANY_PARALLELISM = Number(arg('--many-parallelism', '8'));
 /** The orchestration runs: tables × rows each. */
@@ -268,7 +271,7 @@ async function main(): Promise<void> {
     }
 
     // (c) ferry, one worker process, through a dev server.
-    const server = await startDevServer({ headless: true });
+    const server = await startDevServer({ headless: true, ...DEV_SERVER });
     const env: NodeJS.ProcessEnv = {
       ...process.env,
       TEMPORAL_ADDRESS: server.address,
