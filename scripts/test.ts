@@ -3,7 +3,7 @@
  * for the Web UI test), then runs the type checker, the linter and jest. Extra arguments go to jest.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ensureChromium } from '../src/dev/chromium';
@@ -41,6 +41,7 @@ async function main(): Promise<void> {
     const lines = readFileSync(diagnoses, 'utf8').trimEnd().split('\n');
     process.stderr.write(`\n== diagnoses written during the failed run (${diagnoses}), the last 80 lines\n${lines.slice(-80).join('\n')}\n`);
   });
+  rmSync(diagnoses, { force: true });
 }
 
 main().catch((err) => {
