@@ -263,10 +263,19 @@ describe('workers SIGKILLed while they run a chosen activity', () => {
         }),
       );
     const literal = (v: string | number) => `'${String(v).replace(/'/g, "''")}'`;
+    // Names are looked up in the catalogs' rows, read with each check's fresh snapshot. Not with
+    // to_regclass: inside one round of checks (a DO block) it went on answering for a table
+    // created after the round began as if it were not there, so a hold landed up to a round late
+    // and a buildIndex slipped past it (seed 950746186, full:3, three runs of four).
+    const relation = (qualified: string) => {
+      const [schema, name] = qualified.split('.');
+      return `(SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = ${literal(schema)} AND c.relname = ${literal(name)})`;
+    };
+    const hasPrimaryKey = (qualified: string) => `EXISTS (SELECT 1 FROM pg_index WHERE indrelid = ${relation(qualified)} AND indisprimary)`;
     // Copied, and its primary key built (the index-free load adds it after the copy, under a lock
     // of its own that a hold taken earlier would block).
     const copied = (i: number, t: string) =>
-      `(SELECT count(*) > 0 AND bool_and(done) AND EXISTS (SELECT 1 FROM pg_index WHERE indrelid = to_regclass(${literal(t)}) AND indisprimary)
+      `(SELECT count(*) > 0 AND bool_and(done) AND ${hasPrimaryKey(t)}
           FROM _ferry.checkpoints WHERE migration_id = ${literal(migrationId)} AND table_index = ${i} AND chunk_index >= 0)`;
     return {
       /** Before `ferry start`. */
@@ -284,13 +293,13 @@ describe('workers SIGKILLed while they run a chosen activity', () => {
         }
         if (kind === 'buildIndex') {
           // Writers' lock from the moment the table has its primary key: sync and validation go on, CREATE INDEX waits.
-          when(suite.dbs.url(target), `EXISTS (SELECT 1 FROM pg_index WHERE indrelid = to_regclass(${literal(INDEXED[mode])}) AND indisprimary)`, 'indexed table', [
+          when(suite.dbs.url(target), hasPrimaryKey(INDEXED[mode]), 'indexed table', [
             `LOCK TABLE ${INDEXED[mode]} IN ROW EXCLUSIVE MODE`,
           ]);
         }
         if (kind === 'awaitWriters') {
           // A write transaction open across the freeze: the cutover waits for it to end.
-          when(suite.dbs.url(source), `to_regclass('_ferry_capture.captures') IS NOT NULL`, 'open write', [
+          when(suite.dbs.url(source), `${relation('_ferry_capture.captures')} IS NOT NULL`, 'open write', [
             `UPDATE public.accounts SET note = 'held open by the test' WHERE id = ${HELD_ROW}`,
           ]);
         }
