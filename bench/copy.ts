@@ -28,7 +28,7 @@
  *
  * Options: --rows N (default 2000000), --repeat N (3), --pg URL (admin URL), --keep, --no-many,
  * --many-parallelism N (8), --temporal-defaults (the dev server with Temporal's own task-queue
- * read rates instead of Ferry's DEV_SERVER_DYNAMIC_CONFIG, to see what those cost).
+ * read rates instead of Ferry's, to see what those cost).
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -36,7 +36,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { findOnPath } from '../src/dev/temporal-binary';
 import { databaseUrl, DEFAULT_TEST_PG, ensurePostgres, runSql } from '../src/dev/postgres';
-import { DEV_SERVER_DYNAMIC_CONFIG, startDevServer } from '../src/dev/dev-server';
+import { startDevServer, TEMPORAL_DEFAULT_DYNAMIC_CONFIG } from '../src/dev/dev-server';
 import { WORKER_PROCESS_ENV } from '../src/config';
 import { connectionEnvVar } from '../src/core/names';
 
@@ -48,7 +48,7 @@ const KEEP = args.includes('--keep');
 const REPEAT = Number(arg('--repeat', '3'));
 const MANY = !args.includes('--no-many');
 /** Temporal's defaults (20 reads a second) for what Ferry's dev server changes. */
-const DEV_SERVER = args.includes('--temporal-defaults') ? { dynamicConfig: Object.fromEntries(Object.keys(DEV_SERVER_DYNAMIC_CONFIG).map((key) => [key, 20])) } : {};
+const DEV_SERVER = args.includes('--temporal-defaults') ? { dynamicConfig: TEMPORAL_DEFAULT_DYNAMIC_CONFIG } : {};
 /** parallelism.tables of the second Ferry run over many tables (the first runs at the default). */
 const MANY_PARALLELISM = Number(arg('--many-parallelism', '8'));
 /** The orchestration runs: tables × rows each. */

@@ -40,6 +40,14 @@ export const DEV_SERVER_DYNAMIC_CONFIG: Record<string, unknown> = {
   'history.timerProcessorMaxPollRPS': 1000,
 };
 
+/** Temporal's own values for what DEV_SERVER_DYNAMIC_CONFIG changes: to measure what they cost. */
+export const TEMPORAL_DEFAULT_DYNAMIC_CONFIG: Record<string, unknown> = Object.fromEntries(Object.keys(DEV_SERVER_DYNAMIC_CONFIG).map((key) => [key, 20]));
+
+/** `--dynamic-config-value KEY=JSON` arguments: Ferry's defaults, then the caller's. */
+function dynamicConfigArgs(options: DevServerOptions): string[] {
+  return Object.entries({ ...DEV_SERVER_DYNAMIC_CONFIG, ...options.dynamicConfig }).flatMap(([key, value]) => ['--dynamic-config-value', `${key}=${JSON.stringify(value)}`]);
+}
+
 export interface DevServer {
   address: string;
   namespace: string;
@@ -115,9 +123,7 @@ export async function startDevServer(options: DevServerOptions = {}): Promise<De
     if (options.dbFile) args.push('--db-filename', options.dbFile);
     if (options.codecEndpoint) args.push('--ui-codec-endpoint', options.codecEndpoint);
     for (const [name, type] of Object.entries(SEARCH_ATTRIBUTES)) args.push('--search-attribute', `${name}=${type}`);
-    for (const [key, value] of Object.entries({ ...DEV_SERVER_DYNAMIC_CONFIG, ...options.dynamicConfig })) {
-      args.push('--dynamic-config-value', `${key}=${JSON.stringify(value)}`);
-    }
+    args.push(...dynamicConfigArgs(options));
 
     const child = spawn(binary, args, { stdio: options.inheritOutput ? 'inherit' : ['ignore', 'ignore', 'pipe'] });
     // The first lines say why a server failed (a Go panic's stack follows them); the last, what it
@@ -181,7 +187,7 @@ async function startDownloadedServer(options: DevServerOptions, namespace: strin
       uiPort: options.uiPort,
       dbFilename: options.dbFile,
       searchAttributes: [FerryStateKey, FerryPhaseKey, FerrySourceKey, FerryTargetKey],
-      extraArgs: Object.entries({ ...DEV_SERVER_DYNAMIC_CONFIG, ...options.dynamicConfig }).flatMap(([key, value]) => ['--dynamic-config-value', `${key}=${JSON.stringify(value)}`]),
+      extraArgs: dynamicConfigArgs(options),
     },
   });
   let resolveExit: (code: number | null) => void = () => undefined;

@@ -259,8 +259,8 @@ export async function diagnose(ferry: FerryClient, id: string): Promise<string> 
   lines.push(`state query ${query} after ${Date.now() - started} ms`);
   try {
     const s = await ferry.status(id);
-    // No tables and no events: the state query went unanswered, this is visibility's view.
-    lines.push(`state ${s.state} phase ${s.phase}${s.tables.length === 0 ? ' (no worker answered the state query)' : ''}`);
+    // Unanswered, the status is visibility's view: no tables, no events.
+    lines.push(`state ${s.state} phase ${s.phase}${query === 'answered' ? '' : " (visibility's view)"}`);
     for (const t of s.tables) lines.push(`  ${t.source} ${t.phase} rows ${t.rowsCopied} lag ${JSON.stringify(t.lag)}`);
     lines.push(`events: ${s.events.map((e) => `${e.type}${e.table ? `(${e.table})` : ''}`).join(' ')}`);
     const pending = (w: string, d: WorkflowExecutionDescription | undefined) => {

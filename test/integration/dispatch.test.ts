@@ -6,14 +6,12 @@
  * defaults put back, and each task's wait between scheduled and started is read from the histories.
  */
 import { temporal } from '@temporalio/proto';
-import { DEV_SERVER_DYNAMIC_CONFIG } from '../../src/dev/dev-server';
+import { TEMPORAL_DEFAULT_DYNAMIC_CONFIG } from '../../src/dev/dev-server';
 import { accounts, seedSql } from '../fixtures/seeds';
 import { TestStack } from '../helpers/stack';
 import { stackSuite } from '../helpers/suite';
 
 const { EventType } = temporal.api.enums.v1;
-/** Temporal's own defaults for what Ferry's dev server changes. */
-const TEMPORAL_DEFAULTS = Object.fromEntries(Object.keys(DEV_SERVER_DYNAMIC_CONFIG).map((key) => [key, 20]));
 
 /** Milliseconds from each workflow or activity task's scheduling to its start, over the migration and its table. */
 async function dispatchWaits(stack: TestStack, id: string): Promise<number[]> {
@@ -53,7 +51,7 @@ describe('task dispatch on the dev server Ferry starts', () => {
     const defaults = await TestStack.start({
       connections: { src: suite.dbs.url('source'), tgt: suite.dbs.url('target_defaults') },
       workers: 1,
-      server: { dynamicConfig: TEMPORAL_DEFAULTS },
+      server: { dynamicConfig: TEMPORAL_DEFAULT_DYNAMIC_CONFIG },
     });
     try {
       const theirs = await defaults.ferry.start(spec, { id: 'dispatch-defaults' });
