@@ -113,7 +113,9 @@ export class HeldLock {
     await client.query('BEGIN');
     const run = statements.map((sql) => `EXECUTE ${client.escapeLiteral(sql)};`).join(' ');
     // Rounds of a second, so that a stop is heard; each check reads the newest commits (a
-    // statement of a DO block takes a new snapshot under READ COMMITTED).
+    // statement of a DO block takes a new snapshot under READ COMMITTED) — rows, not names:
+    // to_regclass in `ready` kept answering for a table created after the round began as if it
+    // were not there, so `ready` should find relations in pg_class instead.
     const round = `DO $hold$ BEGIN
       FOR i IN 1..1000 LOOP
         IF (${ready}) THEN ${run} PERFORM set_config('ferry_test.held', 'yes', true); RETURN; END IF;
