@@ -65,8 +65,10 @@ describe('task dispatch on the dev server Ferry starts', () => {
       );
       expect(withFerry.length).toBeGreaterThan(20);
       // Paced at 20 reads a second once the limiter's burst is spent (the migration's last steps,
-      // one after another), a task waits 30–50 ms; unpaced, a few. A loaded machine adds to both.
-      expect(slow(withDefaults)).toBeGreaterThanOrEqual(5);
+      // one after another), a task waits 30–50 ms; unpaced, a few. A loaded machine adds to both,
+      // and spaces the tasks out so that the limiter refills: 10–13 paced waits on a quiet machine,
+      // 4 in a CI run. The pacing must show at least once for the comparison to mean anything.
+      expect(slow(withDefaults)).toBeGreaterThanOrEqual(1);
       expect(sum(withFerry) * 2).toBeLessThan(sum(withDefaults));
     } finally {
       await defaults.teardown();
