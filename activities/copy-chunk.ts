@@ -10,10 +10,11 @@ import { Pool } from 'pg';
 import { advanceCheckpoint, ChunkRef, touchCheckpoint } from '../src/db/bookkeeping';
 import { copyRange, selectColumns } from '../src/db/copy-stream';
 import { BatchSize } from '../src/core/batch-size';
+import { KeyStride, STRIDE_TOLERANCE } from '../src/core/key-stride';
 import { withFencedSessions } from '../src/db/fenced';
 import type { CopyTable } from '../src/core/plan';
 import { asActivityFailure } from '../src/db/errors';
-import { Bound, keyAsText, keyFromRow, keyOrder, keyPredicate, ParamBinder } from '../src/db/ranges';
+import { Bound, keyAsText, keyFromRow, keyOrder, keyPredicate, literalBinder, ParamBinder } from '../src/db/ranges';
 import { displayQualified, quoteQualified } from '../src/core/identifiers';
 import { ChunkCheckpoint, ChunkPlan, Key, SMALL_TABLE_ROWS } from '../src/core/plan';
 import { ActivityDeps } from './deps';
@@ -47,6 +48,18 @@ export interface CopyChunkResult {
   batches: number;
   /** With `finish`, once the chunk is done: the indexes and constraints built. */
   finished?: { built: number; evicted: number };
+  /** Batches whose end came from the key's arithmetic rather than an index walk (KeyStride). */
+  stepped?: number;
+}
+
+/** One batch to copy: its key range, its end (null: the chunk's last), and the rows it was sized for. */
+interface Batch {
+  bounds: Bound[];
+  end: Key | null;
+  /** The key it starts after (null: the chunk's lower bound). */
+  after: Key | null;
+  wanted: number;
+  stepped: boolean;
 }
 
 /** Rows read to learn the width of a chunk's next rows (BatchSize). */
@@ -65,19 +78,28 @@ export function createCopyChunk({ connections, logger }: ActivityDeps) {
         let rows = 0;
         let bytes = 0;
         let batches = 0;
-        // The next batch's end key is looked up (on a pooled connection) while this batch copies.
+        // Batch ends are looked up on a pooled connection, beside the copy's own sessions.
         const keys = connections.pool(input.source);
         // Batches sized by bytes (no batchRows given) start from the width of the next rows.
         const width = input.batchRows === undefined && !checkpoint.done ? await sampleWidth(keys, chunk, checkpoint.lastKey) : null;
         const size = new BatchSize(input.batchRows, width, input.rowsPerSecond);
-        let upcoming = checkpoint.done ? undefined : nextBatch(keys, chunk, checkpoint.lastKey, size.next());
+        const stride = checkpoint.done ? undefined : await strideFor(keys, chunk);
+        let stepped = 0;
+        let more = !checkpoint.done;
+        let after = checkpoint.lastKey;
+        /** The next batch, its end walked to while the batch before it copies. */
+        let ahead: Promise<Batch> | undefined;
         // At least one batch per call, however short the slice: every call makes progress.
-        while (upcoming && (batches === 0 || Date.now() - started < input.sliceMs)) {
+        while (more && (batches === 0 || Date.now() - started < input.sliceMs)) {
           // Every committed batch is a resume point, so stopping between batches loses nothing.
           if (ctx.cancellationSignal.aborted) throw new CancelledFailure('chunk copy cancelled');
-          const batch = await upcoming;
-          upcoming = batch.end === null ? undefined : nextBatch(keys, chunk, batch.end, size.next());
-          upcoming?.catch(() => undefined); // awaited on the next turn; never left unhandled
+          const batch = await (ahead ?? nextBatch(keys, chunk, after, size.next(), stride));
+          more = batch.end !== null;
+          after = batch.end;
+          // A stride steps to the next end once this batch's rows are known (no index walk to
+          // hide); without one, the next end is walked to now, while this batch copies.
+          ahead = more && !stride ? nextBatch(keys, chunk, after, size.next()) : undefined;
+          ahead?.catch(() => undefined); // awaited on the next turn; never left unhandled
           const stats = await write(async () => {
             // Data and checkpoint commit together, so a batch lost in a target crash is simply
             // copied again: no need to wait for each commit's WAL flush. The slice ends with a
@@ -98,6 +120,8 @@ export function createCopyChunk({ connections, logger }: ActivityDeps) {
           bytes += stats.bytes;
           batches += 1;
           size.record(stats.rows, stats.bytes);
+          stride?.record(batch.after, batch.end, stats.rows, batch.wanted);
+          if (batch.stepped) stepped += 1;
           checkpoint = { lastKey: batch.end ?? checkpoint.lastKey, rowsCopied: checkpoint.rowsCopied + stats.rows, done: batch.end === null };
           // The chunk's committed rows, for `ferry status` between the slice's reports (src/client/status-reader.ts).
           ctx.heartbeat({ chunk: input.chunk.index, rowsCopied: checkpoint.rowsCopied });
@@ -109,11 +133,11 @@ export function createCopyChunk({ connections, logger }: ActivityDeps) {
         // Durability barrier before the workflow hears of this progress: a synchronous commit
         // flushes the WAL of every asynchronously committed batch before it.
         if (batches > 0) await touchCheckpoint(target, ref);
-        log.info({ rows, bytes, batches, ms: Date.now() - started, done: checkpoint.done }, 'chunk slice copied');
+        log.info({ rows, bytes, batches, stepped, ms: Date.now() - started, done: checkpoint.done }, 'chunk slice copied');
         // Only a table that really is small: statistics can be stale, and a table that turns out
         // large gets its key and indexes from activities of their own, as any other (the
         // workflow sees no `finished`), rather than in this activity's last slice.
-        if (!checkpoint.done || !input.finish || checkpoint.rowsCopied > SMALL_TABLE_ROWS) return { checkpoint, rows, bytes, batches };
+        if (!checkpoint.done || !input.finish || checkpoint.rowsCopied > SMALL_TABLE_ROWS) return { checkpoint, rows, bytes, batches, ...(stepped ? { stepped } : {}) };
         const { finish } = input;
         const finished = await connections.withClient(input.source, (s) =>
           connections.withClient(input.target, (t) =>
@@ -122,7 +146,7 @@ export function createCopyChunk({ connections, logger }: ActivityDeps) {
             ),
           ),
         );
-        return { checkpoint, rows, bytes, batches, finished };
+        return { checkpoint, rows, bytes, batches, finished, ...(stepped ? { stepped } : {}) };
       });
     } catch (err) {
       if (err instanceof CancelledFailure) throw err;
@@ -145,11 +169,34 @@ function remaining(input: CopyChunkInput, lastKey: Key | null): { from: Bound[];
 }
 
 /**
+ * A KeyStride for the chunk where its batches are sized by bytes (a batchRows or a rate cap asks
+ * for exact batches) on a single integer key whose column has a histogram, so that the planner's
+ * estimate can vouch for each stepped range (without one it guesses a fixed share of the table).
+ */
+async function strideFor(source: Pool, input: CopyChunkInput): Promise<KeyStride | undefined> {
+  if (input.batchRows !== undefined || input.rowsPerSecond) return undefined;
+  const stride = KeyStride.of(input.table.keyColumns, input.chunk);
+  if (!stride) return undefined;
+  const { rows } = await source.query(
+    `SELECT 1 FROM pg_stats WHERE schemaname = $1 AND tablename = $2 AND attname = $3 AND histogram_bounds IS NOT NULL LIMIT 1`,
+    [input.table.source.schema, input.table.source.name, input.table.keyColumns[0].name],
+  );
+  return rows.length ? stride : undefined;
+}
+
+/**
  * The next batch's key range: after the checkpoint (or from the chunk's lower bound) up to the
  * batchRows-th key, or to the chunk's upper bound when fewer rows remain (then `end` is null).
+ * With a stride, the end is first stepped to by arithmetic, and kept where the planner expects no
+ * more than twice the wanted rows in the range; otherwise it is found by walking the key index.
  */
-async function nextBatch(source: Pool, input: CopyChunkInput, lastKey: Key | null, batchRows: number): Promise<{ bounds: Bound[]; end: Key | null }> {
+async function nextBatch(source: Pool, input: CopyChunkInput, lastKey: Key | null, batchRows: number, stride?: KeyStride): Promise<Batch> {
   const { from, until } = remaining(input, lastKey);
+  const guess = stride?.endAfter(lastKey, batchRows);
+  if (guess) {
+    const bounds = guess.end ? [...from, { op: '<=' as const, key: guess.end }] : [...from, ...until];
+    if ((await plannedRows(source, input, bounds)) <= batchRows * STRIDE_TOLERANCE) return { bounds, end: guess.end, after: lastKey, wanted: batchRows, stepped: true };
+  }
   const binder = new ParamBinder();
   const where = keyPredicate(input.table, [...from, ...until], binder);
   const { rows } = await source.query(
@@ -157,9 +204,16 @@ async function nextBatch(source: Pool, input: CopyChunkInput, lastKey: Key | nul
       ORDER BY ${keyOrder(input.table)} OFFSET ${batchRows - 1} LIMIT 1`,
     binder.params,
   );
-  if (rows.length === 0) return { bounds: [...from, ...until], end: null };
+  if (rows.length === 0) return { bounds: [...from, ...until], end: null, after: lastKey, wanted: batchRows, stepped: false };
   const end = keyFromRow(rows[0], input.table);
-  return { bounds: [...from, { op: '<=', key: end }], end };
+  return { bounds: [...from, { op: '<=', key: end }], end, after: lastKey, wanted: batchRows, stepped: false };
+}
+
+/** The planner's estimate of the rows in a key range (from the key column's histogram). */
+async function plannedRows(source: Pool, input: CopyChunkInput, bounds: Bound[]): Promise<number> {
+  const where = keyPredicate(input.table, bounds, literalBinder);
+  const { rows } = await source.query(`EXPLAIN (FORMAT JSON) SELECT 1 FROM ${quoteQualified(input.table.source)} WHERE ${where}`);
+  return Number(rows[0]['QUERY PLAN'][0].Plan['Plan Rows']);
 }
 
 /**

@@ -11,6 +11,13 @@ import { DirectActivities, directActivities } from '../helpers/direct-activities
 
 const WIDE_ROWS = 640; // 128 KB of incompressible text each: about 84 MB
 const NARROW_ROWS = 300_000; // about 50 bytes each: 15 MB
+// Rows of 4 KB as COPY sends them (stored compressed, so the tables stay small): about 8,000 a
+// batch. The key steps by 100 over the first half and by 1 over the second.
+const STEP_ROWS = 24_000;
+const gappySql = (table: string, options = '') =>
+  `CREATE TABLE public.${table} (id bigint PRIMARY KEY, body text) ${options};
+   INSERT INTO public.${table} SELECT g * 100, repeat('x', 4000) || g FROM generate_series(1, ${STEP_ROWS}) g;
+   INSERT INTO public.${table} SELECT ${STEP_ROWS * 100} + g, repeat('y', 4000) || g FROM generate_series(1, ${STEP_ROWS}) g;`;
 
 describe('copy batches sized by bytes', () => {
   let dbs: TestDatabases;
@@ -29,11 +36,13 @@ describe('copy batches sized by bytes', () => {
        INSERT INTO public.narrow SELECT g, md5(g::text) FROM generate_series(1, ${NARROW_ROWS}) g;
        CREATE TABLE public.fixed (LIKE public.narrow INCLUDING ALL);
        INSERT INTO public.fixed SELECT * FROM public.narrow;
-       ANALYZE;`,
+       ${gappySql('gappy')}
+       ANALYZE;
+       ${gappySql('unanalyzed', 'WITH (autovacuum_enabled = false)')}`,
     );
     direct = directActivities(dbs);
     const { activities } = direct;
-    const tables = ['public.docs', 'public.narrow', 'public.fixed'].map((name) => ({ name, chunks: 1 }));
+    const tables = ['public.docs', 'public.narrow', 'public.fixed', 'public.gappy', 'public.unanalyzed'].map((name) => ({ name, chunks: 1 }));
     plan = await run(() => activities.preflight({ migrationId: 'sized', spec: parseSpec({ source: 'src', target: 'dst', tables }) }));
     await run(() => activities.prepareTarget({ migrationId: 'sized', source: 'src', target: 'dst', plan, truncate: false, primaryKeyAfterLoad: false }));
   });
@@ -83,6 +92,29 @@ describe('copy batches sized by bytes', () => {
     expect(result.checkpoint.done).toBe(true);
     expect(await digest('target', 'narrow')).toEqual(await digest('source', 'narrow'));
     expect(await transactions('narrow')).toEqual([{ rows: NARROW_ROWS, bytes: expect.any(Number) }]);
+  });
+
+  // Past the first batches, an integer key's batch ends come from arithmetic on the key (the rows
+  // per key unit of the batch before) instead of a walk through the key index (src/core/key-stride.ts).
+  it('steps to batch ends on an integer key, and walks where the planner expects the step to take too many rows', async () => {
+    const result = await copy(3);
+    expect(result.checkpoint.done).toBe(true);
+    expect(await digest('target', 'gappy')).toEqual(await digest('source', 'gappy'));
+    const txs = await transactions('gappy');
+    expect(txs.reduce((n, tx) => n + tx.rows, 0)).toBe(2 * STEP_ROWS);
+    // A step sized by the sparse half would have taken the whole dense half (24,000 rows) at
+    // once; the planner's estimate sends that batch to the index walk instead.
+    const wanted = BATCH_BYTES / 4000;
+    for (const tx of txs) expect(tx.rows).toBeLessThanOrEqual(wanted * 2);
+    expect(txs.length).toBeGreaterThanOrEqual(5);
+    expect(result.stepped).toBeGreaterThanOrEqual(2);
+  });
+
+  it('walks to every batch end where the key column has no statistics to check a step against', async () => {
+    const result = await copy(4);
+    expect(await digest('target', 'unanalyzed')).toEqual(await digest('source', 'unanalyzed'));
+    expect((await transactions('unanalyzed')).length).toBeGreaterThanOrEqual(5);
+    expect(result.stepped).toBeUndefined();
   });
 
   it('keeps a given batchRows', async () => {
