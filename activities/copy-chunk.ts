@@ -174,7 +174,8 @@ function remaining(input: CopyChunkInput, lastKey: Key | null): { from: Bound[];
  * estimate can vouch for each stepped range (without one it guesses a fixed share of the table).
  */
 async function strideFor(source: Pool, input: CopyChunkInput): Promise<KeyStride | undefined> {
-  if (input.batchRows !== undefined || input.rowsPerSecond) return undefined;
+  // A small table's only chunk (`finish`) takes a batch or two: not worth a round trip.
+  if (input.batchRows !== undefined || input.rowsPerSecond || input.finish) return undefined;
   const stride = KeyStride.of(input.table.keyColumns, input.chunk);
   if (!stride) return undefined;
   const { rows } = await source.query(
