@@ -1,7 +1,8 @@
 /**
  * Copy batch ends by arithmetic on a single integer key. A batch's end is otherwise found by
- * walking the key index past the batch's rows (`OFFSET n LIMIT 1`): on a big table that walk costs
- * about a sixth of what reading the rows does, on the same cores. Where the key is one integer
+ * walking the key index past the batch's rows (`OFFSET n LIMIT 1`), CPU on the source beside the
+ * copy's own (at 6,000,000 rows stepping took the chunk copies' median from 9.41 s to 8.60 s:
+ * docs/benchmarks.md). Where the key is one integer
  * column, the rows the last batches held per unit of key predict where the next batch of about
  * the wanted rows ends. A prediction is only a guess: the caller checks it against the planner's
  * estimate before it is used, and a batch that held far more or fewer rows than wanted forgets the
@@ -9,11 +10,11 @@
  */
 import { Key, KeyColumn, KeyRange } from './plan';
 
-/** The integer types whose values a stride steps through, by format_type() name, with their range. */
-const INTEGER_RANGES: Record<string, { min: bigint; max: bigint }> = {
-  smallint: { min: -(2n ** 15n), max: 2n ** 15n - 1n },
-  integer: { min: -(2n ** 31n), max: 2n ** 31n - 1n },
-  bigint: { min: -(2n ** 63n), max: 2n ** 63n - 1n },
+/** The integer types whose values a stride steps through, by format_type() name, with their largest value. */
+const INTEGER_MAX: Record<string, bigint> = {
+  smallint: 2n ** 15n - 1n,
+  integer: 2n ** 31n - 1n,
+  bigint: 2n ** 63n - 1n,
 };
 
 /** A batch whose rows stray further than this factor from the wanted rows teaches no density. */
@@ -37,9 +38,9 @@ export class KeyStride {
   /** A stride for a chunk on this key, or undefined when the key is not one integer column. */
   static of(keyColumns: KeyColumn[], chunk: KeyRange): KeyStride | undefined {
     if (keyColumns.length !== 1) return undefined;
-    const range = INTEGER_RANGES[keyColumns[0].type];
-    if (!range) return undefined;
-    return new KeyStride(range.max, chunk.lower ? [(BigInt(chunk.lower[0]) - 1n).toString()] : null, chunk.upper ? BigInt(chunk.upper[0]) : null);
+    const max = INTEGER_MAX[keyColumns[0].type];
+    if (max === undefined) return undefined;
+    return new KeyStride(max, chunk.lower ? [(BigInt(chunk.lower[0]) - 1n).toString()] : null, chunk.upper ? BigInt(chunk.upper[0]) : null);
   }
 
   /**
