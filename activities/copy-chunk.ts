@@ -97,8 +97,9 @@ export function createCopyChunk({ connections, logger }: ActivityDeps) {
           more = batch.end !== null;
           after = batch.end;
           // A stride steps to the next end once this batch's rows are known (no index walk to
-          // hide); without one, the next end is walked to now, while this batch copies.
-          ahead = more && !stride ? nextBatch(keys, chunk, after, size.next()) : undefined;
+          // hide); without one, or when this batch cannot teach it a density (the first of a chunk
+          // unbounded below), the next end is walked to now, while this batch copies.
+          ahead = more && !stride?.learnsFrom(batch.after) ? nextBatch(keys, chunk, after, size.next()) : undefined;
           ahead?.catch(() => undefined); // awaited on the next turn; never left unhandled
           const stats = await write(async () => {
             // Data and checkpoint commit together, so a batch lost in a target crash is simply

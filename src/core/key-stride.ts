@@ -43,6 +43,11 @@ export class KeyStride {
     return new KeyStride(max, chunk.lower ? [(BigInt(chunk.lower[0]) - 1n).toString()] : null, chunk.upper ? BigInt(chunk.upper[0]) : null);
   }
 
+  /** Whether a batch starting after `after` (null: at the chunk's lower bound) can teach a density. */
+  learnsFrom(after: Key | null): boolean {
+    return (after ?? this.belowLower) !== null;
+  }
+
   /**
    * A committed batch: it held `rows` rows after key `after` (exclusive; null when it began at
    * the chunk's lower bound) up to `end` (inclusive; null: the chunk's end). Only a batch of about

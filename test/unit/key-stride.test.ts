@@ -17,6 +17,8 @@ describe('KeyStride', () => {
     const stride = KeyStride.of([column('bigint')], { lower: null, upper: null })!;
     expect(stride.endAfter(['100'], 10)).toBeUndefined();
     // The first batch of an unbounded chunk: where it began is unknown.
+    expect(stride.learnsFrom(null)).toBe(false);
+    expect(stride.learnsFrom(['100'])).toBe(true);
     stride.record(null, ['100'], 10, 10);
     expect(stride.endAfter(['100'], 10)).toBeUndefined();
     stride.record(['100'], ['300'], 10, 10); // 20 key units a row
@@ -31,6 +33,7 @@ describe('KeyStride', () => {
 
   it("learns from a bounded chunk's first batch, below zero too", () => {
     const stride = KeyStride.of([column('integer')], { lower: ['-1000'], upper: ['1000'] })!;
+    expect(stride.learnsFrom(null)).toBe(true);
     stride.record(null, ['-901'], 50, 50); // keys -1000 … -901: two units a row
     expect(stride.endAfter(['-901'], 50)).toEqual({ end: ['-801'] });
     // Never a fraction of a key, never less than one key.
