@@ -81,9 +81,11 @@ export function createCopyChunk({ connections, logger }: ActivityDeps) {
         // Batch ends are looked up on a pooled connection, beside the copy's own sessions.
         const keys = connections.pool(input.source);
         // Batches sized by bytes (no batchRows given) start from the width of the next rows.
-        const width = input.batchRows === undefined && !checkpoint.done ? await sampleWidth(keys, chunk, checkpoint.lastKey) : null;
+        const [width, stride] = await Promise.all([
+          input.batchRows === undefined && !checkpoint.done ? sampleWidth(keys, chunk, checkpoint.lastKey) : null,
+          checkpoint.done ? undefined : strideFor(keys, chunk),
+        ]);
         const size = new BatchSize(input.batchRows, width, input.rowsPerSecond);
-        const stride = checkpoint.done ? undefined : await strideFor(keys, chunk);
         let stepped = 0;
         let more = !checkpoint.done;
         let after = checkpoint.lastKey;
@@ -138,7 +140,8 @@ export function createCopyChunk({ connections, logger }: ActivityDeps) {
         // Only a table that really is small: statistics can be stale, and a table that turns out
         // large gets its key and indexes from activities of their own, as any other (the
         // workflow sees no `finished`), rather than in this activity's last slice.
-        if (!checkpoint.done || !input.finish || checkpoint.rowsCopied > SMALL_TABLE_ROWS) return { checkpoint, rows, bytes, batches, ...(stepped ? { stepped } : {}) };
+        const result: CopyChunkResult = { checkpoint, rows, bytes, batches, ...(stepped ? { stepped } : {}) };
+        if (!checkpoint.done || !input.finish || checkpoint.rowsCopied > SMALL_TABLE_ROWS) return result;
         const { finish } = input;
         const finished = await connections.withClient(input.source, (s) =>
           connections.withClient(input.target, (t) =>
@@ -147,7 +150,7 @@ export function createCopyChunk({ connections, logger }: ActivityDeps) {
             ),
           ),
         );
-        return { checkpoint, rows, bytes, batches, finished, ...(stepped ? { stepped } : {}) };
+        return { ...result, finished };
       });
     } catch (err) {
       if (err instanceof CancelledFailure) throw err;

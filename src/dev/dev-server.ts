@@ -40,8 +40,13 @@ export const DEV_SERVER_DYNAMIC_CONFIG: Record<string, unknown> = {
   'history.timerProcessorMaxPollRPS': 1000,
 };
 
+/** What DEV_SERVER_DYNAMIC_CONFIG changes, each shard task queue read at most `perSecond` times a second. */
+export function shardReadRates(perSecond: number): Record<string, unknown> {
+  return Object.fromEntries(Object.keys(DEV_SERVER_DYNAMIC_CONFIG).map((key) => [key, perSecond]));
+}
+
 /** Temporal's own values for what DEV_SERVER_DYNAMIC_CONFIG changes: to measure what they cost. */
-export const TEMPORAL_DEFAULT_DYNAMIC_CONFIG: Record<string, unknown> = Object.fromEntries(Object.keys(DEV_SERVER_DYNAMIC_CONFIG).map((key) => [key, 20]));
+export const TEMPORAL_DEFAULT_DYNAMIC_CONFIG = shardReadRates(20);
 
 /** `--dynamic-config-value KEY=JSON` arguments: Ferry's defaults, then the caller's. */
 function dynamicConfigArgs(options: DevServerOptions): string[] {

@@ -12,7 +12,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { temporal } from '@temporalio/proto';
-import { DEV_SERVER_DYNAMIC_CONFIG } from '../../src/dev/dev-server';
+import { DEV_SERVER_DYNAMIC_CONFIG, shardReadRates } from '../../src/dev/dev-server';
 import { accounts, seedSql } from '../fixtures/seeds';
 import { TestStack } from '../helpers/stack';
 import { stackSuite } from '../helpers/suite';
@@ -80,7 +80,7 @@ describe('task dispatch on the dev server Ferry starts', () => {
     const paced = await TestStack.start({
       connections: { src: suite.dbs.url('source'), tgt: suite.dbs.url('target_paced') },
       workers: 1,
-      server: { dynamicConfig: Object.fromEntries(Object.keys(DEV_SERVER_DYNAMIC_CONFIG).map((key) => [key, 2])) },
+      server: { dynamicConfig: shardReadRates(2) },
     });
     try {
       expect(dynamicConfigOf(commandLine(paced))['history.transferProcessorMaxPollRPS']).toBe('2');
