@@ -53,7 +53,8 @@ function startPgbench(argv: string[]): Load {
   let out = '';
   child.stdout.on('data', (d) => (out = (out + d).slice(-20_000)));
   child.stderr.on('data', (d) => (out = (out + d).slice(-20_000)));
-  const done = new Promise<{ code: number | null; out: string }>((resolve) => child.on('exit', (code) => resolve({ code, out })));
+  // Once its output is read to the end ('close'), not as soon as it exits: the summary comes last.
+  const done = new Promise<{ code: number | null; out: string }>((resolve) => child.on('close', (code) => resolve({ code, out })));
   return {
     done,
     async stop() {

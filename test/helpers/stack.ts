@@ -154,7 +154,9 @@ export class TestStack {
       child.stdout.on('data', (d) => (stdout += d));
       child.stderr.on('data', (d) => (stderr += d));
       const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-      child.on('exit', (code) => {
+      // 'close', not 'exit': the process can have exited before its output was read from the
+      // pipes (a CI run saw a refusal's exit code 2 with its stderr still empty).
+      child.on('close', (code) => {
         clearTimeout(timer);
         resolve({ code, stdout, stderr });
       });

@@ -33,7 +33,7 @@ function startTpcb(url: string): { stop: () => Promise<{ code: number | null; ou
   let out = '';
   child.stdout.on('data', (d) => (out += d));
   child.stderr.on('data', (d) => (out += d));
-  const done = new Promise<{ code: number | null; out: string }>((r) => child.on('exit', (code) => r({ code, out })));
+  const done = new Promise<{ code: number | null; out: string }>((r) => child.on('close', (code) => r({ code, out }))); // its output read to the end
   return {
     async stop() {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGINT');
