@@ -13,7 +13,6 @@
  *
  * Options: --scale N (20), --batch N (5000), --clients N (2), --pg URL (admin URL), --keep.
  */
-import { spawn } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -23,6 +22,7 @@ import { connectionEnvVar } from '../src/core/names';
 import { startDevServer } from '../src/dev/dev-server';
 import { databaseUrl, DEFAULT_TEST_PG, ensurePostgres, runSql } from '../src/dev/postgres';
 import { findOnPath } from '../src/dev/temporal-binary';
+import { RunningProcess, startProcess } from './process';
 
 const args = process.argv.slice(2);
 const arg = (name: string, fallback: string) => (args.includes(name) ? args[args.indexOf(name) + 1] : fallback);
@@ -37,13 +37,8 @@ const ROWS = SCALE * 100_000;
 
 const url = (db: string) => databaseUrl(ADMIN, db);
 
-function run(cmd: string, argv: string[], env?: NodeJS.ProcessEnv, cwd?: string) {
-  const child = spawn(cmd, argv, { env, cwd, stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  child.stdout.on('data', (d) => (out = (out + d).slice(-50_000)));
-  child.stderr.on('data', (d) => (out = (out + d).slice(-50_000)));
-  const done = new Promise<{ code: number | null; out: string }>((r) => child.on('exit', (code) => r({ code, out })));
-  return { child, done };
+function run(cmd: string, argv: string[], env?: NodeJS.ProcessEnv, cwd?: string): RunningProcess {
+  return startProcess(cmd, argv, { env, cwd, keep: 50_000 });
 }
 
 /** pgbench TPC-B with a per-transaction log, until stopped; then the latencies in ms. */

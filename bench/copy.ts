@@ -35,6 +35,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { findOnPath } from '../src/dev/temporal-binary';
+import { ProcessResult, runProcess } from './process';
 import { databaseUrl, DEFAULT_TEST_PG, ensurePostgres, runSql } from '../src/dev/postgres';
 import { startDevServer, TEMPORAL_DEFAULT_DYNAMIC_CONFIG } from '../src/dev/dev-server';
 import { WORKER_PROCESS_ENV } from '../src/config';
@@ -113,14 +114,8 @@ async function timed(fn: () => Promise<void>): Promise<number> {
   return Number(process.hrtime.bigint() - started) / 1e6;
 }
 
-function run(command: string, argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<{ code: number | null; out: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(command, argv, { env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    child.stdout.on('data', (d) => (out += d));
-    child.stderr.on('data', (d) => (out += d));
-    child.on('exit', (code) => resolve({ code, out }));
-  });
+function run(command: string, argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<ProcessResult> {
+  return runProcess(command, argv, { env });
 }
 
 /**

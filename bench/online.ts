@@ -34,7 +34,6 @@
  * With logical capture "sync paused" still runs the slot's consumer (it is not a table's sync):
  * that line is then what capture from the write-ahead log costs the source on the same machine.
  */
-import { spawn } from 'node:child_process';
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -45,6 +44,7 @@ import { connectionEnvVar } from '../src/core/names';
 import { databaseUrl, DEFAULT_TEST_PG, ensurePostgres, runSql } from '../src/dev/postgres';
 import { startDevServer } from '../src/dev/dev-server';
 import * as bench from './pgbench';
+import { ProcessResult, startProcess } from './process';
 
 const args = process.argv.slice(2);
 const arg = (name: string, fallback: string) => (args.includes(name) ? args[args.indexOf(name) + 1] : fallback);
@@ -67,16 +67,9 @@ const ROOT = join(__dirname, '..');
 const url = (db: string) => databaseUrl(ADMIN, db);
 const sql = runSql;
 
-function run(command: string, argv: string[], env: NodeJS.ProcessEnv = process.env): { done: Promise<{ code: number | null; out: string; stdout: string }>; kill: () => void } {
-  const child = spawn(command, argv, { env, stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  let stdout = '';
-  child.stdout.on('data', (d) => {
-    out += d;
-    stdout += d;
-  });
-  child.stderr.on('data', (d) => (out += d));
-  return { done: new Promise((resolve) => child.on('exit', (code) => resolve({ code, out, stdout }))), kill: () => child.kill('SIGINT') };
+function run(command: string, argv: string[], env: NodeJS.ProcessEnv = process.env): { done: Promise<ProcessResult>; kill: () => void } {
+  const { child, done } = startProcess(command, argv, { env });
+  return { done, kill: () => child.kill('SIGINT') };
 }
 
 const PGBENCH = bench.PGBENCH;

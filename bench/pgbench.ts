@@ -2,22 +2,15 @@
  * What the online benches share: pgbench's TPC-B-like load measured in transactions per second,
  * and the change-log rows a migration left on its source.
  */
-import { spawn } from 'node:child_process';
+import { ProcessResult, runProcess } from './process';
 import { runSql } from '../src/dev/postgres';
 import { findOnPath } from '../src/dev/temporal-binary';
 
 export const PGBENCH = findOnPath('pgbench') ?? '/usr/lib/postgresql/15/bin/pgbench';
 
 /** Runs a command to its end; its stdout and stderr together. */
-export function output(command: string, argv: string[]): Promise<{ code: number | null; out: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(command, argv, { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    child.stdout.on('data', (d) => (out += d));
-    child.stderr.on('data', (d) => (out += d));
-    child.on('error', reject);
-    child.on('exit', (code) => resolve({ code, out }));
-  });
+export function output(command: string, argv: string[]): Promise<ProcessResult> {
+  return runProcess(command, argv);
 }
 
 /**

@@ -3,8 +3,10 @@
  * The compiled build: `tsc -p tsconfig.build.json` turns src/, activities/ and workflows/ into
  * JavaScript under dist/, which bin/ferry.js runs. dist/.ferry-build records a hash of the
  * sources it was compiled from, so "current" means "compiled from exactly these files" whatever
- * their timestamps (git checkouts, Docker COPY). Plain Node: bin/ferry.js and scripts/run.js use
- * it before anything is compiled.
+ * their timestamps (git checkouts, Docker COPY). It also records each file's size and mtime: when
+ * none has changed, the hash is not taken again (every CLI call asks; reading and hashing the
+ * sources took 20–30 ms of each). Plain Node: bin/ferry.js and scripts/run.js use it before
+ * anything is compiled.
  *
  *   node scripts/build.js           compile unless dist/ is current (npm run build; npm ci's prepare)
  *   node scripts/build.js --force   compile anyway
@@ -36,15 +38,30 @@ function tsFiles(root, dir) {
     });
 }
 
+/** Every file the build reads from the repository, relative to it. */
+function sourceFiles(root) {
+  return [...CONFIG_FILES, ...SOURCE_DIRS.flatMap((dir) => tsFiles(root, dir))];
+}
+
 /** Hash of every file the build reads from the repository (paths relative, so a copy hashes the same). */
 function sourceHash(root = ROOT) {
   const hash = createHash('sha256');
-  for (const file of [...CONFIG_FILES, ...SOURCE_DIRS.flatMap((dir) => tsFiles(root, dir))]) {
+  for (const file of sourceFiles(root)) {
     hash.update(`${file.split(path.sep).join('/')}\0`);
     hash.update(fs.existsSync(path.join(root, file)) ? fs.readFileSync(path.join(root, file)) : '');
     hash.update('\0');
   }
   return hash.digest('hex');
+}
+
+/** Each source's size and mtime, one line: what the stamp compares before hashing. */
+function sourceStats(root) {
+  return sourceFiles(root)
+    .map((file) => {
+      const stat = fs.statSync(path.join(root, file), { throwIfNoEntry: false });
+      return `${file.split(path.sep).join('/')}:${stat ? `${stat.size}:${stat.mtimeMs}` : '-'}`;
+    })
+    .join('\n');
 }
 
 /** Whether dist/ was compiled from the sources as they are now; `reason` says why not. */
@@ -57,8 +74,11 @@ function buildState(root = ROOT) {
     return { current: false, reason: 'dist/ holds no finished build (the last one failed, or one is under way)' };
   }
   if (!fs.existsSync(path.join(root, ENTRY))) return { current: false, reason: 'dist/ holds no finished build' };
+  // Same files, sizes and mtimes as when the stamp was written: the same sources (an edit
+  // changes the mtime). Otherwise the hash decides (a checkout touches files it does not change).
+  if (stamp.stats !== undefined && stamp.stats === sourceStats(root)) return { current: true, stamp };
   if (stamp.sources !== sourceHash(root)) return { current: false, reason: 'dist/ was compiled from other sources than these' };
-  return { current: true };
+  return { current: true, stamp, stale: true };
 }
 
 /**
@@ -68,10 +88,21 @@ function buildState(root = ROOT) {
  * Returns tsc's exit status (0 when there was nothing to do).
  */
 function build({ root = ROOT, force = false, log = (line) => process.stderr.write(`${line}\n`) } = {}) {
-  if (!force && buildState(root).current) {
+  const state = force ? undefined : buildState(root);
+  if (state?.current) {
     pruneOrphans(root);
+    // Sources touched but not changed since (a checkout): record their stats again, so that CLI
+    // calls compare stats rather than hash. Not from bin/ferry.js, whose tree may be read-only.
+    // Stats before the hash, so that an edit between the two leaves the stamp not matching.
+    if (state.stale) {
+      const stats = sourceStats(root);
+      if (sourceHash(root) === state.stamp.sources) writeStamp(root, state.stamp.sources, stats);
+    }
     return 0;
   }
+  // Both taken before compiling, the stats first: a source edited meanwhile leaves the build
+  // not current.
+  const stats = sourceStats(root);
   const hash = sourceHash(root);
   fs.rmSync(path.join(root, STAMP), { force: true });
   // tsc's incremental state would not re-emit outputs deleted behind its back.
@@ -85,9 +116,13 @@ function build({ root = ROOT, force = false, log = (line) => process.stderr.writ
     return result.status ?? 1;
   }
   pruneOrphans(root);
-  fs.writeFileSync(path.join(root, STAMP), `${JSON.stringify({ sources: hash })}\n`);
+  writeStamp(root, hash, stats);
   log(`ferry: compiled in ${((Date.now() - started) / 1000).toFixed(1)} s`);
   return 0;
+}
+
+function writeStamp(root, sources, stats) {
+  fs.writeFileSync(path.join(root, STAMP), `${JSON.stringify({ sources, stats })}\n`);
 }
 
 /**

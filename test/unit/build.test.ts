@@ -5,12 +5,15 @@
  * checkout: the real dist/ stays as it is for the `ferry` processes other suites are running.
  */
 import { execFile } from 'node:child_process';
-import { appendFileSync, cpSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { appendFileSync, cpSync, mkdtempSync, readFileSync, rmSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 const ROOT = join(__dirname, '..', '..');
-const { build } = require('../../scripts/build') as { build: (options: { root: string; log: (line: string) => void }) => number };
+const { build, buildState } = require('../../scripts/build') as {
+  build: (options: { root: string; log: (line: string) => void }) => number;
+  buildState: (root: string) => { current: boolean; reason?: string; stale?: boolean };
+};
 
 interface Run {
   code: number | null;
@@ -84,6 +87,31 @@ describe('bin/ferry.js', () => {
     expect([rebuilt.code, rebuilt.stderr]).toEqual([0, '']);
     expect(rebuilt.loaded).toContain(compiledMain());
     expect(fromSources(rebuilt)).toEqual([]);
+  }, 120_000);
+
+  it('compares sizes and mtimes before hashing: a touched source is hashed and its stats recorded again, an edit of the same size is seen', async () => {
+    const edited = join(scratch, 'src', 'cli', 'output.ts');
+    /** Whether dist/ is current, and whether the sources had to be hashed to tell. */
+    const state = () => {
+      const { current, stale } = buildState(scratch);
+      return { current, hashed: stale === true };
+    };
+    // Built by the case before: the stamp's stats are these files' own, so no hash is taken.
+    expect(state()).toEqual({ current: true, hashed: false });
+
+    // A checkout that rewrites a file with the same content: another mtime, the same sources.
+    utimesSync(edited, new Date(), new Date(Date.now() + 60_000));
+    expect(state()).toEqual({ current: true, hashed: true });
+    expect(build({ root: scratch, log: () => undefined })).toBe(0);
+    expect(state()).toEqual({ current: true, hashed: false });
+
+    // One character changed: the same size, a new mtime.
+    writeFileSync(edited, readFileSync(edited, 'utf8').replace('// edited after the build', '// edited after the BUILD'));
+    expect(buildState(scratch)).toEqual({ current: false, reason: 'dist/ was compiled from other sources than these' });
+    const stale = await ferry(scratch, ['--help']);
+    expect(stale.stderr).toContain('ferry: dist/ was compiled from other sources than these');
+    expect(build({ root: scratch, log: () => undefined })).toBe(0);
+    expect(state()).toEqual({ current: true, hashed: false });
   }, 120_000);
 
   it('falls back to tsx with a one-line note when there is no build (a fresh checkout)', async () => {
