@@ -133,7 +133,7 @@ async function main(): Promise<void> {
     }
     const tiny = await copyRanges(equalRanges(200, 2000));
     process.stdout.write(`${'(t) one batch of 10 rows, fixed cost'.padEnd(52)} ${(tiny.ms / 200).toFixed(2).padStart(6)} ms a batch\n`);
-    process.stdout.write(`(medians of ${REPEAT} rounds; Ferry sizes a batch by bytes, about 32 MB: 8–9 batches of this table at 2,000,000 rows)\n`);
+    process.stdout.write(`(medians of ${REPEAT} rounds; Ferry sizes a batch by bytes, about 64 MB: 4–5 batches of this table at 2,000,000 rows)\n`);
   } finally {
     if (!KEEP) for (const db of [SOURCE_DB, TARGET_DB]) await runSql(ADMIN, `DROP DATABASE IF EXISTS ${db} WITH (FORCE)`).catch(() => undefined);
   }

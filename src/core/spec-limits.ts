@@ -3,9 +3,12 @@ export const BATCH_ROWS = { min: 100, max: 1_000_000 };
 /**
  * Without batchRows (spec or throttle), a copy batch holds about this much of the table: narrow
  * rows get batches of a few hundred thousand (fewer commits and key lookups), wide rows small
- * ones (a bounded transaction and redo after a failure). See src/core/batch-size.ts.
+ * ones (a bounded transaction and redo after a failure). See src/core/batch-size.ts. 64 MB, not
+ * 32: a COPY statement into a table still smaller than the server's shared buffers loaded slower
+ * per row the smaller it was; two bare streams took 5-7% less time in batches of 64 MB, whole
+ * migrations 2-3% less (docs/benchmarks.md).
  */
-export const BATCH_BYTES = 32 * 1024 * 1024;
+export const BATCH_BYTES = 64 * 1024 * 1024;
 export const CHUNKS = { min: 1, max: 256 };
 // Two chunks at a time per table measured fastest with source and target sharing 2 cores
 // (bench/copy.ts); raise parallelism.chunks when the databases have cores to spare.

@@ -89,7 +89,7 @@ export const specSchema = z
     truncate: z.boolean().default(false).describe('allow a non-empty existing target table to be replaced'),
     batchRows: int(BATCH_ROWS.min, BATCH_ROWS.max)
       .optional()
-      .describe('rows per copy batch (one target transaction); absent: batches of about 32 MB of rows, by the table\'s row width'),
+      .describe('rows per copy batch (one target transaction); absent: batches of about 64 MB of rows, by the table\'s row width'),
     validation: z.enum(['none', 'count', 'checksum']).default('checksum').describe('how copied data is proven equal'),
     parallelism: z
       .strictObject({

@@ -162,7 +162,7 @@ describe('copy batch sizes', () => {
     expect(size.next()).toBe(2_000);
   });
 
-  it('hold about 32 MB by the sampled width, then by the width the batches measured', () => {
+  it('hold about 64 MB by the sampled width, then by the width the batches measured', () => {
     const size = new BatchSize(undefined, 128, undefined);
     expect(size.next()).toBe(BATCH_BYTES / 128);
     size.record(10_000, 10_000 * 1024);
