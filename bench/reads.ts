@@ -7,13 +7,20 @@
  *   (b) the table in --batches key ranges of equal size (8 and 32 by default), each its own
  *       target transaction as a copy batch is (index range scans, as Ferry's batches are read);
  *   (p) psql | psql, the binary COPY pipe bench:copy's (a') times, for reference;
- *   (t) the fixed cost of one batch: 200 batches of 10 rows, per batch.
+ *   (t) the fixed cost of one batch: 200 batches of 10 rows, per batch;
+ *   (s) the target alone: the table written to files by the server, in 1, 2, 4, 8 and 16 key
+ *       ranges, then loaded server-side (`COPY … FROM '<file>'`) one statement a file, each its
+ *       own transaction — what the number of COPY statements costs the load, without the source
+ *       or the worker (a server on this machine only: it writes and reads the files).
  * Rounds alternate the order of the variants; the median of --repeat rounds is printed with the
  * worker side's CPU (this process's) and the ratios to (w). Figures, never assertions.
  *
  * Options: --rows N (2000000), --repeat N (3), --batches "8,32", --pg URL (admin URL), --keep.
  */
 import { spawnSync } from 'node:child_process';
+import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Client } from 'pg';
 import { copyStream } from '../src/db/copy-stream';
 import type { CopyTable } from '../src/core/plan';
@@ -93,6 +100,41 @@ async function psqlPipe(): Promise<Run> {
   return { ms: performance.now() - started, cpuMs: NaN };
 }
 
+/** The table in `parts` key ranges, written to files by the server (same machine), each loaded by its own COPY. */
+async function serverSideLoads(parts: number[]): Promise<Map<number, number[]>> {
+  const dir = mkdtempSync(join(tmpdir(), 'ferry-bench-reads-'));
+  chmodSync(dir, 0o777); // the server's own user writes and reads the files
+  try {
+    for (const n of parts) {
+      for (const [i, where] of equalRanges(n).entries()) {
+        await runSql(url(SOURCE_DB), `COPY (${SELECT} WHERE ${where}) TO '${join(dir, `${n}-${i}`)}' (FORMAT binary)`);
+      }
+    }
+    const times = new Map<number, number[]>(parts.map((n) => [n, []]));
+    for (let round = 0; round < REPEAT; round += 1) {
+      for (const n of round % 2 === 0 ? parts : [...parts].reverse()) {
+        await freshTarget();
+        const target = await connect(TARGET_DB);
+        try {
+          const started = performance.now();
+          for (let i = 0; i < n; i += 1) {
+            await target.query('BEGIN');
+            await target.query('SET LOCAL synchronous_commit = off');
+            await target.query(`COPY public.rows FROM '${join(dir, `${n}-${i}`)}' (FORMAT binary)`);
+            await target.query('COMMIT');
+          }
+          times.get(n)!.push(performance.now() - started);
+        } finally {
+          await target.end();
+        }
+      }
+    }
+    return times;
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 function median(values: number[]): number {
   const sorted = [...values].sort((a, b) => a - b);
   return sorted[Math.floor(sorted.length / 2)];
@@ -133,6 +175,12 @@ async function main(): Promise<void> {
     }
     const tiny = await copyRanges(equalRanges(200, 2000));
     process.stdout.write(`${'(t) one batch of 10 rows, fixed cost'.padEnd(52)} ${(tiny.ms / 200).toFixed(2).padStart(6)} ms a batch\n`);
+    const loads = await serverSideLoads([1, 2, 4, 8, 16]);
+    const one = median(loads.get(1)!);
+    for (const [n, times] of loads) {
+      const ms = median(times);
+      process.stdout.write(`${`(s) loaded server-side in ${n} COPY statement${n > 1 ? 's' : ''}`.padEnd(52)} ${(ms / 1000).toFixed(2).padStart(6)} s  ${(ms / one).toFixed(2)}× one\n`);
+    }
     process.stdout.write(`(medians of ${REPEAT} rounds; Ferry sizes a batch by bytes, about 64 MB: 4–5 batches of this table at 2,000,000 rows)\n`);
   } finally {
     if (!KEEP) for (const db of [SOURCE_DB, TARGET_DB]) await runSql(ADMIN, `DROP DATABASE IF EXISTS ${db} WITH (FORCE)`).catch(() => undefined);
