@@ -96,7 +96,11 @@ function build({ root = ROOT, force = false, log = (line) => process.stderr.writ
     // Stats before the hash, so that an edit between the two leaves the stamp not matching.
     if (state.stale) {
       const stats = sourceStats(root);
-      if (sourceHash(root) === state.stamp.sources) writeStamp(root, state.stamp.sources, stats);
+      try {
+        if (sourceHash(root) === state.stamp.sources) writeStamp(root, state.stamp.sources, stats);
+      } catch {
+        // A tree that cannot be written keeps its stamp: CLI calls then hash, as before stats.
+      }
     }
     return 0;
   }
