@@ -25,6 +25,7 @@ import { ConnectionRegistry } from '../src/db/connections';
 import { databaseUrl, DEFAULT_TEST_PG, ensurePostgres, runSql } from '../src/dev/postgres';
 import { silentLogger } from '../src/logger';
 import { SYNC_BATCH_KEYS } from '../workflows/table';
+import { median } from './figures';
 
 const args = process.argv.slice(2);
 const arg = (name: string, fallback: string) => (args.includes(name) ? args[args.indexOf(name) + 1] : fallback);
@@ -36,8 +37,6 @@ const BATCH = Number(arg('--batch', String(SYNC_BATCH_KEYS)));
 const ADMIN = arg('--pg', process.env.FERRY_TEST_PG ?? DEFAULT_TEST_PG);
 const KEEP = args.includes('--keep');
 const ID = 'bench-apply';
-
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 async function main(): Promise<void> {
   await ensurePostgres(ADMIN);

@@ -40,6 +40,7 @@ import { silentLogger } from '../src/logger';
 import { logRows, output, PGBENCH, pgbenchTps } from './pgbench';
 // The tests' private cluster: initdb in a temporary directory, removed on stop.
 import { startLogicalCluster } from '../test/helpers/logical-cluster';
+import { median } from './figures';
 
 const args = process.argv.slice(2);
 const arg = (name: string, fallback: string) => (args.includes(name) ? args[args.indexOf(name) + 1] : fallback);
@@ -86,8 +87,6 @@ function cpuSeconds(pid: number): number | null {
     return null;
   }
 }
-
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 async function main(): Promise<void> {
   const cluster = PG ? null : await startLogicalCluster({ shared_buffers: '256MB', max_wal_size: '4GB' });

@@ -22,10 +22,12 @@ import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Client } from 'pg';
+import { inTransaction } from '../src/db/connections';
 import { copyStream } from '../src/db/copy-stream';
 import type { CopyTable } from '../src/core/plan';
 import { databaseUrl, DEFAULT_TEST_PG, ensurePostgres, runSql } from '../src/dev/postgres';
 import { findOnPath } from '../src/dev/temporal-binary';
+import { median } from './figures';
 
 const args = process.argv.slice(2);
 const arg = (name: string, fallback: string) => (args.includes(name) ? args[args.indexOf(name) + 1] : fallback);
@@ -74,10 +76,10 @@ async function copyRanges(ranges: string[], sourceSetting?: string): Promise<Run
     const cpu = process.cpuUsage();
     const started = performance.now();
     for (const where of ranges) {
-      await target.query('BEGIN');
-      await target.query('SET LOCAL synchronous_commit = off');
-      await copyStream(source, target, TABLE, `${SELECT}${where ? ` WHERE ${where}` : ''}`);
-      await target.query('COMMIT');
+      await inTransaction(target, async () => {
+        await target.query('SET LOCAL synchronous_commit = off');
+        await copyStream(source, target, TABLE, `${SELECT}${where ? ` WHERE ${where}` : ''}`);
+      });
     }
     const used = process.cpuUsage(cpu);
     return { ms: performance.now() - started, cpuMs: (used.user + used.system) / 1000 };
@@ -118,10 +120,10 @@ async function serverSideLoads(parts: number[]): Promise<Map<number, number[]>> 
         try {
           const started = performance.now();
           for (let i = 0; i < n; i += 1) {
-            await target.query('BEGIN');
-            await target.query('SET LOCAL synchronous_commit = off');
-            await target.query(`COPY public.rows FROM '${join(dir, `${n}-${i}`)}' (FORMAT binary)`);
-            await target.query('COMMIT');
+            await inTransaction(target, async () => {
+              await target.query('SET LOCAL synchronous_commit = off');
+              await target.query(`COPY public.rows FROM '${join(dir, `${n}-${i}`)}' (FORMAT binary)`);
+            });
           }
           times.get(n)!.push(performance.now() - started);
         } finally {
@@ -133,11 +135,6 @@ async function serverSideLoads(parts: number[]): Promise<Map<number, number[]>> 
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
-}
-
-function median(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.floor(sorted.length / 2)];
 }
 
 async function main(): Promise<void> {
