@@ -19,6 +19,8 @@
  *       validation must at least cost;
  *   (f) fixed costs: `ferry --help` (the CLI starting) and `ferry validate --connect` (the CLI
  *       and the preflight helper workflow on the large table), what a run spends outside it;
+ *       with (a')/(a2) and (a''), the floors no Ferry run can go below here (PostgreSQL's, and
+ *       with the CLI starting), against (a') and pgcopydb;
  *   (m) orchestration: ferry (validation none) over 50 tables of 40,000 rows and over 500
  *       tables of 100 rows, with parallelism.tables at its default (2) and at
  *       --many-parallelism (8), against pgcopydb on the same tables (skip with --no-many).
@@ -176,6 +178,8 @@ async function main(): Promise<void> {
   const many: ManyResult[] = [];
   /** The worker's peak RSS over each part of the run, by part. */
   const rss: Record<string, number> = {};
+  /** `ferry --help`: the CLI starting, which every run does first. */
+  let cli: Sample | undefined;
   try {
     process.stdout.write(`seeding ${ROWS.toLocaleString('en-US')} rows… `);
     await sql(url(dbs.source), `${TABLE_DDL};
@@ -344,7 +348,7 @@ async function main(): Promise<void> {
         const r = await run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), ...argv], env);
         if (r.code !== 0) throw new Error(`ferry ${argv.join(' ')} exited ${r.code}: ${r.out}`);
       };
-      const cli = await repeated(async () => undefined, ferryCall(['--help']));
+      cli = await repeated(async () => undefined, ferryCall(['--help']));
       const preflight = await repeated(async () => undefined, ferryCall(['validate', variants[0].specFile, '--connect']));
       process.stdout.write(line('(f) ferry --help (the CLI starting)', cli, 0));
       process.stdout.write(line('(f) ferry validate --connect (+ preflight)', preflight, 0));
@@ -379,6 +383,22 @@ async function main(): Promise<void> {
     );
     process.stdout.write(`ferry worker peak RSS (VmHWM), by part:  ${Object.entries(rss).map(([part, mb]) => `${part} ${mb} MB`).join(', ')}\n`);
     if (copydb) process.stdout.write(`ferry (validation none) vs pgcopydb:     ${((1 - results.none.median / copydb.median) * 100).toFixed(0)}% less time\n`);
+    // Less than any run can take here: the rows loaded and keyed at PostgreSQL's own speed (in
+    // one pipe or two, whichever was faster here) and ANALYZE, one after the other as a run does
+    // them — PostgreSQL's floor, which no tool copying through COPY goes below; then the same
+    // with the CLI starting, which every Ferry run also does first.
+    const pgFloor = Math.min(rawIndexFree.median, rawTwoPipes.median) + analyze.median;
+    const floors = [
+      { label: "floor, PostgreSQL's (a')|(a2) + (a''):", ms: pgFloor },
+      { label: 'floor, with the CLI starting (f):', ms: pgFloor + cli!.median },
+    ];
+    for (const f of floors) {
+      process.stdout.write(
+        `${f.label.padEnd(41)}${seconds(f.ms)}, ${(f.ms / rawIndexFree.median).toFixed(2)} × (a')` +
+          (copydb ? `, ${((1 - f.ms / copydb.median) * 100).toFixed(0)}% less time than pgcopydb` : '') +
+          `; ferry (none) ${seconds(results.none.median - f.ms)} over it\n`,
+      );
+    }
     for (const m of many) {
       process.stdout.write(
         `${`${m.tables} tables × ${m.rows.toLocaleString('en-US')} rows`.padEnd(24)} ferry ${seconds(m.ferry.median)}, ` +

@@ -99,6 +99,10 @@ export async function createFerryWorker(options: FerryWorkerOptions): Promise<Fe
   const dataConverter = dataConverterFromEnv(env);
   const bundle = options.workflowBundle ?? workflowBundle(env, { encodeFailures: Boolean(dataConverter?.failureConverterPath) });
   const activitySlots = options.maxConcurrentActivityTaskExecutions ?? 8;
+  // Two more pooled sessions than activity slots: an activity holds at most two of a pool's
+  // sessions at once (source and target, which may be the same connection name), so while every
+  // running activity holds one and waits for its second, two are still free and no wait is
+  // forever. An activity that took a third from the same pool would break that.
   const connections = new ConnectionRegistry({ env, poolSize: activitySlots + 2, applicationName: 'ferry-worker' });
   const connection = await NativeConnection.connect(connectionOptions(options.temporal));
   const workerOptions: WorkerOptions = {
