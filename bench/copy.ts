@@ -69,6 +69,12 @@ const TABLE_DDL = `CREATE TABLE public.bench_rows (
 const url = (db: string) => databaseUrl(ADMIN, db);
 const sql = runSql;
 
+/** "12% less time" or "3% more time": `ms` against `base`. */
+function lessOrMore(ms: number, base: number): string {
+  const percent = Math.round((1 - ms / base) * 100);
+  return percent >= 0 ? `${percent}% less time` : `${-percent}% more time`;
+}
+
 function seconds(ms: number): string {
   return `${(ms / 1000).toFixed(2)} s`;
 }
@@ -382,7 +388,7 @@ async function main(): Promise<void> {
         '(MigrationStarted → TableCopied in the result\'s events: the chunk copies without CLI, preflight, DDL, ANALYZE)\n',
     );
     process.stdout.write(`ferry worker peak RSS (VmHWM), by part:  ${Object.entries(rss).map(([part, mb]) => `${part} ${mb} MB`).join(', ')}\n`);
-    if (copydb) process.stdout.write(`ferry (validation none) vs pgcopydb:     ${((1 - results.none.median / copydb.median) * 100).toFixed(0)}% less time\n`);
+    if (copydb) process.stdout.write(`ferry (validation none) vs pgcopydb:     ${lessOrMore(results.none.median, copydb.median)}\n`);
     // Less than any run can take here: the rows loaded and keyed at PostgreSQL's own speed (in
     // one pipe or two, whichever was faster here) and ANALYZE, one after the other as a run does
     // them — PostgreSQL's floor, which no tool copying through COPY goes below; then the same
@@ -395,7 +401,7 @@ async function main(): Promise<void> {
     for (const f of floors) {
       process.stdout.write(
         `${f.label.padEnd(41)}${seconds(f.ms)}, ${(f.ms / rawIndexFree.median).toFixed(2)} × (a')` +
-          (copydb ? `, ${((1 - f.ms / copydb.median) * 100).toFixed(0)}% less time than pgcopydb` : '') +
+          (copydb ? `, ${lessOrMore(f.ms, copydb.median)} than pgcopydb` : '') +
           `; ferry (none) ${seconds(results.none.median - f.ms)} over it\n`,
       );
     }
