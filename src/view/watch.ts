@@ -6,7 +6,7 @@
  * seconds old), so a copy under a cap of 500 rows/s reads about 500, not 0 then 3,900; the ETA
  * shows only once a rate is known. The cutover's figures close the watch.
  */
-import cliProgress from 'cli-progress';
+import type { SingleBar } from 'cli-progress';
 import { FerryClient } from '../client';
 import { formatDuration } from '../core/duration';
 import { isTerminalState } from '../core/state-machine';
@@ -60,6 +60,12 @@ export function rateText(rate: number | undefined): string {
 
 function lagText(t: TableStatus): string {
   return t.lag ? `lag ${t.lag.pendingChanges} (${t.lag.seconds.toFixed(1)}s)` : '';
+}
+
+/** "  5% 1200/25000 rows": the percentage and rows padded, so that the bars after them line up. */
+export function figuresText(rows: number, total: number): string {
+  const percent = Math.min(100, Math.floor((rows / total) * 100));
+  return `${String(percent).padStart(3)}% ${String(rows).padStart(String(total).length)}/${total} rows`;
 }
 
 export function header(s: StatusDocument, now = Date.now()): string {
@@ -176,20 +182,33 @@ class JsonView implements View {
   stop(): void {}
 }
 
+/** Loaded for a terminal's bars only: every other CLI call is spared it (src/spec-file.ts: yaml). */
+const cliProgress = (): typeof import('cli-progress') => require('cli-progress');
+
+/** The widest and narrowest a table's bar is drawn. */
+const BAR_WIDTH = { max: 40, min: 10 };
+/** Room kept after the bar for its rate, ETA, phase and lag. */
+const AFTER_BAR = 44;
+
+/**
+ * A terminal cuts every line at its width (cli-progress truncates rather than wrap, which would
+ * break the redraw), so the figures come before the bar and the bar takes what the terminal
+ * leaves: on 80 columns a table's rows stay in view beside a 30-character name.
+ */
 class BarsView implements View {
   private readonly tables = new Tables();
-  private readonly bars = new cliProgress.MultiBar(
+  private readonly bars = new (cliProgress().MultiBar)(
     {
-      format: ' {label} |{bar}| {percentage}% {value}/{total} rows | {rate} | {eta} | {phase} {lag}',
+      format: ' {label} {figures} |{bar}| {rate} | {eta} | {phase} {lag}',
       hideCursor: true,
       clearOnComplete: false,
       stopOnComplete: false,
       stream: process.stderr,
     },
-    cliProgress.Presets.shades_classic,
+    cliProgress().Presets.shades_classic,
   );
   private readonly top = this.bars.create(1, 0, { header: '' }, { format: '{header}' });
-  private readonly perTable = new Map<number, cliProgress.SingleBar>();
+  private readonly perTable = new Map<number, SingleBar>();
 
   show(s: StatusDocument): void {
     this.top.update(0, { header: header(s) });
@@ -197,9 +216,20 @@ class BarsView implements View {
     s.tables.forEach((t, i) => {
       const rate = this.tables.rate(i, t.rowsCopied);
       const total = Math.max(1, t.rowsEstimated, t.rowsCopied);
-      const payload = { label: labels[i], phase: t.phase + (s.paused ? ' (paused)' : ''), lag: lagText(t), rate: rateText(rate), eta: etaText(t.rowsCopied, total, rate) || 'ETA –' };
+      const payload = {
+        label: labels[i],
+        figures: figuresText(t.rowsCopied, total),
+        phase: t.phase + (s.paused ? ' (paused)' : ''),
+        lag: lagText(t),
+        rate: rateText(rate),
+        eta: etaText(t.rowsCopied, total, rate) || 'ETA –',
+      };
       let bar = this.perTable.get(i);
-      if (!bar) this.perTable.set(i, (bar = this.bars.create(total, 0, payload)));
+      if (!bar) {
+        const room = (process.stderr.columns || 80) - (labels[i].length + payload.figures.length + 5) - AFTER_BAR;
+        const barsize = Math.max(BAR_WIDTH.min, Math.min(BAR_WIDTH.max, room));
+        this.perTable.set(i, (bar = this.bars.create(total, 0, payload, { barsize })));
+      }
       bar.setTotal(total);
       bar.update(t.rowsCopied, payload);
     });

@@ -7,6 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { stripVTControlCharacters } from 'node:util';
 import { Connection } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
 import { freePort } from '../../src/dev/dev-server';
@@ -210,5 +211,22 @@ describe('the ferry CLI', () => {
     } finally {
       if (server.exitCode === null) server.kill('SIGKILL');
     }
+  }, 120_000);
+
+  it('start --wait on a terminal draws a bar per table and ends with the result line', async () => {
+    // A real pseudo-terminal (util-linux `script`): the CLI sees a TTY and draws cli-progress bars.
+    const spec = file('tty.yaml', 'id: cli-tty\nsource: legacy\ntarget: v2\ntables: [{name: public.customers, target: tty.customers}]\n');
+    const command = [process.execPath, FERRY_BIN, 'start', spec, '--wait'].map((a) => `'${a}'`).join(' ');
+    const child = spawn('script', ['-qefc', command, '/dev/null'], { env: suite.stack.env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let screen = '';
+    child.stdout.on('data', (d) => (screen += d));
+    child.stderr.on('data', (d) => (screen += d));
+    const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+    // Without the terminal's control sequences: what an operator reads.
+    const text = stripVTControlCharacters(screen);
+    expect({ code, text }).toEqual({ code: 0, text: expect.stringMatching(/migration cli-tty SUCCEEDED/) });
+    // `script` gives the terminal 80 columns: the figures come before the bar, so they stay in view.
+    expect(text).toMatch(/ public\.customers → tty\.customers 100% 2500\/2500 rows \|█+\| /);
+    expect(await rowsAsText(suite.dbs, 'target', 'tty.customers', 'id')).toEqual(await rowsAsText(suite.dbs, 'source', 'public.customers', 'id'));
   }, 120_000);
 });

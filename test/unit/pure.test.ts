@@ -5,7 +5,7 @@ import { ConfigError, connectionOptions, temporalConfig } from '../../src/config
 import { autoChunkCount, pickBoundaries, rangesFromBoundaries, validationUnits } from '../../src/core/chunks';
 import { nextRoundKeys, shareByKeyHash } from '../../activities/sync-changes';
 import { collationVersionsDiffer, sameCollation } from '../../activities/preflight';
-import { etaText, RateWindow, rateText } from '../../src/view/watch';
+import { etaText, figuresText, RateWindow, rateText } from '../../src/view/watch';
 import { chunkRateCap, tablesSharing } from '../../src/core/rate';
 import { BatchSize, UNSIZED_BATCH_ROWS } from '../../src/core/batch-size';
 import { BATCH_BYTES } from '../../src/core/spec-limits';
@@ -332,5 +332,12 @@ describe('ferry watch', () => {
     expect(etaText(0, 1000, 0)).toBe('');
     expect(etaText(500, 1000, 250)).toBe('ETA 2s');
     expect(rateText(undefined)).toBe('… rows/s');
+  });
+
+  it('pads a bar\'s figures so that the bars after them line up', () => {
+    expect(figuresText(0, 25000)).toBe('  0%     0/25000 rows');
+    expect(figuresText(1234, 25000)).toBe('  4%  1234/25000 rows');
+    expect(figuresText(25000, 25000)).toBe('100% 25000/25000 rows');
+    expect(new Set([0, 1234, 25000].map((rows) => figuresText(rows, 25000).length)).size).toBe(1);
   });
 });
