@@ -221,11 +221,14 @@ describe('the ferry CLI', () => {
     let screen = '';
     child.stdout.on('data', (d) => (screen += d));
     child.stderr.on('data', (d) => (screen += d));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 100_000);
     const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+    clearTimeout(timer);
     // Without the terminal's control sequences: what an operator reads.
     const text = stripVTControlCharacters(screen);
     expect({ code, text }).toEqual({ code: 0, text: expect.stringMatching(/migration cli-tty SUCCEEDED/) });
-    // `script` gives the terminal 80 columns: the figures come before the bar, so they stay in view.
+    // The pseudo-terminal has no size, which the bars take as 80 columns: the figures come before
+    // the bar, so they stay in view.
     expect(text).toMatch(/ public\.customers → tty\.customers 100% 2500\/2500 rows \|█+\| /);
     expect(await rowsAsText(suite.dbs, 'target', 'tty.customers', 'id')).toEqual(await rowsAsText(suite.dbs, 'source', 'public.customers', 'id'));
   }, 120_000);
