@@ -189,6 +189,8 @@ const cliProgress = (): typeof import('cli-progress') => require('cli-progress')
 const BAR_WIDTH = { max: 40, min: 10 };
 /** Room kept after the bar for its rate, ETA, phase and lag. */
 const AFTER_BAR = 44;
+/** The line's own characters around the label, figures and bar: ' ', ' ', ' |' and '| '. */
+const BAR_LINE_FIXED = 6;
 
 /**
  * A terminal cuts every line at its width (cli-progress truncates rather than wrap, which would
@@ -226,7 +228,7 @@ class BarsView implements View {
       };
       let bar = this.perTable.get(i);
       if (!bar) {
-        const room = (process.stderr.columns || 80) - (labels[i].length + payload.figures.length + 5) - AFTER_BAR;
+        const room = (process.stderr.columns || 80) - (labels[i].length + payload.figures.length + BAR_LINE_FIXED) - AFTER_BAR;
         const barsize = Math.max(BAR_WIDTH.min, Math.min(BAR_WIDTH.max, room));
         this.perTable.set(i, (bar = this.bars.create(total, 0, payload, { barsize })));
       }

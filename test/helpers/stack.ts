@@ -24,6 +24,29 @@ import { stateQuery } from '../../workflows/definitions';
 export const ROOT = join(__dirname, '..', '..');
 export const FERRY_BIN = join(ROOT, 'bin', 'ferry.js');
 
+export interface CliRun {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Collects a child's output until it closes; SIGKILLs it if it outlives `timeoutMs`. */
+function collected(child: ChildProcess, timeoutMs: number): Promise<CliRun> {
+  return new Promise((resolve) => {
+    let stdout = '';
+    let stderr = '';
+    child.stdout?.on('data', (d) => (stdout += d));
+    child.stderr?.on('data', (d) => (stderr += d));
+    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+    // 'close', not 'exit': the process can have exited before its output was read from the
+    // pipes (a CI run saw a refusal's exit code 2 with its stderr still empty).
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
 let runtimeInstalled = false;
 /** Keeps the SDK's own INFO lines out of test output. */
 function quietRuntime(): void {
@@ -146,21 +169,19 @@ export class TestStack {
   }
 
   /** Runs the `ferry` CLI against this stack; resolves with its exit code and output. */
-  runCli(args: string[], extraEnv: Record<string, string> = {}, timeoutMs = 120_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
-    return new Promise((resolve) => {
-      const child = spawn(process.execPath, [FERRY_BIN, ...args], { env: { ...this.env, ...extraEnv }, stdio: ['ignore', 'pipe', 'pipe'] });
-      let stdout = '';
-      let stderr = '';
-      child.stdout.on('data', (d) => (stdout += d));
-      child.stderr.on('data', (d) => (stderr += d));
-      const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-      // 'close', not 'exit': the process can have exited before its output was read from the
-      // pipes (a CI run saw a refusal's exit code 2 with its stderr still empty).
-      child.on('close', (code) => {
-        clearTimeout(timer);
-        resolve({ code, stdout, stderr });
-      });
-    });
+  runCli(args: string[], extraEnv: Record<string, string> = {}, timeoutMs = 120_000): Promise<CliRun> {
+    const child = spawn(process.execPath, [FERRY_BIN, ...args], { env: { ...this.env, ...extraEnv }, stdio: ['ignore', 'pipe', 'pipe'] });
+    return collected(child, timeoutMs);
+  }
+
+  /**
+   * Runs the `ferry` CLI on a real pseudo-terminal (util-linux `script`), so it sees a TTY; the
+   * terminal's output, control sequences included, comes back as stdout.
+   */
+  runCliOnTerminal(args: string[], timeoutMs = 120_000): Promise<CliRun> {
+    const command = [process.execPath, FERRY_BIN, ...args].map((a) => `'${a}'`).join(' ');
+    const child = spawn('script', ['-qefc', command, '/dev/null'], { env: this.env, stdio: ['ignore', 'pipe', 'pipe'] });
+    return collected(child, timeoutMs);
   }
 
   /** Stops the Temporal server (SIGTERM); workers and the client stay up and retry. */

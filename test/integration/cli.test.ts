@@ -216,16 +216,9 @@ describe('the ferry CLI', () => {
   it('start --wait on a terminal draws a bar per table and ends with the result line', async () => {
     // A real pseudo-terminal (util-linux `script`): the CLI sees a TTY and draws cli-progress bars.
     const spec = file('tty.yaml', 'id: cli-tty\nsource: legacy\ntarget: v2\ntables: [{name: public.customers, target: tty.customers}]\n');
-    const command = [process.execPath, FERRY_BIN, 'start', spec, '--wait'].map((a) => `'${a}'`).join(' ');
-    const child = spawn('script', ['-qefc', command, '/dev/null'], { env: suite.stack.env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let screen = '';
-    child.stdout.on('data', (d) => (screen += d));
-    child.stderr.on('data', (d) => (screen += d));
-    const timer = setTimeout(() => child.kill('SIGKILL'), 100_000);
-    const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
-    clearTimeout(timer);
+    const { code, stdout, stderr } = await suite.stack.runCliOnTerminal(['start', spec, '--wait'], 100_000);
     // Without the terminal's control sequences: what an operator reads.
-    const text = stripVTControlCharacters(screen);
+    const text = stripVTControlCharacters(stdout + stderr);
     expect({ code, text }).toEqual({ code: 0, text: expect.stringMatching(/migration cli-tty SUCCEEDED/) });
     // The pseudo-terminal has no size, which the bars take as 80 columns: the figures come before
     // the bar, so they stay in view.
