@@ -56,10 +56,17 @@ async function rows(url: string, table: string, key: string): Promise<string[]> 
  * checks that its clean-up removed both databases.
  */
 async function runKept(run: Demo, exitOnSigint = 0): Promise<void> {
-  await eventually(async () => {
-    if (run.child.exitCode !== null) throw new Error(`the demo exited ${run.child.exitCode}`);
-    return run.output().includes('Press Ctrl-C to stop and clean up.');
-  }, 170_000, 500).catch((err: Error) => {
+  // A demo that exits before it holds fails the wait at once, not at the end of it.
+  let holding = false;
+  const exitedEarly = run.exited.then((code) => {
+    if (!holding) throw new Error(`the demo exited ${code}`);
+  });
+  await Promise.race([
+    eventually(async () => run.output().includes('Press Ctrl-C to stop and clean up.'), 170_000, 500).then(() => {
+      holding = true;
+    }),
+    exitedEarly,
+  ]).catch((err: Error) => {
     throw new Error(`${err.message}\n${run.output()}`);
   });
   const output = run.output();
