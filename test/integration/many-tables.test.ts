@@ -9,8 +9,8 @@ import { resultWithin } from '../helpers/stack';
 import { stackSuite } from '../helpers/suite';
 
 /**
- * 100 in `npm test`; FERRY_MANY_TABLES=300 for the full size (about 15 minutes on two cores:
- * each table's handful of activities waits for a slot behind the idle tables' syncs).
+ * 100 in `npm test` (about 50 s on two cores); FERRY_MANY_TABLES=300 for the full size (about
+ * 2 minutes: each table's handful of activities waits for a slot behind the idle tables' syncs).
  */
 const TABLES = Number(process.env.FERRY_MANY_TABLES || 100);
 
