@@ -13,7 +13,7 @@
  * an older Ferry began.
  */
 import { Context } from '@temporalio/activity';
-import { PoolClient } from 'pg';
+import { ClientBase, PoolClient } from 'pg';
 import {
   armedFreezeFunction,
   createFreezeFunctionSql,
@@ -62,24 +62,49 @@ const POLL_MS = 200;
  * Transactions holding a lock that lets them write a migrated table, begun before the freeze:
  * only they can still commit changes the log has not shown yet. One that failed (waiting for
  * ROLLBACK) wrote nothing that will stay; a prepared transaction has no session but may commit.
+ * A session with track_activities off shows no transaction start: it is waited for, as its
+ * start is unknown. A lock whose session is missing from the activity view this query read
+ * (that view is read once, the locks live) belongs to a session that connected after the view
+ * was read, so after the freeze, or one that has ended: neither is waited for.
  */
 const WRITERS_SQL = `
 SELECT DISTINCT ON (l.virtualtransaction)
        coalesce(a.pid, 0) AS pid, coalesce(a.application_name, '') AS application_name,
        coalesce(a.usename::text, p.owner::text, '') AS usename,
-       extract(epoch FROM clock_timestamp() - coalesce(a.xact_start, p.prepared))::float8 AS age,
-       left(coalesce(a.query, 'PREPARED TRANSACTION ' || p.gid), 100) AS query,
+       coalesce(extract(epoch FROM clock_timestamp() - coalesce(a.xact_start, p.prepared))::float8, 0) AS age,
+       CASE WHEN p.gid IS NOT NULL THEN left('PREPARED TRANSACTION ' || p.gid, 100)
+            WHEN a.xact_start IS NULL THEN '(track_activities is off in this session: its query and transaction start are not shown)'
+            ELSE left(coalesce(a.query, ''), 100) END AS query,
        coalesce(a.state, 'prepared') AS state
   FROM pg_catalog.pg_locks l
   LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
-  LEFT JOIN pg_catalog.pg_prepared_xacts p ON l.pid IS NULL AND p.transaction::text = split_part(l.virtualtransaction, '/', 2)
+  -- A prepared transaction keeps its virtual transaction id in pg_locks, beside its xid's lock.
+  LEFT JOIN pg_catalog.pg_prepared_xacts p ON l.pid IS NULL AND p.transaction IN (
+       SELECT x.transactionid FROM pg_catalog.pg_locks x
+        WHERE x.locktype = 'transactionid' AND x.pid IS NULL AND x.virtualtransaction = l.virtualtransaction)
  WHERE l.locktype = 'relation' AND l.granted
    AND l.database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())
    AND l.relation = ANY ($1::oid[])
    AND l.mode IN ('RowExclusiveLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
    AND l.pid IS DISTINCT FROM pg_catalog.pg_backend_pid()
-   AND (a.pid IS NULL OR (a.xact_start < $2::timestamptz AND a.state IS DISTINCT FROM 'idle in transaction (aborted)'))
+   AND ((l.pid IS NULL AND p.gid IS NOT NULL)
+        OR (a.pid IS NOT NULL AND a.state IS DISTINCT FROM 'idle in transaction (aborted)'
+            AND (a.xact_start IS NULL OR a.xact_start < $2::timestamptz)))
  ORDER BY l.virtualtransaction`;
+
+/** The transactions that may still commit changes to `relids` the log has not shown (WRITERS_SQL). */
+export async function writersBegunBefore(db: ClientBase, relids: number[], frozenAt: string): Promise<Blocker[]> {
+  return (await db.query(WRITERS_SQL, [relids, frozenAt])).rows.map(
+    (r): Blocker => ({
+      pid: Number(r.pid),
+      applicationName: r.application_name,
+      user: r.usename,
+      xactAgeSeconds: Math.round(Number(r.age) * 10) / 10,
+      query: r.query,
+      state: r.state,
+    }),
+  );
+}
 
 export function createFreezeActivities({ connections, logger }: ActivityDeps) {
   async function setFreeze(input: SetFreezeInput): Promise<{ at: string; applied: boolean }> {
@@ -114,16 +139,7 @@ export function createFreezeActivities({ connections, logger }: ActivityDeps) {
       }
       let first: string | undefined;
       for (;;) {
-        const blockers = (await db.query(WRITERS_SQL, [relids, input.frozenAt])).rows.map(
-          (r): Blocker => ({
-            pid: Number(r.pid),
-            applicationName: r.application_name,
-            user: r.usename,
-            xactAgeSeconds: Math.round(Number(r.age) * 10) / 10,
-            query: r.query,
-            state: r.state,
-          }),
-        );
+        const blockers = await writersBegunBefore(db, relids, input.frozenAt);
         if (blockers.length === 0) return { blockers, terminated };
         if (input.terminate) {
           for (const b of blockers.filter((x) => x.pid > 0 && !terminated.includes(x.pid))) {

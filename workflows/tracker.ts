@@ -3,7 +3,7 @@
  * event log (capped, so history stays small) and the status document built from them.
  */
 import { upsertSearchAttributes, setCurrentDetails } from '@temporalio/workflow';
-import { migrationDetails } from '../src/core/details';
+import { detailsOrFault, migrationDetails } from '../src/core/details';
 import { FerryPhaseKey, FerryStateKey } from '../src/core/names';
 import { displayQualified } from '../src/core/identifiers';
 import { TablePlan } from '../src/core/plan';
@@ -163,7 +163,7 @@ export class Tracker {
     this.detailsQueued = true;
     void Promise.resolve().then(() => {
       this.detailsQueued = false;
-      setCurrentDetails(migrationDetails(this.document(), this.blockers));
+      setCurrentDetails(detailsOrFault(() => migrationDetails(this.document(), this.blockers)));
     });
   }
 

@@ -89,6 +89,20 @@ export function forWebUi(markdown: string): string {
   return `${markdown.trim()}\n\n${CLIPPED_TAIL}`;
 }
 
+/**
+ * Details are for people: a fault in rendering them must not fail the workflow task that carries
+ * the migration on, as that task would be retried, and fail, until the migration's deadline.
+ * The fault is shown in their place.
+ */
+export function detailsOrFault(render: () => string): string {
+  try {
+    return render();
+  } catch (err) {
+    const message = err instanceof Error ? err.message : String(err);
+    return forWebUi(`**These details could not be rendered** (the migration goes on; \`ferry status\` shows it): \`${message.replace(/`/g, "'")}\``);
+  }
+}
+
 export function migrationDetails(s: StatusDocument, blockers: Blocker[] = []): string {
   const out = [headline(s), ''];
   const reason = why(s);

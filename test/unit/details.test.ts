@@ -1,5 +1,5 @@
 /** The Web UI's current details of a migration, for each moment a person may look at it. */
-import { endingMessage, migrationDetails, migrationStaticDetails } from '../../src/core/details';
+import { detailsOrFault, endingMessage, migrationDetails, migrationStaticDetails } from '../../src/core/details';
 import { parseSpec } from '../../src/core/spec';
 import { StatusDocument } from '../../src/core/status';
 
@@ -46,6 +46,23 @@ describe('current details (markdown for the Web UI)', () => {
       { pid: 4242, applicationName: 'batch-job', user: 'app', xactAgeSeconds: 20, query: 'UPDATE public.customers SET `x`', state: 'idle in transaction' },
     ]);
     expect(text).toContain('**The cutover waits for these write transactions, begun before the freeze:**\n- pid 4242 (batch-job, user app), open 20s: `UPDATE public.customers SET \'x\'`');
+  });
+
+  it('during a cutover blocked by a prepared transaction and by a session that hides its activity', () => {
+    const text = migrationDetails({ ...base, phase: 'CUTTING_OVER' }, [
+      { pid: 0, applicationName: '', user: 'app', xactAgeSeconds: 3.5, query: 'PREPARED TRANSACTION nightly-7', state: 'prepared' },
+      { pid: 4243, applicationName: 'quiet', user: 'app', xactAgeSeconds: 0, query: '(track_activities is off in this session: its query and transaction start are not shown)', state: 'disabled' },
+    ]);
+    expect(text).toContain('- a prepared transaction (no application name, user app), open 3.5s: `PREPARED TRANSACTION nightly-7`');
+    expect(text).toContain('- pid 4243 (quiet, user app), open 0s: `(track_activities is off');
+  });
+
+  it('a fault in rendering them is shown in their place, not thrown into the workflow task', () => {
+    expect(detailsOrFault(() => 'fine')).toBe('fine');
+    const shown = detailsOrFault(() => {
+      throw new TypeError("Cannot read properties of null (reading 'replace')");
+    });
+    expect(shown).toContain("**These details could not be rendered** (the migration goes on; `ferry status` shows it): `Cannot read properties of null (reading 'replace')`");
   });
 
   it('at the end: the outcome with its figures', () => {
