@@ -60,8 +60,10 @@ const POLL_MS = 200;
 
 /**
  * Transactions holding a lock that lets them write a migrated table, begun before the freeze:
- * only they can still commit changes the log has not shown yet. One that failed (waiting for
- * ROLLBACK) wrote nothing that will stay; a prepared transaction has no session but may commit.
+ * only they can still commit changes the log has not shown yet. One shown as failed (`idle in
+ * transaction (aborted)`) is waited for too: PostgreSQL shows the same state when only a
+ * savepoint failed, and such a session can roll back to the savepoint and commit what it wrote
+ * before it. A prepared transaction has no session but may commit.
  * A session with track_activities off shows no transaction start: it is waited for, as its
  * start is unknown. A lock whose session is missing from the activity view this query read
  * (that view is read once, the locks live) belongs to a session that connected after the view
@@ -88,8 +90,7 @@ SELECT DISTINCT ON (l.virtualtransaction)
    AND l.mode IN ('RowExclusiveLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
    AND l.pid IS DISTINCT FROM pg_catalog.pg_backend_pid()
    AND ((l.pid IS NULL AND p.gid IS NOT NULL)
-        OR (a.pid IS NOT NULL AND a.state IS DISTINCT FROM 'idle in transaction (aborted)'
-            AND (a.xact_start IS NULL OR a.xact_start < $2::timestamptz)))
+        OR (a.pid IS NOT NULL AND (a.xact_start IS NULL OR a.xact_start < $2::timestamptz)))
  ORDER BY l.virtualtransaction`;
 
 /** The transactions that may still commit changes to `relids` the log has not shown (WRITERS_SQL). */

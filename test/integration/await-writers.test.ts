@@ -81,6 +81,43 @@ describe("the cutover's wait for writers begun before the freeze", () => {
     }
   });
 
+  it('waits for a writer whose savepoint failed: it can roll back to the savepoint and commit what it wrote before', async () => {
+    const writer = await openWriter(dbs.url('source'));
+    try {
+      await writer.client.query('SAVEPOINT before_the_mistake');
+      await expect(writer.client.query('SELECT 1 / 0')).rejects.toThrow(/division by zero/);
+      const [{ state }] = await dbs.query<{ state: string }>('source', 'SELECT state FROM pg_stat_activity WHERE pid = $1', [writer.pid]);
+      expect(state).toBe('idle in transaction (aborted)');
+      const frozenAt = await sourceNow();
+      const waiting = await direct.run(() => direct.activities.awaitWriters({ migrationId: 'm1', source: 'src', tables: [items], frozenAt, sliceMs: 300 }));
+      expect(waiting.blockers).toEqual([expect.objectContaining({ pid: writer.pid, applicationName: 'open-writer', state: 'idle in transaction (aborted)' })]);
+
+      // What it can still do: its insert before the savepoint commits.
+      await writer.client.query('ROLLBACK TO SAVEPOINT before_the_mistake');
+      await writer.client.query('COMMIT');
+      const done = await direct.run(() => direct.activities.awaitWriters({ migrationId: 'm1', source: 'src', tables: [items], frozenAt, sliceMs: 300 }));
+      expect(done.blockers).toEqual([]);
+    } finally {
+      await writer.client.end();
+    }
+  });
+
+  it('ends a writer whose savepoint failed when asked to terminate', async () => {
+    const writer = await openWriter(dbs.url('source'));
+    const lost = new Promise((resolve) => writer.client.on('error', resolve));
+    try {
+      await writer.client.query('SAVEPOINT s');
+      await expect(writer.client.query('SELECT 1 / 0')).rejects.toThrow(/division by zero/);
+      const frozenAt = await sourceNow();
+      const ended = await direct.run(() => direct.activities.awaitWriters({ migrationId: 'm1', source: 'src', tables: [items], frozenAt, sliceMs: 300, terminate: true }));
+      expect(ended.terminated).toEqual([writer.pid]);
+      await lost;
+      expect(await dbs.query('source', 'SELECT 1 FROM pg_stat_activity WHERE pid = $1', [writer.pid])).toEqual([]);
+    } finally {
+      await writer.client.end().catch(() => undefined);
+    }
+  });
+
   describe('on a server that allows prepared transactions (a private cluster)', () => {
     let cluster: PrivateCluster;
     let pdbs: TestDatabases;
