@@ -101,6 +101,9 @@ export interface Applied {
   requeue: Key[];
 }
 
+/** Key types whose equal values are the same value (and the only types of identity columns). */
+const INTEGER_TYPES = new Set(['smallint', 'integer', 'bigint']);
+
 /** Deletes the target's rows of `keys` that the staged source rows no longer have. */
 function deleteGoneSql(table: CopyTable, stage: QualifiedName, keys: Key[]): string {
   const same = table.keyColumns.map((k) => `s.${quoteIdent(k.name)} = t.${quoteIdent(k.name)}`).join(' AND ');
@@ -110,15 +113,22 @@ function deleteGoneSql(table: CopyTable, stage: QualifiedName, keys: Key[]): str
 /**
  * The staged source rows into the target: updated in place where the key is there (a HOT
  * update when no indexed column changed: no new index entries, no dead row for the rest of the
- * table's indexes), inserted where it is not.
+ * table's indexes), inserted where it is not. The key columns are set too: a key changed to an
+ * equal but different value (numeric 1.0 to 1.00, a case-insensitive text's case) conflicts
+ * with the old one and must still arrive; an unchanged key keeps the update HOT, as PostgreSQL
+ * compares the stored bytes. Integer keys are left out: equal integers are the same value, and
+ * an identity column GENERATED ALWAYS (always an integer) refuses to be set by an UPDATE.
  */
 function upsertSql(table: CopyTable, stage: QualifiedName): string {
   const keys = new Set(table.keyColumns.map((k) => k.name));
-  const rest = table.columns.filter((c) => !keys.has(c));
-  const action = rest.length === 0 ? 'NOTHING' : `UPDATE SET ${rest.map((c) => `${quoteIdent(c)} = EXCLUDED.${quoteIdent(c)}`).join(', ')}`;
+  const settableKeys = table.keyColumns.filter((k) => !INTEGER_TYPES.has(k.type)).map((k) => k.name);
+  const set = [...settableKeys, ...table.columns.filter((c) => !keys.has(c))];
+  if (set.length === 0) {
+    return `INSERT INTO ${quoteQualified(table.target)} (${selectColumns(table)}) OVERRIDING SYSTEM VALUE SELECT ${selectColumns(table)} FROM ${quoteQualified(stage)} ON CONFLICT DO NOTHING`;
+  }
   return (
     `INSERT INTO ${quoteQualified(table.target)} (${selectColumns(table)}) OVERRIDING SYSTEM VALUE SELECT ${selectColumns(table)} FROM ${quoteQualified(stage)} ` +
-    `ON CONFLICT (${table.keyColumns.map((k) => quoteIdent(k.name)).join(', ')}) DO ${action}`
+    `ON CONFLICT (${table.keyColumns.map((k) => quoteIdent(k.name)).join(', ')}) DO UPDATE SET ${set.map((c) => `${quoteIdent(c)} = EXCLUDED.${quoteIdent(c)}`).join(', ')}`
   );
 }
 
