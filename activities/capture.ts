@@ -21,6 +21,7 @@ import {
   createLogSql,
   createRefuseTruncateSql,
   createRefuseTruncateTriggerSql,
+  createRowFreezeTriggerSql,
   FINGERPRINT_SQL,
   FREEZE_SCHEMA,
   guardEventTriggers,
@@ -29,6 +30,7 @@ import {
   neutralRefuseTruncateSql,
   PARTITIONS_SQL,
   refuseTruncateFunction,
+  ROW_FREEZE_SQL,
   triggerNames,
 } from '../src/db/capture-sql';
 import { refusal, sqlState } from '../src/db/errors';
@@ -168,6 +170,13 @@ async function captureTable(db: PoolClient, input: CaptureInput, table: CaptureT
     guarded.push(relid);
     for (const sql of createRefuseTruncateTriggerSql(name, input.migrationId)) await db.query(sql);
     if (input.armFreeze) for (const sql of createArmedFreezeTriggerSql(name, input.migrationId)) await db.query(sql);
+  }
+  if (input.armFreeze && (await db.query(ROW_FREEZE_SQL, [self.relid])).rows[0].needed) {
+    // Row triggers on the tables that hold rows: a partitioned table takes none before PostgreSQL 13.
+    const leaves = await db.query(`SELECT oid::regclass::text AS name FROM pg_catalog.pg_class WHERE oid = ANY ($1::oid[]) AND relkind = 'r' ORDER BY oid`, [
+      [self, ...partitions].map((r) => r.relid),
+    ]);
+    for (const { name } of leaves.rows) for (const sql of createRowFreezeTriggerSql(name, input.migrationId)) await db.query(sql);
   }
   return Number(rel.rows[0].relid);
 }

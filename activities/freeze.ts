@@ -214,11 +214,11 @@ async function now(db: PoolClient): Promise<string> {
  * state once no trigger uses them (a trigger left behind reads the state on every write).
  */
 export async function removeFreeze(db: PoolClient, migrationId: string): Promise<{ pending: string[] }> {
-  const trigger = triggerNames(migrationId).freeze;
+  const { freeze, rowFreeze } = triggerNames(migrationId);
   const pending: string[] = [];
   // Every relation that has one: a partitioned table's partitions each carry their own.
-  for (const relation of await relationsWithTriggers(db, [trigger])) {
-    if (!(await dropTriggers(db, relation, [trigger]))) pending.push(`freeze trigger on ${relation}`);
+  for (const relation of await relationsWithTriggers(db, [freeze, rowFreeze])) {
+    if (!(await dropTriggers(db, relation, [freeze, rowFreeze]))) pending.push(`freeze trigger on ${relation}`);
   }
   if (pending.length > 0) return { pending };
   await inTransaction(db, async () => {

@@ -151,6 +151,7 @@ async function planTable(
   // would then cut the two sides in different places.
   const keyCollateC = fit.keyCollateC || (await keyCollationVersionsDiffer(source, target, info, existing, keyColumns));
   const planned = await planChunks(source, spec, table, info, { keyColumns, keyCollateC });
+  if (spec.mode === 'online') fit.notes.push(...rowFreezeNotes(info));
   return {
     index,
     source: table.source,
@@ -169,6 +170,23 @@ async function planTable(
   };
 }
 
+/**
+ * Why the freeze of this table must act row by row, not only on statements (installCapture reads
+ * the same catalog when it installs it): writes through a legacy inheritance parent, and a
+ * subscription's apply worker, fire no statement trigger of this table.
+ */
+function rowFreezeNotes(info: TableInfo): string[] {
+  const notes: string[] = [];
+  const what = 'fire no statement trigger of its own, so the cutover freezes it row by row';
+  if (info.inheritsFrom.length > 0) notes.push(`inherits from ${info.inheritsFrom.join(', ')}: writes made through the parent ${what}`);
+  for (const subscription of info.subscriptions) {
+    notes.push(
+      `written by subscription ${subscription}: its apply worker's writes ${what}; after the cutover its changes are refused on the source until it is disabled or pointed at the target (ALTER SUBSCRIPTION ${subscription} DISABLE)`,
+    );
+  }
+  return notes;
+}
+
 /** The source table, refused unless it exists, is a table, has a primary key and is readable; with its row estimate. */
 async function checkSourceTable(source: PoolClient, spec: Spec, table: TableSpec, info: TableInfo | null): Promise<KeyedTable> {
   const label = displayQualified(table.source);
@@ -180,6 +198,14 @@ async function checkSourceTable(source: PoolClient, spec: Spec, table: TableSpec
   }
   if (info.relkind !== 'r' && info.relkind !== 'p') {
     throw refusal(FAILURE.NotATable, `${label} is not a table (relkind ${info.relkind}); Ferry migrates tables only`);
+  }
+  if (info.inheritedBy.length > 0) {
+    throw refusal(
+      FAILURE.UnsupportedTable,
+      `${label} has inheritance children (${info.inheritedBy.join(', ')}): reading it reads their rows too, whose keys its primary key does not cover, ` +
+        `and writes to them bypass its triggers; Ferry moves declaratively partitioned tables, not legacy inheritance trees — move the children as tables of their own ` +
+        `and the parent's rows after ALTER TABLE child NO INHERIT ${label}, or convert the tree to declarative partitioning`,
+    );
   }
   if (!info.primaryKey) {
     throw refusal(

@@ -80,6 +80,13 @@ const FLUSH_KEYS = 5_000;
 const TRANSACTION_SPILL_KEYS = 5_000;
 /** A logical message this often, so an idle source still moves the slot. */
 const IDLE_MARK_MS = 5_000;
+/**
+ * A standby status update this often, whatever the stream is doing: the WAL sender ends a
+ * connection that has not answered for wal_sender_timeout (60 s by default; busy sources set
+ * less), and a consumer can go that long without a commit to confirm — one transaction of
+ * millions of rows, or the WAL a long-open transaction holds back, read again after a reconnect.
+ */
+const REPLY_MS = 1_000;
 
 /**
  * pgoutput's text values as they come: the key must be PostgreSQL's own text of it (the change
@@ -97,12 +104,16 @@ function relationKey(schema: string, name: string): string {
   return JSON.stringify([schema, name]);
 }
 
-/** The keys one change asks to re-sync. */
+/**
+ * The keys one change asks to re-sync. A key column stored out of line (TOAST) that the update
+ * left unchanged comes as "unchanged" in the new row; PostgreSQL then sends the old key too, and
+ * its value is the new one's.
+ */
 export function changedKeys(message: Pgoutput.Message, keyColumns: string[]): Key[] {
-  const keyOf = (tuple: Record<string, unknown> | null) => {
+  const keyOf = (tuple: Record<string, unknown> | null, unchanged: Record<string, unknown> | null = null) => {
     if (!tuple) return null;
     return keyColumns.map((k) => {
-      const value = tuple[k];
+      const value = tuple[k] === undefined && unchanged ? unchanged[k] : tuple[k];
       // A key value pgoutput left out (an unchanged TOASTed value): the key to re-sync is unknown.
       if (typeof value !== 'string') {
         throw ApplicationFailure.nonRetryable(`a change arrived without the value of key column "${k}" (${value === null ? 'null' : 'not sent'}); logical capture cannot tell which row changed`, FAILURE.CaptureLost);
@@ -118,8 +129,9 @@ export function changedKeys(message: Pgoutput.Message, keyColumns: string[]): Ke
     return [key];
   }
   if (message.tag !== 'update') return [];
-  // The old key comes only when the key changed (replica identity default) or always (full).
-  const next = keyOf(message.new)!;
+  // The old key comes only when the key changed or is stored out of line (replica identity
+  // default), or always (full).
+  const next = keyOf(message.new, message.key ?? message.old)!;
   const old = keyOf(message.key ?? message.old);
   return old && old.some((v, i) => v !== next[i]) ? [next, old] : [next];
 }
@@ -129,12 +141,12 @@ export function createStreamActivities({ connections, logger, metrics }: Activit
     const ctx = Context.current();
     const names = logicalNames(input.migrationId);
     return await connections.withClient(input.source, async (db) => {
-      await takeSlot(db, names.slot);
+      const slotPosition = await takeSlot(db, names.slot);
       const service = new LogicalReplicationService(sessionConfig(connections.url(input.source), 'ferry-capture', { statementTimeoutMs: 0, lockTimeoutMs: 5_000 }), {
         acknowledge: { auto: false, timeoutSeconds: 0 },
         flowControl: { enabled: true },
       });
-      const slice = new StreamSlice(db, service, input, names, ctx, metrics);
+      const slice = new StreamSlice(db, service, input, names, ctx, metrics, slotPosition);
       await slice.run();
       if (slice.failure !== undefined) throw asStreamFailure(slice.failure, names.slot);
       if (ctx.cancellationSignal.aborted) throw new CancelledFailure('capture stream cancelled');
@@ -205,11 +217,28 @@ class StreamSlice {
     private readonly names: LogicalNames,
     private readonly ctx: Context,
     private readonly metrics: ActivityDeps['metrics'],
+    /** The slot's confirmed position as this slice took it: what is answered before the first flush. */
+    private readonly slotPosition: string,
   ) {
     this.tables = new Map(input.tables.map((t) => [relationKey(t.source.schema, t.source.name), t]));
     // With flow control the service awaits each call before it hands over the next message.
     service.on('data', (_lsn: string, message: Pgoutput.Message) => this.onMessage(message));
     service.on('error', (err: unknown) => {
+      this.failure ??= err;
+    });
+    // A keepalive that asks for an answer gets one at once (REPLY_MS answers the rest).
+    service.on('heartbeat', (_lsn: string, _timestamp: number, shouldRespond: boolean) => {
+      if (shouldRespond) this.answer();
+    });
+  }
+
+  /**
+   * Tells the WAL sender the consumer is alive, with the position confirmed last — never the
+   * library's last received one (its own timer's choice), which may lie past keys that are not
+   * in the logs yet. A position the slot has already confirmed moves nothing.
+   */
+  private answer(): void {
+    confirmPosition(this.service, this.confirmedLsn ?? this.slotPosition).catch((err: unknown) => {
       this.failure ??= err;
     });
   }
@@ -228,6 +257,7 @@ class StreamSlice {
       },
     );
     let lastMark = 0;
+    const answering = setInterval(() => this.answer(), REPLY_MS);
     try {
       while (Date.now() - started < input.sliceMs && !ctx.cancellationSignal.aborted && this.failure === undefined) {
         await ctx.sleep(FLUSH_MS).catch(() => undefined);
@@ -242,6 +272,7 @@ class StreamSlice {
       // What was received and committed on the source goes in before the slice ends.
       await this.serial(() => this.flush());
     } finally {
+      clearInterval(answering);
       await this.service.stop().catch(() => undefined);
       await streaming;
     }
@@ -410,10 +441,11 @@ class HeartbeatClock {
 
 /**
  * A newer attempt takes the slot: an earlier one presumed dead (its heartbeat timed out) may
- * still hold it through a connection that has not noticed yet.
+ * still hold it through a connection that has not noticed yet. Returns the slot's confirmed
+ * position, where its stream resumes.
  */
-async function takeSlot(db: PoolClient, slot: string): Promise<void> {
-  const { rows } = await db.query('SELECT active_pid FROM pg_catalog.pg_replication_slots WHERE slot_name = $1', [slot]);
+async function takeSlot(db: PoolClient, slot: string): Promise<string> {
+  const { rows } = await db.query('SELECT active_pid, confirmed_flush_lsn::text AS confirmed FROM pg_catalog.pg_replication_slots WHERE slot_name = $1', [slot]);
   if (rows.length === 0) {
     throw ApplicationFailure.nonRetryable(
       `replication slot ${slot} is gone from the source: changes since can no longer be captured; the migration stops without cutting over`,
@@ -424,10 +456,11 @@ async function takeSlot(db: PoolClient, slot: string): Promise<void> {
     await db.query('SELECT pg_catalog.pg_terminate_backend($1)', [rows[0].active_pid]);
     for (let i = 0; i < 50; i += 1) {
       const again = await db.query('SELECT active_pid FROM pg_catalog.pg_replication_slots WHERE slot_name = $1', [slot]);
-      if (again.rows.length === 0 || again.rows[0].active_pid === null) return;
+      if (again.rows.length === 0 || again.rows[0].active_pid === null) break;
       await new Promise((r) => setTimeout(r, 100));
     }
   }
+  return rows[0].confirmed;
 }
 
 function asStreamFailure(err: unknown, slot: string): unknown {

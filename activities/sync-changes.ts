@@ -117,11 +117,12 @@ function deleteGoneSql(table: CopyTable, stage: QualifiedName, keys: Key[]): str
  * equal but different value (numeric 1.0 to 1.00, a case-insensitive text's case) conflicts
  * with the old one and must still arrive; an unchanged key keeps the update HOT, as PostgreSQL
  * compares the stored bytes. Integer keys are left out: equal integers are the same value, and
- * an identity column GENERATED ALWAYS (always an integer) refuses to be set by an UPDATE.
+ * an identity column GENERATED ALWAYS (always an integer) refuses to be set by an UPDATE; so are
+ * generated keys, which are not copied but computed.
  */
 function upsertSql(table: CopyTable, stage: QualifiedName): string {
   const keys = new Set(table.keyColumns.map((k) => k.name));
-  const settableKeys = table.keyColumns.filter((k) => !INTEGER_TYPES.has(k.type)).map((k) => k.name);
+  const settableKeys = table.keyColumns.filter((k) => !INTEGER_TYPES.has(k.type) && table.columns.includes(k.name)).map((k) => k.name);
   const set = [...settableKeys, ...table.columns.filter((c) => !keys.has(c))];
   if (set.length === 0) {
     return `INSERT INTO ${quoteQualified(table.target)} (${selectColumns(table)}) OVERRIDING SYSTEM VALUE SELECT ${selectColumns(table)} FROM ${quoteQualified(stage)} ON CONFLICT DO NOTHING`;

@@ -43,9 +43,9 @@ export function captureNames(migrationId: string, tableIndex: number): CaptureNa
 }
 
 /** Trigger names are per migration (each lives on its own table). */
-export function triggerNames(migrationId: string): { capture: string; truncate: string; freeze: string } {
+export function triggerNames(migrationId: string): { capture: string; truncate: string; freeze: string; rowFreeze: string } {
   const tag = migrationTag(migrationId);
-  return { capture: `ferry_capture_${tag}`, truncate: `ferry_no_truncate_${tag}`, freeze: `ferry_freeze_${tag}` };
+  return { capture: `ferry_capture_${tag}`, truncate: `ferry_no_truncate_${tag}`, freeze: `ferry_freeze_${tag}`, rowFreeze: `ferry_freeze_rows_${tag}` };
 }
 
 export function refuseTruncateFunction(migrationId: string): QualifiedName {
@@ -306,7 +306,11 @@ export function createFreezeStateSql(migrationId: string): string {
   return `CREATE SEQUENCE IF NOT EXISTS ${quoteQualified(freezeStateSequence(migrationId))} MINVALUE 0 MAXVALUE 9 START WITH 0 NO CYCLE`;
 }
 
-/** Statement trigger function of the armed freeze: refuses writes while the state says so. */
+/**
+ * Trigger function of the armed freeze: refuses writes while the state says so. A statement
+ * trigger on every migrated relation; a row trigger too where writes fire no statement trigger of
+ * the table (ROW_FREEZE_SQL), which must hand the row on when the source is open.
+ */
 export function createArmedFreezeFunctionSql(migrationId: string): string {
   const id = escapeLiteral(migrationId);
   return `CREATE OR REPLACE FUNCTION ${quoteQualified(armedFreezeFunction(migrationId))}() RETURNS trigger
@@ -321,9 +325,34 @@ BEGIN
     RAISE EXCEPTION 'table %.% is frozen: Ferry migration % moved it to its new database; write there', TG_TABLE_SCHEMA, TG_TABLE_NAME, ${id}
       USING ERRCODE = 'read_only_sql_transaction', HINT = 'ferry unfreeze ' || ${id} || ' lifts the freeze';
   END IF;
+  IF TG_LEVEL = 'ROW' THEN
+    IF TG_OP = 'DELETE' THEN RETURN OLD; END IF;
+    RETURN NEW;
+  END IF;
   RETURN NULL;
 END
 $ferry$`;
+}
+
+/**
+ * Whether a table's writes can bypass its statement triggers, so that the freeze must act row by
+ * row: writes made through a legacy inheritance parent fire the parent's statement triggers only,
+ * and a subscription's apply worker fires no statement triggers at all.
+ */
+export const ROW_FREEZE_SQL = `
+SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_class p ON p.oid = i.inhparent
+                WHERE i.inhrelid = $1::oid AND p.relkind = 'r')
+    OR EXISTS (SELECT 1 FROM pg_catalog.pg_subscription_rel r
+                WHERE r.srrelid IN (SELECT relid FROM pg_catalog.pg_partition_tree($1::oid::regclass) UNION SELECT $1::oid)) AS needed`;
+
+/** The armed freeze as a row trigger on one table (not a partitioned one: on each of its partitions). */
+export function createRowFreezeTriggerSql(relation: string, migrationId: string): string[] {
+  const trigger = quoteIdent(triggerNames(migrationId).rowFreeze);
+  return [
+    `CREATE TRIGGER ${trigger} BEFORE INSERT OR UPDATE OR DELETE ON ${relation}
+       FOR EACH ROW EXECUTE FUNCTION ${quoteQualified(armedFreezeFunction(migrationId))}()`,
+    `ALTER TABLE ${relation} ENABLE ALWAYS TRIGGER ${trigger}`,
+  ];
 }
 
 /** The armed freeze on one relation: a statement trigger, so on each partition too, as the TRUNCATE refusal. */

@@ -82,6 +82,12 @@ export interface TableInfo {
   foreignKeys: ForeignKeyInfo[];
   sequences: SequenceInfo[];
   writes: number;
+  /** Tables this one inherits from by legacy inheritance (INHERITS, not partitioning), regclass text. */
+  inheritsFrom: string[];
+  /** Tables that inherit from this one by legacy inheritance, regclass text. */
+  inheritedBy: string[];
+  /** Logical-replication subscriptions that write this table or one of its partitions. */
+  subscriptions: string[];
 }
 
 const TABLE_SQL = `
@@ -95,6 +101,13 @@ SELECT c.oid::int8 AS oid, c.relkind::text AS relkind, c.relrowsecurity AS row_s
        (SELECT coalesce(sum(pg_catalog.pg_stat_get_tuples_inserted(r.relid) + pg_catalog.pg_stat_get_tuples_updated(r.relid)
                             + pg_catalog.pg_stat_get_tuples_deleted(r.relid)), 0)::int8
           FROM (SELECT c.oid AS relid UNION SELECT relid FROM pg_catalog.pg_partition_tree(c.oid)) r) AS writes
+       , ARRAY(SELECT i.inhparent::regclass::text FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_class p ON p.oid = i.inhparent
+                WHERE i.inhrelid = c.oid AND p.relkind = 'r' ORDER BY 1) AS inherits_from
+       , ARRAY(SELECT i.inhrelid::regclass::text FROM pg_catalog.pg_inherits i
+                WHERE i.inhparent = c.oid AND c.relkind = 'r' ORDER BY 1) AS inherited_by
+       -- The apply worker of a subscription fires row triggers only (the freeze is a statement trigger).
+       , ARRAY(SELECT DISTINCT s.subname::text FROM pg_catalog.pg_subscription_rel r JOIN pg_catalog.pg_subscription s ON s.oid = r.srsubid
+                WHERE r.srrelid IN (SELECT relid FROM pg_catalog.pg_partition_tree(c.oid) UNION SELECT c.oid) ORDER BY 1) AS subscriptions
        , wanted.ord::int8 AS ord
   FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS wanted(schema, name, ord)
   JOIN pg_catalog.pg_namespace n ON n.nspname = wanted.schema
@@ -274,6 +287,9 @@ function tableInfo(
     estimatedRows: Math.round(Number(row.reltuples)),
     pages: Number(row.relpages),
     writes: Number(row.writes),
+    inheritsFrom: row.inherits_from,
+    inheritedBy: row.inherited_by,
+    subscriptions: row.subscriptions,
     columns: columns.map((c) => ({
       name: c.name,
       type: c.type,

@@ -28,7 +28,9 @@ SELECT c.relkind::text AS relkind, c.relreplident::text AS identity,
        pg_catalog.pg_has_role(c.relowner, 'USAGE') AS owned,
        (SELECT array_agg(a.attname::text ORDER BY a.attname)
           FROM pg_catalog.pg_index i JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
-         WHERE i.indrelid = c.oid AND ((c.relreplident = 'd' AND i.indisprimary) OR (c.relreplident = 'i' AND i.indisreplident))) AS identity_columns
+         WHERE i.indrelid = c.oid AND ((c.relreplident = 'd' AND i.indisprimary) OR (c.relreplident = 'i' AND i.indisreplident))) AS identity_columns,
+       (SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_catalog.pg_attribute a
+         WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated <> '') AS generated_columns
   FROM pg_catalog.pg_class c WHERE c.oid = $1::regclass`;
 
 export async function logicalCaptureProblems(db: ClientBase, tables: LogicalTable[]): Promise<string[]> {
@@ -52,6 +54,11 @@ export async function logicalCaptureProblems(db: ClientBase, tables: LogicalTabl
     }
     if (!s.superuser && !t.owned) problems.push(`${label} is not owned by Ferry's role, which a publication needs: run Ferry as its owner or a superuser`);
     const keys = table.keyColumns.map((k) => k.name);
+    // pgoutput sends no generated column: a change would arrive without its key.
+    const generated: string[] = t.generated_columns ?? [];
+    for (const key of keys.filter((k) => generated.includes(k))) {
+      problems.push(`${label}: key column "${key}" is a generated column, which logical decoding does not send`);
+    }
     const identity: string[] = t.identity_columns ?? [];
     const carriesKey = t.identity === 'f' || ((t.identity === 'd' || t.identity === 'i') && keys.every((k) => identity.includes(k)));
     if (!carriesKey) {

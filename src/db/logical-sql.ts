@@ -34,14 +34,38 @@ export async function isLogical(db: ClientBase, migrationId: string): Promise<bo
 }
 
 /**
- * Creates the slot unless it exists. Outside any transaction that wrote (PostgreSQL refuses
- * that), and it waits for the transactions running now to end: its consistent point is where
- * the stream begins, before the first row is copied.
+ * Creates the slot unless a consistent one exists. Outside any transaction that wrote
+ * (PostgreSQL refuses that), and it waits for the transactions running now to end: its
+ * consistent point is where the stream begins, before the first row is copied.
+ *
+ * A slot still being created is listed already, without a confirmed position, held by the
+ * session creating it — an earlier attempt's, whose worker may be gone while its session waits
+ * on. Taking that slot for a ready one would let the copy begin before its consistent point
+ * (changes in between in neither); so its creation is ended (the half-made slot goes with the
+ * session) and the slot created again here.
  */
 export async function ensureSlot(db: ClientBase, names: LogicalNames): Promise<void> {
-  const { rows } = await db.query('SELECT 1 FROM pg_catalog.pg_replication_slots WHERE slot_name = $1', [names.slot]);
-  if (rows.length > 0) return;
-  await db.query(`SELECT pg_catalog.pg_create_logical_replication_slot($1, 'pgoutput')`, [names.slot]);
+  for (let attempt = 0; ; attempt += 1) {
+    const { rows } = await db.query(
+      'SELECT active_pid, confirmed_flush_lsn IS NOT NULL AS consistent FROM pg_catalog.pg_replication_slots WHERE slot_name = $1',
+      [names.slot],
+    );
+    if (rows.length > 0 && rows[0].consistent) return;
+    if (rows.length === 0) {
+      try {
+        await db.query(`SELECT pg_catalog.pg_create_logical_replication_slot($1, 'pgoutput')`, [names.slot]);
+        return;
+      } catch (err) {
+        // 42710: another attempt created it in between; look again.
+        if ((err as { code?: string }).code !== '42710' || attempt >= 50) throw err;
+      }
+    } else if (rows[0].active_pid !== null) {
+      await db.query('SELECT pg_catalog.pg_terminate_backend($1)', [rows[0].active_pid]);
+    } else {
+      throw new Error(`replication slot ${names.slot} exists but has no consistent point and nobody is creating it: drop it (pg_drop_replication_slot) and retry`);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
 }
 
 /** Emits a logical message and returns its position: once the consumer confirmed past it, every change committed before it is in the logs. */

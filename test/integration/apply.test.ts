@@ -112,23 +112,26 @@ describe('the online apply', () => {
     expect(dirty.map((d) => d.id)).toEqual(changed);
   });
 
-  it('applies a key changed to an equal but different value (numeric 1.0 to 1.00, a case-insensitive text), with and without other columns', async () => {
+  it('applies a key changed to an equal but different value (numeric 1.0 to 1.00, a case-insensitive text), with and without other columns, and leaves a generated key to the target', async () => {
     await dbs.exec('source', `CREATE COLLATION public.ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
       CREATE TABLE public.amounts (k numeric PRIMARY KEY, v text);
       INSERT INTO public.amounts VALUES (1.0, 'a'), (2.5, 'b');
       CREATE TABLE public.codes (code text COLLATE public.ci PRIMARY KEY);
-      INSERT INTO public.codes VALUES ('abc'), ('xyz');`);
+      INSERT INTO public.codes VALUES ('abc'), ('xyz');
+      CREATE TABLE public.slugs (name text NOT NULL, slug text GENERATED ALWAYS AS (lower(name)) STORED PRIMARY KEY, v int);
+      INSERT INTO public.slugs VALUES ('Home', DEFAULT, 1);`);
     await dbs.exec('target', `CREATE COLLATION public.ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false)`);
-    const plan = await migrate('equal-keys', ['public.amounts', 'public.codes']);
+    const plan = await migrate('equal-keys', ['public.amounts', 'public.codes', 'public.slugs']);
     for (const table of plan.tables) {
       await run(() =>
         activities.copyChunk({ migrationId: 'equal-keys', source: 'src', target: 'dst', table: copyTableOf(table), chunk: { ...table.chunks[0] }, batchRows: 1000, fence: Date.now(), sliceMs: 30_000 }),
       );
     }
     // Equal under the key's equality, different as stored: the trigger logs the new key only.
-    await dbs.exec('source', `UPDATE public.amounts SET k = 1.00 WHERE k = 1; UPDATE public.codes SET code = 'ABC' WHERE code = 'abc';`);
-    await sync('equal-keys', plan, 0, 1000);
-    await sync('equal-keys', plan, 1, 1000);
+    // A generated key is computed on the target, never set: the rest of its row still arrives.
+    await dbs.exec('source', `UPDATE public.amounts SET k = 1.00 WHERE k = 1; UPDATE public.codes SET code = 'ABC' WHERE code = 'abc'; UPDATE public.slugs SET v = 2;`);
+    for (const index of [0, 1, 2]) await sync('equal-keys', plan, index, 1000);
+    expect(await rowsAsText(dbs, 'target', 'public.slugs', 'slug')).toEqual(['(Home,home,2)']);
     expect(await rowsAsText(dbs, 'target', 'public.amounts', 'k')).toEqual(await rowsAsText(dbs, 'source', 'public.amounts', 'k'));
     expect(await dbs.query('target', `SELECT k::text FROM public.amounts ORDER BY k`)).toEqual([{ k: '1.00' }, { k: '2.5' }]);
     expect(await dbs.query('target', `SELECT code FROM public.codes ORDER BY code COLLATE "C"`)).toEqual([{ code: 'ABC' }, { code: 'xyz' }]);
