@@ -3,7 +3,7 @@
  * after the other, in a scope of their own, from after installCapture until the cutover's drain
  * is done. A failure of the consumer (its retries exhausted, or the slot lost) fails the migration.
  */
-import { CancellationScope } from '@temporalio/workflow';
+import { CancellationScope, condition } from '@temporalio/workflow';
 import type { CaptureTable } from '../activities/capture';
 import { stream } from './proxies';
 
@@ -14,6 +14,8 @@ export class CaptureStream {
   private readonly scope = new CancellationScope();
   private stopping = false;
   readonly done: Promise<void>;
+  /** Why the consumer stopped for good, once it has (not when it was stopped). */
+  failure: { error: unknown } | undefined;
 
   constructor(
     input: { migrationId: string; source: string; tables: CaptureTable[] },
@@ -24,8 +26,37 @@ export class CaptureStream {
         while (!this.stopping) await stream.streamChanges({ ...input, sliceMs: STREAM_SLICE_MS });
       })
       .catch((error: unknown) => {
-        if (!this.stopping) onFailure(error);
+        if (this.stopping) return;
+        this.failure = { error };
+        onFailure(error);
       });
+  }
+
+  private failed(): unknown {
+    return this.failure?.error;
+  }
+
+  /**
+   * Runs `work` (a wait of the cutover) unless the consumer fails meanwhile: then the work is
+   * cancelled and the consumer's failure thrown — nothing it missed could reach the logs.
+   */
+  async unlessFailed<T>(work: () => Promise<T>): Promise<T> {
+    if (this.failure) throw this.failure.error;
+    const scope = new CancellationScope();
+    const watch = scope.run(() => condition(() => this.failure !== undefined));
+    watch.then(
+      () => scope.cancel(),
+      () => undefined,
+    );
+    try {
+      return await scope.run(work);
+    } catch (err) {
+      // Read anew: it may have failed while the work ran.
+      throw this.failed() ?? err;
+    } finally {
+      // The watch ends with the work (a cancelled condition adds nothing to the history).
+      scope.cancel();
+    }
   }
 
   /** Ends the consumer and waits until its activity has acknowledged. */

@@ -57,9 +57,12 @@ export async function cutOver(input: CutoverInput): Promise<CutoverReport> {
   tracker.event('CutoverStarted');
   saga.push('openSource', () => cutoverSteps.setFreeze({ migrationId: id, source: spec.source, state: 'open' }));
   const { at: frozenAt } = await cutoverSteps.setFreeze({ migrationId: id, source: spec.source, state: 'frozen' });
-  await awaitWriters(ctx, frozenAt);
+  // A consumer that fails from here on could never confirm what the writers still commit.
+  const capture = input.capture;
+  const watched = capture && patched(PATCHES.deadConsumerEndsCutover) ? <T>(work: () => Promise<T>) => capture.unlessFailed(work) : <T>(work: () => Promise<T>) => work();
+  await watched(() => awaitWriters(ctx, frozenAt));
   // The writers are done; their changes reach the logs once the consumer is past this moment.
-  if (input.capture) await cutoverSteps.awaitCaptured({ migrationId: id, source: spec.source });
+  if (capture) await watched(() => cutoverSteps.awaitCaptured({ migrationId: id, source: spec.source }));
 
   await Promise.all(input.tables.map((table) => table.signal(finishSyncSignal)));
   await Promise.all(input.tables.map((t) => t.result()));
@@ -123,6 +126,16 @@ async function awaitWriters(ctx: MigrationContext, frozenAt: string): Promise<vo
     reported = seen;
     if (blockers.length > 0) waitingFor = blockers;
     if (blockers.length === 0) return;
+    // A prepared transaction has no session to end: terminating cannot get past it.
+    const unterminable = blockers.filter((b) => b.pid === 0);
+    if (terminate && unterminable.length > 0 && patched(PATCHES.unterminableBlockersRollBack)) {
+      tracker.event('CutoverBlocked', undefined, { blockers: unterminable, terminated, outcome: 'rollback: a prepared transaction cannot be terminated' });
+      throw ApplicationFailure.nonRetryable(
+        `the cutover waited ${Math.round(maxWaitMs / 1000)}s for write transactions begun before the freeze and cannot terminate ${describe(unterminable)}: ` +
+          'a prepared transaction has no session to end; rolled back (COMMIT PREPARED or ROLLBACK PREPARED it first)',
+        FAILURE.CutoverBlocked,
+      );
+    }
     if (Date.now() >= deadline && onBlocked === 'rollback') {
       throw ApplicationFailure.nonRetryable(
         `the cutover waited ${Math.round(maxWaitMs / 1000)}s for write transactions begun before the freeze: ${describe(blockers)}; ` +

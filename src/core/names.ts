@@ -153,6 +153,18 @@ export const PATCHES = {
    * wholeTableValidation for executions that take it.
    */
   blockValidation: 'block-validation',
+  /**
+   * Logical capture: a consumer that fails during the cutover (its slot lost) ends the waits for
+   * writers and for the consumer at once, and the migration rolls back; before, the cutover
+   * went on waiting for a consumer that would never confirm (awaitCaptured's retries, about half
+   * an hour) with the source frozen.
+   */
+  deadConsumerEndsCutover: 'dead-consumer-ends-cutover',
+  /**
+   * cutover.onBlocked: terminate rolls back when a blocker has no session to end (a prepared
+   * transaction); before, the cutover kept the source frozen until someone ended it by hand.
+   */
+  unterminableBlockersRollBack: 'unterminable-blockers-roll-back',
 } as const;
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);
