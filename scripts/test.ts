@@ -1,6 +1,8 @@
 /**
  * `npm test`: provisions what the suites need (the temporal binary, a running PostgreSQL, Chromium
  * for the Web UI test), then runs the type checker, the linter and jest. Extra arguments go to jest.
+ * `npm run test:soak` (`--soak`): the same provisioning, then only the soak tier (test/soak), whose
+ * cases run at the scale a claim was reproduced at.
  */
 import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, rmSync } from 'node:fs';
@@ -31,12 +33,17 @@ async function main(): Promise<void> {
   await ensurePostgres(pg);
   const chromium = ensureChromium();
   const env = { ...process.env, FERRY_TEST_PG: pg, FERRY_CHROMIUM_BIN: chromium, ...(binary ? { FERRY_TEMPORAL_BIN: binary } : {}) };
-  step('type check (tsc --noEmit)', bin('tsc'), ['--noEmit', '-p', '.']);
-  step('lint (eslint)', bin('eslint'), ['.']);
+  const soak = process.argv.includes('--soak');
+  const jestArgs = process.argv.slice(2).filter((a) => a !== '--soak');
+  if (soak) jestArgs.unshift('--config', join(root, 'jest.soak.config.js'));
+  else {
+    step('type check (tsc --noEmit)', bin('tsc'), ['--noEmit', '-p', '.']);
+    step('lint (eslint)', bin('eslint'), ['.']);
+  }
   // Diagnoses of migrations that stopped moving, written by the suites (test/helpers/stack.ts):
   // printed after a failed run, where the end of a long log shows them.
   const diagnoses = join(tmpdir(), `ferry-test-diagnoses-${process.pid}.log`);
-  step('tests (jest)', bin('jest'), process.argv.slice(2), { ...env, FERRY_TEST_DIAGNOSES: diagnoses }, () => {
+  step(soak ? 'soak tests (jest)' : 'tests (jest)', bin('jest'), jestArgs, { ...env, FERRY_TEST_DIAGNOSES: diagnoses }, () => {
     if (!existsSync(diagnoses)) return;
     const lines = readFileSync(diagnoses, 'utf8').trimEnd().split('\n');
     process.stderr.write(`\n== diagnoses written during the failed run (${diagnoses}), the last 80 lines\n${lines.slice(-80).join('\n')}\n`);

@@ -1,0 +1,9 @@
+/** The soak tier (`npm run test:soak`): cases at the scale a claim was reproduced at, minutes each. */
+const base = require('./jest.config');
+
+module.exports = {
+  ...base,
+  testMatch: ['<rootDir>/test/soak/**/*.test.ts'],
+  testPathIgnorePatterns: ['/node_modules/'],
+  testTimeout: 1_800_000,
+};
