@@ -81,7 +81,7 @@ it('keeps capturing while a 1 GB transaction stays open on another table, across
     expect(Number(held)).toBeGreaterThan(OPEN_MB * 1024 * 1024);
     const terminated = Date.now();
     // The consumer's connection ends (a restart, a network blip): its next one starts decoding
-    // at the slot's restart position, behind the open transaction's 300 MB.
+    // at the slot's restart position, behind the open transaction's gigabyte.
     await suite.dbs.exec('source', 'SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE active_pid IS NOT NULL');
     await suite.dbs.exec('source', `UPDATE public.ledger SET n = n + 1 WHERE id <= 1000`);
     const [{ lsn }] = await suite.dbs.query<{ lsn: string }>('source', 'SELECT pg_current_wal_lsn()::text AS lsn');
