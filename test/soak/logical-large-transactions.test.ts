@@ -8,7 +8,7 @@
  * the migration SUCCEEDED, every row equal and nothing repaired.
  */
 import { Client } from 'pg';
-import { rowsAsText, TestDatabases } from '../helpers/databases';
+import { TestDatabases } from '../helpers/databases';
 import { startPrivateCluster } from '../helpers/private-cluster';
 import { expectNothingRepaired } from '../helpers/repairs';
 import { eventually, resultWithin, waitForPhase } from '../helpers/stack';
