@@ -10,6 +10,7 @@ import { Client } from 'pg';
 import { compareTable, snapshotWork } from '../helpers/chaos';
 import { eventually, resultWithin } from '../helpers/stack';
 import { stackSuite } from '../helpers/suite';
+import { expectCleanRun } from '../helpers/repairs';
 
 describe('a worker killed with SIGKILL during preflight', () => {
   const suite = stackSuite({
@@ -40,7 +41,8 @@ describe('a worker killed with SIGKILL during preflight', () => {
       running = await eventually(async () => (await snapshotWork(suite.stack.ferry, id, false)).running.find((a) => a.activity === 'preflight'), 4_000, 50);
       const victim = workers.find((w) => w.identity === running!.worker)!;
       victim.process.kill('SIGKILL');
-      expect(await victim.exited).toBeNull();
+      await victim.exited;
+      expect(victim.process.signalCode).toBe('SIGKILL');
     } finally {
       await app.query('ROLLBACK');
       await app.end();
@@ -51,6 +53,7 @@ describe('a worker killed with SIGKILL during preflight', () => {
     expect(result.state).toBe('SUCCEEDED');
     const cmp = await compareTable(suite.dbs, 'source', 'target', 'public.orders', 'id');
     expect({ equal: cmp.equal, rows: cmp.targetRows, duplicateKeys: cmp.duplicateKeys }).toEqual({ equal: true, rows: 5000, duplicateKeys: 0 });
+    await expectCleanRun(suite.stack.ferry, result);
 
     // The preflight that finished was a retry after a heartbeat timeout, on the surviving worker.
     const history = await suite.stack.client.workflow.getHandle(running.workflowId).fetchHistory();

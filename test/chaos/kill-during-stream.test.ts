@@ -23,7 +23,8 @@ describe('a worker killed with SIGKILL while logical capture streams', () => {
       const stream = await eventually(async () => (await runningActivities(stack.ferry, [id])).find((a) => a.activity === 'streamChanges' && a.heartbeating), 30_000, 50);
       const victim = workers.find((w) => w.identity === stream.worker)!;
       victim.process.kill('SIGKILL');
-      expect(await victim.exited).toBeNull();
+      await victim.exited;
+      expect(victim.process.signalCode).toBe('SIGKILL');
       const killed: Killed = { ...stream, at: Date.now() };
       const atKill = await suite.confirmedLsn();
       expect(atKill).not.toBeNull();

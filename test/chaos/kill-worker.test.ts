@@ -8,6 +8,7 @@ import { TestDatabases } from '../helpers/databases';
 import { awaitRetry, Killed, lastAttempt } from '../helpers/kills';
 import { eventually } from '../helpers/stack';
 import { stackSuite } from '../helpers/suite';
+import { expectCleanRun } from '../helpers/repairs';
 
 const ROWS = 300_000;
 
@@ -46,7 +47,8 @@ describe('a worker killed with SIGKILL mid-chunk', () => {
     }, 60_000);
     const victim = workers.find((w) => w.identity === owner.worker)!;
     victim.process.kill('SIGKILL');
-    expect(await victim.exited).toBeNull();
+    await victim.exited;
+    expect(victim.process.signalCode).toBe('SIGKILL');
     const killed: Killed = { ...owner, at: Date.now() };
 
     // The throttle stays as it was: changing it now would end the interrupted slice and dispatch
@@ -62,5 +64,6 @@ describe('a worker killed with SIGKILL mid-chunk', () => {
     // The interrupted slice ended in a heartbeat timeout and its next attempt ran on the survivor.
     expect(await awaitRetry(suite.stack.ferry, killed)).toEqual({ attempt: killed.attempt + 1, endedBy: 'heartbeat timeout' });
     expect(await lastAttempt(suite.stack.ferry, killed)).toEqual({ attempt: killed.attempt + 1, worker: survivor.identity, completed: true });
+    await expectCleanRun(suite.stack.ferry, result);
   });
 });

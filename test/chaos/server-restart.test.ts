@@ -11,6 +11,7 @@
 import { compareTable, ledgerSql, sleep } from '../helpers/chaos';
 import { eventually, resultWithin, RunningProcessWorker } from '../helpers/stack';
 import { stackSuite } from '../helpers/suite';
+import { expectCleanRun } from '../helpers/repairs';
 
 const ROWS = 150_000;
 /** Longer than the gRPC client's own retries of a call (10 attempts, about 20 s in all). */
@@ -97,5 +98,6 @@ describe('a Temporal server restart during the copy', () => {
       extra: [],
     });
     expect(result.tables[0].rowsCopied).toBe(ROWS);
+    await expectCleanRun(suite.stack.ferry, result);
   }, 400_000);
 });

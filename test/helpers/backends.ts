@@ -54,8 +54,10 @@ export class BackendTerminator {
     this.loop = (async () => {
       while (this.running) {
         const { rows } = await admin.query<Backend>(
+          // Active sessions only: an idle pooled session still shows the last statement it ran,
+          // and ending it would count a round that hit no running activity.
           `SELECT pid, datname, state, query FROM pg_catalog.pg_stat_activity
-            WHERE application_name = $1 AND datname = ANY ($2) AND pid <> pg_backend_pid()`,
+            WHERE application_name = $1 AND datname = ANY ($2) AND pid <> pg_backend_pid() AND state = 'active'`,
           [FERRY_APPLICATION_NAME, databases],
         );
         for (const rule of this.rules) {

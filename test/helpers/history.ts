@@ -9,6 +9,18 @@ export interface ActivityStart {
   attempt: number;
 }
 
+/** activityStarts over every run of a workflow, continue-as-new included (newest run first). */
+export async function activityStartsAllRuns(client: Client, workflowId: string): Promise<ActivityStart[]> {
+  const starts: ActivityStart[] = [];
+  let runId: string | undefined;
+  for (;;) {
+    starts.push(...(await activityStarts(client, workflowId, runId)));
+    const history = await client.workflow.getHandle(workflowId, runId).fetchHistory();
+    runId = history.events?.[0]?.workflowExecutionStartedEventAttributes?.continuedExecutionRunId ?? undefined;
+    if (!runId) return starts;
+  }
+}
+
 export async function activityStarts(client: Client, workflowId: string, runId?: string): Promise<ActivityStart[]> {
   const history = await client.workflow.getHandle(workflowId, runId).fetchHistory();
   const scheduled = new Map<string, string>();

@@ -8,6 +8,7 @@
 import type { ResultDocument } from '../../src/core/status';
 import { accounts, items, seedSql } from '../fixtures/seeds';
 import { rowsAsText } from './databases';
+import { expectCleanRun, expectNothingRepaired } from './repairs';
 import { registered, StackSuite } from './suite';
 import { startWriters, WriterStats } from './writers';
 
@@ -69,7 +70,8 @@ export class OnlineSuite extends StackSuite {
 
   /**
    * The end every scenario expects: SUCCEEDED, no writer error but the expected ones, both tables
-   * equal row for row (SQL on both databases); with logical capture, no slot or publication left.
+   * equal row for row (SQL on both databases) with nothing repaired by validation (a loss it
+   * mended would pass the comparison); with logical capture, no slot or publication left.
    */
   async expectCompleted(result: ResultDocument, writers: WriterStats): Promise<void> {
     expect(result.error).toBeNull();
@@ -78,6 +80,8 @@ export class OnlineSuite extends StackSuite {
     for (const [table, key] of TABLES) {
       expect(await rowsAsText(this.dbs, 'target', table, key)).toEqual(await rowsAsText(this.dbs, 'source', table, key));
     }
+    expectNothingRepaired(result);
+    await expectCleanRun(this.stack.ferry, result);
     if (!this.options.logical) return;
     expect(await this.dbs.query('source', 'SELECT slot_name FROM pg_replication_slots')).toEqual([]);
     expect(await this.dbs.query('source', 'SELECT pubname FROM pg_publication')).toEqual([]);

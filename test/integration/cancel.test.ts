@@ -6,6 +6,8 @@
  */
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
+import { Client } from 'pg';
+import { temporal as proto } from '@temporalio/proto';
 import { locateTemporalBinary } from '../../src/dev/temporal-binary';
 import { objectInventory, rowsAsText } from '../helpers/databases';
 import { ActivityHold } from '../helpers/interceptors';
@@ -21,6 +23,9 @@ CREATE INDEX orders_customer ON public.orders (customer);
 CREATE TABLE public.notes (id int PRIMARY KEY, body text);
 INSERT INTO public.notes SELECT g, 'note ' || g FROM generate_series(1, 2000) g;
 ANALYZE;`;
+
+/** A pending activity whose cancellation Temporal has asked for. */
+const CANCEL_REQUESTED = proto.api.enums.v1.PendingActivityState.PENDING_ACTIVITY_STATE_CANCEL_REQUESTED;
 
 interface Snapshot {
   source: string[];
@@ -118,6 +123,36 @@ describe('cancellation', () => {
     await expectCancelledAndClean(id, 'copy');
     const described = await suite.stack.client.workflow.getHandle(id).describe();
     expect(described.status.name).toBe('CANCELLED');
+  });
+
+  it('in the middle of a copy batch (`ferry cancel`), the chunks not a multiple of the batch', async () => {
+    // 60,000 orders in two chunks of 30,000, batches of 7,000: each chunk ends on a short batch.
+    const { id } = await suite.stack.ferry.start(spec('batch', { batchRows: 7000 }), { id: 'cancel-batch' });
+    await eventually(async () => (await suite.dbs.query<{ n: number }>('target', 'SELECT coalesce(sum(rows_copied), 0)::int AS n FROM _ferry.checkpoints').catch(() => [{ n: 0 }]))[0].n > 0, 60_000, 50);
+    // The next batch's COPY into the target waits behind this lock: a batch is in flight.
+    const holder = new Client({ connectionString: suite.dbs.url('target') });
+    await holder.connect();
+    const waitingCopy = async () =>
+      (
+        await suite.dbs.query('target', `SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'COPY "public"."orders"%FROM STDIN%'`)
+      ).length > 0;
+    try {
+      await holder.query('BEGIN');
+      await holder.query('LOCK TABLE public.orders IN ACCESS EXCLUSIVE MODE');
+      await eventually(waitingCopy, 30_000, 50);
+      const cancel = await suite.stack.runCli(['cancel', id, '--reason', 'mid-batch']);
+      expect(cancel.code).toBe(0);
+      // The cancel reached the copy while a batch waits: its activity is asked to stop mid-batch.
+      await eventually(async () => {
+        const tables = await Promise.all([0, 1].map((i) => suite.stack.ferry.handle(`${id}/table-${i}`).describe().catch(() => undefined)));
+        return tables.some((d) => (d?.raw.pendingActivities ?? []).some((a) => a.activityType?.name === 'copyChunk' && a.state === CANCEL_REQUESTED));
+      }, 30_000, 50);
+      await eventually(waitingCopy, 5_000, 50);
+    } finally {
+      await holder.query('ROLLBACK').catch(() => undefined);
+      await holder.end();
+    }
+    await expectCancelledAndClean(id, 'batch');
   });
 
   it('during validation (`ferry cancel`)', async () => {

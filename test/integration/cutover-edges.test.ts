@@ -12,7 +12,7 @@ import { quoteQualified } from '../../src/core/identifiers';
 import { captureNames } from '../../src/db/capture-sql';
 import { rowsAsText } from '../helpers/databases';
 import { startPrivateCluster } from '../helpers/private-cluster';
-import { expectNothingRepaired } from '../helpers/repairs';
+import { expectCleanRun, expectNothingRepaired } from '../helpers/repairs';
 import { eventually, resultWithin, waitForPhase } from '../helpers/stack';
 import { stackSuite } from '../helpers/suite';
 
@@ -67,6 +67,7 @@ it('completes when the logical consumer works longer than wal_sender_timeout on 
   expect(result.state).toBe('SUCCEEDED');
   expect(await rowsAsText(suite.dbs, 'target', 'public.accounts', 'id')).toEqual(await rowsAsText(suite.dbs, 'source', 'public.accounts', 'id'));
   expectNothingRepaired(result);
+  await expectCleanRun(suite.stack.ferry, result);
   await noSlotOrPublication();
 }, 240_000);
 

@@ -12,7 +12,10 @@
 import { ChildProcess, spawn } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { Client as TemporalClient, Connection } from '@temporalio/client';
 import { Client } from 'pg';
+import { FerryClient } from '../../src/client';
+import { repairsFound } from '../helpers/repairs';
 import { freePort } from '../../src/dev/dev-server';
 import { eventually, FERRY_BIN, ROOT } from '../helpers/stack';
 
@@ -87,6 +90,16 @@ async function runKept(run: Demo, exitOnSigint = 0): Promise<void> {
   expect((await rows(source!, 'shop.order_items', 'order_id, line')).length).toBeGreaterThan(6000);
   // The migration's freeze is on the source's tables (keep-frozen): a write is refused.
   await expect(runSql(source!, 'DELETE FROM shop.order_items')).rejects.toThrow(/frozen: Ferry migration demo-/);
+  // Equal by copy and sync alone: read from the demo's own Temporal server, validation repaired nothing.
+  const address = /--keep: leaving everything running\. Temporal (\S+);/.exec(output)?.[1];
+  const id = /migration (demo-\S+) SUCCEEDED/.exec(output)?.[1];
+  const connection = await Connection.connect({ address: address! });
+  try {
+    const ferry = FerryClient.fromClient(new TemporalClient({ connection }), { address: address!, taskQueue: 'ferry' });
+    expect(await repairsFound(ferry, await ferry.result(id!))).toEqual([]);
+  } finally {
+    await connection.close();
+  }
 
   run.child.kill('SIGINT');
   expect(await run.exited).toBe(exitOnSigint);

@@ -165,7 +165,12 @@ describe('an online migration with logical capture', () => {
       await hold.query('SELECT 1 FROM _ferry_capture.slots FOR UPDATE');
       await suite.stack.ferry.approve(id);
       await eventually(async () => writers.stats.frozenErrors.length > 0, 30_000, 50);
-      await new Promise((r) => setTimeout(r, 3_000));
+      // The cutover is waiting for the consumer (its awaitCaptured runs) while the consumer is
+      // held behind: only then is the hold let go.
+      await eventually(async () => {
+        const d = await suite.stack.ferry.handle(id).describe();
+        return (d.raw.pendingActivities ?? []).some((a) => a.activityType?.name === 'awaitCaptured');
+      }, 60_000, 100);
       await hold.query('ROLLBACK');
       result = await resultWithin(suite.stack.ferry, id, 90_000);
     } finally {

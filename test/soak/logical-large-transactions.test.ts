@@ -10,7 +10,7 @@
 import { Client } from 'pg';
 import { TestDatabases } from '../helpers/databases';
 import { startPrivateCluster } from '../helpers/private-cluster';
-import { expectNothingRepaired } from '../helpers/repairs';
+import { expectCleanRun, expectNothingRepaired } from '../helpers/repairs';
 import { eventually, resultWithin, waitForPhase } from '../helpers/stack';
 import { stackSuite } from '../helpers/suite';
 
@@ -55,6 +55,7 @@ async function approvedAndEqual(id: string): Promise<void> {
   const md5 = `SELECT count(*)::int AS n, md5(string_agg(id::text || ':' || n::text, ',' ORDER BY id)) AS sum FROM public.ledger`;
   expect(await suite.dbs.query('target', md5)).toEqual(await suite.dbs.query('source', md5));
   expectNothingRepaired(result);
+  await expectCleanRun(suite.stack.ferry, result);
   expect(await suite.dbs.query('source', 'SELECT slot_name FROM pg_replication_slots')).toEqual([]);
 }
 
