@@ -5,7 +5,7 @@
  */
 import { allHandlersFinished, CancellationScope, condition, upsertMemo } from '@temporalio/workflow';
 import { rootMessage } from '../src/core/failures';
-import { notify } from './proxies';
+import type { MigrationActivities } from './proxies';
 
 interface Callback {
   url: string;
@@ -20,6 +20,8 @@ export class Callbacks {
   constructor(
     private readonly id: string,
     private readonly callback: Callback | undefined,
+    /** The callback activity, retried as the run's timings say. */
+    private readonly notify: MigrationActivities['notify'],
   ) {}
 
   /** What the tracker calls for every appended event (undefined when no event webhooks were asked for). */
@@ -29,7 +31,7 @@ export class Callbacks {
     const id = this.id;
     return (event) => {
       this.deliveries.push(
-        CancellationScope.nonCancellable(() => notify.sendCallback({ url, secret, idempotencyKey: `${id}:${event.seq}`, body: { task_id: id, event } })).catch(
+        CancellationScope.nonCancellable(() => this.notify.sendCallback({ url, secret, idempotencyKey: `${id}:${event.seq}`, body: { task_id: id, event } })).catch(
           () => undefined,
         ),
       );
@@ -49,7 +51,7 @@ export class Callbacks {
     if (this.callback) {
       const { url, secret } = this.callback;
       result.callback = await CancellationScope.nonCancellable(() =>
-        notify
+        this.notify
           .sendCallback({ url, secret, idempotencyKey: this.id, body: result })
           .then(() => ({ delivered: true }))
           .catch((err: unknown) => ({ delivered: false, error: rootMessage(err) })),

@@ -5,7 +5,7 @@
  */
 import { CancellationScope, condition } from '@temporalio/workflow';
 import type { CaptureTable } from '../activities/capture';
-import { stream } from './proxies';
+import type { MigrationActivities } from './proxies';
 
 /** One streamChanges call: long enough to add little history, short enough to stay well inside its timeout. */
 export const STREAM_SLICE_MS = 5 * 60_000;
@@ -18,6 +18,7 @@ export class CaptureStream {
   failure: { error: unknown } | undefined;
 
   constructor(
+    stream: MigrationActivities['stream'],
     input: { migrationId: string; source: string; tables: CaptureTable[] },
     onFailure: (error: unknown) => void,
   ) {

@@ -7,9 +7,7 @@
 import { ApplicationFailure, condition, sleep } from '@temporalio/workflow';
 import { BackfillStep } from '../src/core/change-plan';
 import type { ChangeContext } from './change';
-import { changeActivities } from './change-proxies';
 
-const SLICE_MS = 10_000;
 /** How long a busy database is left alone before the next look. */
 const LOAD_WAIT_MS = 5_000;
 /** until: all gives up after this many passes that each still updated rows. */
@@ -24,7 +22,7 @@ export interface BackfillPlace {
 export async function runBackfill(ctx: ChangeContext, step: BackfillStep, from: BackfillPlace = { pass: 0, updatedBefore: 0 }): Promise<void> {
   const { tracker, plan } = ctx;
   const status = tracker.steps[step.index];
-  const target = await changeActivities.quick.prepareBackfill({ database: plan.database, backfill: { table: step.table } });
+  const target = await ctx.acts.quick.prepareBackfill({ database: plan.database, backfill: { table: step.table } });
   status.progress = { done: status.progress?.done ?? 0, total: target.rowsEstimated, unit: 'rows' };
   let updatedBefore = from.updatedBefore;
   for (let pass = from.pass; ; pass += 1) {
@@ -42,7 +40,7 @@ export async function runBackfill(ctx: ChangeContext, step: BackfillStep, from: 
         await condition(() => !tracker.paused);
         tracker.setWaiting(undefined);
       }
-      const r = await changeActivities.slices.backfillSlice({
+      const r = await ctx.acts.slices.backfillSlice({
         changeId: ctx.id,
         runId: ctx.runId,
         step: step.index,
@@ -50,7 +48,7 @@ export async function runBackfill(ctx: ChangeContext, step: BackfillStep, from: 
         database: plan.database,
         backfill: { table: step.table, set: step.set, where: step.where, batchRows: step.batchRows },
         fence: ctx.nextFence(),
-        sliceMs: SLICE_MS,
+        sliceMs: ctx.timings.backfillSliceMs,
         rowsPerSecond: tracker.throttle.rowsPerSecond,
         batchRows: tracker.throttle.batchRows,
         maxReplicaLagMs: plan.throttle.maxReplicaLagMs,

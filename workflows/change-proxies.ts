@@ -3,34 +3,45 @@ import { ActivityCancellationType, ApplicationFailure, proxyActivities, sleep } 
 import type { Activities } from '../activities';
 import { FAILURE } from '../src/core/failure-types';
 import { innermostApplicationFailure } from '../src/core/failures';
+import { PRODUCTION_TIMINGS, Timings } from '../src/core/timings';
 
 const NON_RETRYABLE = [FAILURE.LockBusy, FAILURE.ChangeRefused, FAILURE.Superseded, FAILURE.NoPrimaryKey, FAILURE.SchemaChanged];
 
-export const changeActivities = {
-  /** A step's statements and builds: as long as the step may take; liveness heartbeats notice a lost worker. */
-  forStep(timeoutMs: number) {
-    return proxyActivities<Activities>({
-      startToCloseTimeout: timeoutMs,
-      heartbeatTimeout: '20 seconds',
-      cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-      retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 10, nonRetryableErrorTypes: NON_RETRYABLE },
-    });
-  },
-  /** Backfill slices: short calls (tens of seconds), retried from their committed checkpoint. */
-  slices: proxyActivities<Activities>({
-    startToCloseTimeout: '10 minutes',
-    heartbeatTimeout: '20 seconds',
-    cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-    retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 30, nonRetryableErrorTypes: NON_RETRYABLE },
-  }),
-  /** Bookkeeping and clean-ups: quick. */
-  quick: proxyActivities<Activities>({
-    startToCloseTimeout: '5 minutes',
-    heartbeatTimeout: '20 seconds',
-    cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-    retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '10 seconds', maximumAttempts: 10 },
-  }),
-};
+/** A plan's activities, as its timings configure them (the heartbeat timeout: how soon a lost worker's call is retried). */
+export function changeActivitiesFor(timings: Timings) {
+  const heartbeatTimeout = timings.heartbeatTimeoutMs;
+  const cancellationType = ActivityCancellationType.WAIT_CANCELLATION_COMPLETED;
+  return {
+    /** A step's statements and builds: as long as the step may take; liveness heartbeats notice a lost worker. */
+    forStep(timeoutMs: number) {
+      return proxyActivities<Activities>({
+        startToCloseTimeout: timeoutMs,
+        heartbeatTimeout,
+        cancellationType,
+        retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 10, nonRetryableErrorTypes: NON_RETRYABLE },
+      });
+    },
+    /** Backfill slices: short calls (tens of seconds), retried from their committed checkpoint. */
+    slices: proxyActivities<Activities>({
+      startToCloseTimeout: '10 minutes',
+      heartbeatTimeout,
+      cancellationType,
+      retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 30, nonRetryableErrorTypes: NON_RETRYABLE },
+    }),
+    /** Bookkeeping and clean-ups: quick. */
+    quick: proxyActivities<Activities>({
+      startToCloseTimeout: '5 minutes',
+      heartbeatTimeout,
+      cancellationType,
+      retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '10 seconds', maximumAttempts: 10 },
+    }),
+  };
+}
+
+export type ChangeActivities = ReturnType<typeof changeActivitiesFor>;
+
+/** Workflows that take no timings (a rewrite's retirement) use production's. */
+export const changeActivities = changeActivitiesFor(PRODUCTION_TIMINGS);
 
 /**
  * The wait before lock attempt n+1: 0.5 s doubling up to 30 s, times a jitter in [0.5, 1.5)

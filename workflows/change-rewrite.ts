@@ -13,7 +13,7 @@ import { rewriteCaptureId, RewriteStep } from '../src/core/change-plan';
 import { rootMessage } from '../src/core/failures';
 import { REWRITE_RETIRE_WORKFLOW, workflowIds } from '../src/core/names';
 import type { ChangeContext } from './change';
-import { changeActivities, retryWhileLockBusy } from './change-proxies';
+import { ChangeActivities, retryWhileLockBusy } from './change-proxies';
 
 /** A sync round leaves at most this many logged rows before validation and the swap. */
 const CAUGHT_UP_ROWS = 2_000;
@@ -23,12 +23,12 @@ export function runRewrite(ctx: ChangeContext, step: RewriteStep): Promise<void>
   return new RewriteRun(ctx, step).run();
 }
 
-type RewriteData = Omit<Parameters<ReturnType<typeof changeActivities.forStep>['syncRewrite']>[0], 'maxRows'>;
+type RewriteData = Omit<Parameters<ReturnType<ChangeActivities['forStep']>['syncRewrite']>[0], 'maxRows'>;
 
 /** One rewrite step: its phases as methods, in the order they run. */
 class RewriteRun {
-  private readonly acts: ReturnType<typeof changeActivities.forStep>;
-  private readonly quick = changeActivities.quick;
+  private readonly acts: ReturnType<ChangeActivities['forStep']>;
+  private readonly quick: ChangeActivities['quick'];
   private readonly database: string;
   private readonly ref: { changeId: string; database: string; step: number; table: RewriteStep['table'] };
   private readonly captureId: string;
@@ -40,7 +40,8 @@ class RewriteRun {
     private readonly ctx: ChangeContext,
     private readonly step: RewriteStep,
   ) {
-    this.acts = changeActivities.forStep(step.timeoutMs);
+    this.acts = ctx.acts.forStep(step.timeoutMs);
+    this.quick = ctx.acts.quick;
     this.database = ctx.plan.database;
     this.ref = { changeId: ctx.id, database: this.database, step: step.index, table: step.table };
     this.captureId = rewriteCaptureId(ctx.id, step.index);

@@ -28,7 +28,9 @@ import { FerrySourceKey, FerryTargetKey, PATCHES } from '../src/core/names';
 import { checkThrottle, SpecError } from '../src/core/spec';
 import { checkedAudit, ControlSignal, describeRate, ErrorInfo } from '../src/core/status';
 import { ChangeTracker, ChangeTrackerSnapshot } from './change-tracker';
-import { changeActivities, retryWhileLockBusy } from './change-proxies';
+import { ChangeActivities, changeActivities, changeActivitiesFor, retryWhileLockBusy } from './change-proxies';
+import { notifyActivities } from './proxies';
+import { PRODUCTION_TIMINGS, Timings, TimingsInput, timingProblems, timingsOf } from '../src/core/timings';
 import { BackfillPlace, runBackfill } from './change-backfill';
 import { runRewrite } from './change-rewrite';
 import { approveCutoverSignal, cancelSignal, changeStateQuery, pauseSignal, resumeSignal, throttleSignal } from './definitions';
@@ -42,6 +44,8 @@ export interface ChangeOptions {
   historyLimit?: number;
   /** From a run that continued as new: where it stopped. */
   resume?: ChangeResume;
+  /** Shorter waits than production's (src/core/timings.ts): heartbeat timeout, backfill slice, callback retries. Tests give them. */
+  timings?: TimingsInput;
 }
 
 /** What a run hands to the next when it continues as new (in the middle of a backfill step). */
@@ -82,6 +86,9 @@ export interface ChangeContext {
   approved(): boolean;
   /** Between two slices: continues as new (never returns) when the run's history has grown long. */
   checkpoint(step: ChangeStep, place: BackfillPlace): Promise<void>;
+  /** The activities, as the run's timings configure them. */
+  acts: ChangeActivities;
+  timings: Timings;
 }
 
 class ChangeRun {
@@ -93,6 +100,8 @@ class ChangeRun {
   private readonly undo: Undo[] = [];
   private fence = 0;
   private callbacks!: Callbacks;
+  private timings: Timings = PRODUCTION_TIMINGS;
+  private acts: ChangeActivities = changeActivities;
   private planInput: unknown;
   private options: ChangeOptions = {};
   private decisions: StepDecision[] = [];
@@ -101,6 +110,10 @@ class ChangeRun {
     const plan = this.parse(planInput);
     this.planInput = planInput;
     this.options = options;
+    const problems = timingProblems(options.timings);
+    if (problems.length > 0) throw ApplicationFailure.nonRetryable(`invalid options:\n${problems.join('\n')}`, FAILURE.InvalidSpec);
+    this.timings = timingsOf(options.timings);
+    this.acts = changeActivitiesFor(this.timings);
     const { info } = this;
     const { resume } = options;
     const tracker = (this.tracker = new ChangeTracker(info.workflowId, info.runId, plan.database, resume?.startedAt ?? new Date(info.startTime).toISOString(), plan.steps));
@@ -119,7 +132,7 @@ class ChangeRun {
       { key: FerryTargetKey, value: plan.database },
     ]);
     this.listen();
-    this.callbacks = new Callbacks(this.info.workflowId, plan.callback);
+    this.callbacks = new Callbacks(this.info.workflowId, plan.callback, notifyActivities(this.timings));
     this.tracker.onEvent = this.callbacks.eventSender();
     const { outcome, failure } = await this.execute(plan, options);
     return this.end(plan, outcome, failure);
@@ -190,6 +203,8 @@ class ChangeRun {
       nextFence: () => ++this.fence,
       approved: () => this.approved,
       checkpoint: (step, place) => this.checkpoint(step, place),
+      acts: this.acts,
+      timings: this.timings,
     };
   }
 
@@ -214,7 +229,7 @@ class ChangeRun {
       step: step.index,
       backfill: place,
     };
-    await continueAsNew<typeof changeWorkflow>(this.planInput, { historyLimit: this.options.historyLimit, resume });
+    await continueAsNew<typeof changeWorkflow>(this.planInput, { historyLimit: this.options.historyLimit, resume, ...(this.options.timings ? { timings: this.options.timings } : {}) });
   }
 
   private async execute(plan: ChangePlan, options: ChangeOptions): Promise<{ outcome: Outcome; failure?: unknown }> {
@@ -236,7 +251,7 @@ class ChangeRun {
     decisions.forEach((d) => d.note && (tracker.steps[d.index].note = d.note));
     tracker.setPhase('APPLYING');
     tracker.event('ChangeStarted', undefined, { database: plan.database, steps: plan.steps.length });
-    await CancellationScope.nonCancellable(() => changeActivities.quick.openChange(ref));
+    await CancellationScope.nonCancellable(() => this.acts.quick.openChange(ref));
     return this.steps(plan, ref, decisions);
   }
 
@@ -262,10 +277,10 @@ class ChangeRun {
       if (failure.rollback) await this.rollBack();
       this.skipRest(step.index + 1);
       tracker.setPhase('FAILED', outcome);
-      await CancellationScope.nonCancellable(() => changeActivities.quick.closeChange(ref));
+      await CancellationScope.nonCancellable(() => this.acts.quick.closeChange(ref));
       return { outcome, failure: failure.error };
     }
-    await CancellationScope.nonCancellable(() => changeActivities.quick.closeChange(ref));
+    await CancellationScope.nonCancellable(() => this.acts.quick.closeChange(ref));
     tracker.setPhase('COMPLETED', 'every step succeeded');
     return { outcome: 'SUCCEEDED' };
   }
@@ -323,7 +338,7 @@ class ChangeRun {
 
   private async apply(plan: ChangePlan, step: ChangeStep, decision: StepDecision, place?: BackfillPlace): Promise<void> {
     const ref = { changeId: this.info.workflowId, runId: this.info.firstExecutionRunId, step: step.index, database: plan.database };
-    const acts = changeActivities.forStep(step.timeoutMs);
+    const acts = this.acts.forStep(step.timeoutMs);
     switch (step.kind) {
       case 'sql': {
         if (decision.action === 'setNotNull' && decision.setNotNull) {
@@ -381,7 +396,7 @@ class ChangeRun {
           step: step.index,
           run: () =>
             this.whileLockBusy(step, step.maxWaitMs, () =>
-              changeActivities.forStep(step.timeoutMs).runChangeSql({ ...ref, sql: down, direction: 'down', lockTimeoutMs: step.lockTimeoutMs, statementTimeoutMs: step.timeoutMs }),
+              this.acts.forStep(step.timeoutMs).runChangeSql({ ...ref, sql: down, direction: 'down', lockTimeoutMs: step.lockTimeoutMs, statementTimeoutMs: step.timeoutMs }),
             ),
         });
         return;
@@ -390,7 +405,7 @@ class ChangeRun {
         if (step.rebuild || decision.indexExisted === true) return;
         this.undo.push({
           step: step.index,
-          run: () => changeActivities.forStep(step.timeoutMs).dropChangeIndex({ database: plan.database, table: step.table, name: step.name, onlyInvalid: false }),
+          run: () => this.acts.forStep(step.timeoutMs).dropChangeIndex({ database: plan.database, table: step.table, name: step.name, onlyInvalid: false }),
         });
         return;
       case 'rewrite':
@@ -419,10 +434,10 @@ class ChangeRun {
   private async cleanUpFailed(plan: ChangePlan, step: ChangeStep, decision: StepDecision): Promise<void> {
     try {
       if (step.kind === 'index' && !step.rebuild) {
-        await changeActivities.quick.dropChangeIndex({ database: plan.database, table: step.table, name: step.name, onlyInvalid: true });
+        await this.acts.quick.dropChangeIndex({ database: plan.database, table: step.table, name: step.name, onlyInvalid: true });
       }
       if (step.kind === 'sql' && decision.action === 'setNotNull' && decision.setNotNull) {
-        await changeActivities.quick.dropNotNullCheck({ database: plan.database, ...decision.setNotNull, lockTimeoutMs: step.lockTimeoutMs });
+        await this.acts.quick.dropNotNullCheck({ database: plan.database, ...decision.setNotNull, lockTimeoutMs: step.lockTimeoutMs });
       }
     } catch (err) {
       this.tracker.warnings.push(`step ${step.index + 1}: cleaning up after its failure failed: ${rootMessage(err)}`);

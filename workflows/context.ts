@@ -3,7 +3,8 @@ import { ChildWorkflowCancellationType, ChildWorkflowHandle, patched, startChild
 import { PATCHES, workflowIds } from '../src/core/names';
 import { MigrationPlan, TablePlan } from '../src/core/plan';
 import { Spec } from '../src/core/spec';
-import { steps } from './proxies';
+import type { TimingsInput } from '../src/core/timings';
+import type { MigrationActivities } from './proxies';
 import { Control, TableProgress } from './definitions';
 import { Saga } from './saga';
 import { tableMigrationWorkflow } from './table';
@@ -19,6 +20,11 @@ export interface MigrationOptions {
   plan?: MigrationPlan;
   /** `ferry retry`: a new run after FAILED, resuming from the plan and checkpoints left behind. */
   resume?: boolean;
+  /**
+   * Shorter waits than production's (src/core/timings.ts): heartbeat timeout, re-check period,
+   * idle cap, callback retries. Tests give them; absent, production's.
+   */
+  timings?: TimingsInput;
 }
 
 export interface MigrationContext {
@@ -28,6 +34,8 @@ export interface MigrationContext {
   tracker: Tracker;
   saga: Saga;
   options: MigrationOptions;
+  /** The activities, as the run's timings configure them. */
+  acts: MigrationActivities;
   /** The control forwarded to table workflows (the rate cap with its current share). */
   control(): Control;
   children: Map<number, ChildWorkflowHandle<typeof tableMigrationWorkflow>>;
@@ -49,6 +57,7 @@ export interface MigrationContext {
 /** Pushes the target's undo first (its completion can be lost), then prepares the target. */
 export async function prepareTarget(ctx: MigrationContext): Promise<void> {
   const { id, spec, plan, saga } = ctx;
+  const { steps } = ctx.acts;
   if (spec.onFailure === 'rollback') saga.push('dropTargetObjects', () => steps.dropTargetObjects({ migrationId: id, target: spec.target }));
   await steps.prepareTarget({
     migrationId: id,
@@ -90,6 +99,7 @@ export async function startTable(ctx: MigrationContext, table: TablePlan, waitFo
         control: ctx.control(),
         waitForCopySlot,
         historyLimit: ctx.options.tableHistoryLimit,
+        ...(ctx.options.timings ? { timings: ctx.options.timings } : {}),
         ...(ctx.targetReadyBeforeCutover ? { indexes: { parallelism: spec.parallelism.indexes } } : {}),
         ...(ctx.primaryKeyAfterLoad ? { primaryKeyAfterLoad: true } : {}),
         ...(spec.mode === 'online' && spec.parallelism.apply > 1 ? { applyLanes: spec.parallelism.apply } : {}),

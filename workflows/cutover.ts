@@ -22,7 +22,6 @@ import { innermostApplicationFailure } from '../src/core/failures';
 import { PATCHES } from '../src/core/names';
 import { copyTableOf, TablePlan } from '../src/core/plan';
 import { Blocker, CutoverReport } from '../src/core/status';
-import { cutoverSteps, drain, release, steps } from './proxies';
 import { runBounded } from './bounded';
 import { cleanUpInBackground } from './cleanup';
 import type { CaptureStream } from './capture-stream';
@@ -52,6 +51,7 @@ export interface CutoverInput {
 export async function cutOver(input: CutoverInput): Promise<CutoverReport> {
   const { ctx } = input;
   const { id, spec, tracker, saga } = ctx;
+  const { cutoverSteps, steps } = ctx.acts;
   tracker.step('cutover');
   tracker.setPhase('CUTTING_OVER', spec.cutover!.approval === 'auto' ? 'approved automatically' : 'approved');
   tracker.event('CutoverStarted');
@@ -98,6 +98,7 @@ export async function cutOver(input: CutoverInput): Promise<CutoverReport> {
 /** Waits for the write transactions begun before the freeze, as cutover.onBlocked says. */
 async function awaitWriters(ctx: MigrationContext, frozenAt: string): Promise<void> {
   const { id, spec, tracker } = ctx;
+  const { cutoverSteps } = ctx.acts;
   const { maxWaitMs, onBlocked } = spec.cutover!;
   const deadline = Date.now() + maxWaitMs;
   const tables = ctx.plan.tables.map((t) => t.source);
@@ -160,6 +161,7 @@ function describe(blockers: Blocker[]): string {
 /** The source is frozen and its writers are done: the logs can only shrink. */
 async function drainAndCheck(ctx: MigrationContext): Promise<number> {
   const { id, spec, plan, tracker } = ctx;
+  const { drain } = ctx.acts;
   let checked = 0;
   await runBounded(plan.tables, plan.tables.length, async (table) => {
     const copyTable = copyTableOf(table);
@@ -214,6 +216,7 @@ async function drainAndCheck(ctx: MigrationContext): Promise<number> {
  */
 async function afterPointOfNoReturn(ctx: MigrationContext, unvalidatedForeignKeys: CutoverInput['unvalidatedForeignKeys']): Promise<void> {
   const { id, spec, tracker } = ctx;
+  const { release } = ctx.acts;
   const source = { migrationId: id, source: spec.source };
   const unfreeze = spec.cutover!.afterwards === 'unfreeze';
   const pending: string[] = [];

@@ -6,7 +6,6 @@
  * Executions begun by an older Ferry build every index at the end instead (finalizeTarget).
  */
 import { patched } from '@temporalio/workflow';
-import { steps } from './proxies';
 import { runBounded, runWeighted } from './bounded';
 import { PATCHES } from '../src/core/names';
 import { isSmallTable, TablePlan } from '../src/core/plan';
@@ -51,7 +50,7 @@ export async function runFullLoad(ctx: MigrationContext): Promise<void> {
   }
 }
 
-async function finishTarget({ id, spec, plan }: MigrationContext) {
+async function finishTarget({ id, spec, plan, acts: { steps } }: MigrationContext) {
   const tables = { source: spec.source, target: spec.target, tables: plan.tables };
   const { foreignKeys, skipped } = await steps.addForeignKeys(tables);
   await runBounded(foreignKeys, spec.parallelism.indexes, async (foreignKey) => {
@@ -61,7 +60,7 @@ async function finishTarget({ id, spec, plan }: MigrationContext) {
   return { writtenDuringCopy, skippedForeignKeys: skipped };
 }
 
-async function finalizeAtTheEnd({ id, spec, plan }: MigrationContext) {
+async function finalizeAtTheEnd({ id, spec, plan, acts: { steps } }: MigrationContext) {
   const finalized = await steps.finalizeTarget({ migrationId: id, source: spec.source, target: spec.target, tables: plan.tables });
   return { writtenDuringCopy: finalized.writtenDuringCopy, skippedForeignKeys: finalized.skippedForeignKeys };
 }

@@ -22,7 +22,8 @@ import { FerrySourceKey, FerryTargetKey, PATCHES } from '../src/core/names';
 import { Spec, SpecError } from '../src/core/spec';
 import { checkPlan, MigrationPlan } from '../src/core/plan';
 import { checkedAudit, ErrorInfo, resultDocument, ResultDocument } from '../src/core/status';
-import { checks, steps } from './proxies';
+import { timingProblems, timingsOf } from '../src/core/timings';
+import { MigrationActivities, migrationActivities } from './proxies';
 import { derivePhase, MigrationContext, MigrationOptions } from './context';
 import { ControlDesk } from './control';
 import { cancelSignal, stateQuery, TableProgress, tableProgressSignal } from './definitions';
@@ -59,6 +60,8 @@ class MigrationRun {
   private readonly ending: { undone: string[]; failedUndo: string[]; kept: boolean } = { undone: [], failedUndo: [], kept: false };
   /** Event webhooks and the result callback (set once the spec is parsed). */
   private callbacks!: Callbacks;
+  /** The activities, as the options' timings configure them (set once they are checked). */
+  private acts!: MigrationActivities;
 
   constructor(private readonly options: MigrationOptions) {
     const { info } = this;
@@ -73,6 +76,7 @@ class MigrationRun {
 
   async run(specInput: unknown): Promise<ResultDocument> {
     const spec = this.parse(specInput);
+    this.acts = migrationActivities(this.checkedTimings());
     upsertSearchAttributes([
       { key: FerrySourceKey, value: spec.source },
       { key: FerryTargetKey, value: spec.target },
@@ -92,7 +96,7 @@ class MigrationRun {
       desk.onProgress(p);
     };
     setHandler(tableProgressSignal, progress);
-    this.callbacks = new Callbacks(this.info.workflowId, spec.callback);
+    this.callbacks = new Callbacks(this.info.workflowId, spec.callback, this.acts.notify);
     this.tracker.onEvent = this.callbacks.eventSender();
     this.startDeadline(spec);
     const { outcome, failure } = await this.execute(spec, desk, progress);
@@ -112,6 +116,17 @@ class MigrationRun {
     }
   }
 
+  /** The options' timings over production's, refused like a bad spec when out of range: any client can give them. */
+  private checkedTimings() {
+    const problems = timingProblems(this.options.timings);
+    if (problems.length === 0) return timingsOf(this.options.timings);
+    const message = problems.join('\n');
+    this.tracker.error = { message, type: FAILURE.InvalidSpec };
+    this.tracker.setPhase('FAILED', 'invalid options');
+    this.tracker.setState('FAILED', 'invalid options');
+    throw ApplicationFailure.nonRetryable(`invalid options:\n${message}`, FAILURE.InvalidSpec, this.tracker.document());
+  }
+
   /** The deadline is a timer, not an execution timeout: compensation and the callback still run. */
   private startDeadline(spec: Spec): void {
     if (spec.deadlineMs === undefined) return;
@@ -125,7 +140,8 @@ class MigrationRun {
 
   /** The mode's chain, then the bookkeeping released; or, on failure, the compensations. */
   private async execute(spec: Spec, desk: ControlDesk, progress: (p: TableProgress) => void): Promise<{ outcome: Outcome; failure?: unknown }> {
-    const { tracker, saga, options } = this;
+    const { tracker, saga, options, acts } = this;
+    const { steps, checks } = acts;
     const id = this.info.workflowId;
     try {
       await this.main.run(async () => {
@@ -143,6 +159,7 @@ class MigrationRun {
           tracker,
           saga,
           options,
+          acts,
           children: desk.children,
           progress,
           control: () => desk.forwarded(),

@@ -12,7 +12,6 @@ import { CaptureStream } from './capture-stream';
 import { formatDuration } from '../src/core/duration';
 import { innermostApplicationFailure } from '../src/core/failures';
 import { CutoverReport } from '../src/core/status';
-import { steps } from './proxies';
 import { runBounded } from './bounded';
 import { cleanUpInBackground } from './cleanup';
 import { COPIED, derivePhase, MigrationContext, prepareTarget, startTable } from './context';
@@ -28,6 +27,7 @@ const FK_RETRY_PAUSE_MS = 2_000;
 
 export async function runOnline(ctx: MigrationContext): Promise<CutoverReport> {
   const { id, spec, tracker, saga } = ctx;
+  const { steps } = ctx.acts;
   await prepareTarget(ctx);
   const armFreeze = ctx.targetReadyBeforeCutover;
   if (armFreeze) {
@@ -68,7 +68,7 @@ async function onlineChain(ctx: MigrationContext, settled: Promise<unknown>[], l
   let childFailure: { error: unknown } | undefined;
   // The slot holds every change from before the first copy; the consumer queues them as keys.
   const capture = logical
-    ? new CaptureStream({ migrationId: id, source: spec.source, tables: captureTables(ctx) }, (error) => {
+    ? new CaptureStream(ctx.acts.stream, { migrationId: id, source: spec.source, tables: captureTables(ctx) }, (error) => {
         childFailure ??= { error };
       })
     : undefined;
@@ -135,6 +135,7 @@ async function grantCopySlots(ctx: MigrationContext, handles: ChildWorkflowHandl
  */
 async function prepareForeignKeys(ctx: MigrationContext) {
   const { spec, plan, tracker } = ctx;
+  const { steps } = ctx.acts;
   if (plan.targetReplicaRole === false) return { foreignKeysAfterDrain: true, unvalidatedForeignKeys: [] };
   const { foreignKeys, skipped } = await steps.addForeignKeys({ source: spec.source, target: spec.target, tables: plan.tables });
   for (const fk of skipped) tracker.warnings.push(`foreign key ${fk} not created: the referenced table is not on the target`);

@@ -5,20 +5,13 @@
  * duplicate left by the sync is evicted by buildIndex and replayed through the change log. An
  * exclusion constraint that meets a transient conflict is retried after a sync round.
  */
-import { ActivityCancellationType, ApplicationFailure, proxyActivities } from '@temporalio/workflow';
-import type { Activities } from '../activities';
+import { ApplicationFailure } from '@temporalio/workflow';
 import type { IndexRef } from '../activities/indexes';
 import { innermostApplicationFailure } from '../src/core/failures';
 import { CopyTable, TablePlan } from '../src/core/plan';
+import { TimingsInput, timingsOf } from '../src/core/timings';
 import { runBounded } from './bounded';
-
-const build = proxyActivities<Activities>({
-  // An index on a large table can take hours; liveness heartbeats notice a lost worker.
-  startToCloseTimeout: '24 hours',
-  heartbeatTimeout: '20 seconds',
-  cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 20 },
-});
+import { tableActivities } from './proxies';
 
 const EXCLUSION_RETRIES = 5;
 
@@ -30,10 +23,16 @@ export interface IndexBuildInput {
   table: TablePlan;
   copyTable: CopyTable;
   parallelism: number;
+  /** The table workflow's timings (its heartbeat timeout); absent, production's. */
+  timings?: TimingsInput;
 }
+
+/** The index builds' activities, as the table's timings configure them. */
+const builds = (input: Pick<IndexBuildInput, 'timings'>) => tableActivities(timingsOf(input.timings)).build;
 
 /** `listed`: the source's indexes, when listed already (beside the primary key's build). */
 export async function buildTableIndexes(input: IndexBuildInput, syncRound: () => Promise<void>, listed?: IndexRef[]): Promise<{ built: number; evicted: number }> {
+  const build = builds(input);
   const indexes = listed ?? (await listSourceIndexes(input));
   let built = 0;
   let evicted = 0;
@@ -71,11 +70,11 @@ function transientExclusionConflict(input: IndexBuildInput, index: IndexRef, err
 }
 
 /** The source's secondary indexes and unique or exclusion constraints of the table, to build on the target. */
-export async function listSourceIndexes(input: Pick<IndexBuildInput, 'source' | 'table'>): Promise<IndexRef[]> {
-  return (await build.listIndexes({ source: input.source, table: input.table })).indexes;
+export async function listSourceIndexes(input: Pick<IndexBuildInput, 'source' | 'table' | 'timings'>): Promise<IndexRef[]> {
+  return (await builds(input).listIndexes({ source: input.source, table: input.table })).indexes;
 }
 
 /** The primary key of a table loaded without it, before anything reads the table by key. */
-export async function buildPrimaryKey(input: Pick<IndexBuildInput, 'source' | 'target' | 'table'>): Promise<void> {
-  await build.addPrimaryKey({ source: input.source, target: input.target, table: input.table });
+export async function buildPrimaryKey(input: Pick<IndexBuildInput, 'source' | 'target' | 'table' | 'timings'>): Promise<void> {
+  await builds(input).addPrimaryKey({ source: input.source, target: input.target, table: input.table });
 }

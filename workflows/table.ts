@@ -7,7 +7,6 @@
  * the event sequence. Long loops continue as new before the history grows large.
  */
 import {
-  ActivityCancellationType,
   allHandlersFinished,
   ApplicationFailure,
   CancellationScope,
@@ -16,11 +15,9 @@ import {
   ExternalWorkflowHandle,
   getExternalWorkflowHandle,
   patched,
-  proxyActivities,
   setHandler,
   workflowInfo,
 } from '@temporalio/workflow';
-import type { Activities } from '../activities';
 import type { SyncInput, SyncResult } from '../activities/sync-changes';
 import { innermostApplicationFailure } from '../src/core/failures';
 import { displayQualified } from '../src/core/identifiers';
@@ -36,45 +33,30 @@ import { Control, controlSignal, finishSyncSignal, startCopySignal, TableProgres
 import { buildPrimaryKey, buildTableIndexes, listSourceIndexes } from './table-indexes';
 import type { IndexRef } from '../activities/indexes';
 import { FAILURE } from '../src/core/failure-types';
+import { Timings, TimingsInput, timingsOf } from '../src/core/timings';
+import { tableActivities } from './proxies';
 
 export const SLICE_MS = 15_000;
 export const MAX_REPAIR_ROUNDS = 3;
-/** Online: how often caught-up tables re-check their dirty keys (keeps cutover's check small). */
-export const RECHECK_MS = 15_000;
 /** Online: pause between sync slices when the log was empty. */
 export const IDLE_POLL_MS = 500;
-/**
- * Online, the longest wait of an idle table between looks at its change log (executions begun
- * before PATCHES.quietIdleTables: LEGACY_MAX_IDLE_MS). Any write found brings it back to
- * IDLE_POLL_MS; the cutover's finish request ends the wait at once.
- */
-export const MAX_IDLE_MS = 30_000;
 /**
  * How long a busy table's sync activity keeps polling before it returns (SyncInput.busyDwellMs):
  * long enough that its activity, sessions and fence are a small cost beside its rounds, short
  * enough that a pause or a dirty re-check waits little behind it.
  */
 export const BUSY_DWELL_MS = 5_000;
+/**
+ * Online, the longest wait of an idle table between looks at its change log in executions begun
+ * before PATCHES.quietIdleTables; later ones wait up to timings.maxIdleMs. Any write found
+ * brings it back to IDLE_POLL_MS; the cutover's finish request ends the wait at once.
+ */
 const LEGACY_MAX_IDLE_MS = 8_000;
 /** Full mode: tables of up to this many estimated rows are validated whole first, one share per side (validateFull). */
 const WHOLE_TABLE_VALIDATION_ROWS = 4_000_000;
 /** Online: report lag to the parent at least this often (each report is a history event there). */
 export const LAG_REPORT_MS = 10_000;
 export const SYNC_BATCH_KEYS = 5_000;
-
-const copy = proxyActivities<Activities>({
-  startToCloseTimeout: '10 minutes',
-  heartbeatTimeout: '20 seconds',
-  cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 50 },
-});
-
-const check = proxyActivities<Activities>({
-  startToCloseTimeout: '2 hours',
-  heartbeatTimeout: '20 seconds',
-  cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 20 },
-});
 
 export interface TableWorkflowInput {
   migrationId: string;
@@ -92,6 +74,8 @@ export interface TableWorkflowInput {
   waitForCopySlot: boolean;
   /** Continue as new after this many history events (Temporal also suggests it). */
   historyLimit?: number;
+  /** Shorter waits than production's (src/core/timings.ts), as the parent was given them; absent, production's. */
+  timings?: TimingsInput;
   /**
    * Build the table's target indexes once it is loaded and validated (absent in executions
    * begun by an older Ferry, whose parent built every index at the end).
@@ -184,6 +168,8 @@ class TableRun {
   private readonly sync: SyncState;
   private readonly slices = new Slices();
   private readonly parent: ExternalWorkflowHandle;
+  private readonly timings: Timings;
+  private readonly acts: ReturnType<typeof tableActivities>;
   private repairedRanges: number;
   private control: Control;
   private copyAllowed: boolean;
@@ -193,6 +179,8 @@ class TableRun {
 
   constructor(private readonly input: TableWorkflowInput) {
     const carried = input.carried;
+    this.timings = timingsOf(input.timings);
+    this.acts = tableActivities(this.timings);
     this.table = input.table;
     this.copyTable = copyTableOf(input.table);
     this.label = displayQualified(input.table.source);
@@ -291,7 +279,7 @@ class TableRun {
       chunk.status.state = 'COPYING';
       const notDone = this.chunks.filter((c) => c.status.state !== 'DONE').length;
       const result = await this.slices.run('copy', () =>
-        copy.copyChunk({
+        this.acts.copy.copyChunk({
           migrationId: this.input.migrationId,
           source: this.input.source,
           target: this.input.target,
@@ -380,7 +368,7 @@ class TableRun {
         if (await this.sidesMatchByBlocks(mode)) return 0;
       } else if (input.table.rowsEstimated <= WHOLE_TABLE_VALIDATION_ROWS && patched(PATCHES.wholeTableValidation)) {
         // Executions begun before block validation: the whole table in one statement per side.
-        const whole = await check.validateChunk({ source: input.source, target: input.target, table: this.copyTable, range: { lower: null, upper: null }, mode, compareOnly: true });
+        const whole = await this.acts.check.validateChunk({ source: input.source, target: input.target, table: this.copyTable, range: { lower: null, upper: null }, mode, compareOnly: true });
         if (whole.match) return 0;
       }
     }
@@ -388,7 +376,7 @@ class TableRun {
     for (let round = 0; ; round += 1) {
       const mismatched: { chunk: number; range: KeyRange }[] = [];
       await runBounded(pending, input.chunkParallelism, async ({ chunk, range }) => {
-        const result = await check.validateChunk({ source: input.source, target: input.target, table: this.copyTable, range, mode });
+        const result = await this.acts.check.validateChunk({ source: input.source, target: input.target, table: this.copyTable, range, mode });
         for (const r of result.mismatches) mismatched.push({ chunk, range: r });
       });
       if (mismatched.length === 0) return repaired;
@@ -401,7 +389,7 @@ class TableRun {
         );
       }
       for (const { chunk, range } of mismatched) {
-        await check.repairRange({ ...this.ref(), table: this.copyTable, chunkIndex: chunk, range, fence: nextFence(this.chunks[chunk]) });
+        await this.acts.check.repairRange({ ...this.ref(), table: this.copyTable, chunkIndex: chunk, range, fence: nextFence(this.chunks[chunk]) });
         repaired += 1;
       }
       pending = mismatched;
@@ -424,7 +412,7 @@ class TableRun {
     const shares = Array.from({ length: units }, (_, unit) => (['source', 'target'] as const).map((side) => ({ side, unit }))).flat();
     await runBounded(shares, input.chunkParallelism, async ({ side, unit }) => {
       const relation = side === 'source' ? this.copyTable.source : this.copyTable.target;
-      const share = await check.checksumBlocks({ connection: input[side], relation, table: this.copyTable, mode, unit, units });
+      const share = await this.acts.check.checksumBlocks({ connection: input[side], relation, table: this.copyTable, mode, unit, units });
       sides[side].rows += share.rows;
       sides[side].sum += BigInt(share.sum);
     });
@@ -449,15 +437,15 @@ class TableRun {
       if (!result.caughtUp) continue;
       if (await this.stepTowardsReady()) continue;
       const recheck = !quiet || this.sync.dirtySinceRecheck !== false;
-      if (this.input.validation !== 'none' && recheck && now - this.sync.lastRecheckAt >= RECHECK_MS) {
+      if (this.input.validation !== 'none' && recheck && now - this.sync.lastRecheckAt >= this.timings.recheckMs) {
         this.sync.lastRecheckAt = now;
-        await check.checkDirtyKeys({ ...this.ref(), table: this.copyTable });
+        await this.acts.check.checkDirtyKeys({ ...this.ref(), table: this.copyTable });
         if (quiet) this.sync.dirtySinceRecheck = false;
         continue;
       }
       // An idle table waits longer and longer between looks at its log (up to MAX_IDLE_MS).
       const { sync } = this;
-      const longest = quiet ? MAX_IDLE_MS : LEGACY_MAX_IDLE_MS;
+      const longest = quiet ? this.timings.maxIdleMs : LEGACY_MAX_IDLE_MS;
       sync.idleMs = !this.progressByQuery ? IDLE_POLL_MS : result.applied > 0 ? IDLE_POLL_MS : Math.min(longest, (sync.idleMs ?? IDLE_POLL_MS) * 2);
       // (Executions begun before the patch waited out the whole wait whatever control did.)
       if (patched(PATCHES.sequencedControl)) {
@@ -577,7 +565,7 @@ class TableRun {
         FAILURE.ConsistencyBreach,
       );
     }
-    await check.enqueueKeys({ ...this.ref(), table: this.copyTable, ranges: mismatches });
+    await this.acts.check.enqueueKeys({ ...this.ref(), table: this.copyTable, ranges: mismatches });
     this.repairedRanges += mismatches.length;
     await this.move('INCR_SYNCING', `repairing ${mismatches.length} range(s) through the change log`);
   }
@@ -588,7 +576,7 @@ class TableRun {
     const mode = input.validation === 'count' ? 'count' : 'checksum';
     const mismatches: KeyRange[] = [];
     await runBounded(validationRanges(input.table), input.chunkParallelism, async ({ range }) => {
-      const result = await check.validateChunk({
+      const result = await this.acts.check.validateChunk({
         source: input.source,
         target: input.target,
         table: this.copyTable,
@@ -604,7 +592,7 @@ class TableRun {
   /** Capture removed behind Ferry's back fails the sync for good; the parent hears why first. */
   private async syncChanges(args: SyncInput): Promise<SyncResult> {
     try {
-      return await copy.syncChanges(args);
+      return await this.acts.copy.syncChanges(args);
     } catch (err) {
       const failure = innermostApplicationFailure(err);
       if (failure?.type === 'CaptureLost' && patched(PATCHES.captureLostEvent)) await this.event('CaptureLost', { message: failure.message });

@@ -20,6 +20,7 @@ import { MigrationPlan } from '../core/plan';
 import { checkThrottle, parseSpec, Spec } from '../core/spec';
 import { Audit, checkedAudit, ResultDocument, StatusDocument } from '../core/status';
 import { FAILURE } from '../core/failure-types';
+import { timingProblems, TimingsInput } from '../core/timings';
 import { MigrationSummary, StatusReader } from './status-reader';
 
 export type { MigrationSummary };
@@ -31,6 +32,13 @@ export interface StartOptions {
   skipPreflight?: boolean;
   /** Table workflows continue as new after this many history events (default 10,000). */
   tableHistoryLimit?: number;
+  /** Shorter (or longer) waits than production's: heartbeat timeout, re-check period, idle cap, callback retries, backfill slice (src/core/timings.ts). */
+  timings?: TimingsInput;
+}
+
+/** What every start of a client gives unless the start says otherwise. */
+export interface StartDefaults {
+  timings?: TimingsInput;
 }
 
 export interface StartedMigration {
@@ -78,6 +86,7 @@ export class FerryClient {
     readonly client: Client,
     readonly config: TemporalConfig,
     private readonly ownsConnection: Connection | undefined,
+    private readonly defaults: StartDefaults = {},
   ) {
     this.reader = new StatusReader(client);
   }
@@ -90,9 +99,18 @@ export class FerryClient {
     return new FerryClient(new Client({ connection, namespace: full.namespace, dataConverter }), full, connection);
   }
 
-  /** Wraps an existing Temporal client (tests, services that already hold one). */
-  static fromClient(client: Client, config: Partial<TemporalConfig> = {}): FerryClient {
-    return new FerryClient(client, { ...temporalConfig(), ...config, namespace: client.options.namespace }, undefined);
+  /** Wraps an existing Temporal client (tests, services that already hold one); `defaults` go with every start. */
+  static fromClient(client: Client, config: Partial<TemporalConfig> = {}, defaults: StartDefaults = {}): FerryClient {
+    return new FerryClient(client, { ...temporalConfig(), ...config, namespace: client.options.namespace }, undefined, defaults);
+  }
+
+  /** The start's timings (or the client's), checked: a bad one refuses the start, naming the field. */
+  private timingsOf(options: { timings?: TimingsInput }): { timings?: TimingsInput } {
+    const timings = options.timings ?? this.defaults.timings;
+    if (timings === undefined) return {};
+    const problems = timingProblems(timings);
+    if (problems.length > 0) throw new RefusedError(problems.join('; '), FAILURE.InvalidSpec);
+    return { timings };
   }
 
   async close(): Promise<void> {
@@ -151,6 +169,7 @@ export class FerryClient {
     }
     // --id overrides spec.id and is checked like it, before anything runs.
     const spec: Spec = parseSpec(options.id ? { ...(specInput as Record<string, unknown>), id: options.id } : specInput);
+    const timed = this.timingsOf(options);
     const id = spec.id ?? generateMigrationId();
     const running = await this.runningExecution(id);
     if (running) return { id, runId: running, started: false };
@@ -159,7 +178,7 @@ export class FerryClient {
     try {
       const handle = await this.client.workflow.start(MIGRATION_WORKFLOW, {
         ...this.startOptions(id, spec, input),
-        args: [input, { plan, tableHistoryLimit: options.tableHistoryLimit }],
+        args: [input, { plan, tableHistoryLimit: options.tableHistoryLimit, ...timed }],
         workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
       });
       return { id, runId: handle.firstExecutionRunId, plan, started: true };
@@ -259,9 +278,10 @@ export class FerryClient {
    * changeWorkflow and returns once it runs. A refusal (bad plan, unsafe statement, missing
    * table) throws before anything changed.
    */
-  async startChange(planInput: unknown, options: { id?: string; skipPreflight?: boolean; historyLimit?: number } = {}): Promise<StartedChange> {
+  async startChange(planInput: unknown, options: { id?: string; skipPreflight?: boolean; historyLimit?: number; timings?: TimingsInput } = {}): Promise<StartedChange> {
     const input = options.id ? { ...(planInput as Record<string, unknown>), id: options.id } : planInput;
     const plan: ChangePlan = parseChangePlan(input);
+    const timed = this.timingsOf(options);
     const id = plan.id ?? generateMigrationId().replace(/^ferry-/, 'change-');
     const running = await this.runningExecution(id);
     if (running) return { id, runId: running, started: false };
@@ -271,7 +291,7 @@ export class FerryClient {
       const handle = await this.client.workflow.start(CHANGE_WORKFLOW, {
         taskQueue: this.config.taskQueue,
         workflowId: id,
-        args: [withId, { preflight, historyLimit: options.historyLimit }],
+        args: [withId, { preflight, historyLimit: options.historyLimit, ...timed }],
         workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
         typedSearchAttributes: new TypedSearchAttributes([
           { key: FerryStateKey, value: 'QUEUED' },

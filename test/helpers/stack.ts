@@ -14,6 +14,7 @@ import { FerryClient } from '../../src/client';
 import { dataConverterFromEnv } from '../../src/codec';
 import type { ResultDocument } from '../../src/core/status';
 import { WORKER_PROCESS_ENV } from '../../src/config';
+import type { TimingsInput } from '../../src/core/timings';
 import { connectionEnvVar } from '../../src/core/names';
 import { Logger, silentLogger } from '../../src/logger';
 import { DevServer, DevServerOptions, startDevServer } from '../../src/dev/dev-server';
@@ -22,6 +23,18 @@ import { createFerryWorker, FerryWorker } from '../../src/worker';
 import { stateQuery } from '../../workflows/definitions';
 
 export const ROOT = join(__dirname, '..', '..');
+
+/**
+ * The waits every migration and plan the tests start get, where production's would only make
+ * them slower: a killed worker's activity is retried after 8 s rather than 20, a callback that
+ * cannot be delivered is given up after 13 s of retries (1 s, then 2 s: Temporal's server waits at
+ * least a second between attempts) rather than two minutes. The production values are asserted
+ * from recorded histories (test/unit/timings.test.ts).
+ */
+export const TEST_TIMINGS: TimingsInput = {
+  heartbeatTimeoutMs: 8_000,
+  callbackRetry: { initialIntervalMs: 1_000, maximumIntervalMs: 2_000, maximumAttempts: 8 },
+};
 export const FERRY_BIN = join(ROOT, 'bin', 'ferry.js');
 
 export interface CliRun {
@@ -64,6 +77,8 @@ export interface StackOptions {
   connections: Record<string, string>;
   /** In-process workers to start right away. */
   workers?: number;
+  /** How they are started, asked anew for each one. */
+  workerOptions?: () => WorkerStartOptions;
   server?: DevServerOptions;
   extraEnv?: Record<string, string>;
   /** The test client's data converter; by default the payload codec of the env (FERRY_CODEC_KEY), as the workers'. */
@@ -75,6 +90,19 @@ export interface RunningProcessWorker {
   identity: string;
   output: () => string;
   exited: Promise<number | null>;
+}
+
+/** How an in-process worker is started. */
+export interface WorkerStartOptions {
+  interceptors?: WorkerOptions['interceptors'];
+  activitySlots?: number;
+  taskQueue?: string;
+  /** Variables to set (or, undefined, to remove) for this worker only. */
+  env?: Record<string, string | undefined>;
+  /** Where the worker logs (the audit lines of every activity); silent by default. */
+  logger?: Logger;
+  /** Ferry's Prometheus metrics, fed as `ferry worker --metrics-port` feeds them (src/telemetry.ts createMetrics). */
+  metrics?: FerryMetrics;
 }
 
 export class TestStack {
@@ -108,26 +136,16 @@ export class TestStack {
       FERRY_TASK_QUEUE: taskQueue,
     };
     for (const [name, url] of Object.entries(options.connections)) env[connectionEnvVar(name)] = url;
-    const ferry = FerryClient.fromClient(client, { address: server.address, taskQueue });
+    const ferry = FerryClient.fromClient(client, { address: server.address, taskQueue }, { timings: TEST_TIMINGS });
     const stack = new TestStack(server, connection, client, ferry, taskQueue, env);
     stack.serverOptions = { ...options.server };
-    for (let i = 0; i < (options.workers ?? 1); i += 1) await stack.startWorker();
+    for (let i = 0; i < (options.workers ?? 1); i += 1) await stack.startWorker(options.workerOptions?.());
     return stack;
   }
 
   /** An in-process worker; interceptors can inject faults around activities. */
   async startWorker(
-    options: {
-      interceptors?: WorkerOptions['interceptors'];
-      activitySlots?: number;
-      taskQueue?: string;
-      /** Variables to set (or, undefined, to remove) for this worker only. */
-      env?: Record<string, string | undefined>;
-      /** Where the worker logs (the audit lines of every activity); silent by default. */
-      logger?: Logger;
-      /** Ferry's Prometheus metrics, fed as `ferry worker --metrics-port` feeds them (src/telemetry.ts createMetrics). */
-      metrics?: FerryMetrics;
-    } = {},
+    options: WorkerStartOptions = {},
   ): Promise<FerryWorker> {
     const worker = await createFerryWorker({
       temporal: { address: this.server.address, namespace: this.server.namespace, taskQueue: options.taskQueue ?? this.taskQueue },

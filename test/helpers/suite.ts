@@ -14,7 +14,7 @@ import { DevServerOptions, freePort } from '../../src/dev/dev-server';
 import { connectionEnvVar } from '../../src/core/names';
 import { TestDatabases } from './databases';
 import { startLogicalCluster } from './logical-cluster';
-import { StackOptions, TestStack } from './stack';
+import { StackOptions, TestStack, WorkerStartOptions } from './stack';
 
 /** A server of the suite's own for its databases (a private cluster, a streaming pair's primary). */
 export interface SuiteServer {
@@ -33,6 +33,8 @@ export interface StackSuiteOptions {
   connectionUrls?: (dbs: TestDatabases) => Record<string, string>;
   /** In-process workers started with the stack (1 by default; 0 where the suite starts its own). */
   workers?: number;
+  /** How those workers are started (metrics, interceptors), asked anew for each one. */
+  workerOptions?: () => WorkerStartOptions;
   /** `ferry worker` processes (by identity) started after the stack, each waited for until it polls. */
   workerProcesses?: string[];
   /** The databases on a private wal_level=logical cluster (started once per suite), not on the shared server. */
@@ -88,7 +90,7 @@ export class StackSuite {
     await this.createDatabases();
     await this.stack.stopInProcessWorkers();
     for (const [name, url] of Object.entries(this.connectionUrls())) this.stack.env[connectionEnvVar(name)] = url;
-    for (let i = 0; i < (this.options.workers ?? 1); i += 1) await this.stack.startWorker();
+    for (let i = 0; i < (this.options.workers ?? 1); i += 1) await this.stack.startWorker(this.options.workerOptions?.());
   }
 
   async tearDown(): Promise<void> {
@@ -130,6 +132,7 @@ export class StackSuite {
     this.stack = await TestStack.start({
       connections,
       workers: options.perTest === 'databases' ? 0 : options.workers,
+      workerOptions: options.workerOptions,
       extraEnv: options.extraEnv,
       server: { ...options.temporal, ...(this.dbFile ? { port: await freePort(), dbFile: this.dbFile } : {}) },
     });

@@ -13,7 +13,7 @@ import { captureNames } from '../../src/db/capture-sql';
 import { rowsAsText } from '../helpers/databases';
 import { startPrivateCluster } from '../helpers/private-cluster';
 import { expectCleanRun, expectNothingRepaired } from '../helpers/repairs';
-import { eventually, resultWithin, waitForPhase } from '../helpers/stack';
+import { eventually, resultWithin, TEST_TIMINGS, waitForPhase } from '../helpers/stack';
 import { stackSuite } from '../helpers/suite';
 
 const suite = stackSuite({
@@ -69,6 +69,10 @@ it('completes when the logical consumer works longer than wal_sender_timeout on 
   expectNothingRepaired(result);
   await expectCleanRun(suite.stack.ferry, result);
   await noSlotOrPublication();
+  // The tests' timings reached the table workflow's activities (its heartbeat timeout).
+  const events = (await suite.stack.client.workflow.getHandle(`${id}/table-0`).fetchHistory()).events ?? [];
+  const heartbeats = new Set(events.map((e) => e.activityTaskScheduledEventAttributes?.heartbeatTimeout).filter((t) => t).map((t) => Number(t!.seconds)));
+  expect([...heartbeats]).toEqual([TEST_TIMINGS.heartbeatTimeoutMs! / 1000]);
 }, 240_000);
 
 it('rolls back at once when the logical consumer dies while the cutover waits for a writer, and the writer can still commit', async () => {

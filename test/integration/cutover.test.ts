@@ -151,7 +151,8 @@ describe('the cutover of an online migration', () => {
       name: 'cutover_blocked',
       databases: { source: SMALL, target: '' },
       connections: { app: 'source', next: 'target' },
-      perTest: true,
+      // Fresh databases for each case, one Temporal server for all (each case has its own id).
+      perTest: 'databases',
     });
 
     const spec = (cutover: Record<string, unknown>) => ({

@@ -16,6 +16,7 @@ import { Client as TemporalClient, Connection } from '@temporalio/client';
 import { Client } from 'pg';
 import { FerryClient } from '../../src/client';
 import { repairsFound } from '../helpers/repairs';
+import { PRODUCTION_TIMINGS } from '../../src/core/timings';
 import { freePort } from '../../src/dev/dev-server';
 import { eventually, FERRY_BIN, ROOT } from '../helpers/stack';
 
@@ -97,6 +98,10 @@ async function runKept(run: Demo, exitOnSigint = 0): Promise<void> {
   try {
     const ferry = FerryClient.fromClient(new TemporalClient({ connection }), { address: address!, taskQueue: 'ferry' });
     expect(await repairsFound(ferry, await ferry.result(id!))).toEqual([]);
+    // A run started without timings (the demo's, as the CLI's) waits as production does.
+    const events = (await ferry.client.workflow.getHandle(`${id!}/table-0`).fetchHistory()).events ?? [];
+    const heartbeats = new Set(events.map((e) => e.activityTaskScheduledEventAttributes?.heartbeatTimeout).filter((t) => t).map((t) => Number(t!.seconds)));
+    expect([...heartbeats]).toEqual([PRODUCTION_TIMINGS.heartbeatTimeoutMs / 1000]);
   } finally {
     await connection.close();
   }

@@ -35,7 +35,8 @@ describe('a migration that runs for a long time', () => {
         'limit.historyCount.suggestContinueAsNew': HISTORY_LIMIT / 2,
       },
     },
-    perTest: true,
+    // Fresh databases for each case, one Temporal server for all (each case has its own id).
+    perTest: 'databases',
   });
 
   const spec = {

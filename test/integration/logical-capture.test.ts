@@ -34,12 +34,13 @@ describe('an online migration with logical capture', () => {
     name: 'logical',
     databases: { source: seedSql(accounts(20000), items(), stamps(500)), target: '' },
     connections: { live: 'source', next: 'target' },
-    workers: 0,
     logical: true,
-    perTest: true,
-    ready: async ({ stack }) => {
+    // Fresh databases for each case, one cluster and one Temporal server for all; the worker,
+    // restarted for each case, feeds metrics of its own.
+    perTest: 'databases',
+    workerOptions: () => {
       metrics = createMetrics();
-      await stack.startWorker({ metrics });
+      return { metrics };
     },
   });
 

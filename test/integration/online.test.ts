@@ -21,7 +21,8 @@ describe('an online migration', () => {
     name: 'online',
     databases: { source: seedSql(accounts(20000), items(), docs(1000)), target: '' },
     connections: { live: 'source', next: 'target' },
-    perTest: true,
+    // Fresh databases for each case, one Temporal server for all (each case has its own id).
+    perTest: 'databases',
   });
 
   const spec = (extra: Record<string, unknown> = {}) => ({

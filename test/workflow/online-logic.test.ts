@@ -10,7 +10,7 @@ import { controlSignal } from '../../workflows/definitions';
 import { BUSY_DWELL_MS } from '../../workflows/table';
 import type { MigrationPlan } from '../../src/core/plan';
 import { HEARTBEAT_THROTTLE } from '../../src/worker';
-import { eventually, resultWithin, TestStack, waitForPhase } from '../helpers/stack';
+import { eventually, resultWithin, TEST_TIMINGS, TestStack, waitForPhase } from '../helpers/stack';
 
 const PLAN: MigrationPlan = {
   sourceServer: '15',
@@ -160,8 +160,13 @@ describe('the online chain, with fake activities', () => {
     script.blockedSlices = 0;
   });
 
+  // A re-check every 5 s and idle looks at most 5 s apart (production: 15 s and 30 s), so that
+  // the cases waiting on them take seconds.
   const start = (id: string, cutover: Record<string, unknown> = {}) =>
-    stack.ferry.start({ source: 'a', target: 'b', mode: 'online', tables: ['public.t'], cutover: { approval: 'auto', ...cutover } }, { id, skipPreflight: true });
+    stack.ferry.start(
+      { source: 'a', target: 'b', mode: 'online', tables: ['public.t'], cutover: { approval: 'auto', ...cutover } },
+      { id, skipPreflight: true, timings: { ...TEST_TIMINGS, recheckMs: 5_000, maxIdleMs: 5_000 } },
+    );
 
   it('repairs through the change log, round after round, then cuts over', async () => {
     script.mismatchRounds = 2;
@@ -212,10 +217,10 @@ describe('the online chain, with fake activities', () => {
     expect(dwells[0]).toBeUndefined();
     await eventually(async () => dwells[dwells.length - 1] === BUSY_DWELL_MS, 10_000);
     const before = count('checkDirtyKeys');
-    // Every 15 s a caught-up table whose sync applied keys compares its dirty set again.
+    // Every re-check period (5 s here) a caught-up table whose sync applied keys compares its dirty set again.
     await eventually(async () => count('checkDirtyKeys') >= before + 2, 60_000);
     // Writes stop: the table re-checks once more at most (for what it applied last), then stays
-    // quiet while its looks at the log space out (0.5, 1, 2, 4, 8, 16 s: past two re-check periods).
+    // quiet while its looks at the log space out (0.5, 1, 2, 4, then 5 s: past two re-check periods).
     script.appliedPerSlice = 0;
     const quietFrom = { checks: count('checkDirtyKeys'), syncs: count('syncChanges') };
     await eventually(async () => count('syncChanges') >= quietFrom.syncs + 7, 90_000);
@@ -227,7 +232,7 @@ describe('the online chain, with fake activities', () => {
   it('syncs again at once after pause and resume sent back to back, however often', async () => {
     const { id } = await start('pause-resume', { approval: 'manual' });
     await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL', 60_000);
-    // Caught up and idle: its looks at the log space out towards 30 s.
+    // Caught up and idle: its looks at the log space out towards the idle cap.
     const idle = count('syncChanges');
     await eventually(async () => count('syncChanges') >= idle + 5, 60_000);
     const resumed = count('syncChanges');
@@ -235,7 +240,7 @@ describe('the online chain, with fake activities', () => {
       await stack.ferry.pause(id);
       await stack.ferry.resume(id);
     }
-    // A resume wakes a waiting table (a slice within seconds, not at the end of a 30 s wait),
+    // A resume wakes a waiting table (a slice within seconds, not at the end of an idle wait),
     // and the last control it applies is the resume, whatever order the signals arrived in:
     // with writes coming in again it syncs slice after slice.
     script.appliedPerSlice = 3;

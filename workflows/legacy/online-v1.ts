@@ -8,7 +8,6 @@ import { ApplicationFailure, CancellationScope, ChildWorkflowHandle, condition }
 import { formatDuration } from '../../src/core/duration';
 import { copyTableOf } from '../../src/core/plan';
 import { CutoverReport } from '../../src/core/status';
-import { drain, steps } from '../proxies';
 import { COPIED, derivePhase, MigrationContext, startTable } from '../context';
 import { finishSyncSignal, startCopySignal } from '../definitions';
 import { SLICE_MS, SYNC_BATCH_KEYS, tableMigrationWorkflow } from '../table';
@@ -20,6 +19,7 @@ function captureTables({ plan }: MigrationContext) {
 
 export async function legacyOnlineChain(ctx: MigrationContext, settled: Promise<unknown>[]): Promise<CutoverReport> {
   const { id, spec, plan, tracker, saga } = ctx;
+  const { drain, steps } = ctx.acts;
   const cutover = spec.cutover!;
   const handles: ChildWorkflowHandle<typeof tableMigrationWorkflow>[] = [];
   let childFailure: { error: unknown } | undefined;
