@@ -4,7 +4,9 @@
  * for how the cluster is made and removed).
  */
 import { Client } from 'pg';
+import { TestDatabases } from './databases';
 import { PrivateCluster, startPrivateCluster } from './private-cluster';
+import { eventually } from './stack';
 
 export type LogicalCluster = PrivateCluster;
 
@@ -21,4 +23,16 @@ export async function serverSetting(url: string, name: string): Promise<string> 
   } finally {
     await client.end();
   }
+}
+
+/**
+ * Someone drops every replication slot of the server behind Ferry's back: ends the WAL senders
+ * that hold them and drops each once it is let go (a consumer may take it again in between).
+ */
+export async function dropSlotsBehindFerry(dbs: TestDatabases, role: string): Promise<void> {
+  await eventually(async () => {
+    await dbs.exec(role, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE active_pid IS NOT NULL`);
+    await dbs.exec(role, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE NOT active`);
+    return (await dbs.query(role, 'SELECT 1 FROM pg_replication_slots')).length === 0;
+  }, 20_000);
 }

@@ -15,6 +15,7 @@ import { startPrivateCluster } from '../helpers/private-cluster';
 import { expectCleanRun, expectNothingRepaired } from '../helpers/repairs';
 import { eventually, resultWithin, TEST_TIMINGS, waitForPhase } from '../helpers/stack';
 import { stackSuite } from '../helpers/suite';
+import { dropSlotsBehindFerry } from '../helpers/logical-cluster';
 
 const suite = stackSuite({
   name: 'cutover_edges',
@@ -84,11 +85,7 @@ it('rolls back at once when the logical consumer dies while the cutover waits fo
     await suite.stack.ferry.approve(id);
     await eventually(async () => (await suite.stack.ferry.status(id)).events.some((e) => e.type === 'CutoverBlocked'), 60_000);
     // The slot goes behind Ferry's back: nothing the writer commits could be captured now.
-    await eventually(async () => {
-      await suite.dbs.exec('source', `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE active_pid IS NOT NULL`);
-      await suite.dbs.exec('source', `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE NOT active`);
-      return (await suite.dbs.query('source', 'SELECT 1 FROM pg_replication_slots')).length === 0;
-    }, 20_000);
+    await dropSlotsBehindFerry(suite.dbs, 'source');
     // Within a minute, the writer still open and cutover.maxWait (5 minutes) far off.
     const result = await resultWithin(suite.stack.ferry, id, 60_000);
     expect(result.state).toBe('FAILED');

@@ -12,6 +12,7 @@ import { eventually, resultWithin, waitForPhase } from '../helpers/stack';
 import { stackSuite } from '../helpers/suite';
 import { startWriters } from '../helpers/writers';
 import { createMetrics, FerryMetrics } from '../../src/telemetry';
+import { dropSlotsBehindFerry } from '../helpers/logical-cluster';
 
 const TABLES: [string, string][] = [
   ['public.accounts', 'id'],
@@ -304,11 +305,7 @@ describe('an online migration with logical capture', () => {
     expect(gauge).toMatch(/^ferry_slot_lag_bytes\{migration="logical-lost"\} \d+$/m);
     expect(await metrics.registry.getSingleMetricAsString('ferry_slot_lag_seconds')).toMatch(/^ferry_slot_lag_seconds\{migration="logical-lost"\} [\d.]+$/m);
     // Someone drops the slot: changes from now on would never be captured.
-    await suite.dbs.exec('source', `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE active_pid IS NOT NULL`);
-    await eventually(async () => {
-      await suite.dbs.exec('source', `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots`);
-      return (await suite.dbs.query('source', 'SELECT 1 FROM pg_replication_slots')).length === 0;
-    }, 10_000);
+    await dropSlotsBehindFerry(suite.dbs, 'source');
     const result = await resultWithin(suite.stack.ferry, id, 90_000);
     expect(result.state).toBe('FAILED');
     expect(result.error?.type).toBe('CaptureLost');
