@@ -6,4 +6,6 @@ module.exports = {
   testMatch: ['<rootDir>/test/soak/**/*.test.ts'],
   testPathIgnorePatterns: ['/node_modules/'],
   testTimeout: 1_800_000,
+  // Each soak case loads the machine on its own (millions of rows, hundreds of tables): two at once.
+  maxWorkers: 2,
 };

@@ -16,6 +16,8 @@ export interface DevServerOptions {
   dbFile?: string;
   headless?: boolean;
   namespace?: string;
+  /** More namespaces registered at start, each with Ferry's search attributes (the tests' shared servers). */
+  extraNamespaces?: string[];
   logLevel?: 'debug' | 'info' | 'warn' | 'error';
   /** --dynamic-config-value KEY=JSON entries. */
   dynamicConfig?: Record<string, unknown>;
@@ -116,6 +118,7 @@ export async function startDevServer(options: DevServerOptions = {}): Promise<De
   for (let attempt = 1; ; attempt += 1) {
     const port = options.port ?? (await pickPort());
     const args = ['server', 'start-dev', '--ip', '127.0.0.1', '--port', String(port), '--namespace', namespace];
+    for (const extra of options.extraNamespaces ?? []) args.push('--namespace', extra);
     args.push('--log-level', options.logLevel ?? 'error');
     let uiUrl: string | undefined;
     if (options.headless) {
@@ -192,7 +195,7 @@ async function startDownloadedServer(options: DevServerOptions, namespace: strin
       uiPort: options.uiPort,
       dbFilename: options.dbFile,
       searchAttributes: [FerryStateKey, FerryPhaseKey, FerrySourceKey, FerryTargetKey],
-      extraArgs: dynamicConfigArgs(options),
+      extraArgs: [...dynamicConfigArgs(options), ...(options.extraNamespaces ?? []).flatMap((extra) => ['--namespace', extra])],
     },
   });
   let resolveExit: (code: number | null) => void = () => undefined;

@@ -1,5 +1,6 @@
 /**
- * A real Temporal dev server on free ports, a client, and Ferry workers: in this process (fast)
+ * A real Temporal dev server (on free ports, or the jest worker's shared one in a namespace of the
+ * stack's own), a client, and Ferry workers: in this process (fast)
  * or as separate `ferry worker` processes (for SIGKILL). Teardown stops everything it started.
  */
 import { ChildProcess, spawn } from 'node:child_process';
@@ -20,6 +21,7 @@ import { Logger, silentLogger } from '../../src/logger';
 import { DevServer, DevServerOptions, startDevServer } from '../../src/dev/dev-server';
 import type { FerryMetrics } from '../../src/telemetry';
 import { createFerryWorker, FerryWorker } from '../../src/worker';
+import { claimSharedServer } from './shared-temporal';
 import { stateQuery } from '../../workflows/definitions';
 
 export const ROOT = join(__dirname, '..', '..');
@@ -80,6 +82,12 @@ export interface StackOptions {
   /** How they are started, asked anew for each one. */
   workerOptions?: () => WorkerStartOptions;
   server?: DevServerOptions;
+  /**
+   * A dev server of the stack's own even with no `server` options (a test that reads the
+   * server's command line). Otherwise, with none, the stack runs on this jest worker's shared
+   * server in a namespace of its own (shared-temporal.ts).
+   */
+  ownServer?: boolean;
   extraEnv?: Record<string, string>;
   /** The test client's data converter; by default the payload codec of the env (FERRY_CODEC_KEY), as the workers'. */
   dataConverter?: DataConverter;
@@ -123,7 +131,8 @@ export class TestStack {
 
   static async start(options: StackOptions): Promise<TestStack> {
     quietRuntime();
-    const server = await startDevServer({ headless: true, ...options.server });
+    const sharable = !options.ownServer && Object.keys(options.server ?? {}).length === 0;
+    const server = (sharable ? claimSharedServer() : undefined) ?? (await startDevServer({ headless: true, ...options.server }));
     const connection = await Connection.connect({ address: server.address });
     const dataConverter = options.dataConverter ?? dataConverterFromEnv({ ...process.env, ...options.extraEnv });
     const client = new Client({ connection, namespace: server.namespace, dataConverter });

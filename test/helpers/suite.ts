@@ -1,7 +1,8 @@
 /**
  * The set-up almost every suite against real services shares, written once: the suite's own
  * databases (created, seeded, dropped at the end), optionally on a private wal_level=logical
- * cluster; a real Temporal dev server with Ferry workers that know the databases by connection
+ * cluster; a real Temporal dev server (this jest worker's shared one, in a namespace of the
+ * suite's own, unless the suite needs its own) with Ferry workers that know the databases by connection
  * name; and a teardown that stops whatever was started. `stackSuite()` registers it with jest,
  * once for the whole suite or afresh for every test; the tests read `suite.dbs` and
  * `suite.stack`.
@@ -44,6 +45,8 @@ export interface StackSuiteOptions {
   /** A Temporal server the test can stop and start again: a fixed port and a SQLite file, removed at the end. */
   restartableServer?: boolean;
   temporal?: DevServerOptions;
+  /** A Temporal server of the suite's own though `temporal` sets nothing (StackOptions.ownServer). */
+  ownServer?: boolean;
   extraEnv?: StackOptions['extraEnv'];
   /**
    * What each test gets afresh: nothing (one set-up for the suite, the default), everything
@@ -134,6 +137,7 @@ export class StackSuite {
       workers: options.perTest === 'databases' ? 0 : options.workers,
       workerOptions: options.workerOptions,
       extraEnv: options.extraEnv,
+      ownServer: options.ownServer,
       server: { ...options.temporal, ...(this.dbFile ? { port: await freePort(), dbFile: this.dbFile } : {}) },
     });
   }

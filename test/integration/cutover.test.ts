@@ -1,6 +1,6 @@
 /**
  * The cutover of an online migration under real write load: pgbench plus a batch job whose
- * write transactions stay open for 20 s back to back. The freeze must not depend on winning a
+ * write transactions stay open for 10 s back to back. The freeze must not depend on winning a
  * lock race, the change log must not grow while the cutover waits for writers, the write
  * outage must stay within the longest writer transaction plus a few seconds, and whatever
  * blocks the cutover is named while it blocks and dealt with as `cutover.onBlocked` says.
@@ -47,7 +47,7 @@ INSERT INTO public.users SELECT g, 'user' || g || '@example.com', 1 + g % 50 FRO
 ANALYZE;`;
 
 describe('the cutover of an online migration', () => {
-  describe('under pgbench and a batch job holding 20-second write transactions', () => {
+  describe('under pgbench and a batch job holding 10-second write transactions', () => {
     const suite = stackSuite({
       name: 'cutover_load',
       databases: { source: '', target: '' },
@@ -57,7 +57,7 @@ describe('the cutover of an online migration', () => {
     });
 
     it('completes without a lock race, keeps the log from growing while it waits, and bounds the outage by the longest writer', async () => {
-      const HOLD_MS = 20_000;
+      const HOLD_MS = 10_000;
       const tables = ['public.pgbench_accounts', 'public.pgbench_branches', 'public.pgbench_tellers', 'public.batches', 'public.teams', 'public.users'];
       const { id } = await suite.stack.ferry.start(
         { source: 'app', target: 'next', mode: 'online', tables, cutover: { approval: 'manual', approvalTimeout: '10m' } },
@@ -97,7 +97,7 @@ describe('the cutover of an online migration', () => {
       let maxDuringCutover = 0;
       try {
         await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL', 180_000);
-        // The batch job has committed once (its transactions last 20 s; on an idle machine the
+        // The batch job has committed once (its transactions last 10 s; on an idle machine the
         // migration can reach approval sooner): its next one is the writer the cutover waits for.
         await eventually(async () => batch.committed > 0, 60_000, 200);
         // The steady backlog while the sync keeps up, then approval in the middle of a batch

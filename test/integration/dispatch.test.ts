@@ -65,6 +65,8 @@ describe('task dispatch on the dev server Ferry starts', () => {
     databases: { source: seedSql(accounts(300)), target: '', target_paced: '' },
     connections: { src: 'source', tgt: 'target' },
     workers: 1,
+    // Its command line is read: a server of its own, not the run's shared one.
+    ownServer: true,
   });
 
   it('runs with the shard read rates lifted, the settings that pace how soon a task reaches the worker', async () => {

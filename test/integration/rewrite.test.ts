@@ -290,7 +290,7 @@ describe('rewrite steps: a table rebuilt by shadow copy and swapped under load',
         kind: 'change',
         id: 'accounts-bigint',
         database: 'app',
-        throttle: { rowsPerSecond: 8_000 },
+        throttle: { rowsPerSecond: 16_000 },
         steps: [{ rewrite: { ...REWRITE, approval: 'auto', keepOld: '15s' } }],
       });
       // Killed once ferry status shows a quarter of the rows copied (read from the copy's own

@@ -177,6 +177,7 @@ describe('migrationWorkflow orchestration', () => {
     stack = await TestStack.start({ connections: {}, workers: 0 });
     worker = await Worker.create({
       connection: await NativeConnection.connect({ address: stack.server.address }),
+      namespace: stack.server.namespace,
       taskQueue: stack.taskQueue,
       workflowBundle: { codePath: process.env.FERRY_WORKFLOW_BUNDLE! },
       activities: fakes,
