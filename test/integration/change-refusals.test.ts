@@ -55,6 +55,17 @@ const HOSTILE: Record<string, { plan: unknown; says: RegExp }> = {
   'a CHECK without NOT VALID': { plan: { steps: [{ sql: 'ALTER TABLE shop.orders ADD CONSTRAINT positive CHECK (total >= 0)' }] }, says: /NOT VALID/ },
   'CREATE INDEX without CONCURRENTLY': { plan: { steps: [{ sql: 'CREATE INDEX orders_total_idx ON shop.orders (total)' }] }, says: /without CONCURRENTLY.*index step/ },
   'a type change that rewrites': { plan: { steps: [{ sql: 'ALTER TABLE shop.orders ALTER COLUMN total TYPE bigint' }] }, says: /TYPE bigint rewrites the table/ },
+  // Checked as `SELECT 1 WHERE (…)`, this parses; embedded after the batch's own condition it
+  // turned the batch's join into a cross join (every matching row updated in every batch).
+  'a where that closes its own parentheses': {
+    plan: { steps: [{ backfill: { table: 'shop.orders', set: { note: "'x'" }, where: 'total > 0) OR (true' } }] },
+    says: /backfill\.where: .*on its own/,
+  },
+  'a backfill value ending in a comment': { plan: { steps: [{ backfill: { table: 'shop.orders', set: { note: "'x' --" } } }] }, says: /set\.note: .*on its own/ },
+  'a partial index condition that closes its own parentheses': {
+    plan: { steps: [{ index: { table: 'shop.orders', name: 'orders_total_part', columns: ['total'], where: 'total > 0) OR (true' } }] },
+    says: /index\.where: .*on its own/,
+  },
   'a missing table': { plan: { steps: [{ backfill: { table: 'shop.nothing', set: { note: "'x'" } } }] }, says: /shop\.nothing does not exist/ },
 };
 

@@ -1,0 +1,121 @@
+/**
+ * Change plans at their edges, each checked in the database: backfills whose expressions and
+ * conditions name the key columns (the most ordinary backfill there is), a backfill batch that
+ * meets a row another session holds (it must not hold the rows it has already locked while it
+ * waits), and a rewrite of a table with outgoing foreign keys (the table that steps aside, and
+ * after a revert the new one, must not keep them: they would refuse the application's deletes
+ * of the rows they reference).
+ */
+import { Client } from 'pg';
+import { HeldLock } from '../helpers/kills';
+import { eventually } from '../helpers/stack';
+import { stackSuite } from '../helpers/suite';
+
+const SEED = `
+  CREATE TABLE public.codes (id bigint PRIMARY KEY, code text, flag boolean NOT NULL, hits int NOT NULL DEFAULT 0);
+  INSERT INTO public.codes (id, flag) SELECT g, g % 3 = 0 FROM generate_series(1, 60) g;
+  CREATE TABLE public.pairs (a int, b int, v text, PRIMARY KEY (a, b));
+  INSERT INTO public.pairs (a, b) SELECT x, y FROM generate_series(1, 8) x, generate_series(1, 8) y;
+  CREATE TABLE public.held (id int PRIMARY KEY, v int NOT NULL DEFAULT 0, n int NOT NULL DEFAULT 0);
+  INSERT INTO public.held (id) SELECT g FROM generate_series(1, 400) g;
+  CREATE TABLE public.customers (id int PRIMARY KEY, name text);
+  INSERT INTO public.customers SELECT g, 'c' || g FROM generate_series(1, 20) g;
+  CREATE TABLE public.orders (id int PRIMARY KEY, customer_id int NOT NULL REFERENCES public.customers (id), amount int NOT NULL);
+  INSERT INTO public.orders SELECT g, 1 + g % 20, g FROM generate_series(1, 400) g;
+  ANALYZE;
+`;
+
+describe('change plans at their edges', () => {
+  const suite = stackSuite({ name: 'change_edges', databases: { app: SEED } });
+
+  it('backfills with expressions and conditions that name the key columns, each matching row once', async () => {
+    const { id } = await suite.stack.ferry.startChange({
+      kind: 'change',
+      id: 'key-columns',
+      database: 'app',
+      steps: [
+        { backfill: { table: 'public.codes', set: { code: "'B-' || id", hits: 'hits + 1' }, where: 'flag AND id % 2 = 0', batchRows: 7 } },
+        { backfill: { table: 'public.pairs', set: { v: "a || ':' || b" }, where: 'b > a', batchRows: 5 } },
+      ],
+    });
+    const result = await suite.stack.ferry.changeResult(id);
+    expect({ state: result.state, error: result.error }).toEqual({ state: 'SUCCEEDED', error: null });
+    const codes = await suite.dbs.query<{ id: string; code: string | null; hits: number; flag: boolean }>('app', 'SELECT id, code, hits, flag FROM public.codes ORDER BY id');
+    const wrong = codes.filter((r) => {
+      const match = r.flag && Number(r.id) % 2 === 0;
+      return match ? r.code !== `B-${r.id}` || r.hits !== 1 : r.code !== null || r.hits !== 0;
+    });
+    expect(wrong).toEqual([]);
+    const pairs = await suite.dbs.query<{ a: number; b: number; v: string | null }>('app', 'SELECT a, b, v FROM public.pairs ORDER BY a, b');
+    expect(pairs.filter((r) => (r.b > r.a ? r.v !== `${r.a}:${r.b}` : r.v !== null))).toEqual([]);
+    // Ten rows of codes match (multiples of 6 up to 60), 28 pairs have b > a.
+    expect(result.rowsBackfilled).toBe(10 + 28);
+  });
+
+  it('does not hold the rows of a batch while it waits for a row another session holds', async () => {
+    const url = suite.dbs.url('app');
+    // Row 150 held FOR UPDATE by a session that stays open until the test releases it.
+    const holder = await HeldLock.take(url, 'row 150', ['SELECT 1 FROM public.held WHERE id = 150 FOR UPDATE']);
+    const app = new Client({ connectionString: url, application_name: 'ferry-test-app' });
+    await app.connect();
+    try {
+      await app.query("SET lock_timeout = '10s'");
+      const { id } = await suite.stack.ferry.startChange({
+        kind: 'change',
+        id: 'held-row',
+        database: 'app',
+        steps: [{ backfill: { table: 'public.held', set: { v: '1', n: 'n + 1' }, batchRows: 400 } }],
+      });
+      // The batch is waiting for row 150 (it has locked rows before it, row 10 among them).
+      const waiting = `SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%held%' AND application_name NOT LIKE 'ferry-test%'`;
+      await eventually(async () => (await suite.dbs.query('app', waiting)).length > 0, 60_000, 50);
+      // The application's update of row 10 goes through within a couple of seconds.
+      const started = Date.now();
+      const error = await app.query('UPDATE public.held SET v = 2 WHERE id = 10').then(
+        () => undefined,
+        (err: Error) => err.message,
+      );
+      const waitedMs = Date.now() - started;
+      expect({ error, waitedMs: waitedMs < 3_000 ? 'under 3 s' : waitedMs }).toEqual({ error: undefined, waitedMs: 'under 3 s' });
+      await holder.release();
+      const result = await suite.stack.ferry.changeResult(id);
+      expect({ state: result.state, error: result.error }).toEqual({ state: 'SUCCEEDED', error: null });
+      // Every row updated once by the backfill (n = 1), row 10 by the application first or after.
+      const counts = await suite.dbs.query<{ n: number; rows: number }>('app', 'SELECT n, count(*)::int AS rows FROM public.held GROUP BY n ORDER BY n');
+      expect(counts).toEqual([{ n: 1, rows: 400 }]);
+    } finally {
+      await holder.release();
+      await app.end();
+    }
+  });
+
+  it('rewrites a table with an outgoing foreign key: the table that steps aside, and after a revert the new one, refuse no delete of a referenced row', async () => {
+    const { id } = await suite.stack.ferry.startChange({
+      kind: 'change',
+      id: 'orders-bigint',
+      database: 'app',
+      steps: [{ rewrite: { table: 'public.orders', alter: ['ALTER COLUMN amount TYPE bigint'], approval: 'auto', keepOld: '10m' } }],
+    });
+    const result = await suite.stack.ferry.changeResult(id);
+    expect({ state: result.state, error: result.error }).toEqual({ state: 'SUCCEEDED', error: null });
+    const outgoing = () =>
+      suite.dbs.query<{ table: string; valid: boolean }>(
+        'app',
+        `SELECT conrelid::regclass::text AS table, convalidated AS valid FROM pg_constraint WHERE contype = 'f' AND confrelid = 'public.customers'::regclass ORDER BY 1`,
+      );
+    // Only the table the application uses references customers, validated.
+    expect(await outgoing()).toEqual([{ table: 'orders', valid: true }]);
+    // The application deletes a customer's orders, then the customer.
+    await suite.dbs.exec('app', 'DELETE FROM public.orders WHERE customer_id = 1; DELETE FROM public.customers WHERE id = 1');
+
+    const out = await suite.stack.runCli(['revert', id, '--reason', 'bigint broke the reports']);
+    expect({ code: out.code, stderr: out.stderr }).toEqual({ code: 0, stderr: '' });
+    await eventually(async () => (await outgoing()).every((f) => f.table === 'orders' && f.valid), 60_000, 200);
+    expect(await outgoing()).toEqual([{ table: 'orders', valid: true }]);
+    await suite.dbs.exec('app', 'DELETE FROM public.orders WHERE customer_id = 2; DELETE FROM public.customers WHERE id = 2');
+    // The old shape is back, and its foreign key still refuses an order of no customer.
+    const [type] = await suite.dbs.query<{ type: string }>('app', `SELECT format_type(atttypid, atttypmod) AS type FROM pg_attribute WHERE attrelid = 'public.orders'::regclass AND attname = 'amount'`);
+    expect(type.type).toBe('integer');
+    await expect(suite.dbs.exec('app', 'INSERT INTO public.orders VALUES (10000, 999, 1)')).rejects.toThrow(/violates foreign key constraint/);
+  });
+});
