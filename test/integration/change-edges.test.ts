@@ -89,6 +89,25 @@ describe('change plans at their edges', () => {
     }
   });
 
+  it('names the step once, counted from 1, and says the lock wait ran out when it has (not that it tries again)', async () => {
+    const holder = await HeldLock.take(suite.dbs.url('app'), 'customers', ['SELECT count(*) FROM public.customers']);
+    try {
+      const { id } = await suite.stack.ferry.startChange({
+        kind: 'change',
+        id: 'lock-stays-busy',
+        database: 'app',
+        steps: [{ sql: 'COMMENT ON TABLE public.pairs IS NULL' }, { sql: 'ALTER TABLE public.customers ADD COLUMN note text', lockTimeout: '300ms', maxWait: '2s' }],
+      });
+      const result = await suite.stack.ferry.changeResult(id);
+      expect(result.state).toBe('FAILED');
+      expect(result.error?.type).toBe('LockWaitExceeded');
+      expect(result.error?.message).toMatch(/^step 2 \(sql\): the lock stayed busy for \d+s over \d+ attempts \(maxWait 2s\)/);
+      expect(result.error?.message).not.toMatch(/step 1|tries again/);
+    } finally {
+      await holder.release();
+    }
+  });
+
   it('rewrites a table with an outgoing foreign key: the table that steps aside, and after a revert the new one, refuse no delete of a referenced row', async () => {
     const { id } = await suite.stack.ferry.startChange({
       kind: 'change',
