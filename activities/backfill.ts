@@ -12,11 +12,17 @@ import type { BackfillStep } from '../src/core/change-plan';
 import { FAILURE } from '../src/core/failure-types';
 import { displayQualified, quoteIdent, quoteQualified } from '../src/core/identifiers';
 import { Key, KeyColumn } from '../src/core/plan';
+import { expressionRefusal } from '../src/change/statements';
 import { advancePass, claimPass, holdsPass, PassRef } from '../src/db/change-bookkeeping';
 import { inTransaction } from '../src/db/connections';
+import { refusal, sqlState } from '../src/db/errors';
 import { fenceToken } from '../src/db/fenced';
 import { keyAsText, keyOrder, keyPredicate, KeyShape, ParamBinder } from '../src/db/ranges';
 import { ActivityDeps } from './deps';
+
+/** How long a batch waits for a row lock (while it holds the rows it has locked already). */
+export const BATCH_LOCK_TIMEOUT_MS = 1_000;
+const LOCK_NOT_AVAILABLE = '55P03';
 
 export interface BackfillSliceInput extends PassRef {
   database: string;
@@ -91,24 +97,41 @@ async function loadReason(db: ClientBase, input: BackfillSliceInput): Promise<st
 /**
  * One batch: the next `batchRows` keys after the checkpoint, the rows among them that match
  * `where` updated, the last key of the range returned. The range is taken by key alone, so
- * every batch advances even when few of its rows need the update.
+ * every batch advances even when few of its rows need the update. The update finds the batch's
+ * rows by `IN (SELECT … FROM b)`, not by joining b: b's columns share the key's names, and the
+ * plan's expressions and condition name the table's columns unqualified (`'B-' || id` would be
+ * ambiguous against a join); it also plans as a nested loop over the key's index at any batch
+ * size, where the join turned into a hash join over the whole table at 100,000 rows.
  */
 function batchSql(input: BackfillSliceInput, shape: KeyShape, lastKey: Key | null, batchRows: number): { text: string; params: unknown[] } {
   const binder = new ParamBinder();
   const after = lastKey ? keyPredicate(shape, [{ op: '>', key: lastKey }], binder) : 'TRUE';
   const table = quoteQualified(input.backfill.table);
   const cols = shape.keyColumns.map((c) => quoteIdent(c.name));
-  const join = cols.map((c) => `t.${c} = b.${c}`).join(' AND ');
   const set = input.backfill.set.map((s) => `${quoteIdent(s.column)} = (${s.expression})`).join(', ');
   const where = input.backfill.where ? ` AND (${input.backfill.where})` : '';
   const last = `(SELECT ARRAY[${shape.keyColumns.map((_, i) => `k${i}`).join(', ')}] FROM keys ORDER BY ${shape.keyColumns.map((_, i) => `n${i} DESC`).join(', ')} LIMIT 1)`;
   return {
     text: `WITH b AS MATERIALIZED (SELECT ${cols.join(', ')} FROM ${table} WHERE ${after} ORDER BY ${keyOrder(shape)} LIMIT ${batchRows}),
                keys AS (SELECT ${keyAsText(shape)}, ${cols.map((c, i) => `${c} AS n${i}`).join(', ')} FROM b),
-               u AS (UPDATE ${table} AS t SET ${set} FROM b WHERE ${join}${where} RETURNING 1)
+               u AS (UPDATE ${table} SET ${set} WHERE (${cols.join(', ')}) IN (SELECT ${cols.join(', ')} FROM b)${where} RETURNING 1)
           SELECT (SELECT count(*) FROM b)::int AS scanned, (SELECT count(*) FROM u)::int AS updated, ${last} AS last_key`,
     params: binder.params,
   };
+}
+
+/**
+ * The plan's expressions judged again where they are run, as preflight judged them: the slice's
+ * input is whatever started the workflow, and an expression is embedded only when it parses as
+ * the one expression it claims to be (src/change/statements.ts).
+ */
+async function expressionsRefusal(backfill: BackfillSliceInput['backfill']): Promise<string | undefined> {
+  for (const { column, expression } of backfill.set) {
+    const bad = await expressionRefusal(expression, 'value');
+    if (bad) return `backfill.set.${column}: ${bad}`;
+  }
+  const bad = backfill.where === undefined ? undefined : await expressionRefusal(backfill.where, 'condition');
+  return bad ? `backfill.where: ${bad}` : undefined;
 }
 
 export function createBackfillActivities({ connections, logger }: ActivityDeps) {
@@ -145,19 +168,38 @@ export function createBackfillActivities({ connections, logger }: ActivityDeps) 
       let batches = 0;
       details = { pass: input.pass, rowsUpdated: passUpdated, rowsScanned: passScanned };
       ctx.heartbeat(details);
+      const refused = await expressionsRefusal(input.backfill);
+      if (refused) throw refusal(FAILURE.ChangeRefused, refused);
+      // Halved after a batch whose row locks were not all granted in time, doubled back after
+      // one that was: a batch waits at most BATCH_LOCK_TIMEOUT_MS while it holds the rows it has
+      // locked already, so a writer queued behind one of them waits no longer than that.
+      let size = batchRows;
       while (!done && (batches === 0 || Date.now() - started < input.sliceMs)) {
         if (ctx.cancellationSignal.aborted) throw new CancelledFailure('backfill slice cancelled');
         const busy = await loadReason(db, input);
         if (busy) return { updated, scanned, passUpdated, passScanned, done, waiting: busy };
-        const sql = batchSql(input, shape, lastKey, batchRows);
-        const batch = await inTransaction(db, async () => {
-          if (!(await holdsPass(db, input, token))) throw superseded(input);
-          const { rows } = await db.query<{ scanned: number; updated: number; last_key: string[] | null }>(sql.text, sql.params);
-          const r = rows[0];
-          const end = r.scanned < batchRows;
-          await advancePass(db, input, r.last_key, r.updated, r.scanned, end);
-          return { ...r, end };
-        });
+        const sql = batchSql(input, shape, lastKey, size);
+        let batch: { scanned: number; updated: number; last_key: string[] | null; end: boolean };
+        try {
+          batch = await inTransaction(db, async () => {
+            if (!(await holdsPass(db, input, token))) throw superseded(input);
+            await db.query(`SET LOCAL lock_timeout = '${BATCH_LOCK_TIMEOUT_MS}ms'`);
+            const { rows } = await db.query<{ scanned: number; updated: number; last_key: string[] | null }>(sql.text, sql.params);
+            const r = rows[0];
+            const end = r.scanned < size;
+            await advancePass(db, input, r.last_key, r.updated, r.scanned, end);
+            return { ...r, end };
+          });
+        } catch (err) {
+          if (sqlState(err) !== LOCK_NOT_AVAILABLE) throw err;
+          if (size > 1) {
+            size = Math.max(1, Math.floor(size / 2));
+            continue;
+          }
+          const waiting = `a row of ${displayQualified(input.backfill.table)} is locked by another session (the next batch waits for it)`;
+          return { updated, scanned, passUpdated, passScanned, done, waiting };
+        }
+        size = Math.min(batchRows, size * 2);
         batches += 1;
         updated += batch.updated;
         scanned += batch.scanned;

@@ -9,7 +9,10 @@ import { Context } from '@temporalio/activity';
 import { Client, ClientBase } from 'pg';
 import type { IndexStep } from '../src/core/change-plan';
 import type { StepProgress } from '../src/core/change-status';
+import { expressionRefusal } from '../src/change/statements';
+import { FAILURE } from '../src/core/failure-types';
 import { QualifiedName, quoteIdent, quoteQualified } from '../src/core/identifiers';
+import { refusal } from '../src/db/errors';
 import { ActivityDeps } from './deps';
 
 export interface BuildIndexInput {
@@ -41,6 +44,28 @@ async function findIndexes(db: ClientBase, schema: string, names: string[], like
        JOIN pg_catalog.pg_index i ON i.indexrelid = c.oid
       WHERE n.nspname = $1 AND (c.relname = ANY ($2::text[]) OR ($3::text IS NOT NULL AND c.relname LIKE $3))`,
     [schema, names, like ?? null],
+  );
+  return rows.map((r) => ({ oid: Number(r.oid), valid: r.valid, table: Number(r.table), name: r.name }));
+}
+
+/**
+ * What REINDEX INDEX CONCURRENTLY leaves when it fails or its worker dies: INVALID indexes on the
+ * same table defined as `index` is (its `_ccnew` copy, or the `_ccold` one it was swapping out).
+ * Found by their definition, not their names: PostgreSQL cuts a long name short to fit the suffix.
+ */
+async function reindexLeftovers(db: ClientBase, table: number, index: number): Promise<IndexRow[]> {
+  const { rows } = await db.query(
+    `SELECT c.oid::int8 AS oid, i.indisvalid AS valid, i.indrelid::int8 AS table, c.relname::text AS name
+       FROM pg_catalog.pg_index t
+       JOIN pg_catalog.pg_class tc ON tc.oid = t.indexrelid
+       JOIN pg_catalog.pg_index i ON i.indrelid = t.indrelid AND i.indexrelid <> t.indexrelid AND NOT i.indisvalid
+       JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid AND c.relam = tc.relam
+      WHERE t.indexrelid = $2 AND t.indrelid = $1
+        AND i.indkey = t.indkey AND i.indclass = t.indclass AND i.indcollation = t.indcollation AND i.indoption = t.indoption
+        AND i.indisunique = t.indisunique
+        AND pg_catalog.pg_get_expr(i.indexprs, i.indrelid) IS NOT DISTINCT FROM pg_catalog.pg_get_expr(t.indexprs, t.indrelid)
+        AND pg_catalog.pg_get_expr(i.indpred, i.indrelid) IS NOT DISTINCT FROM pg_catalog.pg_get_expr(t.indpred, t.indrelid)`,
+    [table, index],
   );
   return rows.map((r) => ({ oid: Number(r.oid), valid: r.valid, table: Number(r.table), name: r.name }));
 }
@@ -100,14 +125,22 @@ export function createChangeIndexActivities({ connections, logger }: ActivityDep
       ctx.heartbeat();
       const table = Number((await db.query('SELECT to_regclass($1)::oid::int8 AS oid', [quoteQualified(input.index.table)])).rows[0].oid);
       if (input.index.rebuild) {
-        // REINDEX CONCURRENTLY builds <name>_ccnew (…_ccnew1, …) beside the index: a killed one stays INVALID.
-        for (const leftover of await findIndexes(db, schema, [], `${input.index.name.replace(/[\\%_]/g, (c) => `\\${c}`)}\\_ccnew%`)) {
-          if (!leftover.valid && leftover.table === table) {
+        // REINDEX CONCURRENTLY builds a copy beside the index: one that failed or was killed stays INVALID.
+        const [target] = await findIndexes(db, schema, [input.index.name]);
+        const dropLeftovers = async () => {
+          for (const leftover of target ? await reindexLeftovers(db, table, target.oid) : []) {
             await dropInvalid(db, schema, leftover);
             droppedInvalid.push(leftover.name);
           }
+        };
+        await dropLeftovers();
+        try {
+          await db.query(`REINDEX INDEX CONCURRENTLY ${quoteIdent(schema)}.${quoteIdent(input.index.name)}`);
+        } catch (err) {
+          // Its timeout, a cancel, a deadlock: what it built so far goes now, not at the next attempt.
+          await dropLeftovers().catch((cleanup: Error) => logger.warn({ changeId: input.changeId, err: cleanup.message }, 'dropping what a failed REINDEX left failed'));
+          throw err;
         }
-        await db.query(`REINDEX INDEX CONCURRENTLY ${quoteIdent(schema)}.${quoteIdent(input.index.name)}`);
         return { existed: false, droppedInvalid };
       }
       const [existing] = await findIndexes(db, schema, [input.index.name]);
@@ -117,6 +150,9 @@ export function createChangeIndexActivities({ connections, logger }: ActivityDep
         droppedInvalid.push(existing.name);
         logger.info({ changeId: input.changeId, index: existing.name }, 'dropped an INVALID index left by an earlier attempt');
       }
+      // Judged again where it runs, as preflight judged it (the input is whatever started the workflow).
+      const bad = input.index.where === undefined ? undefined : await expressionRefusal(input.index.where, 'condition');
+      if (bad) throw refusal(FAILURE.ChangeRefused, `index.where: ${bad}`);
       await db.query(createSql(input.index));
       return { existed: false, droppedInvalid };
     } finally {

@@ -26,6 +26,7 @@ export interface StepDecision {
   setNotNull?: { table: QualifiedName; column: string };
   /** The same for the step's down:, when it has one. */
   downAction?: 'run' | 'setNotNull';
+  downSetNotNull?: { table: QualifiedName; column: string };
   /** index steps: the index was there, valid, before the plan ran (a rollback leaves it). */
   indexExisted?: boolean;
   /** A line for the status (what runs instead, what the step will find). */
@@ -129,6 +130,7 @@ async function checkSql(db: ClientBase, plan: ChangePlan, sql: string, down: str
       d.constraints.forEach((c) => declared.constraints.add(key(c.table, c.name)));
     } else {
       decision.downAction = verdict.action;
+      if (verdict.action === 'setNotNull') decision.downSetNotNull = { table: verdict.table, column: verdict.column };
     }
   }
   return problems;

@@ -34,6 +34,8 @@ export interface SetNotNullInput extends StepRef {
   database: string;
   table: QualifiedName;
   column: string;
+  /** A step's own SET NOT NULL ('up', the default) or its down: in a rollback. */
+  direction?: 'up' | 'down';
   lockTimeoutMs: number;
   statementTimeoutMs: number;
 }
@@ -50,7 +52,7 @@ const NOT_IN_TRANSACTION = '25001';
 
 function lockBusy(what: string, lockTimeoutMs: number, cause: unknown): ApplicationFailure {
   return ApplicationFailure.create({
-    message: `${what}: the lock was not granted within the ${lockTimeoutMs} ms lock_timeout (another transaction holds it); the workflow tries again`,
+    message: `${what}: the lock was not granted within the ${lockTimeoutMs} ms lock_timeout (another transaction holds it)`,
     type: FAILURE.LockBusy,
     nonRetryable: true,
     cause: cause instanceof Error ? new Error(cause.message) : undefined,
@@ -77,7 +79,7 @@ export function createChangeSqlActivities({ connections, logger }: ActivityDeps)
 
   async function runChangeSql(input: RunChangeSqlInput): Promise<RunChangeSqlResult> {
     const db = await session(input.database, input.lockTimeoutMs, input.statementTimeoutMs);
-    const what = `step ${input.step}${input.direction === 'down' ? ' (down)' : ''}`;
+    const what = `step ${input.step + 1}${input.direction === 'down' ? ' (down)' : ''}`;
     try {
       try {
         return await inTransaction(db, async () => {
@@ -113,9 +115,10 @@ export function createChangeSqlActivities({ connections, logger }: ActivityDeps)
     const db = await session(input.database, input.lockTimeoutMs, input.statementTimeoutMs);
     const table = quoteQualified(input.table);
     const check = notNullCheckName(input.column);
-    const what = `step ${input.step} (SET NOT NULL on ${displayQualified(input.table)}.${input.column})`;
+    const direction = input.direction ?? 'up';
+    const what = `step ${input.step + 1}${direction === 'down' ? ' (down)' : ''} (SET NOT NULL on ${displayQualified(input.table)}.${input.column})`;
     try {
-      if (await inTransaction(db, () => stepDone(db, input, 'up'))) return { already: true };
+      if (await inTransaction(db, () => stepDone(db, input, direction))) return { already: true };
       const state = async () =>
         (
           await db.query<{ not_null: boolean; check_exists: boolean }>(
@@ -137,7 +140,7 @@ export function createChangeSqlActivities({ connections, logger }: ActivityDeps)
       await inTransaction(db, async () => {
         await db.query(`ALTER TABLE ${table} ALTER COLUMN ${quoteIdent(input.column)} SET NOT NULL`);
         await db.query(`ALTER TABLE ${table} DROP CONSTRAINT IF EXISTS ${quoteIdent(check)}`);
-        await markStepDone(db, input, 'up');
+        await markStepDone(db, input, direction);
       });
       return { already: false };
     } catch (err) {

@@ -19,7 +19,7 @@ import { displayQualified, QualifiedName, quoteIdent, quoteQualified, withSuffix
 import { captureNames, GUARD_BYPASS } from '../src/db/capture-sql';
 import { inTransaction } from '../src/db/connections';
 import { refusal, sqlState } from '../src/db/errors';
-import { attachDependents, carryIdentity, detachDependents, readDependents, relid, swapIndexNames } from '../src/db/table-swap';
+import { attachDependents, carryIdentity, detachDependents, moveOutgoingForeignKeys, readDependents, relid, swapIndexNames } from '../src/db/table-swap';
 import { installCaptureIn } from './capture';
 import { ActivityDeps } from './deps';
 import { applyLog, RewriteDataInput, RewriteRef } from './rewrite';
@@ -32,7 +32,10 @@ export interface SwapResult {
   /** From the lock granted to the commit: how long writers waited on the swap. */
   lockedMs: number;
   views: string[];
-  /** Foreign keys re-added NOT VALID on the tables that reference the new table. */
+  /**
+   * Foreign keys re-added NOT VALID: on the tables that reference the table, and the table's own
+   * that the one taking its name had not got (a revert's old table); validated after the swap.
+   */
   foreignKeys: { table: string; name: string }[];
 }
 
@@ -43,10 +46,13 @@ export function revertedName(table: QualifiedName, tag: string): QualifiedName {
   return { schema: table.schema, name: withSuffix(table.name, `_ferry_rev_${tag}`) };
 }
 
+/** Foreign keys to and from the table still NOT VALID: a swap that had committed already left them to validate. */
 async function unvalidatedForeignKeys(db: ClientBase, table: string): Promise<{ table: string; name: string }[]> {
-  const { rows } = await db.query(`SELECT conrelid::regclass::text AS table, conname AS name FROM pg_catalog.pg_constraint WHERE contype = 'f' AND confrelid = $1::regclass AND NOT convalidated`, [
-    table,
-  ]);
+  const { rows } = await db.query(
+    `SELECT conrelid::regclass::text AS table, conname AS name FROM pg_catalog.pg_constraint
+      WHERE contype = 'f' AND (confrelid = $1::regclass OR conrelid = $1::regclass) AND NOT convalidated`,
+    [table],
+  );
   return rows;
 }
 
@@ -67,7 +73,7 @@ async function inSwap<T>(db: ClientBase, tables: string[], lockTimeoutMs: number
     await db.query('ROLLBACK').catch(() => undefined);
     if (sqlState(err) === LOCK_NOT_AVAILABLE) {
       throw ApplicationFailure.create({
-        message: `the swap's lock on ${tables[0]} was not granted within ${lockTimeoutMs} ms; the workflow tries again`,
+        message: `the swap's lock on ${tables[0]} was not granted within ${lockTimeoutMs} ms`,
         type: FAILURE.LockBusy,
         nonRetryable: true,
         cause: err instanceof Error ? new Error(err.message) : undefined,
@@ -101,9 +107,11 @@ async function exchange(db: PoolClient, table: QualifiedName, lockTimeoutMs: num
   const name = quoteQualified(table);
   return inSwap(db, [name, quoteQualified(x.incoming)], lockTimeoutMs, async (locked) => {
     const drained = await applyLog(db, x.batchSql, x.log, Number.MAX_SAFE_INTEGER, false);
-    const dependents = await readDependents(db, await relid(db, table));
+    const leaving = await relid(db, table);
+    const dependents = await readDependents(db, leaving);
     await carryIdentity(db, x.incoming, table, x.asideSuffix);
     await detachDependents(db, dependents);
+    const outgoing = await moveOutgoingForeignKeys(db, leaving, await relid(db, x.incoming), x.incoming);
     await swapIndexNames(db, table.schema, await x.indexPairs(db), x.asideSuffix);
     await db.query(`ALTER TABLE ${name} RENAME TO ${quoteIdent(x.outgoing.name)}`);
     await db.query(`ALTER TABLE ${quoteQualified(x.incoming)} RENAME TO ${quoteIdent(table.name)}`);
@@ -114,7 +122,7 @@ async function exchange(db: PoolClient, table: QualifiedName, lockTimeoutMs: num
       drained,
       lockedMs: Date.now() - locked,
       views: dependents.views.map((v) => displayQualified(v.name)),
-      foreignKeys: dependents.foreignKeys.map((f) => ({ table: f.table, name: f.name })),
+      foreignKeys: [...dependents.foreignKeys.map((f) => ({ table: f.table, name: f.name })), ...outgoing.map((f) => ({ ...f, table: quoteQualified(table) }))],
     };
   });
 }

@@ -77,14 +77,16 @@ export async function retryWhileLockBusy<T>(retry: LockRetry, attempt: () => Pro
     try {
       return await attempt();
     } catch (err) {
-      if (innermostApplicationFailure(err)?.type !== FAILURE.LockBusy) throw err;
+      const busy = innermostApplicationFailure(err);
+      if (busy?.type !== FAILURE.LockBusy) throw err;
       const waited = Date.now() - started;
       if (waited >= retry.maxWaitMs) {
+        // The last attempt's words in the message, not as a cause: the innermost failure is what
+        // a result reports, and it must say that the wait ran out, not that an attempt was busy.
         throw ApplicationFailure.create({
-          message: `${retry.what} stayed busy for ${Math.round(waited / 1000)}s over ${n} attempts (maxWait ${retry.maxWaitMs / 1000}s)`,
+          message: `${retry.what} stayed busy for ${Math.round(waited / 1000)}s over ${n} attempts (maxWait ${retry.maxWaitMs / 1000}s); the last attempt: ${busy.message}`,
           type: FAILURE.LockWaitExceeded,
           nonRetryable: true,
-          cause: err instanceof Error ? err : undefined,
         });
       }
       retry.onWaiting?.(n, true);

@@ -154,7 +154,7 @@ class RewriteRun {
     const { tracker } = this.ctx;
     return retryWhileLockBusy(
       {
-        what: `step ${step.index + 1}: the swap's lock`,
+        what: "the swap's lock",
         maxWaitMs: step.maxWaitMs,
         onAttempt: (n) => (tracker.steps[step.index].attempts = n),
         onWaiting: (n, waiting) => tracker.setWaiting(waiting ? `step ${step.index + 1}: swap lock busy, attempt ${n}` : undefined),

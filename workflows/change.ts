@@ -392,11 +392,14 @@ class ChangeRun {
         const down = step.down;
         if (down === undefined) return warn(' has no down: it was not undone');
         const ref = { changeId: this.info.workflowId, runId: this.info.firstExecutionRunId, step: step.index, database: plan.database };
+        const safe = decision.downAction === 'setNotNull' ? decision.downSetNotNull : undefined;
         this.undo.push({
           step: step.index,
           run: () =>
             this.whileLockBusy(step, step.maxWaitMs, () =>
-              this.acts.forStep(step.timeoutMs).runChangeSql({ ...ref, sql: down, direction: 'down', lockTimeoutMs: step.lockTimeoutMs, statementTimeoutMs: step.timeoutMs }),
+              safe && patched(PATCHES.safeDownSetNotNull)
+                ? this.acts.forStep(step.timeoutMs).setNotNullSafely({ ...ref, ...safe, direction: 'down', lockTimeoutMs: step.lockTimeoutMs, statementTimeoutMs: step.timeoutMs })
+                : this.acts.forStep(step.timeoutMs).runChangeSql({ ...ref, sql: down, direction: 'down', lockTimeoutMs: step.lockTimeoutMs, statementTimeoutMs: step.timeoutMs }),
             ),
         });
         return;
@@ -421,7 +424,8 @@ class ChangeRun {
   private whileLockBusy<T>(step: ChangeStep, maxWaitMs: number, attempt: () => Promise<T>): Promise<T> {
     return retryWhileLockBusy(
       {
-        what: `step ${step.index + 1}: the lock`,
+        // The result's error names the step already ("step 2 (sql): …").
+        what: 'the lock',
         maxWaitMs,
         onAttempt: (n) => (this.tracker.steps[step.index].attempts = n),
         onWaiting: (n, waiting) => this.tracker.setWaiting(waiting ? `step ${step.index + 1}: lock busy, attempt ${n}` : undefined),

@@ -191,13 +191,13 @@ async function judgeAlterCommand(db: ClientBase, table: QualifiedName, cmd: Node
     case 'AT_AlterColumnType': {
       const def = cmd.def.ColumnDef;
       if (def.raw_default) {
-        return refuse(`ALTER COLUMN ${cmd.name} TYPE … USING rewrites the table under ACCESS EXCLUSIVE: add a new column, backfill it, and switch to it (a rewrite step, copy and swap, is not available yet)`);
+        return refuse(`ALTER COLUMN ${cmd.name} TYPE … USING rewrites the table under ACCESS EXCLUSIVE: use a rewrite step (a copy of the table in the new shape, kept in step, then swapped), or add a new column, backfill it and switch to it`);
       }
       const rewrite = await typeChangeRewrites(db, table, cmd.name, def.typeName);
       if (rewrite) {
         return refuse(
-          `ALTER COLUMN ${cmd.name} TYPE ${rewrite} rewrites the table under ACCESS EXCLUSIVE: add a new column of the new type, backfill it, ` +
-            'and switch to it (a rewrite step, copy and swap, is not available yet)',
+          `ALTER COLUMN ${cmd.name} TYPE ${rewrite} rewrites the table under ACCESS EXCLUSIVE: use a rewrite step (a copy of the table in the new shape, ` +
+            'kept in step, then swapped), or add a new column of the new type, backfill it and switch to it',
         );
       }
       return undefined;
@@ -258,12 +258,24 @@ async function typeChangeRewrites(db: ClientBase, table: QualifiedName, column: 
 
 /**
  * A plan's SQL expression (a backfill's `set` value or `where`, a partial index's condition):
- * it must parse as exactly one expression, so no second statement can ride along.
+ * it must parse as exactly one expression, so no second statement can ride along. Ferry embeds
+ * it in parentheses, so it must parse that way and on its own too: a text that closes its own
+ * parentheses (`a) OR (b`) parses only when wrapped, and would break out of them where it is
+ * embedded after another condition; one that ends in a `--` comment parses only unwrapped. A text
+ * that parses both ways is, wrapped, exactly the one expression the parser saw.
  */
 export async function expressionRefusal(text: string, kind: 'value' | 'condition'): Promise<string | undefined> {
+  const what = kind === 'value' ? 'expression' : 'condition';
   const wrapped = kind === 'value' ? `SELECT (${text})` : `SELECT 1 WHERE (${text})`;
   const stmts = await parseStatements(wrapped);
-  if (typeof stmts === 'string') return `is not one SQL ${kind === 'value' ? 'expression' : 'condition'}: ${stmts.replace(/^does not parse as PostgreSQL: /, '')}`;
+  const alone = await parseStatements(kind === 'value' ? `SELECT ${text}` : `SELECT 1 WHERE ${text}`);
+  if (typeof stmts === 'string' && typeof alone !== 'string') {
+    return `must parse on its own as one SQL ${what}, as it does not in parentheses: ${stmts.replace(/^does not parse as PostgreSQL: /, '')} (a comment must be closed within it)`;
+  }
+  if (typeof stmts !== 'string' && typeof alone === 'string') {
+    return `must parse on its own as one SQL ${what}: ${alone.replace(/^does not parse as PostgreSQL: /, '')} (its parentheses must close within it)`;
+  }
+  if (typeof stmts === 'string') return `is not one SQL ${what}: ${stmts.replace(/^does not parse as PostgreSQL: /, '')}`;
   const select = stmts.length === 1 ? stmts[0].SelectStmt : undefined;
   const shape = select && (kind === 'value' ? select.targetList?.length === 1 && !select.fromClause && !select.whereClause : select.targetList?.length === 1 && !select.fromClause);
   if (!shape || select.op !== 'SETOP_NONE' || select.limitCount || select.sortClause || select.groupClause || select.havingClause) {

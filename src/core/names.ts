@@ -165,6 +165,8 @@ export const PATCHES = {
    * transaction); before, the cutover kept the source frozen until someone ended it by hand.
    */
   unterminableBlockersRollBack: 'unterminable-blockers-roll-back',
+  /** A sql step's `down:` that sets NOT NULL runs in the safe form (CHECK NOT VALID, VALIDATE, SET NOT NULL), as a step does. */
+  safeDownSetNotNull: 'safe-down-set-not-null',
 } as const;
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);

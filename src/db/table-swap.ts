@@ -97,6 +97,32 @@ export async function attachDependents(db: ClientBase, d: Dependents, table: Qua
 }
 
 /**
+ * The foreign keys of the table that steps aside at a swap (to other tables) are dropped: kept,
+ * they would refuse the application's deletes of the rows they reference on behalf of a table
+ * nobody writes any more. The table that takes its name gets each of them it has not got, NOT
+ * VALID — a rewrite's shadow has them already; an old table coming back in a revert gets them
+ * again — and those are returned, to be validated once the swap has committed. Both take a
+ * SHARE ROW EXCLUSIVE lock on the referenced table, under the swap's lock_timeout.
+ */
+export async function moveOutgoingForeignKeys(db: ClientBase, leaving: number, arriving: number, arrivingName: QualifiedName): Promise<{ table: string; name: string }[]> {
+  const outgoing = (table: number) =>
+    db.query(
+      `SELECT conrelid::regclass::text AS table, conname AS name, pg_catalog.pg_get_constraintdef(oid) AS definition
+         FROM pg_catalog.pg_constraint WHERE contype = 'f' AND conrelid = $1 AND confrelid <> $1 ORDER BY conname`,
+      [table],
+    );
+  const present = new Set((await outgoing(arriving)).rows.map((f) => f.name as string));
+  const added: { table: string; name: string }[] = [];
+  for (const fk of (await outgoing(leaving)).rows) {
+    await db.query(`ALTER TABLE ${fk.table} DROP CONSTRAINT ${quoteIdent(fk.name)}`);
+    if (present.has(fk.name)) continue;
+    await db.query(`ALTER TABLE ${quoteQualified(arrivingName)} ADD CONSTRAINT ${quoteIdent(fk.name)} ${(fk.definition as string).replace(/ NOT VALID$/, '')} NOT VALID`);
+    added.push({ table: quoteQualified(arrivingName), name: fk.name });
+  }
+  return added;
+}
+
+/**
  * Identity columns: the replacement's sequence goes on from the current one's value and takes
  * its name; the current one's steps aside with `asideSuffix`, as its indexes do.
  */

@@ -13,15 +13,25 @@ import { stackSuite } from '../helpers/suite';
 
 const SEED = `
   CREATE TABLE public.codes (id bigint PRIMARY KEY, code text, flag boolean NOT NULL, hits int NOT NULL DEFAULT 0);
-  INSERT INTO public.codes (id, flag) SELECT g, g % 3 = 0 FROM generate_series(1, 60) g;
+  INSERT INTO public.codes (id, flag) SELECT g, g % 3 = 0 FROM generate_series(1, 600) g;
   CREATE TABLE public.pairs (a int, b int, v text, PRIMARY KEY (a, b));
-  INSERT INTO public.pairs (a, b) SELECT x, y FROM generate_series(1, 8) x, generate_series(1, 8) y;
+  INSERT INTO public.pairs (a, b) SELECT x, y FROM generate_series(1, 30) x, generate_series(1, 30) y;
   CREATE TABLE public.held (id int PRIMARY KEY, v int NOT NULL DEFAULT 0, n int NOT NULL DEFAULT 0);
   INSERT INTO public.held (id) SELECT g FROM generate_series(1, 400) g;
   CREATE TABLE public.customers (id int PRIMARY KEY, name text);
   INSERT INTO public.customers SELECT g, 'c' || g FROM generate_series(1, 20) g;
   CREATE TABLE public.orders (id int PRIMARY KEY, customer_id int NOT NULL REFERENCES public.customers (id), amount int NOT NULL);
   INSERT INTO public.orders SELECT g, 1 + g % 20, g FROM generate_series(1, 400) g;
+  CREATE TABLE public.people (id int PRIMARY KEY, name text NOT NULL);
+  INSERT INTO public.people SELECT g, 'person ' || g FROM generate_series(1, 200) g;
+  ALTER TABLE public.people ADD CONSTRAINT people_name_short CHECK (length(name) < 4) NOT VALID;
+  -- What ran on public.people, statement by statement, as DDL reached it.
+  CREATE TABLE public.people_ddl (n serial PRIMARY KEY, query text);
+  CREATE FUNCTION public.log_people_ddl() RETURNS event_trigger LANGUAGE plpgsql AS $$
+  BEGIN
+    IF current_query() ILIKE '%people%' AND current_query() NOT ILIKE '%people_ddl%' THEN INSERT INTO public.people_ddl (query) VALUES (current_query()); END IF;
+  END $$;
+  CREATE EVENT TRIGGER log_people_ddl ON ddl_command_end EXECUTE FUNCTION public.log_people_ddl();
   ANALYZE;
 `;
 
@@ -34,8 +44,8 @@ describe('change plans at their edges', () => {
       id: 'key-columns',
       database: 'app',
       steps: [
-        { backfill: { table: 'public.codes', set: { code: "'B-' || id", hits: 'hits + 1' }, where: 'flag AND id % 2 = 0', batchRows: 7 } },
-        { backfill: { table: 'public.pairs', set: { v: "a || ':' || b" }, where: 'b > a', batchRows: 5 } },
+        { backfill: { table: 'public.codes', set: { code: "'B-' || id", hits: 'hits + 1' }, where: 'flag AND id % 2 = 0', batchRows: 100 } },
+        { backfill: { table: 'public.pairs', set: { v: "a || ':' || b" }, where: 'b > a', batchRows: 100 } },
       ],
     });
     const result = await suite.stack.ferry.changeResult(id);
@@ -48,8 +58,8 @@ describe('change plans at their edges', () => {
     expect(wrong).toEqual([]);
     const pairs = await suite.dbs.query<{ a: number; b: number; v: string | null }>('app', 'SELECT a, b, v FROM public.pairs ORDER BY a, b');
     expect(pairs.filter((r) => (r.b > r.a ? r.v !== `${r.a}:${r.b}` : r.v !== null))).toEqual([]);
-    // Ten rows of codes match (multiples of 6 up to 60), 28 pairs have b > a.
-    expect(result.rowsBackfilled).toBe(10 + 28);
+    // 100 rows of codes match (multiples of 6 up to 600), 435 pairs have b > a; batches of 100.
+    expect(result.rowsBackfilled).toBe(100 + 435);
   });
 
   it('does not hold the rows of a batch while it waits for a row another session holds', async () => {
@@ -106,6 +116,63 @@ describe('change plans at their edges', () => {
     } finally {
       await holder.release();
     }
+  });
+
+  it('rolls back a down: that sets NOT NULL in the safe form, never as one scan under ACCESS EXCLUSIVE', async () => {
+    const { id } = await suite.stack.ferry.startChange({
+      kind: 'change',
+      id: 'down-not-null',
+      database: 'app',
+      onFailure: 'rollback',
+      steps: [
+        { sql: 'ALTER TABLE public.people ALTER COLUMN name DROP NOT NULL', down: 'ALTER TABLE public.people ALTER COLUMN name SET NOT NULL' },
+        // Every name is longer than 3 characters: VALIDATE fails, and the plan rolls back.
+        { validate: { table: 'public.people', constraint: 'people_name_short' } },
+      ],
+    });
+    const result = await suite.stack.ferry.changeResult(id);
+    expect(result.state).toBe('FAILED');
+    expect(result.steps.map((s) => s.state)).toEqual(['ROLLED_BACK', 'FAILED']);
+    const [column] = await suite.dbs.query<{ not_null: boolean }>('app', `SELECT attnotnull AS not_null FROM pg_attribute WHERE attrelid = 'public.people'::regclass AND attname = 'name'`);
+    expect(column.not_null).toBe(true);
+    // The undo's statements: the helper CHECK added NOT VALID and validated, SET NOT NULL, the CHECK dropped.
+    const ran = (await suite.dbs.query<{ query: string }>('app', 'SELECT query FROM public.people_ddl ORDER BY n')).map((r) => r.query.replace(/\s+/g, ' '));
+    const undo = ran.slice(ran.findIndex((q) => /DROP NOT NULL/.test(q)) + 1);
+    expect(undo.map((q) => (/CHECK \(.*IS NOT NULL\) NOT VALID/.test(q) ? 'check not valid' : /VALIDATE CONSTRAINT/.test(q) ? 'validate' : /SET NOT NULL/.test(q) ? 'set not null' : /DROP CONSTRAINT/.test(q) ? 'drop check' : q))).toEqual([
+      'check not valid',
+      'validate',
+      'set not null',
+      'drop check',
+    ]);
+    expect(await suite.dbs.query('app', `SELECT conname FROM pg_constraint WHERE conrelid = 'public.people'::regclass AND conname LIKE '%ferry%'`)).toEqual([]);
+  });
+
+  it('a rebuild that fails leaves no INVALID copy of the index, even one whose name PostgreSQL cut short', async () => {
+    // 63 characters: the copy REINDEX CONCURRENTLY builds is named from a shortened prefix.
+    const name = 'codes_code_index_with_a_name_long_enough_that_its_copy_is_cut_t';
+    await suite.dbs.exec('app', `CREATE INDEX ${name} ON public.codes (code)`);
+    // A snapshot older than the rebuild: REINDEX CONCURRENTLY waits for it, with its copy built and
+    // INVALID, until the step's timeout ends it.
+    const holder = await HeldLock.take(suite.dbs.url('app'), 'snapshot', ['SET TRANSACTION ISOLATION LEVEL REPEATABLE READ', 'SELECT count(*) FROM public.pairs']);
+    try {
+      const { id } = await suite.stack.ferry.startChange({
+        kind: 'change',
+        id: 'rebuild-times-out',
+        database: 'app',
+        steps: [{ index: { table: 'public.codes', name, columns: ['code'], rebuild: true }, timeout: '3s' }],
+      });
+      const result = await suite.stack.ferry.changeResult(id);
+      expect(result.state).toBe('FAILED');
+    } finally {
+      await holder.release();
+    }
+    const indexes = () =>
+      suite.dbs.query<{ name: string; valid: boolean }>('app', `SELECT c.relname AS name, i.indisvalid AS valid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'public.codes'::regclass ORDER BY 1`);
+    await eventually(async () => (await indexes()).every((i) => i.valid), 30_000, 200);
+    expect(await indexes()).toEqual([
+      { name, valid: true },
+      { name: 'codes_pkey', valid: true },
+    ]);
   });
 
   it('rewrites a table with an outgoing foreign key: the table that steps aside, and after a revert the new one, refuse no delete of a referenced row', async () => {

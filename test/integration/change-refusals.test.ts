@@ -54,7 +54,7 @@ const HOSTILE: Record<string, { plan: unknown; says: RegExp }> = {
   },
   'a CHECK without NOT VALID': { plan: { steps: [{ sql: 'ALTER TABLE shop.orders ADD CONSTRAINT positive CHECK (total >= 0)' }] }, says: /NOT VALID/ },
   'CREATE INDEX without CONCURRENTLY': { plan: { steps: [{ sql: 'CREATE INDEX orders_total_idx ON shop.orders (total)' }] }, says: /without CONCURRENTLY.*index step/ },
-  'a type change that rewrites': { plan: { steps: [{ sql: 'ALTER TABLE shop.orders ALTER COLUMN total TYPE bigint' }] }, says: /TYPE bigint rewrites the table/ },
+  'a type change that rewrites': { plan: { steps: [{ sql: 'ALTER TABLE shop.orders ALTER COLUMN total TYPE bigint' }] }, says: /TYPE bigint rewrites the table under ACCESS EXCLUSIVE: use a rewrite step/ },
   // Checked as `SELECT 1 WHERE (…)`, this parses; embedded after the batch's own condition it
   // turned the batch's join into a cross join (every matching row updated in every batch).
   'a where that closes its own parentheses': {
