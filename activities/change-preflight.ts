@@ -42,6 +42,8 @@ interface Declared {
   tables: Set<string>;
   columns: Set<string>;
   constraints: Set<string>;
+  /** Columns an earlier step sets NOT NULL. */
+  notNull: Set<string>;
 }
 
 const key = (t: QualifiedName, part?: string) => JSON.stringify([t.schema, t.name, part ?? '']);
@@ -51,7 +53,7 @@ export function createChangePreflight({ connections }: ActivityDeps) {
     return connections.withClient(plan.database, async (db) => {
       const serverVersion = (await db.query('SHOW server_version')).rows[0].server_version as string;
       const problems: string[] = [];
-      const declared: Declared = { tables: new Set(), columns: new Set(), constraints: new Set() };
+      const declared: Declared = { tables: new Set(), columns: new Set(), constraints: new Set(), notNull: new Set() };
       const decisions: StepDecision[] = [];
       for (const step of plan.steps) {
         const path = `steps[${step.index}]`;
@@ -113,7 +115,7 @@ async function checkSql(db: ClientBase, plan: ChangePlan, sql: string, down: str
       problems.push(`.${field}: ${shape}`);
       continue;
     }
-    const verdict = await judgeStatement(db, stmts[0]);
+    const verdict = await judgeStatement(db, stmts[0], { notNullEarlier: (table, column) => declared.notNull.has(key(table, column)) });
     if (verdict.action === 'refuse') {
       problems.push(`.${field}: ${verdict.message}`);
       continue;
@@ -121,6 +123,7 @@ async function checkSql(db: ClientBase, plan: ChangePlan, sql: string, down: str
     if (field === 'sql') {
       decision.action = verdict.action;
       if (verdict.action === 'setNotNull') {
+        declared.notNull.add(key(verdict.table, verdict.column));
         decision.setNotNull = { table: verdict.table, column: verdict.column };
         decision.note = 'SET NOT NULL in its safe form: CHECK (… IS NOT NULL) NOT VALID, VALIDATE, SET NOT NULL, DROP the CHECK';
       }

@@ -106,8 +106,33 @@ export function shapeRefusal(stmts: Node[], database: string): string | undefine
  * it with the safe form named. Reads the catalog for the facts a statement's text does not show
  * (whether a default's functions are volatile, a column's current type).
  */
-export async function judgeStatement(db: ClientBase, stmt: Node): Promise<Verdict> {
+export interface JudgeContext {
+  /** An earlier step of the plan sets this column NOT NULL. */
+  notNullEarlier?: (table: QualifiedName, column: string) => boolean;
+}
+
+export async function judgeStatement(db: ClientBase, stmt: Node, context: JudgeContext = {}): Promise<Verdict> {
   const refuse = (message: string): Verdict => ({ action: 'refuse', message });
+  if (stmt.DoStmt) {
+    return refuse('DO runs procedural code that preflight cannot judge (it can lift its own lock_timeout, rewrite a table, scan one under its lock): write each statement as its own sql step');
+  }
+  if (stmt.CallStmt) return refuse('CALL runs a procedure whose statements preflight cannot judge: write them as sql steps');
+  if (stmt.SelectStmt) {
+    const own = await databaseFunctions(db, functionCalls(stmt));
+    if (own.length) {
+      return refuse(`calls ${own.join(', ')}, a function of the database's own, whose statements preflight cannot judge (DDL inside would pass every check): write them as sql steps`);
+    }
+  }
+  if ((stmt.UpdateStmt || stmt.DeleteStmt) && !(stmt.UpdateStmt ?? stmt.DeleteStmt).whereClause) {
+    return refuse(
+      stmt.UpdateStmt
+        ? 'UPDATE without WHERE updates every row in one transaction, each row locked until it commits: use a backfill step (batches in key order, resumable)'
+        : 'DELETE without WHERE deletes every row in one transaction, each row locked until it commits: delete in batches, or TRUNCATE if that is what is meant',
+    );
+  }
+  if (stmt.RefreshMatViewStmt && !stmt.RefreshMatViewStmt.concurrent) {
+    return refuse('REFRESH MATERIALIZED VIEW without CONCURRENTLY locks the view against every read while it runs: REFRESH MATERIALIZED VIEW CONCURRENTLY (the view needs a unique index)');
+  }
   if (stmt.IndexStmt) {
     const s = stmt.IndexStmt;
     return refuse(
@@ -133,13 +158,72 @@ export async function judgeStatement(db: ClientBase, stmt: Node): Promise<Verdic
     return { action: 'setNotNull', table, column: setNotNull[0].name };
   }
   for (const cmd of cmds) {
-    const verdict = await judgeAlterCommand(db, table, cmd);
+    const verdict = await judgeAlterCommand(db, table, cmd, context);
     if (verdict) return verdict;
   }
   return { action: 'run' };
 }
 
-async function judgeAlterCommand(db: ClientBase, table: QualifiedName, cmd: Node): Promise<Verdict | undefined> {
+/** Every function a tree calls, as written (schema-qualified or not). */
+function functionCalls(node: Node, out: { schema?: string; name: string }[] = []): { schema?: string; name: string }[] {
+  if (Array.isArray(node)) node.forEach((n) => functionCalls(n, out));
+  else if (node && typeof node === 'object') {
+    for (const [key, value] of Object.entries(node)) {
+      if (key === 'FuncCall') {
+        const names: string[] = ((value as Node).funcname ?? []).map((n: Node) => n.String?.sval);
+        if (names.length) out.push({ name: names[names.length - 1], ...(names.length > 1 ? { schema: names[names.length - 2] } : {}) });
+      }
+      functionCalls(value, out);
+    }
+  }
+  return out;
+}
+
+/** Those of `calls` that name a function outside pg_catalog (one the database's owners wrote). */
+async function databaseFunctions(db: ClientBase, calls: { schema?: string; name: string }[]): Promise<string[]> {
+  const suspects = calls.filter((c) => c.schema !== 'pg_catalog');
+  if (suspects.length === 0) return [];
+  const { rows } = await db.query<{ name: string }>(
+    `SELECT DISTINCT n.nspname || '.' || p.proname AS name FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+      WHERE p.proname = ANY ($1::text[]) AND n.nspname <> 'pg_catalog' ORDER BY 1`,
+    [suspects.map((c) => c.name)],
+  );
+  return rows.map((r) => r.name);
+}
+
+/**
+ * What adding a column of a domain costs: a domain with constraints (its own or its base
+ * domains') makes PostgreSQL check every row, a volatile default (unless the column sets its own)
+ * fills every row — both rewrite the table under ACCESS EXCLUSIVE.
+ */
+async function domainRefusal(db: ClientBase, typeName: Node, column: string, ownDefault: boolean): Promise<string | undefined> {
+  const names: string[] = (typeName.names ?? []).map((n: Node) => n.String?.sval);
+  const { rows } = await db.query<{ domain: string; checks: boolean; default: string | null }>(
+    `WITH RECURSIVE d AS (
+       SELECT t.oid, t.typbasetype, t.typdefault, 0 AS depth FROM pg_catalog.pg_type t WHERE t.oid = to_regtype($1) AND t.typtype = 'd'
+       UNION ALL SELECT b.oid, b.typbasetype, b.typdefault, d.depth + 1 FROM pg_catalog.pg_type b JOIN d ON b.oid = d.typbasetype WHERE b.typtype = 'd')
+     SELECT to_regtype($1)::text AS domain,
+            EXISTS (SELECT 1 FROM pg_catalog.pg_constraint c WHERE c.contypid IN (SELECT oid FROM d)) AS checks,
+            (SELECT typdefault FROM d WHERE typdefault IS NOT NULL ORDER BY depth LIMIT 1) AS default
+      WHERE EXISTS (SELECT 1 FROM d)`,
+    [names.map((n) => `"${n.replace(/"/g, '""')}"`).join('.')],
+  );
+  const d = rows[0];
+  if (!d) return undefined;
+  if (d.checks) {
+    return `ADD COLUMN ${column} of domain ${d.domain}, which has a CHECK: PostgreSQL checks it against every row, rewriting the table under ACCESS EXCLUSIVE: add a column of its base type, backfill it, then change its type to the domain in a rewrite step`;
+  }
+  if (d.default !== null && !ownDefault) {
+    const stmts = await parseStatements(`SELECT (${d.default})`);
+    const volatile = typeof stmts === 'string' ? [] : await volatileFunctions(db, [...functionNames(stmts)]);
+    if (volatile.length) {
+      return `ADD COLUMN ${column} of domain ${d.domain}, whose default is volatile (${volatile.join(', ')}): it fills every row, rewriting the table under ACCESS EXCLUSIVE: add the column with DEFAULT NULL, backfill it in a backfill step, then DROP DEFAULT … SET DEFAULT as wanted`;
+    }
+  }
+  return undefined;
+}
+
+async function judgeAlterCommand(db: ClientBase, table: QualifiedName, cmd: Node, context: JudgeContext): Promise<Verdict | undefined> {
   const refuse = (message: string): Verdict => ({ action: 'refuse', message });
   switch (cmd.subtype) {
     case 'AT_AddColumn': {
@@ -168,7 +252,9 @@ async function judgeAlterCommand(db: ClientBase, table: QualifiedName, cmd: Node
           }
         }
       }
-      return undefined;
+      const ownDefault = (def.constraints ?? []).some((x: Node) => x.Constraint?.contype === 'CONSTR_DEFAULT');
+      const domain = await domainRefusal(db, def.typeName, def.colname, ownDefault);
+      return domain ? refuse(domain) : undefined;
     }
     case 'AT_AddConstraint': {
       const c = cmd.def.Constraint;
@@ -186,10 +272,32 @@ async function judgeAlterCommand(db: ClientBase, table: QualifiedName, cmd: Node
         );
       }
       if (c.contype === 'CONSTR_EXCLUSION') return refuse('ADD EXCLUDE builds its index under ACCESS EXCLUSIVE; no step runs it');
+      if (c.contype === 'CONSTR_PRIMARY' && c.indexname) {
+        // PRIMARY KEY sets its columns NOT NULL: a scan under ACCESS EXCLUSIVE for each that is not.
+        const { rows } = await db.query<{ name: string; not_null: boolean }>(
+          `SELECT a.attname::text AS name, a.attnotnull AS not_null FROM pg_catalog.pg_index i
+             JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+            WHERE i.indexrelid = to_regclass($1) ORDER BY a.attnum`,
+          [`"${table.schema.replace(/"/g, '""')}"."${String(c.indexname).replace(/"/g, '""')}"`],
+        );
+        const nullable = rows.filter((r) => !r.not_null && !context.notNullEarlier?.(table, r.name)).map((r) => r.name);
+        if (nullable.length) {
+          return refuse(
+            `ADD PRIMARY KEY USING INDEX ${c.indexname}: ${nullable.join(', ')} ${nullable.length > 1 ? 'are' : 'is'} nullable, and the primary key sets NOT NULL with a scan under ACCESS EXCLUSIVE: ` +
+              'SET NOT NULL first, in a step of its own (Ferry runs it in its safe form)',
+          );
+        }
+      }
       return undefined;
     }
     case 'AT_AlterColumnType': {
       const def = cmd.def.ColumnDef;
+      const collation = await collationChange(db, table, cmd.name, def.collClause);
+      if (collation) {
+        return refuse(
+          `ALTER COLUMN ${cmd.name} TYPE … COLLATE ${collation} changes the column's collation: PostgreSQL rebuilds its indexes under ACCESS EXCLUSIVE: use a rewrite step`,
+        );
+      }
       if (def.raw_default) {
         return refuse(`ALTER COLUMN ${cmd.name} TYPE … USING rewrites the table under ACCESS EXCLUSIVE: use a rewrite step (a copy of the table in the new shape, kept in step, then swapped), or add a new column, backfill it and switch to it`);
       }
@@ -209,6 +317,21 @@ async function judgeAlterCommand(db: ClientBase, table: QualifiedName, cmd: Node
     default:
       return undefined;
   }
+}
+
+/** The collation a COLLATE clause names, when it is not the column's own; undefined otherwise. */
+async function collationChange(db: ClientBase, table: QualifiedName, column: string, clause: Node | undefined): Promise<string | undefined> {
+  const names: string[] = (clause?.collname ?? []).map((n: Node) => n.String?.sval);
+  if (names.length === 0) return undefined;
+  const wanted = names.map((n) => `"${n.replace(/"/g, '""')}"`).join('.');
+  const { rows } = await db.query<{ same: boolean | null }>(
+    `SELECT a.attcollation = (SELECT c.oid FROM pg_catalog.pg_collation c
+                               WHERE c.collname = $4 AND ($3::text IS NULL OR c.collnamespace = to_regnamespace($3))
+                               ORDER BY c.collnamespace = 'pg_catalog'::regnamespace DESC LIMIT 1) AS same
+       FROM pg_catalog.pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attname = $2 AND NOT a.attisdropped`,
+    [`"${table.schema.replace(/"/g, '""')}"."${table.name.replace(/"/g, '""')}"`, column, names.length > 1 ? names[0] : null, names[names.length - 1]],
+  );
+  return rows[0]?.same === true ? undefined : wanted;
 }
 
 async function volatileFunctions(db: ClientBase, names: string[]): Promise<string[]> {

@@ -58,13 +58,35 @@ const HOSTILE: Record<string, { plan: unknown; says: RegExp }> = {
   // Checked as `SELECT 1 WHERE (…)`, this parses; embedded after the batch's own condition it
   // turned the batch's join into a cross join (every matching row updated in every batch).
   'a where that closes its own parentheses': {
-    plan: { steps: [{ backfill: { table: 'shop.orders', set: { note: "'x'" }, where: 'total > 0) OR (true' } }] },
+    plan: { steps: [{ backfill: { table: 'shop.orders', set: { code: "'x'" }, where: 'total > 0) OR (true' } }] },
     says: /backfill\.where: .*on its own/,
   },
-  'a backfill value ending in a comment': { plan: { steps: [{ backfill: { table: 'shop.orders', set: { note: "'x' --" } } }] }, says: /set\.note: .*on its own/ },
+  'a backfill value ending in a comment': { plan: { steps: [{ backfill: { table: 'shop.orders', set: { code: "'x' --" } } }] }, says: /set\.code: .*on its own/ },
   'a partial index condition that closes its own parentheses': {
     plan: { steps: [{ index: { table: 'shop.orders', name: 'orders_total_part', columns: ['total'], where: 'total > 0) OR (true' } }] },
     says: /index\.where: .*on its own/,
+  },
+  // Each of these walked around the checks once (they all rewrite or scan a table, or hold every row's lock).
+  'a DO block': {
+    plan: { steps: [{ sql: 'DO $$ BEGIN SET LOCAL lock_timeout = 0; ALTER TABLE shop.orders ALTER COLUMN total TYPE bigint; END $$' }] },
+    says: /sql: DO runs procedural code that preflight cannot judge/,
+  },
+  'a function that runs DDL': { plan: { steps: [{ sql: 'SELECT shop.widen()' }] }, says: /sql: calls shop\.widen, a function of the database's own/ },
+  'a column of a domain with a CHECK': { plan: { steps: [{ sql: 'ALTER TABLE shop.orders ADD COLUMN p shop.positive' }] }, says: /ADD COLUMN p of domain shop\.positive, which has a CHECK/ },
+  'a column whose domain has a volatile default': {
+    plan: { steps: [{ sql: 'ALTER TABLE shop.orders ADD COLUMN n shop.noise' }] },
+    says: /ADD COLUMN n of domain shop\.noise, whose default is volatile \(random\)/,
+  },
+  'a primary key using an index on a nullable column': {
+    plan: { steps: [{ sql: 'ALTER TABLE shop.tags ADD CONSTRAINT tags_pkey PRIMARY KEY USING INDEX tags_id_key' }] },
+    says: /USING INDEX tags_id_key: id is nullable.*SET NOT NULL first/,
+  },
+  'a collation change': { plan: { steps: [{ sql: 'ALTER TABLE shop.orders ALTER COLUMN code TYPE varchar(30) COLLATE "C"' }] }, says: /changes the column's collation.*rewrite step/ },
+  'REFRESH without CONCURRENTLY': { plan: { steps: [{ sql: 'REFRESH MATERIALIZED VIEW shop.totals' }] }, says: /REFRESH MATERIALIZED VIEW CONCURRENTLY/ },
+  'an UPDATE of every row': { plan: { steps: [{ sql: 'UPDATE shop.orders SET total = total + 1' }] }, says: /UPDATE without WHERE .*backfill step/ },
+  'a DELETE of every row in a down:': {
+    plan: { steps: [{ sql: 'ALTER TABLE shop.tags ADD COLUMN note text', down: 'DELETE FROM shop.tags' }] },
+    says: /down: DELETE without WHERE/,
   },
   'a missing table': { plan: { steps: [{ backfill: { table: 'shop.nothing', set: { note: "'x'" } } }] }, says: /shop\.nothing does not exist/ },
 };
@@ -77,7 +99,14 @@ describe('change plans that must change nothing', () => {
        CREATE TABLE shop.customers (id int PRIMARY KEY);
        CREATE TABLE shop.orders (id bigint PRIMARY KEY, customer_id int, total int NOT NULL);
        INSERT INTO shop.customers SELECT g FROM generate_series(1, 10) g;
-       INSERT INTO shop.orders SELECT g, 1 + g % 10, g % 100 FROM generate_series(1, 5000) g;`,
+       INSERT INTO shop.orders SELECT g, 1 + g % 10, g % 100 FROM generate_series(1, 5000) g;
+       ALTER TABLE shop.orders ADD COLUMN code varchar(20);
+       CREATE DOMAIN shop.positive AS int CHECK (VALUE > 0);
+       CREATE DOMAIN shop.noise AS float8 DEFAULT random();
+       CREATE TABLE shop.tags (id int, name text);
+       CREATE UNIQUE INDEX tags_id_key ON shop.tags (id);
+       CREATE MATERIALIZED VIEW shop.totals AS SELECT id FROM shop.customers;
+       CREATE FUNCTION shop.widen() RETURNS void LANGUAGE plpgsql AS $$ BEGIN ALTER TABLE shop.orders ALTER COLUMN total TYPE bigint; END $$;`,
     },
     workers: 1,
   });
