@@ -16,12 +16,15 @@ export interface OriginalTable {
   key: KeyColumn[];
   columns: Set<string>;
   /** CREATE/ALTER statements after the LIKE, in order, with a label for error messages. */
-  indexes: { oid: number; name: string; constraint?: string; definition: string; unique: boolean; head: string[] }[];
+  indexes: { oid: number; name: string; constraint?: string; definition: string; unique: boolean; head: string[]; tablespace: string | null }[];
   outgoingForeignKeys: { name: string; definition: string }[];
   owner: string;
   grants: { grantee: string; privilege: string; grantable: boolean }[];
   comment: string | null;
   reloptions: string[];
+  /** UNLOGGED, and a tablespace other than the database's default: the shadow is made the same. */
+  unlogged: boolean;
+  tablespace: string | null;
 }
 
 /** Everything that stops a rewrite of the table, each naming its object; empty when it can run. */
@@ -48,6 +51,8 @@ export async function inspectOriginal(db: ClientBase, table: QualifiedName, ownT
       grants: carried.grants,
       comment: rel.comment,
       reloptions: rel.reloptions,
+      unlogged: rel.persistence === 'u',
+      tablespace: rel.tablespace,
     },
   };
 }
@@ -63,12 +68,15 @@ interface Relation {
   owner: string;
   comment: string | null;
   reloptions: string[];
+  persistence: string;
+  tablespace: string | null;
 }
 
 async function readRelation(db: ClientBase, table: QualifiedName): Promise<Relation | null> {
   const rel = await db.query(
     `SELECT c.oid::int8 AS relid, c.relkind, c.relrowsecurity, c.relreplident, pg_catalog.pg_get_userbyid(c.relowner) AS owner,
-            pg_catalog.obj_description(c.oid, 'pg_class') AS comment, coalesce(c.reloptions, '{}') AS reloptions
+            pg_catalog.obj_description(c.oid, 'pg_class') AS comment, coalesce(c.reloptions, '{}') AS reloptions,
+            c.relpersistence::text AS persistence, (SELECT t.spcname::text FROM pg_catalog.pg_tablespace t WHERE t.oid = c.reltablespace) AS tablespace
        FROM pg_catalog.pg_class c WHERE c.oid = to_regclass($1)`,
     [quoteQualified(table)],
   );
@@ -144,7 +152,9 @@ async function readCarried(list: RowsOf): Promise<Pick<OriginalTable, 'columns' 
               -- How pg_get_indexdef begins, in its own quoting (quote_ident, regclass text).
               ARRAY['CREATE UNIQUE INDEX ' || pg_catalog.quote_ident(ic.relname) || ' ON ' || i.indrelid::regclass::text || ' ',
                     'CREATE INDEX ' || pg_catalog.quote_ident(ic.relname) || ' ON ' || i.indrelid::regclass::text || ' '] AS head,
-              CASE WHEN con.oid IS NULL THEN pg_catalog.pg_get_indexdef(i.indexrelid) ELSE pg_catalog.pg_get_constraintdef(con.oid) END AS definition
+              CASE WHEN con.oid IS NULL THEN pg_catalog.pg_get_indexdef(i.indexrelid) ELSE pg_catalog.pg_get_constraintdef(con.oid) END AS definition,
+              -- pg_get_indexdef leaves the tablespace out.
+              (SELECT t.spcname::text FROM pg_catalog.pg_tablespace t WHERE t.oid = ic.reltablespace) AS tablespace
          FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
          LEFT JOIN pg_catalog.pg_constraint con ON con.conindid = i.indexrelid AND con.conrelid = i.indrelid AND con.contype IN ('p', 'u', 'x')
         WHERE i.indrelid = $1 ORDER BY i.indisprimary DESC, ic.relname`,
@@ -156,6 +166,7 @@ async function readCarried(list: RowsOf): Promise<Pick<OriginalTable, 'columns' 
     constraint: (i.constraint as string | null) ?? undefined,
     definition: i.definition as string,
     head: i.head as string[],
+    tablespace: (i.tablespace as string | null) ?? null,
   }));
   const outgoingForeignKeys = (
     await list(`SELECT conname AS name, pg_catalog.pg_get_constraintdef(oid) AS definition FROM pg_catalog.pg_constraint WHERE contype = 'f' AND conrelid = $1 AND confrelid <> $1 ORDER BY conname`)
@@ -221,7 +232,8 @@ const stripIndexHead = (definition: string, heads: string[]): string | undefined
 };
 
 /**
- * Creates the shadow in the caller's transaction: LIKE … INCLUDING ALL (columns, defaults,
+ * Creates the shadow in the caller's transaction, UNLOGGED and in a tablespace as the table is
+ * (its indexes in theirs): LIKE … INCLUDING ALL (columns, defaults,
  * identity, generated columns, CHECK and NOT NULL, comments, statistics, storage) without the
  * indexes, which are built under names that carry the original index's oid so the swap can give
  * each its name back; then the plan's alters, the outgoing foreign keys (NOT VALID; validated
@@ -258,17 +270,21 @@ async function createShadow(db: ClientBase, table: QualifiedName, shadow: string
       return false;
     }
   };
-  await db.query(`CREATE TABLE ${shadow} (LIKE ${quoteQualified(table)} INCLUDING ALL EXCLUDING INDEXES)`);
+  const tablespace = (name: string | null) => (name ? ` TABLESPACE ${quoteIdent(name)}` : '');
+  await db.query(`CREATE ${original.unlogged ? 'UNLOGGED ' : ''}TABLE ${shadow} (LIKE ${quoteQualified(table)} INCLUDING ALL EXCLUDING INDEXES)${tablespace(original.tablespace)}`);
   if (original.reloptions.length) await run('storage parameters', `ALTER TABLE ${shadow} SET (${original.reloptions.join(', ')})`);
   for (const index of original.indexes) {
     const newName = quoteIdent(`${names.indexPrefix}${index.oid}`);
+    let built = false;
     if (index.constraint) {
-      await run(`constraint ${index.constraint}`, `ALTER TABLE ${shadow} ADD CONSTRAINT ${newName} ${index.definition}`);
+      built = await run(`constraint ${index.constraint}`, `ALTER TABLE ${shadow} ADD CONSTRAINT ${newName} ${index.definition}`);
     } else {
       const rest = stripIndexHead(index.definition, index.head);
       if (rest === undefined) problems.push(`: index ${index.name}: its definition could not be carried (${index.definition})`);
-      else await run(`index ${index.name}`, `CREATE ${index.unique ? 'UNIQUE ' : ''}INDEX ${newName} ON ${shadow} ${rest}`);
+      else built = await run(`index ${index.name}`, `CREATE ${index.unique ? 'UNIQUE ' : ''}INDEX ${newName} ON ${shadow} ${rest}`);
     }
+    // Moved while the shadow is empty: nothing to copy.
+    if (built && index.tablespace) await run(`index ${index.name}`, `ALTER INDEX ${quoteQualified({ schema: names.shadow.schema, name: `${names.indexPrefix}${index.oid}` })} SET${tablespace(index.tablespace)}`);
   }
   for (const [i, clause] of alter.entries()) await run(`.alter[${i}]`, `ALTER TABLE ${shadow} ${clause}`);
   for (const fk of original.outgoingForeignKeys) await run(`foreign key ${fk.name}`, `ALTER TABLE ${shadow} ADD CONSTRAINT ${quoteIdent(fk.name)} ${fk.definition} NOT VALID`);

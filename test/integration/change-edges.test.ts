@@ -6,6 +6,10 @@
  * after a revert the new one, must not keep them: they would refuse the application's deletes
  * of the rows they reference).
  */
+import { execFileSync } from 'node:child_process';
+import { chownSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Client } from 'pg';
 import { HeldLock } from '../helpers/kills';
 import { eventually } from '../helpers/stack';
@@ -203,5 +207,56 @@ describe('change plans at their edges', () => {
     const [type] = await suite.dbs.query<{ type: string }>('app', `SELECT format_type(atttypid, atttypmod) AS type FROM pg_attribute WHERE attrelid = 'public.orders'::regclass AND attname = 'amount'`);
     expect(type.type).toBe('integer');
     await expect(suite.dbs.exec('app', 'INSERT INTO public.orders VALUES (10000, 999, 1)')).rejects.toThrow(/violates foreign key constraint/);
+  });
+});
+
+describe('a rewrite of an UNLOGGED table in a tablespace of its own', () => {
+  // A tablespace is the cluster's: this case runs on a private one, its directory the server's to write.
+  const location = mkdtempSync(join(tmpdir(), 'ferry-ts-'));
+  if (process.getuid?.() === 0) {
+    const id = (flag: string) => Number(execFileSync('id', [flag, 'postgres']).toString().trim());
+    chownSync(location, id('-u'), id('-g'));
+  }
+  const suite = stackSuite({
+    name: 'change_tablespace',
+    logical: true,
+    databases: { app: '' },
+    seed: async (dbs) => {
+      await dbs.exec('app', `CREATE TABLESPACE ferry_elsewhere LOCATION '${location}'`);
+      await dbs.exec(
+        'app',
+        `CREATE UNLOGGED TABLE public.scratch (id int PRIMARY KEY USING INDEX TABLESPACE ferry_elsewhere, v int NOT NULL) TABLESPACE ferry_elsewhere;
+         CREATE INDEX scratch_v_idx ON public.scratch (v) TABLESPACE ferry_elsewhere;
+         CREATE INDEX scratch_v_default_idx ON public.scratch (v, id);
+         INSERT INTO public.scratch SELECT g, g FROM generate_series(1, 1000) g;`,
+      );
+    },
+    afterDrop: async () => rmSync(location, { recursive: true, force: true }),
+  });
+
+  it('keeps it UNLOGGED, the table and each index in its tablespace', async () => {
+    const { id } = await suite.stack.ferry.startChange({
+      kind: 'change',
+      id: 'scratch-bigint',
+      database: 'app',
+      steps: [{ rewrite: { table: 'public.scratch', alter: ['ALTER COLUMN v TYPE bigint'], approval: 'auto', keepOld: '10m' } }],
+    });
+    const result = await suite.stack.ferry.changeResult(id);
+    expect({ state: result.state, error: result.error }).toEqual({ state: 'SUCCEEDED', error: null });
+    const placed = await suite.dbs.query<{ name: string; persistence: string; tablespace: string | null }>(
+      'app',
+      `SELECT c.relname AS name, c.relpersistence::text AS persistence, t.spcname AS tablespace
+         FROM pg_class c LEFT JOIN pg_tablespace t ON t.oid = c.reltablespace
+        WHERE c.oid = 'public.scratch'::regclass OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = 'public.scratch'::regclass)
+        ORDER BY 1`,
+    );
+    expect(placed).toEqual([
+      { name: 'scratch', persistence: 'u', tablespace: 'ferry_elsewhere' },
+      { name: 'scratch_pkey', persistence: 'u', tablespace: 'ferry_elsewhere' },
+      { name: 'scratch_v_default_idx', persistence: 'u', tablespace: null },
+      { name: 'scratch_v_idx', persistence: 'u', tablespace: 'ferry_elsewhere' },
+    ]);
+    const [type] = await suite.dbs.query<{ type: string }>('app', `SELECT format_type(atttypid, atttypmod) AS type FROM pg_attribute WHERE attrelid = 'public.scratch'::regclass AND attname = 'v'`);
+    expect(type.type).toBe('bigint');
   });
 });
