@@ -70,6 +70,33 @@ async function reindexLeftovers(db: ClientBase, table: number, index: number): P
   return rows.map((r) => ({ oid: Number(r.oid), valid: r.valid, table: Number(r.table), name: r.name }));
 }
 
+/**
+ * How an index of the step's name differs from what the step asks for — uniqueness, access
+ * method, key columns in order (an expression or INCLUDE column counts as a difference), a
+ * predicate or none — or undefined when it does not. A predicate's text is not compared: one
+ * written otherwise may mean the same.
+ */
+export async function indexDifference(db: Pick<ClientBase, 'query'>, index: number, step: Pick<IndexStep, 'columns' | 'unique' | 'using' | 'where'>): Promise<string | undefined> {
+  const { rows } = await db.query(
+    `SELECT i.indisunique AS unique, am.amname::text AS method, i.indnatts = i.indnkeyatts AS no_include, i.indpred IS NOT NULL AS partial,
+            array(SELECT coalesce(a.attname::text, '(expression)') FROM unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)
+                    LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum AND k.attnum > 0 ORDER BY k.n) AS columns,
+            pg_catalog.pg_get_indexdef(i.indexrelid) AS definition
+       FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid JOIN pg_catalog.pg_am am ON am.oid = c.relam
+      WHERE i.indexrelid = $1`,
+    [index],
+  );
+  const r = rows[0];
+  if (!r) return undefined;
+  const same =
+    r.unique === Boolean(step.unique) &&
+    r.method === step.using &&
+    r.no_include &&
+    r.partial === (step.where !== undefined) &&
+    JSON.stringify(r.columns) === JSON.stringify(step.columns);
+  return same ? undefined : `it is ${r.definition}`;
+}
+
 /** Ends sessions still building `index` (an attempt whose worker died), then drops it. */
 async function dropInvalid(db: ClientBase, schema: string, index: IndexRow): Promise<void> {
   await db.query(
@@ -144,7 +171,12 @@ export function createChangeIndexActivities({ connections, logger }: ActivityDep
         return { existed: false, droppedInvalid };
       }
       const [existing] = await findIndexes(db, schema, [input.index.name]);
-      if (existing?.valid && existing.table === table) return { existed: true, droppedInvalid };
+      if (existing?.valid && existing.table === table) {
+        // Done only if it is the index the step asks for: one of the same name on other columns is not.
+        const other = await indexDifference(db, existing.oid, input.index);
+        if (other) throw refusal(FAILURE.ChangeRefused, `index ${schema}.${input.index.name} exists with another definition (${other}): drop it, or give the step's index another name`);
+        return { existed: true, droppedInvalid };
+      }
       if (existing && !existing.valid && existing.table === table) {
         await dropInvalid(db, schema, existing);
         droppedInvalid.push(existing.name);

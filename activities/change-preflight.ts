@@ -10,6 +10,7 @@ import { FAILURE } from '../src/core/failure-types';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified } from '../src/core/identifiers';
 import { declaredBy, expressionRefusal, judgeStatement, parseStatements, shapeRefusal } from '../src/change/statements';
 import { refusal } from '../src/db/errors';
+import { indexDifference } from './change-index';
 import { ActivityDeps } from './deps';
 import { rewriteProblems } from './rewrite';
 
@@ -232,6 +233,8 @@ async function checkIndex(db: ClientBase, step: Extract<ChangeStep, { kind: 'ind
     const { rows } = await db.query(`SELECT indrelid::int8 AS rel, indisvalid AS valid FROM pg_catalog.pg_index WHERE indexrelid = $1`, [existing.oid]);
     if (rows.length === 0 || Number(rows[0].rel) !== table.oid) problems.push(`.index.name: ${step.table.schema}.${step.name} exists and is not an index of ${name}`);
     else {
+      const other = rows[0].valid ? await indexDifference(db, existing.oid, step) : undefined;
+      if (other) problems.push(`.index.name: ${step.table.schema}.${step.name} exists with another definition (${other}): drop it, or give the step's index another name`);
       decision.indexExisted = rows[0].valid;
       decision.note = rows[0].valid ? 'the index exists: the step will check it and do nothing' : 'an INVALID index of this name exists: the step drops it and builds again';
     }

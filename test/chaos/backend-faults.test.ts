@@ -116,6 +116,11 @@ describe('database and callback faults', () => {
       ],
     );
     const writers = await startWriters(suite.dbs.url('a2_src'), 2);
+    /** The activity attempts of both tables' workflows that reached the history, every run. */
+    const tableStarts = async () => [
+      ...(await activityStartsAllRuns(suite.stack.client, 'bfault-online/table-0')),
+      ...(await activityStartsAllRuns(suite.stack.client, 'bfault-online/table-1')),
+    ];
     let result: ResultDocument;
     try {
       const { id } = await suite.stack.ferry.start(
@@ -135,8 +140,11 @@ describe('database and callback faults', () => {
       await eventually(async () => terminator.count('copy') === 2, 60_000);
       await suite.stack.ferry.throttle(id, { rowsPerSecond: 0 });
       await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL', 180_000);
-      // Sync goes on through the approval wait: let the terminations of the log reader happen.
+      // Sync goes on through the approval wait: let the terminations of the log reader happen,
+      // and a retried slice complete, before the approval (which ends the dwelling slices: a
+      // retry still in its backoff then would leave no trace in the history).
       await eventually(async () => terminator.count('sync') >= 3, 90_000);
+      await eventually(async () => (await tableStarts()).some((s) => s.activityType === 'syncChanges' && s.attempt >= 2), 90_000);
       await suite.stack.ferry.approve(id);
       result = await resultWithin(suite.stack.ferry, id, 180_000);
     } finally {
@@ -159,7 +167,7 @@ describe('database and callback faults', () => {
     // The terminations landed: Temporal retried a sync slice and a validation (every run of the
     // tables). A copy's retry is not looked for here: the throttle lifted after it ends the
     // retrying slice, which is dispatched afresh (the full-mode case shows the copy's).
-    const starts = [...(await activityStartsAllRuns(suite.stack.client, 'bfault-online/table-0')), ...(await activityStartsAllRuns(suite.stack.client, 'bfault-online/table-1'))];
+    const starts = await tableStarts();
     expect(starts.some((s) => s.activityType === 'syncChanges' && s.attempt >= 2)).toBe(true);
     expect(starts.some((s) => s.activityType === 'validateChunk' && s.attempt >= 2)).toBe(true);
     await expectCleanRun(suite.stack.ferry, result);

@@ -88,6 +88,10 @@ const HOSTILE: Record<string, { plan: unknown; says: RegExp }> = {
     plan: { steps: [{ sql: 'ALTER TABLE shop.tags ADD COLUMN note text', down: 'DELETE FROM shop.tags' }] },
     says: /down: DELETE without WHERE/,
   },
+  'an index step whose name an index on other columns has': {
+    plan: { steps: [{ index: { table: 'shop.orders', name: 'orders_total_idx', columns: ['total'] } }] },
+    says: /index\.name: shop\.orders_total_idx exists with another definition \(it is CREATE INDEX orders_total_idx ON shop\.orders USING btree \(customer_id\)\)/,
+  },
   'a missing table': { plan: { steps: [{ backfill: { table: 'shop.nothing', set: { note: "'x'" } } }] }, says: /shop\.nothing does not exist/ },
 };
 
@@ -106,6 +110,7 @@ describe('change plans that must change nothing', () => {
        CREATE TABLE shop.tags (id int, name text);
        CREATE UNIQUE INDEX tags_id_key ON shop.tags (id);
        CREATE MATERIALIZED VIEW shop.totals AS SELECT id FROM shop.customers;
+       CREATE INDEX orders_total_idx ON shop.orders (customer_id);
        CREATE FUNCTION shop.widen() RETURNS void LANGUAGE plpgsql AS $$ BEGIN ALTER TABLE shop.orders ALTER COLUMN total TYPE bigint; END $$;`,
     },
     workers: 1,
