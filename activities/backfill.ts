@@ -12,7 +12,7 @@ import type { BackfillStep } from '../src/core/change-plan';
 import { FAILURE } from '../src/core/failure-types';
 import { displayQualified, quoteIdent, quoteQualified } from '../src/core/identifiers';
 import { Key, KeyColumn } from '../src/core/plan';
-import { expressionRefusal } from '../src/change/statements';
+import { backfillExpressionProblems } from '../src/change/statements';
 import { advancePass, claimPass, holdsPass, PassRef } from '../src/db/change-bookkeeping';
 import { inTransaction } from '../src/db/connections';
 import { refusal, sqlState } from '../src/db/errors';
@@ -120,20 +120,6 @@ function batchSql(input: BackfillSliceInput, shape: KeyShape, lastKey: Key | nul
   };
 }
 
-/**
- * The plan's expressions judged again where they are run, as preflight judged them: the slice's
- * input is whatever started the workflow, and an expression is embedded only when it parses as
- * the one expression it claims to be (src/change/statements.ts).
- */
-async function expressionsRefusal(backfill: BackfillSliceInput['backfill']): Promise<string | undefined> {
-  for (const { column, expression } of backfill.set) {
-    const bad = await expressionRefusal(expression, 'value');
-    if (bad) return `backfill.set.${column}: ${bad}`;
-  }
-  const bad = backfill.where === undefined ? undefined : await expressionRefusal(backfill.where, 'condition');
-  return bad ? `backfill.where: ${bad}` : undefined;
-}
-
 export function createBackfillActivities({ connections, logger }: ActivityDeps) {
   /** What a backfill step starts from: the table's size (for progress) and its key. */
   async function prepareBackfill(input: { database: string; backfill: Pick<BackfillStep, 'table'> }): Promise<BackfillTarget> {
@@ -168,8 +154,10 @@ export function createBackfillActivities({ connections, logger }: ActivityDeps) 
       let batches = 0;
       details = { pass: input.pass, rowsUpdated: passUpdated, rowsScanned: passScanned };
       ctx.heartbeat(details);
-      const refused = await expressionsRefusal(input.backfill);
-      if (refused) throw refusal(FAILURE.ChangeRefused, refused);
+      // Judged again where they run, as preflight judged them: the slice's input is whatever
+      // started the workflow, and an expression is embedded only when it is the one it claims to be.
+      const [refused] = await backfillExpressionProblems(input.backfill);
+      if (refused) throw refusal(FAILURE.ChangeRefused, `backfill.${refused}`);
       // Halved after a batch whose row locks were not all granted in time, doubled back after
       // one that was: a batch waits at most BATCH_LOCK_TIMEOUT_MS while it holds the rows it has
       // locked already, so a writer queued behind one of them waits no longer than that.

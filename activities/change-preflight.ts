@@ -8,7 +8,7 @@ import { ClientBase } from 'pg';
 import { ChangePlan, ChangeStep } from '../src/core/change-plan';
 import { FAILURE } from '../src/core/failure-types';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified } from '../src/core/identifiers';
-import { declaredBy, expressionRefusal, judgeStatement, parseStatements, shapeRefusal } from '../src/change/statements';
+import { backfillExpressionProblems, declaredBy, expressionRefusal, judgeStatement, parseStatements, shapeRefusal } from '../src/change/statements';
 import { refusal } from '../src/db/errors';
 import { indexDifference } from './change-index';
 import { ActivityDeps } from './deps';
@@ -160,14 +160,7 @@ async function columnsOf(db: ClientBase, oid: number): Promise<Map<string, { gen
 
 async function checkBackfill(db: ClientBase, step: Extract<ChangeStep, { kind: 'backfill' }>, decision: StepDecision, declared: Declared): Promise<string[]> {
   const problems: string[] = [];
-  for (const { column, expression } of step.set) {
-    const bad = await expressionRefusal(expression, 'value');
-    if (bad) problems.push(`.backfill.set.${column}: ${bad}`);
-  }
-  if (step.where !== undefined) {
-    const bad = await expressionRefusal(step.where, 'condition');
-    if (bad) problems.push(`.backfill.where: ${bad}`);
-  }
+  for (const problem of await backfillExpressionProblems(step)) problems.push(`.backfill.${problem}`);
   const table = await relation(db, step.table);
   const name = displayQualified(step.table);
   if (!table) {

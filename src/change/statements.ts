@@ -5,7 +5,7 @@
  * README's table of unsafe statements lists the same cases as `judgeStatement` below.
  */
 import { ClientBase } from 'pg';
-import { QualifiedName } from '../core/identifiers';
+import { QualifiedName, quoteIdent, quoteQualified } from '../core/identifiers';
 
 // The parser's tree, as JSON: loosely typed on purpose (its node types are many and we read few).
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -206,7 +206,7 @@ async function domainRefusal(db: ClientBase, typeName: Node, column: string, own
             EXISTS (SELECT 1 FROM pg_catalog.pg_constraint c WHERE c.contypid IN (SELECT oid FROM d)) AS checks,
             (SELECT typdefault FROM d WHERE typdefault IS NOT NULL ORDER BY depth LIMIT 1) AS default
       WHERE EXISTS (SELECT 1 FROM d)`,
-    [names.map((n) => `"${n.replace(/"/g, '""')}"`).join('.')],
+    [names.map(quoteIdent).join('.')],
   );
   const d = rows[0];
   if (!d) return undefined;
@@ -278,7 +278,7 @@ async function judgeAlterCommand(db: ClientBase, table: QualifiedName, cmd: Node
           `SELECT a.attname::text AS name, a.attnotnull AS not_null FROM pg_catalog.pg_index i
              JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
             WHERE i.indexrelid = to_regclass($1) ORDER BY a.attnum`,
-          [`"${table.schema.replace(/"/g, '""')}"."${String(c.indexname).replace(/"/g, '""')}"`],
+          [quoteQualified({ schema: table.schema, name: String(c.indexname) })],
         );
         const nullable = rows.filter((r) => !r.not_null && !context.notNullEarlier?.(table, r.name)).map((r) => r.name);
         if (nullable.length) {
@@ -323,13 +323,13 @@ async function judgeAlterCommand(db: ClientBase, table: QualifiedName, cmd: Node
 async function collationChange(db: ClientBase, table: QualifiedName, column: string, clause: Node | undefined): Promise<string | undefined> {
   const names: string[] = (clause?.collname ?? []).map((n: Node) => n.String?.sval);
   if (names.length === 0) return undefined;
-  const wanted = names.map((n) => `"${n.replace(/"/g, '""')}"`).join('.');
+  const wanted = names.map(quoteIdent).join('.');
   const { rows } = await db.query<{ same: boolean | null }>(
     `SELECT a.attcollation = (SELECT c.oid FROM pg_catalog.pg_collation c
                                WHERE c.collname = $4 AND ($3::text IS NULL OR c.collnamespace = to_regnamespace($3))
                                ORDER BY c.collnamespace = 'pg_catalog'::regnamespace DESC LIMIT 1) AS same
        FROM pg_catalog.pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attname = $2 AND NOT a.attisdropped`,
-    [`"${table.schema.replace(/"/g, '""')}"."${table.name.replace(/"/g, '""')}"`, column, names.length > 1 ? names[0] : null, names[names.length - 1]],
+    [quoteQualified(table), column, names.length > 1 ? names[0] : null, names[names.length - 1]],
   );
   return rows[0]?.same === true ? undefined : wanted;
 }
@@ -356,7 +356,7 @@ async function typeChangeRewrites(db: ClientBase, table: QualifiedName, column: 
     `SELECT t.typname::text AS type, a.atttypmod AS typmod
        FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
       WHERE a.attrelid = to_regclass($1) AND a.attname = $2 AND NOT a.attisdropped`,
-    [`"${table.schema.replace(/"/g, '""')}"."${table.name.replace(/"/g, '""')}"`, column],
+    [quoteQualified(table), column],
   );
   if (rows.length === 0) return display; // an unknown column: not ours to wave through
   const from = rows[0];
@@ -405,6 +405,21 @@ export async function expressionRefusal(text: string, kind: 'value' | 'condition
     return `must be one SQL ${kind === 'value' ? 'expression' : 'condition'} (no second statement, no clauses around it)`;
   }
   return undefined;
+}
+
+/**
+ * A backfill's expressions judged (its `set` values, its `where`): each problem with the field it
+ * is in (`set.<column>`, `where`), for preflight and for the slice that runs them alike.
+ */
+export async function backfillExpressionProblems(backfill: { set: { column: string; expression: string }[]; where?: string }): Promise<string[]> {
+  const problems: string[] = [];
+  for (const { column, expression } of backfill.set) {
+    const bad = await expressionRefusal(expression, 'value');
+    if (bad) problems.push(`set.${column}: ${bad}`);
+  }
+  const bad = backfill.where === undefined ? undefined : await expressionRefusal(backfill.where, 'condition');
+  if (bad) problems.push(`where: ${bad}`);
+  return problems;
 }
 
 /** Tables a statement creates and columns and constraints it adds: what later steps may name before it exists. */
