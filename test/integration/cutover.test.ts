@@ -9,6 +9,7 @@
 import { Client } from 'pg';
 import { compareTable, ferryTriggers } from '../helpers/chaos';
 import { objectInventory, rowsAsText, TestDatabases } from '../helpers/databases';
+import { expectCleanRun } from '../helpers/repairs';
 import { pgbenchSeed, startBatchJob, startPgbenchLoad } from '../helpers/pgbench';
 import { eventually, resultWithin, waitForPhase } from '../helpers/stack';
 import { stackSuite } from '../helpers/suite';
@@ -143,6 +144,8 @@ describe('the cutover of an online migration', () => {
       // Unique e-mails and the foreign key exist on the target and hold.
       const constraints = await suite.dbs.query<{ c: string }>('target', `SELECT conname || ':' || contype::text || ':' || convalidated::text AS c FROM pg_constraint WHERE conrelid = 'public.users'::regclass ORDER BY 1`);
       expect(constraints.map((c) => c.c)).toEqual(['users_email_key:u:true', 'users_pkey:p:true', 'users_team_id_fkey:f:true']);
+      // Nobody damaged it: validation had nothing to repair.
+      await expectCleanRun(suite.stack.ferry, result);
     }, 420_000);
   });
 

@@ -11,6 +11,7 @@
  */
 import { accounts, docs, items, seedSql, tags } from '../fixtures/seeds';
 import { objectInventory, rowsAsText } from '../helpers/databases';
+import { expectCleanRun } from '../helpers/repairs';
 import { resultWithin, waitForPhase } from '../helpers/stack';
 import { stackSuite } from '../helpers/suite';
 import { startWriters } from '../helpers/writers';
@@ -95,6 +96,8 @@ export function historySuite({ minWaitMs, historyLimit: HISTORY_LIMIT, others }:
       // The parent's history did not grow while it waited, and stayed far from the limit.
       expect(lengths[lengths.length - 1] - lengths[0]).toBeLessThanOrEqual(10);
       expect(await historyLength(id)).toBeLessThan(HISTORY_LIMIT * 0.8);
+      // Nobody damaged it: validation had nothing to repair, in any run of any table.
+      await expectCleanRun(suite.stack.ferry, result);
     }, 480_000);
 
     /** `it` for the cases this tier runs; the others are not registered at all. */
