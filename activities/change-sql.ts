@@ -49,11 +49,29 @@ export interface RunChangeSqlResult {
 const LOCK_NOT_AVAILABLE = '55P03';
 /** active_sql_transaction: the statement cannot run inside a transaction block. */
 const NOT_IN_TRANSACTION = '25001';
+const QUERY_CANCELED = '57014';
 
 function lockBusy(what: string, lockTimeoutMs: number, cause: unknown): ApplicationFailure {
   return ApplicationFailure.create({
     message: `${what}: the lock was not granted within the ${lockTimeoutMs} ms lock_timeout (another transaction holds it)`,
     type: FAILURE.LockBusy,
+    nonRetryable: true,
+    cause: cause instanceof Error ? new Error(cause.message) : undefined,
+  });
+}
+
+/**
+ * The session's own statement_timeout ended the statement (not a cancel from elsewhere, which
+ * shares the SQLSTATE and may be retried): the same statement would run out of time again.
+ */
+function ranOutOfTime(err: unknown): boolean {
+  return sqlState(err) === QUERY_CANCELED && /statement timeout/.test((err as Error).message ?? '');
+}
+
+function statementTimedOut(what: string, statementTimeoutMs: number, cause: unknown): ApplicationFailure {
+  return ApplicationFailure.create({
+    message: `${what}: the statement ran past its ${statementTimeoutMs} ms statement timeout (raise the step's statementTimeout if it must work through rows)`,
+    type: `PostgresError.${QUERY_CANCELED}`,
     nonRetryable: true,
     cause: cause instanceof Error ? new Error(cause.message) : undefined,
   });
@@ -99,6 +117,7 @@ export function createChangeSqlActivities({ connections, logger }: ActivityDeps)
       }
     } catch (err) {
       if (sqlState(err) === LOCK_NOT_AVAILABLE) throw lockBusy(what, input.lockTimeoutMs, err);
+      if (ranOutOfTime(err)) throw statementTimedOut(what, input.statementTimeoutMs, err);
       throw err;
     } finally {
       await db.end().catch(() => undefined);

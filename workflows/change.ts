@@ -38,7 +38,10 @@ import { checks } from './proxies';
 import { Callbacks } from './callbacks';
 
 export interface ChangeOptions {
-  /** What `ferry start`'s preflight decided; absent, the workflow runs preflight itself. */
+  /**
+   * What `ferry start`'s preflight decided. Only executions begun before patch
+   * `change-own-preflight` used it; since, the workflow runs preflight itself whatever is given.
+   */
   preflight?: ChangePreflightResult;
   /** History events after which a run continues as new, between two backfill slices (default 10,000). */
   historyLimit?: number;
@@ -238,7 +241,10 @@ class ChangeRun {
     if (options.resume) return this.steps(plan, ref, options.resume.decisions, options.resume);
     let decisions: StepDecision[];
     try {
-      const checked = options.preflight ?? (await this.main.run(() => checks.changePreflight({ changeId: ref.changeId, plan })));
+      // Any Temporal client can start this workflow with a made-up preflight result: the workflow
+      // judges the plan itself. (Executions begun before took the one given: replays do too.)
+      const given = patched(PATCHES.changeOwnPreflight) ? undefined : options.preflight;
+      const checked = given ?? (await this.main.run(() => checks.changePreflight({ changeId: ref.changeId, plan })));
       decisions = checked.steps;
     } catch (failure) {
       const outcome: Outcome = isCancellation(failure) ? 'CANCELLED' : 'FAILED';
@@ -348,7 +354,7 @@ class ChangeRun {
           );
         } else {
           await this.whileLockBusy(step, step.maxWaitMs, () =>
-            acts.runChangeSql({ ...ref, sql: step.sql, direction: 'up', lockTimeoutMs: step.lockTimeoutMs, statementTimeoutMs: step.timeoutMs }),
+            acts.runChangeSql({ ...ref, sql: step.sql, direction: 'up', lockTimeoutMs: step.lockTimeoutMs, statementTimeoutMs: this.sqlStatementTimeout(step) }),
           );
         }
         this.pushUndo(plan, step, decision);
@@ -399,7 +405,7 @@ class ChangeRun {
             this.whileLockBusy(step, step.maxWaitMs, () =>
               safe && patched(PATCHES.safeDownSetNotNull)
                 ? this.acts.forStep(step.timeoutMs).setNotNullSafely({ ...ref, ...safe, direction: 'down', lockTimeoutMs: step.lockTimeoutMs, statementTimeoutMs: step.timeoutMs })
-                : this.acts.forStep(step.timeoutMs).runChangeSql({ ...ref, sql: down, direction: 'down', lockTimeoutMs: step.lockTimeoutMs, statementTimeoutMs: step.timeoutMs }),
+                : this.acts.forStep(step.timeoutMs).runChangeSql({ ...ref, sql: down, direction: 'down', lockTimeoutMs: step.lockTimeoutMs, statementTimeoutMs: this.sqlStatementTimeout(step) }),
             ),
         });
         return;
@@ -418,6 +424,14 @@ class ChangeRun {
       case 'validate':
         return;
     }
+  }
+
+  /**
+   * A sql step's statement (or down:) runs under the step's statementTimeout (1 min unless it
+   * says otherwise). Executions begun before ran it under the step's whole timeout.
+   */
+  private sqlStatementTimeout(step: ChangeStep & { kind: 'sql' }): number {
+    return patched(PATCHES.sqlStatementTimeout) && step.statementTimeoutMs ? step.statementTimeoutMs : step.timeoutMs;
   }
 
   /** A lock-bound statement of a step, retried while its lock is busy (workflows/change-proxies.ts). */

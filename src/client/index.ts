@@ -291,7 +291,8 @@ export class FerryClient {
       const handle = await this.client.workflow.start(CHANGE_WORKFLOW, {
         taskQueue: this.config.taskQueue,
         workflowId: id,
-        args: [withId, { preflight, historyLimit: options.historyLimit, ...timed }],
+        // The workflow runs preflight again itself (a result passed in is not trusted).
+        args: [withId, { historyLimit: options.historyLimit, ...timed }],
         workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
         typedSearchAttributes: new TypedSearchAttributes([
           { key: FerryStateKey, value: 'QUEUED' },

@@ -47,6 +47,9 @@ const sqlStep = z.strictObject({
   down: sqlText(CHANGE_LIMITS.sqlChars).optional().describe('one statement that undoes it, run when the plan rolls back'),
   lockTimeout: duration(100, 60_000).default('2s').describe('lock_timeout per attempt, so a waiting ALTER never stalls the writers queued behind it'),
   maxWait: duration(1000, 7 * 86_400_000).default('10m').describe('how long attempts are retried (backoff with jitter) while the lock is busy'),
+  statementTimeout: duration(100, 30 * 86_400_000)
+    .default('1m')
+    .describe("statement_timeout of the statement and of its down: (a catalog-only change takes milliseconds once its lock is granted); raise it for a step that must work through rows"),
   ...common,
 });
 

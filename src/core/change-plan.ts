@@ -30,6 +30,8 @@ export interface SqlStep extends StepCommon {
   down?: string;
   lockTimeoutMs: number;
   maxWaitMs: number;
+  /** statement_timeout of the statement and of its down: (never more than the step's timeout). */
+  statementTimeoutMs: number;
 }
 
 export interface BackfillStep extends StepCommon {
@@ -201,7 +203,15 @@ function normaliseStep(step: ParsedStep, index: number, planTimeout: number, pla
     onFailure: step.onFailure ?? planOnFailure,
   };
   if ('sql' in step) {
-    return { ...base, kind: 'sql', sql: step.sql, down: step.down, lockTimeoutMs: parseDuration(step.lockTimeout)!, maxWaitMs: parseDuration(step.maxWait)! };
+    return {
+      ...base,
+      kind: 'sql',
+      sql: step.sql,
+      down: step.down,
+      lockTimeoutMs: parseDuration(step.lockTimeout)!,
+      maxWaitMs: parseDuration(step.maxWait)!,
+      statementTimeoutMs: Math.min(parseDuration(step.statementTimeout)!, base.timeoutMs),
+    };
   }
   if ('backfill' in step) {
     const b = step.backfill;

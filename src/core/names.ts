@@ -167,6 +167,10 @@ export const PATCHES = {
   unterminableBlockersRollBack: 'unterminable-blockers-roll-back',
   /** A sql step's `down:` that sets NOT NULL runs in the safe form (CHECK NOT VALID, VALIDATE, SET NOT NULL), as a step does. */
   safeDownSetNotNull: 'safe-down-set-not-null',
+  /** A change plan's workflow runs its own preflight; before, it took a result its starter passed (which any Temporal client could make up). */
+  changeOwnPreflight: 'change-own-preflight',
+  /** A sql step's statement runs under its statementTimeout (default 1 min), not the step's whole timeout (24 h by default). */
+  sqlStatementTimeout: 'sql-statement-timeout',
 } as const;
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);

@@ -131,6 +131,43 @@ describe('change plans that must change nothing', () => {
     expect(started).toEqual([]);
   });
 
+  // Any Temporal client can start the workflow: a preflight result it makes up must not walk the
+  // plan around the checks (it did: the workflow took options.preflight as given).
+  it('a change workflow started with a made-up preflight result runs its own and refuses the plan', async () => {
+    const before = await schemaOf(suite.dbs);
+    const totals = await suite.dbs.query<{ s: string }>('app', 'SELECT sum(total)::text AS s FROM shop.orders');
+    const forged = { serverVersion: '15', steps: [{ index: 0, action: 'run' }] };
+    const handle = await suite.stack.client.workflow.start(CHANGE_WORKFLOW, {
+      taskQueue: suite.stack.taskQueue,
+      workflowId: 'forged-preflight',
+      args: [{ kind: 'change', id: 'forged-preflight', database: 'app', steps: [{ sql: 'UPDATE shop.orders SET total = total + 1' }] }, { preflight: forged }],
+    });
+    await expect(handle.result()).rejects.toThrow();
+    const result = await suite.stack.ferry.changeResult('forged-preflight');
+    expect(result.state).toBe('FAILED');
+    expect(result.error?.message).toMatch(/UPDATE without WHERE .*backfill step/);
+    expect(result.steps.map((s) => s.state)).toEqual(['SKIPPED']);
+    expect(await suite.dbs.query<{ s: string }>('app', 'SELECT sum(total)::text AS s FROM shop.orders')).toEqual(totals);
+    expect(await schemaOf(suite.dbs)).toEqual(before);
+  });
+
+  // A sql step ran under the step's whole timeout (24 h by default): a statement that works
+  // through rows held its locks that long. It has a statement timeout of its own now.
+  it("a sql step that runs past its statementTimeout fails with PostgreSQL's statement timeout and changes nothing", async () => {
+    const totals = await suite.dbs.query<{ s: string }>('app', 'SELECT sum(total)::text AS s FROM shop.orders');
+    const { id } = await suite.stack.ferry.startChange({
+      kind: 'change',
+      id: 'statement-timeout',
+      database: 'app',
+      steps: [{ sql: 'UPDATE shop.orders SET total = total + 1 WHERE id > 0 AND pg_sleep(0.002) IS NOT NULL', statementTimeout: '1s' }],
+    });
+    const result = await suite.stack.ferry.changeResult(id);
+    expect(result.state).toBe('FAILED');
+    expect(result.error?.type).toBe('PostgresError.57014');
+    expect(result.error?.message).toMatch(/step 1: the statement ran past its 1000 ms statement timeout/);
+    expect(await suite.dbs.query<{ s: string }>('app', 'SELECT sum(total)::text AS s FROM shop.orders')).toEqual(totals);
+  });
+
   it('a failing step with onFailure: rollback undoes the completed steps in reverse and leaves the schema as it was', async () => {
     const before = await schemaOf(suite.dbs);
     const { id } = await suite.stack.ferry.startChange({

@@ -28,9 +28,19 @@ describe('change plans', () => {
         { index: { table: 's.t', name: '"Idx"', columns: ['n'], unique: true } },
       ],
     });
-    expect(plan.steps[0]).toMatchObject({ kind: 'sql', lockTimeoutMs: 2000, maxWaitMs: 600_000, timeoutMs: 3_600_000, onFailure: 'pause' });
+    // A sql step's statement runs under a minute's statement_timeout unless it says otherwise, not under the step's hour.
+    expect(plan.steps[0]).toMatchObject({ kind: 'sql', lockTimeoutMs: 2000, maxWaitMs: 600_000, statementTimeoutMs: 60_000, timeoutMs: 3_600_000, onFailure: 'pause' });
     expect(plan.steps[1]).toMatchObject({ kind: 'backfill', table: { schema: 's', name: 't' }, set: [{ column: 'n', expression: "'x'" }], batchRows: 5000, until: 'once', onFailure: 'rollback' });
     expect(plan.steps[2]).toMatchObject({ kind: 'index', name: 'Idx', unique: true, using: 'btree', rebuild: false });
+  });
+
+  it("caps a sql step's statementTimeout at the step's timeout", () => {
+    const steps = [
+      { sql: 'UPDATE s.t SET n = 1 WHERE id < 10', statementTimeout: '2h' },
+      { sql: 'UPDATE s.t SET n = 1 WHERE id < 10', statementTimeout: '2h', timeout: '10m' },
+    ];
+    const plan = parseChangePlan({ kind: 'change', database: 'app', steps });
+    expect(plan.steps.map((s) => (s.kind === 'sql' ? s.statementTimeoutMs : 0))).toEqual([7_200_000, 600_000]);
   });
 
   it('normalises a rewrite step: expressions per new column, approval auto and keepOld 24h by default', () => {
