@@ -125,6 +125,15 @@ export async function moveOutgoingForeignKeys(db: ClientBase, leaving: number, a
 /**
  * Identity columns: the replacement's sequence goes on from the current one's value and takes
  * its name; the current one's steps aside with `asideSuffix`, as its indexes do.
+ *
+ * The current sequence is renamed first, which takes its ACCESS EXCLUSIVE lock: a transaction
+ * that took a value from it and is still open is waited for (under the swap's lock_timeout), and
+ * every nextval after that waits for this transaction, so the value read next is the last one
+ * handed out. A nextval queued meanwhile still goes to the sequence that stepped aside (it found
+ * it by name before it waited), so that sequence can then give no more: its bound is set to that
+ * last value, without CYCLE, and such a nextval fails ("reached maximum value") rather than hand
+ * out an id the replacement issues next. The replacement takes the current one's bounds and
+ * CYCLE first (on a revert it is the sequence a swap bounded).
  */
 export async function carryIdentity(db: ClientBase, replacement: QualifiedName, current: QualifiedName, asideSuffix: string): Promise<void> {
   const identity = await db.query(
@@ -133,10 +142,21 @@ export async function carryIdentity(db: ClientBase, replacement: QualifiedName, 
     [quoteQualified(replacement), quoteQualified(current)],
   );
   for (const seq of identity.rows.filter((r) => r.replacement && r.current)) {
-    const { rows } = await db.query(`SELECT last_value, is_called FROM ${seq.current}`);
-    await db.query('SELECT pg_catalog.setval($1::regclass, $2, $3)', [seq.replacement, rows[0].last_value, rows[0].is_called]);
-    const name = (await db.query('SELECT relname FROM pg_catalog.pg_class WHERE oid = $1::regclass', [seq.current])).rows[0].relname as string;
+    const { rows: named } = await db.query('SELECT c.oid, c.relname, n.nspname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = $1::regclass', [seq.current]);
+    const { oid, relname: name, nspname: schema } = named[0] as { oid: number; relname: string; nspname: string };
+    const aside = quoteQualified({ schema, name: withSuffix(name, asideSuffix) });
     await db.query(`ALTER SEQUENCE ${seq.current} RENAME TO ${quoteIdent(withSuffix(name, asideSuffix))}`);
+    const { rows } = await db.query(
+      `SELECT d.last_value, d.is_called, s.seqincrement > 0 AS ascending, s.seqmin::text AS min, s.seqmax::text AS max, s.seqstart::text AS start, s.seqcycle AS cycle
+         FROM ${aside} d, pg_catalog.pg_sequence s WHERE s.seqrelid = $1`,
+      [oid],
+    );
+    const cur = rows[0] as { last_value: string; is_called: boolean; ascending: boolean; min: string; max: string; start: string; cycle: boolean };
+    await db.query(`ALTER SEQUENCE ${seq.replacement} MINVALUE ${cur.min} MAXVALUE ${cur.max} START WITH ${cur.start} ${cur.cycle ? 'CYCLE' : 'NO CYCLE'}`);
+    await db.query('SELECT pg_catalog.setval($1::regclass, $2, $3)', [seq.replacement, cur.last_value, cur.is_called]);
+    // The sequence aside: its last value counts as handed out, and it hands out no other.
+    await db.query('SELECT pg_catalog.setval($1::regclass, $2, true)', [aside, cur.last_value]);
+    await db.query(`ALTER SEQUENCE ${aside} NO CYCLE START WITH ${cur.last_value} ${cur.ascending ? 'MAXVALUE' : 'MINVALUE'} ${cur.last_value}`);
     await db.query(`ALTER SEQUENCE ${seq.replacement} RENAME TO ${quoteIdent(name)}`);
   }
 }
