@@ -26,7 +26,7 @@ import { innermostApplicationFailure, rootMessage } from '../src/core/failures';
 import { quoteIdent, quoteQualified } from '../src/core/identifiers';
 import { FerrySourceKey, FerryTargetKey, PATCHES } from '../src/core/names';
 import { checkThrottle, SpecError } from '../src/core/spec';
-import { checkedAudit, ControlSignal, describeRate, ErrorInfo } from '../src/core/status';
+import { Audit, checkedAudit, ControlSignal, describeRate, ErrorInfo } from '../src/core/status';
 import { ChangeTracker, ChangeTrackerSnapshot } from './change-tracker';
 import { ChangeActivities, changeActivities, changeActivitiesFor, retryWhileLockBusy } from './change-proxies';
 import { notifyActivities } from './proxies';
@@ -49,6 +49,8 @@ export interface ChangeOptions {
   resume?: ChangeResume;
   /** Shorter waits than production's (src/core/timings.ts): heartbeat timeout, backfill slice, callback retries. Tests give them. */
   timings?: TimingsInput;
+  /** Who started the plan and why (`ferry start --actor --reason`): a `start` control on record. */
+  startedBy?: Audit;
 }
 
 /** What a run hands to the next when it continues as new (in the middle of a backfill step). */
@@ -137,6 +139,7 @@ class ChangeRun {
     this.listen();
     this.callbacks = new Callbacks(this.info.workflowId, plan.callback, notifyActivities(this.timings));
     this.tracker.onEvent = this.callbacks.eventSender();
+    if (!resume && options.startedBy && patched(PATCHES.auditedStart)) tracker.control('start', 'none', 'queued', checkedAudit(options.startedBy));
     const { outcome, failure } = await this.execute(plan, options);
     return this.end(plan, outcome, failure);
   }

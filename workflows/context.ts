@@ -4,6 +4,7 @@ import { PATCHES, workflowIds } from '../src/core/names';
 import { MigrationPlan, TablePlan } from '../src/core/plan';
 import { Spec } from '../src/core/spec';
 import type { TimingsInput } from '../src/core/timings';
+import type { Audit } from '../src/core/status';
 import type { MigrationActivities } from './proxies';
 import { Control, TableProgress } from './definitions';
 import { Saga } from './saga';
@@ -25,6 +26,8 @@ export interface MigrationOptions {
    * idle cap, callback retries. Tests give them; absent, production's.
    */
   timings?: TimingsInput;
+  /** Who started the migration and why (`ferry start --actor --reason`): a `start` control on record. */
+  startedBy?: Audit;
 }
 
 export interface MigrationContext {

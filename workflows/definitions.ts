@@ -34,13 +34,26 @@ export const changeStateQuery = defineQuery<ChangeStatusDocument>('state');
 export const revertSignal = defineSignal<[Audit?]>('revert');
 
 /** A rewrite's old table during keepOld, and a revert's course (the `state` query of rewriteRetireWorkflow). */
+/** One `ferry revert` of a rewrite step: who asked and why, and how it went. */
+export type RevertAttempt = Audit & { requestedAt: string; lockedMs?: number; carried?: number; rows?: number; error?: string };
+
 export interface RetireState {
   phase: 'KEEPING' | 'REVERTING' | 'REVERTED' | 'DROPPED';
   /** When the old table goes (KEEPING), or the new one a revert put aside (REVERTED). */
   until: string;
-  revert?: Audit & { requestedAt: string; lockedMs?: number; carried?: number; rows?: number; error?: string };
+  /** The latest revert. */
+  revert?: RevertAttempt;
+  /** Every revert asked for, in order (the change's status and result show them as controls). */
+  reverts?: RevertAttempt[];
   /** Revert attempts that failed (the new table stayed in place): their errors. */
   failures?: string[];
+}
+
+/** What rewriteRetireWorkflow returns: whether it dropped the old table, and the reverts asked for. */
+export interface RetireResult {
+  dropped: boolean;
+  reverted?: boolean;
+  reverts?: RevertAttempt[];
 }
 export const retireStateQuery = defineQuery<RetireState>('state');
 

@@ -98,6 +98,7 @@ class MigrationRun {
     setHandler(tableProgressSignal, progress);
     this.callbacks = new Callbacks(this.info.workflowId, spec.callback, this.acts.notify);
     this.tracker.onEvent = this.callbacks.eventSender();
+    if (!this.options.resume && this.options.startedBy && patched(PATCHES.auditedStart)) this.tracker.control('start', 'none', 'queued', checkedAudit(this.options.startedBy), true);
     this.startDeadline(spec);
     const { outcome, failure } = await this.execute(spec, desk, progress);
     return this.end(spec, outcome, failure);

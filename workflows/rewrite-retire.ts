@@ -16,7 +16,7 @@ import { QualifiedName } from '../src/core/identifiers';
 import { PATCHES } from '../src/core/names';
 import { Audit, checkedAudit } from '../src/core/status';
 import { changeActivities, retryWhileLockBusy } from './change-proxies';
-import { RetireState, retireStateQuery, revertSignal } from './definitions';
+import { RetireResult, RetireState, retireStateQuery, revertSignal } from './definitions';
 
 export interface RetireInput {
   changeId: string;
@@ -32,7 +32,7 @@ const REVERT_MAX_WAIT_MS = 10 * 60_000;
 /** A sync round leaves at most this many logged rows before the check and the swap back. */
 const CAUGHT_UP_ROWS = 2_000;
 
-export async function rewriteRetireWorkflow(input: RetireInput): Promise<{ dropped: boolean; reverted?: boolean }> {
+export async function rewriteRetireWorkflow(input: RetireInput): Promise<RetireResult> {
   const ref = { changeId: input.changeId, database: input.database, step: input.step, table: input.table };
   const quick = changeActivities.quick;
   // (Executions begun before revert existed only wait and drop: their replays must do the same.)
@@ -54,6 +54,7 @@ export async function rewriteRetireWorkflow(input: RetireInput): Promise<{ dropp
     if (left <= 0 || !(await condition(() => asked !== undefined, left))) break;
     state.phase = 'REVERTING';
     state.revert = { ...asked, requestedAt: new Date().toISOString() };
+    (state.reverts ??= []).push(state.revert);
     asked = undefined;
     try {
       Object.assign(state.revert, await revert(ref));
@@ -62,7 +63,7 @@ export async function rewriteRetireWorkflow(input: RetireInput): Promise<{ dropp
       state.until = new Date(Date.now() + keepOldMs).toISOString();
       await sleep(keepOldMs);
       await quick.dropRevertedTable(ref);
-      return { dropped: false, reverted: true };
+      return { dropped: false, reverted: true, reverts: state.reverts };
     } catch (err) {
       state.revert.error = rootMessage(err);
       (state.failures ??= []).push(state.revert.error);
@@ -73,7 +74,7 @@ export async function rewriteRetireWorkflow(input: RetireInput): Promise<{ dropp
   await release();
   const dropped = await quick.dropOldTable(ref);
   state.phase = 'DROPPED';
-  return dropped;
+  return state.reverts ? { ...dropped, reverts: state.reverts } : dropped;
 }
 
 /**

@@ -7,11 +7,11 @@ import { nonNegativeInt, positiveInt } from './args';
 import { CliExit } from './output';
 
 /** `--reason` and `--actor` (default: the OS user), recorded with the signal in the status and the result. */
-function audited(command: Command): Command {
+export function audited(command: Command): Command {
   return command.option('--reason <text>', 'why: recorded with the signal in the status and the result').option('--actor <name>', 'who sends it (default: the OS user)');
 }
 
-function auditOf(opts: { reason?: string; actor?: string }): Audit {
+export function auditOf(opts: { reason?: string; actor?: string }): Audit {
   let actor = opts.actor;
   if (!actor) {
     try {

@@ -9,6 +9,7 @@ import { loadSpecFile, loadSpecOrPlanFile } from '../spec-file';
 import { formatChangeResult, formatChangeStatus, watchChange } from '../view/change-format';
 import { MIGRATION_STATES } from '../core/state-machine';
 import { formatResult, formatStatus } from '../view/format';
+import { audited, auditOf } from './control';
 import { CliExit, printJson } from './output';
 import { formatList } from '../view/list';
 import { watch } from '../view/watch';
@@ -17,17 +18,20 @@ interface StartOptions {
   id?: string;
   wait?: boolean;
   json?: boolean;
+  actor?: string;
+  reason?: string;
 }
 
 export function registerMigrationCommands(program: Command): void {
-  program
-    .command('start')
-    .description('validate SPEC (a migration, or a change plan with kind: change), run preflight on the workers, start it and print its id')
-    .argument('<spec>', 'spec file (.yaml, .yml or .json; - for stdin)')
-    .option('--id <id>', 'migration id (overrides spec.id)')
-    .option('--wait', 'wait for the migration to end; exit 0 only if it succeeded')
-    .addOption(new Option('--json', 'print JSON'))
-    .action(startCommand);
+  audited(
+    program
+      .command('start')
+      .description('validate SPEC (a migration, or a change plan with kind: change), run preflight on the workers, start it and print its id')
+      .argument('<spec>', 'spec file (.yaml, .yml or .json; - for stdin)')
+      .option('--id <id>', 'migration id (overrides spec.id)')
+      .option('--wait', 'wait for the migration to end; exit 0 only if it succeeded')
+      .addOption(new Option('--json', 'print JSON')),
+  ).action(startCommand);
 
   program
     .command('watch')
@@ -81,7 +85,7 @@ async function startCommand(specPath: string, opts: StartOptions): Promise<void>
   const { raw, plan } = loadSpecOrPlanFile(specPath);
   if (plan) return startChange(raw, opts);
   await FerryClient.using(async (client) => {
-    const started = await client.start(raw, { id: opts.id });
+    const started = await client.start(raw, { id: opts.id, audit: auditOf(opts) });
     if (!opts.json) {
       // What the prepared target tables' own triggers and foreign keys do on Ferry's writes.
       for (const t of started.plan?.tables ?? []) for (const note of t.notes ?? []) process.stderr.write(`note: ${note}\n`);
@@ -94,7 +98,7 @@ async function startCommand(specPath: string, opts: StartOptions): Promise<void>
 /** `ferry start PLAN` for a change plan: preflight first (a refusal exits 2, nothing changed). */
 async function startChange(raw: unknown, opts: StartOptions): Promise<void> {
   await FerryClient.using(async (client) => {
-    const started = await client.startChange(raw, { id: opts.id });
+    const started = await client.startChange(raw, { id: opts.id, audit: auditOf(opts) });
     if (!opts.json) for (const d of started.preflight?.steps ?? []) if (d.note) process.stderr.write(`note: step ${d.index + 1}: ${d.note}\n`);
     await printStarted(started, opts, { kind: 'change', follow: (id) => watchChange(client, id), result: (id) => client.changeResult(id), format: formatChangeResult });
   });

@@ -34,6 +34,8 @@ export interface StartOptions {
   tableHistoryLimit?: number;
   /** Shorter (or longer) waits than production's: heartbeat timeout, re-check period, idle cap, callback retries, backfill slice (src/core/timings.ts). */
   timings?: TimingsInput;
+  /** Who starts it and why: a `start` control in the status and the result. */
+  audit?: Audit;
 }
 
 /** What every start of a client gives unless the start says otherwise. */
@@ -178,7 +180,7 @@ export class FerryClient {
     try {
       const handle = await this.client.workflow.start(MIGRATION_WORKFLOW, {
         ...this.startOptions(id, spec, input),
-        args: [input, { plan, tableHistoryLimit: options.tableHistoryLimit, ...timed }],
+        args: [input, { plan, tableHistoryLimit: options.tableHistoryLimit, ...timed, ...startedBy(options.audit) }],
         workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
       });
       return { id, runId: handle.firstExecutionRunId, plan, started: true };
@@ -278,7 +280,7 @@ export class FerryClient {
    * changeWorkflow and returns once it runs. A refusal (bad plan, unsafe statement, missing
    * table) throws before anything changed.
    */
-  async startChange(planInput: unknown, options: { id?: string; skipPreflight?: boolean; historyLimit?: number; timings?: TimingsInput } = {}): Promise<StartedChange> {
+  async startChange(planInput: unknown, options: { id?: string; skipPreflight?: boolean; historyLimit?: number; timings?: TimingsInput; audit?: Audit } = {}): Promise<StartedChange> {
     const input = options.id ? { ...(planInput as Record<string, unknown>), id: options.id } : planInput;
     const plan: ChangePlan = parseChangePlan(input);
     const timed = this.timingsOf(options);
@@ -292,7 +294,7 @@ export class FerryClient {
         taskQueue: this.config.taskQueue,
         workflowId: id,
         // The workflow runs preflight again itself (a result passed in is not trusted).
-        args: [withId, { historyLimit: options.historyLimit, ...timed }],
+        args: [withId, { historyLimit: options.historyLimit, ...timed, ...startedBy(options.audit) }],
         workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
         typedSearchAttributes: new TypedSearchAttributes([
           { key: FerryStateKey, value: 'QUEUED' },
@@ -478,4 +480,10 @@ function afterwardsOf(specInput: unknown): string | undefined {
   } catch {
     return undefined;
   }
+}
+
+/** The start's audit as the workflows take it: absent when nobody said who or why. */
+function startedBy(audit: Audit | undefined): { startedBy?: Audit } {
+  const checked = checkedAudit(audit);
+  return checked.actor || checked.reason ? { startedBy: checked } : {};
 }

@@ -9,12 +9,12 @@ import { Payload, PayloadCodec } from '@temporalio/common';
 import { decodeFromPayloadsAtIndex, decodeOptionalFailureToOptionalError } from '@temporalio/common/lib/internal-non-workflow';
 import { LenientCodec, UNREADABLE } from '../codec';
 import { innermostApplicationFailure } from '../core/failures';
-import { changeStateQuery, stateQuery, tableStateQuery } from '../../workflows/definitions';
-import { ChangeResultDocument, ChangeStatusDocument, StepProgress } from '../core/change-status';
+import { changeStateQuery, RetireResult, retireStateQuery, RevertAttempt, stateQuery, tableStateQuery } from '../../workflows/definitions';
+import { ChangeResultDocument, ChangeStatusDocument, StepProgress, StepStatus } from '../core/change-status';
 import { CHANGE_WORKFLOW, FerryPhaseKey, FerrySourceKey, FerryStateKey, FerryTargetKey, HELPER_WORKFLOW_TYPES, MIGRATION_WORKFLOW, workflowIds } from '../core/names';
 import { MigrationState, Phase } from '../core/state-machine';
 import { temporal } from '@temporalio/proto';
-import { Blocker, CaptureStatus, currentResultNames, ErrorInfo, ResultDocument, StatusDocument } from '../core/status';
+import { Blocker, CaptureStatus, ControlTransition, currentResultNames, ErrorInfo, ResultDocument, StatusDocument } from '../core/status';
 
 /** One row of `ferry list` (schema/ferry-result.schema.json, $defs/listEntry). */
 export interface MigrationSummary {
@@ -368,6 +368,7 @@ export class StatusReader {
       if (result?.error) doc.error = result.error;
       if (d.closeTime) doc.endedAt = d.closeTime.toISOString();
     }
+    doc.transitions.push(...(await this.revertControls(id, doc.steps)));
     if (d.status.name !== 'RUNNING') return doc;
     const running = doc.steps.find((s) => s.state === 'RUNNING');
     for (const a of d.raw.pendingActivities ?? []) {
@@ -392,8 +393,49 @@ export class StatusReader {
     return doc;
   }
 
-  /** Waits for a change plan to end and returns its result document, for every outcome. */
-  changeResult(id: string): Promise<ChangeResultDocument> {
+  /**
+   * `ferry revert` of the plan's swapped rewrite steps, as controls: a revert is a signal to the
+   * step's retirement workflow (which outlives the plan), so the plan's own record has none.
+   * Read from that workflow's state while it keeps the old table, from its result after.
+   */
+  private async revertControls(id: string, steps: StepStatus[]): Promise<ControlTransition[]> {
+    const controls: ControlTransition[] = [];
+    for (const step of steps.filter((s) => s.kind === 'rewrite' && s.state === 'SUCCEEDED')) {
+      const handle = this.client.workflow.getHandle(workflowIds.retire(id, step.index));
+      let reverts: RevertAttempt[] | undefined;
+      let reverting = false;
+      try {
+        const d = await handle.describe();
+        if (d.status.name === 'RUNNING') {
+          const state = await this.client.connection.withDeadline(Date.now() + 5_000, () => handle.query(retireStateQuery));
+          reverts = state.reverts;
+          reverting = state.phase === 'REVERTING';
+        } else if (d.status.name === 'COMPLETED') {
+          reverts = ((await handle.result()) as RetireResult | undefined)?.reverts;
+        }
+      } catch {
+        // No retirement (the step swapped in an execution begun before reverts existed), or no
+        // worker to answer the query right now: the plan's status goes on without it.
+        continue;
+      }
+      (reverts ?? []).forEach((r, i) => {
+        const last = i === (reverts ?? []).length - 1;
+        const to = r.error ? `swapped (the revert failed: ${r.error})` : last && reverting ? 'reverting' : 'reverted';
+        const audit = { ...(r.actor ? { actor: r.actor } : {}), ...(r.reason ? { reason: r.reason } : {}) };
+        controls.push({ machine: 'control', signal: 'revert', from: `step ${step.index + 1} swapped`, to, ...audit, at: r.requestedAt });
+      });
+    }
+    return controls;
+  }
+
+  /** Waits for a change plan to end and returns its result document, for every outcome; reverts of its rewrite steps among its controls. */
+  async changeResult(id: string): Promise<ChangeResultDocument> {
+    const result = await this.endedChange(id);
+    const reverts = await this.revertControls(id, result.steps);
+    return reverts.length ? { ...result, controls: [...(result.controls ?? []), ...reverts] } : result;
+  }
+
+  private endedChange(id: string): Promise<ChangeResultDocument> {
     return this.ended<ChangeResultDocument>(id, (common, d) => ({
       ...common,
       kind: 'change',

@@ -140,7 +140,7 @@ export interface ChangeResultDocument {
   events: ChangeEvent[];
   rowsBackfilled: number;
   warnings: string[];
-  /** The control signals taken (pause, resume, throttle, approve, cancel), with who sent them and why. */
+  /** The controls taken (pause, resume, throttle, approve, cancel; the start; `ferry revert` of a rewrite step), with who sent them and why. */
   controls?: ControlTransition[];
   callback?: { delivered: boolean; error?: string };
 }

@@ -171,6 +171,8 @@ export const PATCHES = {
   changeOwnPreflight: 'change-own-preflight',
   /** A sql step's statement runs under its statementTimeout (default 1 min), not the step's whole timeout (24 h by default). */
   sqlStatementTimeout: 'sql-statement-timeout',
+  /** Who started a migration or change plan and why (`ferry start --actor --reason`), a `start` control in its status and result. */
+  auditedStart: 'audited-start',
 } as const;
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);

@@ -20,7 +20,7 @@ export const EVENT_TYPES = [
   'RollbackStarted',
   'RolledBack',
   'MigrationFinished',
-  /** A control signal (pause, resume, throttle, approve, cancel) taken, with who sent it and why. */
+  /** A control (pause, resume, throttle, approve, cancel signals; the start) taken, with who sent it and why. */
   'ControlReceived',
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
@@ -31,7 +31,8 @@ export interface Audit {
   reason?: string;
 }
 
-export type ControlSignal = 'pause' | 'resume' | 'throttle' | 'approve' | 'cancel';
+/** The controls on record: the signals, the start (`ferry start --actor --reason`) and a change's revert (`ferry revert`). */
+export type ControlSignal = 'pause' | 'resume' | 'throttle' | 'approve' | 'cancel' | 'start' | 'revert';
 
 /** A control signal as the status document records it, beside the state machines' transitions. */
 export interface ControlTransition extends Audit {

@@ -2,6 +2,7 @@
 import { FerryClient } from '../client';
 import { ChangeResultDocument, ChangeStatusDocument, StepStatus } from '../core/change-status';
 import { isTerminalState } from '../core/state-machine';
+import { ControlTransition, describeControl } from '../core/status';
 
 function progressText(s: StepStatus, rate?: number): string {
   const p = s.progress;
@@ -31,6 +32,8 @@ export function formatChangeStatus(s: ChangeStatusDocument): string {
   if (s.retrying) lines.push(`retrying ${s.retrying.activity} (attempt ${s.retrying.attempt})${s.retrying.lastError ? `: ${s.retrying.lastError}` : ''}`);
   if (s.error) lines.push(`error: ${s.error.message}${s.error.cause ? ` (cause: ${s.error.cause})` : ''}`);
   for (const w of s.warnings ?? []) lines.push(`warning: ${w}`);
+  const controls = s.transitions.filter((t): t is ControlTransition => t.machine === 'control').slice(-3);
+  if (controls.length) lines.push('recent controls:', ...controls.map((c) => `  ${describeControl(c)}`));
   const recent = s.events.slice(-5).map((e) => `  #${e.seq} ${e.at} ${e.type}${e.step !== undefined ? ` step ${e.step + 1}` : ''}`);
   if (recent.length) lines.push('recent events:', ...recent);
   return lines.join('\n');
@@ -40,6 +43,7 @@ export function formatChangeResult(r: ChangeResultDocument): string {
   const lines = [`change ${r.task_id} on ${r.database} ${r.state} in ${r.duration}  (${r.rowsBackfilled} rows backfilled)`, ...r.steps.map((s) => stepLine(s))];
   if (r.error) lines.push(`error: ${r.error.message}${r.error.cause ? ` (cause: ${r.error.cause})` : ''}`);
   for (const w of r.warnings) lines.push(`warning: ${w}`);
+  for (const c of r.controls ?? []) lines.push(`control: ${describeControl(c)}`);
   if (r.callback) lines.push(`callback: ${r.callback.delivered ? 'delivered' : `not delivered (${r.callback.error})`}`);
   return lines.join('\n');
 }

@@ -8,7 +8,7 @@
  */
 import { execFileSync } from 'node:child_process';
 import { chownSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
 import { Client } from 'pg';
 import { HeldLock } from '../helpers/kills';
@@ -182,12 +182,15 @@ describe('change plans at their edges', () => {
   });
 
   it('rewrites a table with an outgoing foreign key: the table that steps aside, and after a revert the new one, refuse no delete of a referenced row', async () => {
-    const { id } = await suite.stack.ferry.startChange({
-      kind: 'change',
-      id: 'orders-bigint',
-      database: 'app',
-      steps: [{ rewrite: { table: 'public.orders', alter: ['ALTER COLUMN amount TYPE bigint'], approval: 'auto', keepOld: '10m' } }],
-    });
+    const { id } = await suite.stack.ferry.startChange(
+      {
+        kind: 'change',
+        id: 'orders-bigint',
+        database: 'app',
+        steps: [{ rewrite: { table: 'public.orders', alter: ['ALTER COLUMN amount TYPE bigint'], approval: 'auto', keepOld: '10m' } }],
+      },
+      { audit: { actor: 'deploy-bot', reason: 'JIRA-7' } },
+    );
     const result = await suite.stack.ferry.changeResult(id);
     expect({ state: result.state, error: result.error }).toEqual({ state: 'SUCCEEDED', error: null });
     const outgoing = () =>
@@ -205,6 +208,17 @@ describe('change plans at their edges', () => {
     await eventually(async () => (await outgoing()).every((f) => f.table === 'orders' && f.valid), 60_000, 200);
     expect(await outgoing()).toEqual([{ table: 'orders', valid: true }]);
     await suite.dbs.exec('app', 'DELETE FROM public.orders WHERE customer_id = 2; DELETE FROM public.customers WHERE id = 2');
+    // Who started the plan and who reverted it, and why, are in its status and its result (the
+    // revert, a signal to the step's retirement workflow, was on record only there).
+    const me = userInfo().username;
+    const controls = (transitions: { machine: string }[]) => transitions.filter((t) => t.machine === 'control').map(({ at: _at, ...c }: { at?: string; machine: string }) => c);
+    const expected = [
+      { machine: 'control', signal: 'start', from: 'none', to: 'queued', actor: 'deploy-bot', reason: 'JIRA-7' },
+      { machine: 'control', signal: 'revert', from: 'step 1 swapped', to: 'reverted', actor: me, reason: 'bigint broke the reports' },
+    ];
+    expect(controls((await suite.stack.ferry.changeStatus(id)).transitions)).toEqual(expected);
+    expect(controls((await suite.stack.ferry.changeResult(id)).controls ?? [])).toEqual(expected);
+    expect((await suite.stack.runCli(['result', id])).stdout).toContain(`control: revert by ${me} (bigint broke the reports) at`);
     // The old shape is back, and its foreign key still refuses an order of no customer.
     const [type] = await suite.dbs.query<{ type: string }>('app', `SELECT format_type(atttypid, atttypmod) AS type FROM pg_attribute WHERE attrelid = 'public.orders'::regclass AND attname = 'amount'`);
     expect(type.type).toBe('integer');

@@ -5,7 +5,7 @@
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
 import { stripVTControlCharacters } from 'node:util';
 import { Connection } from '@temporalio/client';
@@ -45,7 +45,7 @@ describe('the ferry CLI', () => {
 
   it('start --wait migrates, exits 0, and status/result/list report it', async () => {
     const spec = file('ok.yaml', 'id: cli-ok\nsource: legacy\ntarget: v2\nbatchRows: 1000\ntables:\n  - public.customers\n');
-    const run = await suite.stack.runCli(['start', spec, '--wait']);
+    const run = await suite.stack.runCli(['start', spec, '--wait', '--reason', 'move to v2']);
     expect(run.stderr).toContain('migration cli-ok started');
     expect(run.stdout).toMatch(/migration cli-ok SUCCEEDED in .* \(2500 rows\)/);
     expect(run.code).toBe(0);
@@ -58,6 +58,10 @@ describe('the ferry CLI', () => {
     const result = await suite.stack.runCli(['result', 'cli-ok', '--json']);
     expect(result.code).toBe(0);
     expect(JSON.parse(result.stdout)).toMatchObject({ task_id: 'cli-ok', state: 'SUCCEEDED', rowsCopied: 2500, error: null });
+    // Who started it (the OS user, as no --actor was given) and why: a start control on record.
+    expect(JSON.parse(result.stdout).controls).toEqual([
+      { machine: 'control', signal: 'start', from: 'none', to: 'queued', actor: userInfo().username, reason: 'move to v2', at: expect.any(String) },
+    ]);
 
     const list = await suite.stack.runCli(['list', '--json']);
     expect(JSON.parse(list.stdout)).toEqual([
