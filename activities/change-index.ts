@@ -196,14 +196,23 @@ export function createChangeIndexActivities({ connections, logger }: ActivityDep
 
   /**
    * Drops the step's index (rollback), or only when INVALID (after a failed build). CONCURRENTLY,
-   * so writers never wait for it.
+   * so writers never wait for it. Given the step's definition, a valid index of the name that is
+   * not the one the step asks for (somebody else's, made after preflight) is kept, and named.
    */
-  async function dropChangeIndex(input: { database: string; table: QualifiedName; name: string; onlyInvalid: boolean }): Promise<{ dropped: boolean }> {
+  async function dropChangeIndex(input: {
+    database: string;
+    table: QualifiedName;
+    name: string;
+    onlyInvalid: boolean;
+    index?: Pick<IndexStep, 'columns' | 'unique' | 'using' | 'where'>;
+  }): Promise<{ dropped: boolean; kept?: string }> {
     const db = await connections.client(input.database, { statementTimeoutMs: 10 * 60_000, lockTimeoutMs: 0 });
     try {
       const table = Number((await db.query('SELECT coalesce(to_regclass($1)::oid, 0)::int8 AS oid', [quoteQualified(input.table)])).rows[0].oid);
       const [existing] = await findIndexes(db, input.table.schema, [input.name]);
       if (!existing || existing.table !== table || (input.onlyInvalid && existing.valid)) return { dropped: false };
+      const other = existing.valid && input.index ? await indexDifference(db, existing.oid, input.index) : undefined;
+      if (other) return { dropped: false, kept: other };
       await dropInvalid(db, input.table.schema, existing);
       return { dropped: true };
     } finally {

@@ -417,7 +417,12 @@ class ChangeRun {
         if (step.rebuild || decision.indexExisted === true) return;
         this.undo.push({
           step: step.index,
-          run: () => this.acts.forStep(step.timeoutMs).dropChangeIndex({ database: plan.database, table: step.table, name: step.name, onlyInvalid: false }),
+          run: async () => {
+            const index = { columns: step.columns, unique: step.unique, using: step.using, where: step.where };
+            const { kept } = await this.acts.forStep(step.timeoutMs).dropChangeIndex({ database: plan.database, table: step.table, name: step.name, onlyInvalid: false, index });
+            // Somebody else's index of the step's name: not the step's to drop.
+            if (kept) tracker.warnings.push(`step ${step.index + 1} (index): kept ${step.name}, which is not the index the step builds (${kept})`);
+          },
         });
         return;
       case 'rewrite':

@@ -124,6 +124,40 @@ describe('change plans at their edges', () => {
     }
   });
 
+  // Preflight refuses an index step whose name a different index has; one that appears after
+  // preflight (another deploy, a DBA) is caught by the step itself, which took it as done.
+  it('an index step finds an index of its name on other columns, made after preflight, and fails naming it instead of taking it as built', async () => {
+    const holder = await HeldLock.take(suite.dbs.url('app'), 'pairs', ['SELECT count(*) FROM public.pairs']);
+    let released = false;
+    try {
+      const { id } = await suite.stack.ferry.startChange({
+        kind: 'change',
+        id: 'index-made-meanwhile',
+        database: 'app',
+        steps: [
+          { sql: 'ALTER TABLE public.pairs ADD COLUMN w int', lockTimeout: '300ms', maxWait: '2m' },
+          { index: { table: 'public.codes', name: 'codes_flag_idx', columns: ['flag'] } },
+        ],
+      });
+      await eventually(async () => ((await suite.stack.ferry.changeStatus(id)).steps[0].attempts ?? 0) >= 2, 60_000, 100);
+      await suite.dbs.exec('app', 'CREATE INDEX codes_flag_idx ON public.codes (hits)');
+      await holder.release();
+      released = true;
+      const result = await suite.stack.ferry.changeResult(id);
+      expect(result.state).toBe('FAILED');
+      expect(result.error?.type).toBe('ChangeRefused');
+      expect(result.error?.message).toMatch(/^step 2 \(index\): index public\.codes_flag_idx exists with another definition \(it is CREATE INDEX codes_flag_idx ON public\.codes USING btree \(hits\)\)/);
+      // The other index is left as it was, the rollback too leaving it (it dropped it once: the
+      // step's undo took any index of the name for the step's), and no index on flag was made.
+      expect(result.warnings).toContain('step 2 (index): kept codes_flag_idx, which is not the index the step builds (it is CREATE INDEX codes_flag_idx ON public.codes USING btree (hits))');
+      const indexes = await suite.dbs.query<{ d: string }>('app', `SELECT pg_get_indexdef(indexrelid) AS d FROM pg_index WHERE indrelid = 'public.codes'::regclass AND NOT indisprimary`);
+      expect(indexes).toEqual([{ d: 'CREATE INDEX codes_flag_idx ON public.codes USING btree (hits)' }]);
+    } finally {
+      if (!released) await holder.release();
+      await suite.dbs.exec('app', 'DROP INDEX IF EXISTS public.codes_flag_idx; ALTER TABLE public.pairs DROP COLUMN IF EXISTS w');
+    }
+  });
+
   it('rolls back a down: that sets NOT NULL in the safe form, never as one scan under ACCESS EXCLUSIVE', async () => {
     const { id } = await suite.stack.ferry.startChange({
       kind: 'change',

@@ -72,6 +72,7 @@ const HOSTILE: Record<string, { plan: unknown; says: RegExp }> = {
     says: /sql: DO runs procedural code that preflight cannot judge/,
   },
   'a function that runs DDL': { plan: { steps: [{ sql: 'SELECT shop.widen()' }] }, says: /sql: calls shop\.widen, a function of the database's own/ },
+  'a procedure that runs DDL': { plan: { steps: [{ sql: 'CALL shop.widen_all()' }] }, says: /sql: CALL runs a procedure whose statements preflight cannot judge/ },
   'a column of a domain with a CHECK': { plan: { steps: [{ sql: 'ALTER TABLE shop.orders ADD COLUMN p shop.positive' }] }, says: /ADD COLUMN p of domain shop\.positive, which has a CHECK/ },
   'a column whose domain has a volatile default': {
     plan: { steps: [{ sql: 'ALTER TABLE shop.orders ADD COLUMN n shop.noise' }] },
@@ -111,7 +112,8 @@ describe('change plans that must change nothing', () => {
        CREATE UNIQUE INDEX tags_id_key ON shop.tags (id);
        CREATE MATERIALIZED VIEW shop.totals AS SELECT id FROM shop.customers;
        CREATE INDEX orders_total_idx ON shop.orders (customer_id);
-       CREATE FUNCTION shop.widen() RETURNS void LANGUAGE plpgsql AS $$ BEGIN ALTER TABLE shop.orders ALTER COLUMN total TYPE bigint; END $$;`,
+       CREATE FUNCTION shop.widen() RETURNS void LANGUAGE plpgsql AS $$ BEGIN ALTER TABLE shop.orders ALTER COLUMN total TYPE bigint; END $$;
+       CREATE PROCEDURE shop.widen_all() LANGUAGE plpgsql AS $$ BEGIN ALTER TABLE shop.orders ALTER COLUMN total TYPE bigint; END $$;`,
     },
     workers: 1,
   });
