@@ -402,14 +402,28 @@ class ChangeRun {
         if (down === undefined) return warn(' has no down: it was not undone');
         const ref = { changeId: this.info.workflowId, runId: this.info.firstExecutionRunId, step: step.index, database: plan.database };
         const safe = decision.downAction === 'setNotNull' ? decision.downSetNotNull : undefined;
+        const undo = () =>
+          this.whileLockBusy(step, step.maxWaitMs, () =>
+            safe && patched(PATCHES.safeDownSetNotNull)
+              ? this.acts.forStep(step.timeoutMs).setNotNullSafely({ ...ref, ...safe, direction: 'down', lockTimeoutMs: step.lockTimeoutMs, statementTimeoutMs: step.timeoutMs })
+              : this.acts.forStep(step.timeoutMs).runChangeSql({ ...ref, sql: down, direction: 'down', lockTimeoutMs: step.lockTimeoutMs, statementTimeoutMs: this.sqlStatementTimeout(step) }),
+          );
         this.undo.push({
           step: step.index,
-          run: () =>
-            this.whileLockBusy(step, step.maxWaitMs, () =>
-              safe && patched(PATCHES.safeDownSetNotNull)
-                ? this.acts.forStep(step.timeoutMs).setNotNullSafely({ ...ref, ...safe, direction: 'down', lockTimeoutMs: step.lockTimeoutMs, statementTimeoutMs: step.timeoutMs })
-                : this.acts.forStep(step.timeoutMs).runChangeSql({ ...ref, sql: down, direction: 'down', lockTimeoutMs: step.lockTimeoutMs, statementTimeoutMs: this.sqlStatementTimeout(step) }),
-            ),
+          run: async () => {
+            try {
+              await undo();
+            } catch (err) {
+              // The safe form's helper CHECK, left by a VALIDATE that failed (a NULL written since),
+              // goes as a step's does. (Executions begun before left it.)
+              if (safe && patched(PATCHES.cleanFailedSafeDown)) {
+                await this.acts.quick
+                  .dropNotNullCheck({ database: plan.database, ...safe, lockTimeoutMs: step.lockTimeoutMs })
+                  .catch((cleanup: unknown) => tracker.warnings.push(`step ${step.index + 1}: its down:'s helper CHECK could not be dropped: ${rootMessage(cleanup)}`));
+              }
+              throw err;
+            }
+          },
         });
         return;
       }

@@ -173,6 +173,8 @@ export const PATCHES = {
   sqlStatementTimeout: 'sql-statement-timeout',
   /** Who started a migration or change plan and why (`ferry start --actor --reason`), a `start` control in its status and result. */
   auditedStart: 'audited-start',
+  /** A `down:` SET NOT NULL in the safe form that fails drops its helper CHECK, as a failed step's clean-up does. */
+  cleanFailedSafeDown: 'clean-failed-safe-down',
 } as const;
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);

@@ -187,6 +187,29 @@ describe('change plans at their edges', () => {
     expect(await suite.dbs.query('app', `SELECT conname FROM pg_constraint WHERE conrelid = 'public.people'::regclass AND conname LIKE '%ferry%'`)).toEqual([]);
   });
 
+  it("a down: SET NOT NULL that cannot hold (a NULL written meanwhile) fails the undo and leaves no helper CHECK behind", async () => {
+    await suite.dbs.exec('app', 'CREATE TABLE public.nn (id int PRIMARY KEY, n int NOT NULL DEFAULT 0, v int NOT NULL DEFAULT 0); INSERT INTO public.nn (id) SELECT g FROM generate_series(1, 50) g');
+    const { id } = await suite.stack.ferry.startChange({
+      kind: 'change',
+      id: 'down-cannot-hold',
+      database: 'app',
+      onFailure: 'rollback',
+      steps: [
+        { sql: 'ALTER TABLE public.nn ALTER COLUMN n DROP NOT NULL', down: 'ALTER TABLE public.nn ALTER COLUMN n SET NOT NULL' },
+        { sql: 'UPDATE public.nn SET n = NULL WHERE id = 1' },
+        { sql: 'ALTER TABLE public.nn ADD CONSTRAINT nn_v_big CHECK (v > 5) NOT VALID', down: 'ALTER TABLE public.nn DROP CONSTRAINT nn_v_big' },
+        // Every row has v = 0: VALIDATE fails and the plan rolls back.
+        { validate: { table: 'public.nn', constraint: 'nn_v_big' } },
+      ],
+    });
+    const result = await suite.stack.ferry.changeResult(id);
+    expect(result.state).toBe('FAILED');
+    expect(result.warnings).toEqual(expect.arrayContaining([expect.stringMatching(/^step 1 could not be undone: .*n_ferry_not_null/)]));
+    // No constraint of Ferry's is left on the table (the safe form's CHECK NOT VALID stayed once).
+    const constraints = await suite.dbs.query<{ name: string }>('app', `SELECT conname AS name FROM pg_constraint WHERE conrelid = 'public.nn'::regclass ORDER BY 1`);
+    expect(constraints).toEqual([{ name: 'nn_pkey' }]);
+  });
+
   it('a rebuild that fails leaves no INVALID copy of the index, even one whose name PostgreSQL cut short', async () => {
     // 63 characters: the copy REINDEX CONCURRENTLY builds is named from a shortened prefix.
     const name = 'codes_code_index_with_a_name_long_enough_that_its_copy_is_cut_t';
