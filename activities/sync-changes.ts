@@ -24,7 +24,7 @@ import { asActivityFailure } from '../src/db/errors';
 import { distinctKeys, keyAsText, keyFromRow, keyInList, keyOrder, keyPredicate, literalBinder, ParamBinder, rangeBounds } from '../src/db/ranges';
 import { evictConflictsSql, readUniqueKeys } from '../src/db/unique-keys';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified } from '../src/core/identifiers';
-import { Key, KeyRange } from '../src/core/plan';
+import { INTEGER_TYPES, Key, KeyRange } from '../src/core/plan';
 import { ActivityDeps } from './deps';
 
 export interface SyncInput {
@@ -102,7 +102,6 @@ export interface Applied {
 }
 
 /** Key types whose equal values are the same value (and the only types of identity columns). */
-const INTEGER_TYPES = new Set(['smallint', 'integer', 'bigint']);
 
 /** Deletes the target's rows of `keys` that the staged source rows no longer have. */
 function deleteGoneSql(table: CopyTable, stage: QualifiedName, keys: Key[]): string {

@@ -5,7 +5,7 @@
  */
 import { migrationTag } from '../db/capture-sql';
 import { QualifiedName, quoteIdent, quoteQualified, withSuffix } from '../core/identifiers';
-import { KeyColumn } from '../core/plan';
+import { INTEGER_TYPES, KeyColumn } from '../core/plan';
 import { rewriteCaptureId } from '../core/change-plan';
 
 export { rewriteCaptureId };
@@ -107,7 +107,10 @@ export function revertBatchSql(now: QualifiedName, old: QualifiedName, log: Qual
   const l = quoteQualified(log);
   const sameKey = key.columns.map((k) => `n.${quoteIdent(k.name)} = s.${quoteIdent(k.name)}`).join(' AND ');
   const keys = key.columns.map((k) => quoteIdent(k.name)).join(', ');
-  const updated = mapping.filter((m) => !key.columns.some((k) => k.name === m.column)).map((m) => `${quoteIdent(m.column)} = EXCLUDED.${quoteIdent(m.column)}`);
+  // Key columns too, unless integers: a key changed to an equal but different value (numeric 1.0
+  // to 1.00) conflicts with its old form and must still arrive, as in a migration's sync.
+  const settable = (column: string) => !key.columns.some((k) => k.name === column && INTEGER_TYPES.has(k.type));
+  const updated = mapping.filter((m) => settable(m.column)).map((m) => `${quoteIdent(m.column)} = EXCLUDED.${quoteIdent(m.column)}`);
   const conflict = updated.length ? `DO UPDATE SET ${updated.join(', ')}` : 'DO NOTHING';
   return [
     `DELETE FROM ${quoteQualified(old)} AS s USING ${l} AS l WHERE l.id = ANY ($1::int8[]) AND ${logMatch(key, 's', key.shadowTypes)}

@@ -15,6 +15,12 @@ export interface KeyColumn {
   collatable: boolean;
 }
 
+/**
+ * Key types whose equal values are the same value: an upsert need not set such a key column
+ * (others — numeric 1.0 and 1.00, a case-insensitive text's case — must be set from the new row).
+ */
+export const INTEGER_TYPES: ReadonlySet<string> = new Set(['smallint', 'integer', 'bigint']);
+
 /** A half-open key range [lower, upper); null means unbounded. */
 export interface KeyRange {
   lower: Key | null;

@@ -281,6 +281,31 @@ describe('change plans at their edges', () => {
     expect(type.type).toBe('integer');
     await expect(suite.dbs.exec('app', 'INSERT INTO public.orders VALUES (10000, 999, 1)')).rejects.toThrow(/violates foreign key constraint/);
   });
+  // The revert's upsert left the key columns out of its SET: a key changed on the new table to
+  // an equal but different value (1.0 → 1.00) kept its old form on the old table, and the
+  // revert's check then found the tables different.
+  it('a revert carries a key changed to an equal but different value (1.0 → 1.00) to the old table', async () => {
+    await suite.dbs.exec('app', 'CREATE TABLE public.prices (k numeric PRIMARY KEY, amount int NOT NULL); INSERT INTO public.prices SELECT round(g::numeric, 1), g FROM generate_series(1, 100) g');
+    const { id } = await suite.stack.ferry.startChange({
+      kind: 'change',
+      id: 'prices-bigint',
+      database: 'app',
+      steps: [{ rewrite: { table: 'public.prices', alter: ['ALTER COLUMN amount TYPE bigint'], approval: 'auto', keepOld: '10m' } }],
+    });
+    expect((await suite.stack.ferry.changeResult(id)).state).toBe('SUCCEEDED');
+    await suite.dbs.exec('app', 'UPDATE public.prices SET k = 1.00, amount = 1000 WHERE k = 1');
+    const out = await suite.stack.runCli(['revert', id]);
+    expect({ code: out.code, stderr: out.stderr }).toEqual({ code: 0, stderr: '' });
+    const rows = await suite.dbs.query<{ k: string; amount: number; type: string }>(
+      'app',
+      `SELECT k::text AS k, amount, pg_typeof(amount)::text AS type FROM public.prices WHERE k <= 2 ORDER BY k`,
+    );
+    expect(rows).toEqual([
+      { k: '1.00', amount: 1000, type: 'integer' },
+      { k: '2.0', amount: 2, type: 'integer' },
+    ]);
+  });
+
   // The swap read the identity sequence's value, set the new table's from it, then renamed the
   // old one: a nextval waiting on the old sequence (the application's, by name) went through
   // once the swap committed and got the same id the new table's identity then handed out.
