@@ -9,7 +9,7 @@
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { Client } from 'pg';
-import { FAILURE } from '../src/core/failure-types';
+import { FAILURE, postgresFailure } from '../src/core/failure-types';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified, withSuffix } from '../src/core/identifiers';
 import { forgetChange, markStepDone, registerChange, stepDone, StepRef } from '../src/db/change-bookkeeping';
 import { inTransaction } from '../src/db/connections';
@@ -71,7 +71,7 @@ function ranOutOfTime(err: unknown): boolean {
 function statementTimedOut(what: string, statementTimeoutMs: number, cause: unknown): ApplicationFailure {
   return ApplicationFailure.create({
     message: `${what}: the statement ran past its ${statementTimeoutMs} ms statement timeout (raise the step's statementTimeout if it must work through rows)`,
-    type: `PostgresError.${QUERY_CANCELED}`,
+    type: postgresFailure(QUERY_CANCELED),
     nonRetryable: true,
     cause: cause instanceof Error ? new Error(cause.message) : undefined,
   });

@@ -16,7 +16,7 @@ import { resolveCapture } from '../src/core/capture-mode';
 import { logicalCaptureProblems } from '../src/db/logical-check';
 import { Spec, TableSpec } from '../src/core/spec';
 import { ActivityDeps } from './deps';
-import { FAILURE } from '../src/core/failure-types';
+import { FAILURE, failureTypeOf } from '../src/core/failure-types';
 import { assertColumnsFit } from '../src/db/column-fit';
 import { chooseIndexNames, RelationNames } from '../src/db/target-names';
 
@@ -37,7 +37,7 @@ SELECT pg_catalog.pg_postmaster_start_time()::text || '/' ||
  */
 function atField(err: unknown, field: string): unknown {
   if (!(err instanceof ApplicationFailure) || !err.nonRetryable) return err;
-  return refusal(err.type ?? FAILURE.Refused, `${field}: ${err.message}`, err.cause);
+  return refusal(failureTypeOf(err.type) ?? FAILURE.Refused, `${field}: ${err.message}`, err.cause);
 }
 
 export function createPreflight({ connections }: ActivityDeps) {

@@ -3,8 +3,9 @@
  * machine per step with every move recorded, the event log (capped), and the status document
  * built from them. Search attributes follow state and phase, upserted only when they change.
  */
-import { forWebUi } from '../src/core/details';
-import { setCurrentDetails, upsertSearchAttributes } from '@temporalio/workflow';
+import { changeDetails } from '../src/core/details';
+import { upsertSearchAttributes } from '@temporalio/workflow';
+import { CurrentDetails } from './current-details';
 import { ChangeStep, stepLabel } from '../src/core/change-plan';
 import {
   ChangeEvent,
@@ -181,13 +182,11 @@ export class ChangeTracker {
       ]);
       this.published = values;
     }
-    const lines = this.steps.map((s) => `- ${s.index + 1}. ${s.label}: ${s.state}${s.progress ? ` ${s.progress.done}/${s.progress.total} ${s.progress.unit}` : ''}`);
-    setCurrentDetails(
-      forWebUi(
-        [`**${this.state.state}** · ${this.phase.state}${this.paused ? ' · paused' : ''}${this.waiting ? ` · waiting: ${this.waiting}` : ''}`, `database ${this.database}`, ...lines].join('\n'),
-      ),
-    );
+    this.details.request();
   }
+
+  /** The Web UI's current details, as a migration's: once per activation, a fault shown in their place. */
+  private readonly details = new CurrentDetails(() => changeDetails(this.document()));
 
   document(): ChangeStatusDocument {
     const transitions: ChangeTransition[] = [

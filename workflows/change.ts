@@ -25,7 +25,8 @@ import { FAILURE } from '../src/core/failure-types';
 import { innermostApplicationFailure, rootMessage } from '../src/core/failures';
 import { quoteIdent, quoteQualified } from '../src/core/identifiers';
 import { FerrySourceKey, FerryTargetKey, PATCHES } from '../src/core/names';
-import { checkThrottle, SpecError } from '../src/core/spec';
+import { checkThrottle, SpecError, throttled } from '../src/core/spec';
+import { CHANGE_LIMITS } from '../src/core/change-limits';
 import { Audit, checkedAudit, ControlSignal, describeRate, ErrorInfo } from '../src/core/status';
 import { ChangeTracker, ChangeTrackerSnapshot } from './change-tracker';
 import { ChangeActivities, changeActivities, changeActivitiesFor, retryWhileLockBusy } from './change-proxies';
@@ -167,16 +168,21 @@ class ChangeRun {
       tracker.publish();
     });
     setHandler(throttleSignal, (request, audit) => {
-      const checked = checkThrottle(request);
+      // A batchRows out of a backfill's range is refused with a warning, as a migration refuses
+      // one out of its own. (Executions begun before clamped it to 100,000 in silence.)
+      const same = patched(PATCHES.sameControls);
+      const checked = same ? checkThrottle(request, CHANGE_LIMITS.backfillBatchRows) : checkThrottle(request);
       if (!checked.ok) {
         tracker.warnings.push(`ignored a throttle signal: ${checked.reason}`);
         return;
       }
       const t = checked.value;
-      const next = {
-        rowsPerSecond: t.rowsPerSecond === undefined ? tracker.throttle.rowsPerSecond : t.rowsPerSecond || undefined,
-        batchRows: t.batchRows === undefined ? tracker.throttle.batchRows : Math.min(t.batchRows, 100_000),
-      };
+      const next = same
+        ? throttled(tracker.throttle, t)
+        : {
+            rowsPerSecond: t.rowsPerSecond === undefined ? tracker.throttle.rowsPerSecond : t.rowsPerSecond || undefined,
+            batchRows: t.batchRows === undefined ? tracker.throttle.batchRows : Math.min(t.batchRows, 100_000),
+          };
       this.record('throttle', describeRate(tracker.throttle), describeRate(next), audit);
       tracker.throttle = next;
       tracker.publish();
@@ -187,7 +193,10 @@ class ChangeRun {
     });
     setHandler(cancelSignal, (request) => {
       this.record('cancel', this.cancelReason ? 'cancelling' : 'running', 'cancelling', request);
-      this.cancelReason = request?.reason ?? 'cancel requested';
+      const audit = checkedAudit(request);
+      this.cancelReason = (patched(PATCHES.sameControls) ? audit.reason : request?.reason) ?? 'cancel requested';
+      // Who cancelled, in the reason the result's error gives, as a migration's says.
+      if (audit.actor && patched(PATCHES.sameControls)) this.cancelReason += ` (by ${audit.actor})`;
       this.main.cancel();
     });
   }

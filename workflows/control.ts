@@ -8,7 +8,7 @@ import { ChildWorkflowHandle, patched, setHandler } from '@temporalio/workflow';
 import { PATCHES } from '../src/core/names';
 import { tablesSharing } from '../src/core/rate';
 import { checkedAudit, ControlSignal, describeRate } from '../src/core/status';
-import { checkThrottle, Spec } from '../src/core/spec';
+import { checkThrottle, Spec, throttled } from '../src/core/spec';
 import { COPIED } from './context';
 import { approveCutoverSignal, Control, controlSignal, pauseSignal, resumeSignal, TableProgress, throttleSignal } from './definitions';
 import { tableMigrationWorkflow } from './table';
@@ -49,7 +49,9 @@ export class ControlDesk {
         return;
       }
       const t = checked.ok ? checked.value : request;
-      const next = { ...this.control, rowsPerSecond: t.rowsPerSecond || undefined, batchRows: t.batchRows ?? this.control.batchRows };
+      // A throttle changes only what it names, as a change plan's does. (Executions begun before
+      // dropped the cap when a throttle named batchRows alone.)
+      const next = checked.ok && patched(PATCHES.sameControls) ? throttled(this.control, t) : { ...this.control, rowsPerSecond: t.rowsPerSecond || undefined, batchRows: t.batchRows ?? this.control.batchRows };
       this.record('throttle', describeRate(this.control), describeRate(next), audit);
       this.set(next);
     });

@@ -19,7 +19,7 @@ import { cutOver } from './cutover';
 import { startCopySignal } from './definitions';
 import { legacyOnlineChain } from './legacy/online-v1';
 import { tableMigrationWorkflow } from './table';
-import { FAILURE } from '../src/core/failure-types';
+import { FAILURE, postgresFailure, SQLSTATE } from '../src/core/failure-types';
 
 /** A foreign key that fails its validation while the sync runs may only be behind: tries. */
 const FK_VALIDATION_TRIES = 3;
@@ -146,7 +146,7 @@ async function prepareForeignKeys(ctx: MigrationContext) {
         await steps.validateForeignKey({ target: spec.target, foreignKey });
         return;
       } catch (err) {
-        if (innermostApplicationFailure(err)?.type !== 'PostgresError.23503') throw err;
+        if (innermostApplicationFailure(err)?.type !== postgresFailure(SQLSTATE.foreignKeyViolation)) throw err;
         if (attempt >= FK_VALIDATION_TRIES) {
           unvalidatedForeignKeys.push(foreignKey);
           return;

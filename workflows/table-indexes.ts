@@ -8,6 +8,7 @@
 import { ApplicationFailure } from '@temporalio/workflow';
 import type { IndexRef } from '../activities/indexes';
 import { innermostApplicationFailure } from '../src/core/failures';
+import { postgresFailure, SQLSTATE } from '../src/core/failure-types';
 import { CopyTable, TablePlan } from '../src/core/plan';
 import { TimingsInput, timingsOf } from '../src/core/timings';
 import { runBounded } from './bounded';
@@ -66,7 +67,7 @@ export async function buildTableIndexes(input: IndexBuildInput, syncRound: () =>
 /** Online, an exclusion constraint can meet rows the sync has not brought up to date yet. */
 function transientExclusionConflict(input: IndexBuildInput, index: IndexRef, err: unknown): boolean {
   const failure = innermostApplicationFailure(err);
-  return input.mode === 'online' && index.exclusion && failure instanceof ApplicationFailure && failure.type === 'PostgresError.23P01';
+  return input.mode === 'online' && index.exclusion && failure instanceof ApplicationFailure && failure.type === postgresFailure(SQLSTATE.exclusionViolation);
 }
 
 /** The source's secondary indexes and unique or exclusion constraints of the table, to build on the target. */

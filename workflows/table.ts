@@ -595,7 +595,7 @@ class TableRun {
       return await this.acts.copy.syncChanges(args);
     } catch (err) {
       const failure = innermostApplicationFailure(err);
-      if (failure?.type === 'CaptureLost' && patched(PATCHES.captureLostEvent)) await this.event('CaptureLost', { message: failure.message });
+      if (failure?.type === FAILURE.CaptureLost && patched(PATCHES.captureLostEvent)) await this.event('CaptureLost', { message: failure.message });
       throw err;
     }
   }

@@ -4,6 +4,7 @@ import { temporalConfig, WORKER_PROCESS_ENV } from '../config';
 import { RefusedError } from '../client';
 import { duration, httpUrl, positiveInt } from './args';
 import { CliExit } from './output';
+import { FAILURE } from '../core/failure-types';
 
 function untilSignal(): Promise<NodeJS.Signals> {
   return new Promise((resolve) => {
@@ -67,7 +68,7 @@ export function workerSettings(flags: WorkerFlags, env: NodeJS.ProcessEnv): Omit
     try {
       return parse(raw);
     } catch (err) {
-      throw new RefusedError(`${name}=${raw} ${(err as Error).message}: fix or unset it`, 'InvalidEnvironment');
+      throw new RefusedError(`${name}=${raw} ${(err as Error).message}: fix or unset it`, FAILURE.InvalidEnvironment);
     }
   };
   return {

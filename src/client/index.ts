@@ -19,8 +19,10 @@ import { CHANGE_CLEANUP_WORKFLOW, CHANGE_PREFLIGHT_WORKFLOW, CHANGE_WORKFLOW, CL
 import { MigrationPlan } from '../core/plan';
 import { checkThrottle, parseSpec, Spec } from '../core/spec';
 import { Audit, checkedAudit, ResultDocument, StatusDocument } from '../core/status';
-import { FAILURE } from '../core/failure-types';
+import { FAILURE, failureTypeOf } from '../core/failure-types';
 import { timingProblems, TimingsInput } from '../core/timings';
+import { BATCH_ROWS } from '../core/spec-limits';
+import { CHANGE_LIMITS } from '../core/change-limits';
 import { MigrationSummary, StatusReader } from './status-reader';
 
 export type { MigrationSummary };
@@ -153,10 +155,10 @@ export class FerryClient {
     } catch (err) {
       // Helpers begun before they returned refusals failed with them.
       const failure = innermostApplicationFailure(err);
-      if (failure) throw new RefusedError(failure.message, failure.type ?? FAILURE.Refused, { cause: err });
+      if (failure) throw new RefusedError(failure.message, failureTypeOf(failure.type) ?? FAILURE.Refused, { cause: err });
       throw err;
     }
-    if (isPreflightRefusal(result)) throw new RefusedError(result.refused.message, result.refused.type);
+    if (isPreflightRefusal(result)) throw new RefusedError(result.refused.message, failureTypeOf(result.refused.type) ?? FAILURE.Refused);
     return result as T;
   }
 
@@ -186,7 +188,7 @@ export class FerryClient {
       return { id, runId: handle.firstExecutionRunId, plan, started: true };
     } catch (err) {
       if (err instanceof WorkflowExecutionAlreadyStartedError) {
-        throw new RefusedError(`migration ${id} already exists and has ended; choose another id (or \`ferry retry ${id}\` if it failed)`, 'IdInUse', {
+        throw new RefusedError(`migration ${id} already exists and has ended; choose another id (or \`ferry retry ${id}\` if it failed)`, FAILURE.IdInUse, {
           cause: err,
         });
       }
@@ -204,10 +206,10 @@ export class FerryClient {
     const d = await this.handle(id).describe();
     const state = d.typedSearchAttributes.get(FerryStateKey) ?? d.status.name;
     if (d.status.name === 'RUNNING' || state !== 'FAILED') {
-      throw new RefusedError(`migration ${id} is ${d.status.name === 'RUNNING' ? 'still running' : state}; only a FAILED migration can be retried`, 'NotFailed');
+      throw new RefusedError(`migration ${id} is ${d.status.name === 'RUNNING' ? 'still running' : state}; only a FAILED migration can be retried`, FAILURE.NotFailed);
     }
     const input = d.memo?.spec;
-    if (!input) throw new RefusedError(`migration ${id} did not record its spec; start it again with ferry start`, 'NoSpec');
+    if (!input) throw new RefusedError(`migration ${id} did not record its spec; start it again with ferry start`, FAILURE.NoSpec);
     const spec = parseSpec(input);
     const handle = await this.client.workflow.start(MIGRATION_WORKFLOW, {
       ...this.startOptions(id, spec, input),
@@ -308,7 +310,7 @@ export class FerryClient {
       return { id, runId: handle.firstExecutionRunId, preflight, started: true };
     } catch (err) {
       if (err instanceof WorkflowExecutionAlreadyStartedError) {
-        throw new RefusedError(`change ${id} already exists and has ended; choose another id`, 'IdInUse', { cause: err });
+        throw new RefusedError(`change ${id} already exists and has ended; choose another id`, FAILURE.IdInUse, { cause: err });
       }
       throw err;
     }
@@ -323,10 +325,10 @@ export class FerryClient {
     const index = step === undefined ? await this.swappedRewrite(id) : step - 1;
     const handle = this.handle(workflowIds.retire(id, index));
     const d = await handle.describe().catch(() => undefined);
-    if (!d) throw new RefusedError(`change ${id} has no swapped rewrite at step ${index + 1}`, 'NothingToRevert');
-    if (d.status.name !== 'RUNNING') throw new RefusedError(`change ${id} step ${index + 1}: keepOld has passed and its old table was dropped; nothing to revert to`, 'NothingToRevert');
+    if (!d) throw new RefusedError(`change ${id} has no swapped rewrite at step ${index + 1}`, FAILURE.NothingToRevert);
+    if (d.status.name !== 'RUNNING') throw new RefusedError(`change ${id} step ${index + 1}: keepOld has passed and its old table was dropped; nothing to revert to`, FAILURE.NothingToRevert);
     const before = await handle.query(retireStateQuery);
-    if (before.phase !== 'KEEPING') throw new RefusedError(`change ${id} step ${index + 1} is ${before.phase.toLowerCase()} already`, 'NothingToRevert');
+    if (before.phase !== 'KEEPING') throw new RefusedError(`change ${id} step ${index + 1} is ${before.phase.toLowerCase()} already`, FAILURE.NothingToRevert);
     const failuresBefore = before.failures?.length ?? 0;
     await handle.signal(revertSignal, checkedAudit(audit));
     const deadline = Date.now() + timeoutMs;
@@ -341,12 +343,12 @@ export class FerryClient {
   /** The index of a change plan's one rewrite step that has swapped. */
   private async swappedRewrite(id: string): Promise<number> {
     const status = await this.changeStatus(id).catch((err: unknown) => {
-      if (err instanceof WorkflowNotFoundError) throw new RefusedError(`there is no change plan ${id}`, 'NothingToRevert');
+      if (err instanceof WorkflowNotFoundError) throw new RefusedError(`there is no change plan ${id}`, FAILURE.NothingToRevert);
       throw err;
     });
     const steps = status.steps.filter((s) => s.kind === 'rewrite' && s.state === 'SUCCEEDED');
-    if (steps.length === 0) throw new RefusedError(`change ${id} has no rewrite step that swapped; nothing to revert`, 'NothingToRevert');
-    if (steps.length > 1) throw new RefusedError(`change ${id} has ${steps.length} swapped rewrite steps (${steps.map((s) => s.index + 1).join(', ')}): name one with --step`, 'NothingToRevert');
+    if (steps.length === 0) throw new RefusedError(`change ${id} has no rewrite step that swapped; nothing to revert`, FAILURE.NothingToRevert);
+    if (steps.length > 1) throw new RefusedError(`change ${id} has ${steps.length} swapped rewrite steps (${steps.map((s) => s.index + 1).join(', ')}): name one with --step`, FAILURE.NothingToRevert);
     return steps[0].index;
   }
 
@@ -369,8 +371,10 @@ export class FerryClient {
   }
 
   async throttle(id: string, request: ThrottleRequest, audit: Audit = {}): Promise<void> {
-    const checked = checkThrottle(request);
-    if (!checked.ok) throw new RefusedError(checked.reason, 'InvalidThrottle');
+    // batchRows in the product's range: a change plan's backfill batches are smaller than a copy's.
+    const change = request && typeof request === 'object' && request.batchRows !== undefined && (await this.kindOf(id)) === 'change';
+    const checked = checkThrottle(request, change ? CHANGE_LIMITS.backfillBatchRows : BATCH_ROWS);
+    if (!checked.ok) throw new RefusedError(checked.reason, FAILURE.InvalidThrottle);
     await this.handle(id).signal(throttleSignal, checked.value, checkedAudit(audit));
   }
 
@@ -381,7 +385,7 @@ export class FerryClient {
   async unfreeze(id: string): Promise<{ unfrozen: string[]; pending?: string[] }> {
     const d = await this.handle(id).describe();
     const source = d.memo?.source;
-    if (typeof source !== 'string') throw new RefusedError(`migration ${id} has no recorded source connection`, 'UnknownMigration');
+    if (typeof source !== 'string') throw new RefusedError(`migration ${id} has no recorded source connection`, FAILURE.UnknownMigration);
     return this.client.workflow.execute(UNFREEZE_WORKFLOW, {
       taskQueue: this.config.taskQueue,
       workflowId: `${id}.unfreeze.${randomBytes(4).toString('hex')}`,
@@ -404,10 +408,10 @@ export class FerryClient {
     const d = await this.handle(id).describe();
     if (d.memo?.kind === 'change') return this.cleanupChange(id, d.status.name, d.memo.spec, waitMs);
     if (d.status.name === 'RUNNING') {
-      throw new RefusedError(`migration ${id} is still running; cancel it instead (its rollback removes what it made)`, 'StillRunning');
+      throw new RefusedError(`migration ${id} is still running; cancel it instead (its rollback removes what it made)`, FAILURE.StillRunning);
     }
     const { source, target, spec } = d.memo ?? {};
-    if (typeof source !== 'string' || typeof target !== 'string') throw new RefusedError(`migration ${id} has no recorded connections`, 'UnknownMigration');
+    if (typeof source !== 'string' || typeof target !== 'string') throw new RefusedError(`migration ${id} has no recorded connections`, FAILURE.UnknownMigration);
     const succeeded = (d.typedSearchAttributes.get(FerryStateKey) ?? d.status.name) === 'SUCCEEDED';
     const input: CleanupInput = succeeded
       ? { migrationId: id, source, freeze: afterwardsOf(spec) === 'unfreeze' ? 'remove' : 'keep' }
@@ -438,12 +442,12 @@ export class FerryClient {
 
   /** `ferry cleanup` of a change plan: capture and shadows of its rewrite steps, then its bookkeeping. */
   private async cleanupChange(id: string, status: string, specInput: unknown, waitMs: number): Promise<CleanupOutcome> {
-    if (status === 'RUNNING') throw new RefusedError(`change ${id} is still running; cancel it instead (its rollback removes what it made)`, 'StillRunning');
+    if (status === 'RUNNING') throw new RefusedError(`change ${id} is still running; cancel it instead (its rollback removes what it made)`, FAILURE.StillRunning);
     let plan: ChangePlan;
     try {
       plan = parseChangePlan(specInput);
     } catch {
-      throw new RefusedError(`change ${id} has no recorded plan`, 'UnknownMigration');
+      throw new RefusedError(`change ${id} has no recorded plan`, FAILURE.UnknownMigration);
     }
     const rewrites = [];
     for (const step of plan.steps) {

@@ -6,6 +6,7 @@
  */
 import { formatDuration } from './duration';
 import type { Spec } from './spec';
+import type { ChangeStatusDocument } from './change-status';
 import { Blocker, StatusDocument } from './status';
 
 const n = (x: number) => x.toLocaleString('en-US');
@@ -99,7 +100,7 @@ export function detailsOrFault(render: () => string): string {
     return render();
   } catch (err) {
     const message = err instanceof Error ? err.message : String(err);
-    return forWebUi(`**These details could not be rendered** (the migration goes on; \`ferry status\` shows it): \`${message.replace(/`/g, "'")}\``);
+    return forWebUi(`**These details could not be rendered** (the workflow goes on; \`ferry status\` shows it): \`${message.replace(/`/g, "'")}\``);
   }
 }
 
@@ -184,4 +185,11 @@ export function migrationStaticDetails(id: string, spec: Spec, shown = 10): stri
   lines.push('', `Follow it: \`ferry watch ${id}\` · \`ferry status ${id}\` · stop it: \`ferry cancel ${id}\``);
   if (spec.mode === 'online' && spec.cutover?.approval === 'manual') lines.push('', `The cutover waits for \`ferry approve ${id}\`.`);
   return forWebUi(lines.join('\n'));
+}
+
+/** A change plan's current details: state and phase (paused, what it waits for), the database, a line per step. */
+export function changeDetails(s: ChangeStatusDocument): string {
+  const head = `**${s.state}** · ${s.phase}${s.paused ? ' · paused' : ''}${s.waiting ? ` · waiting: ${s.waiting}` : ''}`;
+  const lines = s.steps.map((step) => `- ${step.index + 1}. ${step.label}: ${step.state}${step.progress ? ` ${step.progress.done}/${step.progress.total} ${step.progress.unit}` : ''}`);
+  return forWebUi([head, `database ${s.database}`, ...lines].join('\n'));
 }

@@ -2,6 +2,7 @@
  * Ferry's error classes, in one place. Pure module (workflows use SpecError). Failures that
  * cross Temporal carry a type instead (src/core/failure-types.ts).
  */
+import type { AnyFailureType } from './failure-types';
 
 export interface SpecProblem {
   path: string;
@@ -20,7 +21,7 @@ export class SpecError extends Error {
 export class RefusedError extends Error {
   constructor(
     message: string,
-    readonly type: string,
+    readonly type: AnyFailureType,
     options?: { cause?: unknown },
   ) {
     super(message, options);

@@ -53,6 +53,41 @@ export const FAILURE = {
   CallbackSecretMissing: 'CallbackSecretMissing',
   CallbackSecretRefused: 'CallbackSecretRefused',
   CallbackTargetRefused: 'CallbackTargetRefused',
+  // What the client refuses before anything is sent (exit 2).
+  IdInUse: 'IdInUse',
+  NothingToRevert: 'NothingToRevert',
+  InvalidThrottle: 'InvalidThrottle',
+  UnknownMigration: 'UnknownMigration',
+  StillRunning: 'StillRunning',
+  NotFailed: 'NotFailed',
+  NoSpec: 'NoSpec',
+  InvalidEnvironment: 'InvalidEnvironment',
 } as const;
 
 export type FailureType = (typeof FAILURE)[keyof typeof FAILURE];
+
+/** A PostgreSQL error that fails at once: `PostgresError.<SQLSTATE>`. */
+export type PostgresFailureType = `PostgresError.${string}`;
+
+/** Every type a failure of Ferry's carries. */
+export type AnyFailureType = FailureType | PostgresFailureType;
+
+const KNOWN = new Set<string>(Object.values(FAILURE));
+
+/** `type` as one of Ferry's failure types, or undefined when it is none (another program's failure). */
+export function failureTypeOf(type: string | null | undefined): AnyFailureType | undefined {
+  if (!type) return undefined;
+  if (KNOWN.has(type)) return type as FailureType;
+  return /^PostgresError\.[0-9A-Z]{5}$/.test(type) ? (type as PostgresFailureType) : undefined;
+}
+
+/** SQLSTATEs that workflows tell apart (PostgreSQL's Appendix A). */
+export const SQLSTATE = {
+  foreignKeyViolation: '23503',
+  exclusionViolation: '23P01',
+} as const;
+
+/** The type of a PostgreSQL error that fails at once. */
+export function postgresFailure(sqlState: string): PostgresFailureType {
+  return `PostgresError.${sqlState}`;
+}

@@ -175,6 +175,13 @@ export const PATCHES = {
   auditedStart: 'audited-start',
   /** A `down:` SET NOT NULL in the safe form that fails drops its helper CHECK, as a failed step's clean-up does. */
   cleanFailedSafeDown: 'clean-failed-safe-down',
+  /**
+   * Migrations and change plans take controls alike: a throttle changes only what it names (a
+   * migration's dropped its cap when a throttle named batchRows alone), a change plan refuses a
+   * batchRows out of its range (it clamped it to 100,000 in silence) and names who cancelled in
+   * the cancel's reason (only a migration's did).
+   */
+  sameControls: 'same-controls',
 } as const;
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);

@@ -155,7 +155,15 @@ export function specJsonSchema(): Record<string, unknown> {
  * Checks a `throttle` signal's values (they arrive from any Temporal client, not only Ferry's):
  * the accepted request, or the reason it is refused. A bad value must never reach a running copy.
  */
-export function checkThrottle(request: unknown): { ok: true; value: { rowsPerSecond?: number; batchRows?: number } } | { ok: false; reason: string } {
+/**
+ * A throttle signal's request, from any client: refused (with the reason) unless it holds only
+ * rowsPerSecond and batchRows, each in range — batchRows in the product's: a migration's copy
+ * batches by default, a change plan passes its backfill's (never clamped in silence).
+ */
+export function checkThrottle(
+  request: unknown,
+  batchRowsRange: { min: number; max: number } = BATCH_ROWS,
+): { ok: true; value: { rowsPerSecond?: number; batchRows?: number } } | { ok: false; reason: string } {
   if (request === null || typeof request !== 'object' || Array.isArray(request)) return { ok: false, reason: 'throttle takes {rowsPerSecond?, batchRows?}' };
   const { rowsPerSecond, batchRows, ...rest } = request as Record<string, unknown>;
   const unknown = Object.keys(rest);
@@ -168,10 +176,22 @@ export function checkThrottle(request: unknown): { ok: true; value: { rowsPerSec
     value.rowsPerSecond = rowsPerSecond;
   }
   if (batchRows !== undefined) {
-    if (typeof batchRows !== 'number' || !Number.isInteger(batchRows) || batchRows < BATCH_ROWS.min || batchRows > BATCH_ROWS.max) {
-      return { ok: false, reason: `throttle.batchRows must be a whole number from ${BATCH_ROWS.min} to ${BATCH_ROWS.max}` };
+    if (typeof batchRows !== 'number' || !Number.isInteger(batchRows) || batchRows < batchRowsRange.min || batchRows > batchRowsRange.max) {
+      return { ok: false, reason: `throttle.batchRows must be a whole number from ${batchRowsRange.min} to ${batchRowsRange.max}` };
     }
     value.batchRows = batchRows;
   }
   return { ok: true, value };
+}
+
+/**
+ * The rate after a checked throttle, the same for migrations and change plans: it changes only
+ * what it names (rowsPerSecond 0 lifts the cap; a request of batchRows alone keeps the cap).
+ */
+export function throttled<R extends { rowsPerSecond?: number; batchRows?: number }>(current: R, t: { rowsPerSecond?: number; batchRows?: number }): R {
+  return {
+    ...current,
+    rowsPerSecond: t.rowsPerSecond === undefined ? current.rowsPerSecond : t.rowsPerSecond || undefined,
+    batchRows: t.batchRows ?? current.batchRows,
+  };
 }

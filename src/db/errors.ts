@@ -5,6 +5,7 @@
  */
 import { ApplicationFailure } from '@temporalio/common';
 import { isPostgresError, redacted, redactedRetryable } from './redact';
+import { AnyFailureType, postgresFailure } from '../core/failure-types';
 
 /** Exact codes first, then two-character classes. */
 const RETRYABLE_CODES = new Set([
@@ -58,7 +59,7 @@ export function asActivityFailure(err: unknown, context: string): unknown {
   if (classify(err) === 'retryable') return redactedRetryable(err);
   return ApplicationFailure.create({
     message: `${context}: PostgreSQL error ${err.code}`,
-    type: `PostgresError.${err.code}`,
+    type: postgresFailure(err.code),
     nonRetryable: true,
     cause: redacted(err),
   });
@@ -78,6 +79,6 @@ export function withoutRowData(err: unknown, context = 'activity'): unknown {
 }
 
 /** A refusal the operator must fix (bad table, missing key, …): never retried. */
-export function refusal(type: string, message: string, cause?: Error): ApplicationFailure {
+export function refusal(type: AnyFailureType, message: string, cause?: Error): ApplicationFailure {
   return ApplicationFailure.create({ message, type, nonRetryable: true, cause: isPostgresError(cause) ? redacted(cause) : cause });
 }

@@ -7,6 +7,7 @@
  * quoted value replaced by "…"; `detail` and `where` never do.
  */
 import { ApplicationFailure } from '@temporalio/common';
+import { postgresFailure } from '../core/failure-types';
 
 /** The fields of pg's DatabaseError that are read here. */
 export interface PostgresErrorLike {
@@ -102,5 +103,5 @@ export function redacted(err: PostgresErrorLike): PostgresError {
 
 /** A retryable error as the activity throws it: PostgreSQL's (redacted) words, typed `PostgresError.<SQLSTATE>`, the names as details. */
 export function redactedRetryable(err: PostgresErrorLike): ApplicationFailure {
-  return ApplicationFailure.create({ message: redactedMessage(err), type: `PostgresError.${err.code}`, nonRetryable: false, details: [namesOf(err)] });
+  return ApplicationFailure.create({ message: redactedMessage(err), type: postgresFailure(err.code), nonRetryable: false, details: [namesOf(err)] });
 }

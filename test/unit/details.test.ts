@@ -62,7 +62,7 @@ describe('current details (markdown for the Web UI)', () => {
     const shown = detailsOrFault(() => {
       throw new TypeError("Cannot read properties of null (reading 'replace')");
     });
-    expect(shown).toContain("**These details could not be rendered** (the migration goes on; `ferry status` shows it): `Cannot read properties of null (reading 'replace')`");
+    expect(shown).toContain("**These details could not be rendered** (the workflow goes on; `ferry status` shows it): `Cannot read properties of null (reading 'replace')`");
   });
 
   it('at the end: the outcome with its figures', () => {
