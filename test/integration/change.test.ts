@@ -258,7 +258,7 @@ describe('change plans under load, with workers killed', () => {
     await suite.stack.ferry.cancel(id, 'test over', 'alice');
     const result = await suite.stack.ferry.changeResult(id);
     expect(result.state).toBe('CANCELLED');
-    expect(result.error?.message).toBe('test over');
+    expect(result.error?.message).toBe('test over (by alice)');
     expect(result.steps[0].state).toBe('FAILED');
     // Each control signal, in order, with its actor (the CLI's OS user unless --actor) and reason.
     const user = os.userInfo().username;
