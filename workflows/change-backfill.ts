@@ -6,7 +6,7 @@
  */
 import { ApplicationFailure, condition, sleep } from '@temporalio/workflow';
 import { BackfillStep } from '../src/core/change-plan';
-import type { ChangeContext } from './change';
+import type { ChangeContext } from './change-context';
 
 /** How long a busy database is left alone before the next look. */
 const LOAD_WAIT_MS = 5_000;

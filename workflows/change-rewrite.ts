@@ -12,7 +12,7 @@ import type { SwapResult } from '../activities/rewrite-swap';
 import { rewriteCaptureId, RewriteStep } from '../src/core/change-plan';
 import { rootMessage } from '../src/core/failures';
 import { REWRITE_RETIRE_WORKFLOW, workflowIds } from '../src/core/names';
-import type { ChangeContext } from './change';
+import type { ChangeContext } from './change-context';
 import { ChangeActivities, retryWhileLockBusy } from './change-proxies';
 
 /** A sync round leaves at most this many logged rows before validation and the swap. */

@@ -23,7 +23,6 @@ import { ChangePlan, ChangeStep, parseChangePlan } from '../src/core/change-plan
 import { changeResultDocument, ChangeResultDocument } from '../src/core/change-status';
 import { FAILURE } from '../src/core/failure-types';
 import { innermostApplicationFailure, rootMessage } from '../src/core/failures';
-import { quoteIdent, quoteQualified } from '../src/core/identifiers';
 import { FerrySourceKey, FerryTargetKey, PATCHES } from '../src/core/names';
 import { checkThrottle, SpecError, throttled } from '../src/core/spec';
 import { CHANGE_LIMITS } from '../src/core/change-limits';
@@ -32,8 +31,9 @@ import { ChangeTracker, ChangeTrackerSnapshot } from './change-tracker';
 import { ChangeActivities, changeActivities, changeActivitiesFor, retryWhileLockBusy } from './change-proxies';
 import { notifyActivities } from './proxies';
 import { PRODUCTION_TIMINGS, Timings, TimingsInput, timingProblems, timingsOf } from '../src/core/timings';
-import { BackfillPlace, runBackfill } from './change-backfill';
-import { runRewrite } from './change-rewrite';
+import type { BackfillPlace } from './change-backfill';
+import { ChangeContext, StepRun } from './change-context';
+import { operationOf } from './change-ops/operation';
 import { approveCutoverSignal, cancelSignal, changeStateQuery, pauseSignal, resumeSignal, throttleSignal } from './definitions';
 import { checks } from './proxies';
 import { Callbacks } from './callbacks';
@@ -78,23 +78,6 @@ export async function changeWorkflow(planInput: unknown, options: ChangeOptions 
 interface Undo {
   step: number;
   run: () => Promise<unknown>;
-}
-
-/** What the steps share with the helpers that run them (backfill). */
-export interface ChangeContext {
-  id: string;
-  runId: string;
-  plan: ChangePlan;
-  tracker: ChangeTracker;
-  /** Grows with every dispatch of a backfill slice: the fence of docs/architecture.md §5. */
-  nextFence(): number;
-  /** approveCutover has been signalled (a rewrite step with approval: manual waits for it). */
-  approved(): boolean;
-  /** Between two slices: continues as new (never returns) when the run's history has grown long. */
-  checkpoint(step: ChangeStep, place: BackfillPlace): Promise<void>;
-  /** The activities, as the run's timings configure them. */
-  acts: ChangeActivities;
-  timings: Timings;
 }
 
 class ChangeRun {
@@ -354,115 +337,35 @@ class ChangeRun {
     }
   }
 
+  /** The step by its kind's operation (workflows/change-ops/), its undo registered before or after it as the operation says. */
   private async apply(plan: ChangePlan, step: ChangeStep, decision: StepDecision, place?: BackfillPlace): Promise<void> {
-    const ref = { changeId: this.info.workflowId, runId: this.info.firstExecutionRunId, step: step.index, database: plan.database };
-    const acts = this.acts.forStep(step.timeoutMs);
-    switch (step.kind) {
-      case 'sql': {
-        if (decision.action === 'setNotNull' && decision.setNotNull) {
-          const { table, column } = decision.setNotNull;
-          await this.whileLockBusy(step, step.maxWaitMs, () =>
-            acts.setNotNullSafely({ ...ref, table, column, lockTimeoutMs: step.lockTimeoutMs, statementTimeoutMs: step.timeoutMs }),
-          );
-        } else {
-          await this.whileLockBusy(step, step.maxWaitMs, () =>
-            acts.runChangeSql({ ...ref, sql: step.sql, direction: 'up', lockTimeoutMs: step.lockTimeoutMs, statementTimeoutMs: this.sqlStatementTimeout(step) }),
-          );
-        }
-        this.pushUndo(plan, step, decision);
-        return;
-      }
-      case 'validate': {
-        // Built from names only (quoted by PostgreSQL's rules): no plan text in this statement.
-        const sql = `ALTER TABLE ${quoteQualified(step.table)} VALIDATE CONSTRAINT ${quoteIdent(step.constraint)}`;
-        await this.whileLockBusy(step, 10 * 60_000, () => acts.runChangeSql({ ...ref, sql, direction: 'up', lockTimeoutMs: 2_000, statementTimeoutMs: step.timeoutMs }));
-        return;
-      }
-      case 'index': {
-        // Pushed before the build: a build whose completion is lost is still undone.
-        this.pushUndo(plan, step, decision);
-        const built = await acts.buildChangeIndex({ changeId: ref.changeId, database: plan.database, index: step, statementTimeoutMs: step.timeoutMs });
-        if (built.droppedInvalid.length) this.tracker.steps[step.index].note = `dropped INVALID ${built.droppedInvalid.join(', ')} left by an earlier attempt, then built it`;
-        return;
-      }
-      case 'rewrite': {
-        // Before its swap a rewrite undoes itself; after it, a plan rollback does not swap back.
-        await runRewrite(this.context(plan), step);
-        this.pushUndo(plan, step, decision);
-        return;
-      }
-      case 'backfill': {
-        this.pushUndo(plan, step, decision);
-        await runBackfill(this.context(plan), step, place);
-        return;
-      }
-    }
+    const op = operationOf(step);
+    if (op.undoRegistered === 'before') this.pushUndo(plan, step, decision);
+    await op.run(this.stepRun(plan), step, decision, place);
+    if (op.undoRegistered === 'after') this.pushUndo(plan, step, decision);
   }
 
   /** A step's undo, for a plan rollback: its `down:`, the index it built, or a warning that nothing is undone. */
   private pushUndo(plan: ChangePlan, step: ChangeStep, decision: StepDecision): void {
-    const { tracker } = this;
-    const warn = (text: string) => {
-      this.undo.push({ step: step.index, run: async () => tracker.warnings.push(`step ${step.index + 1}${text}`) });
-    };
-    switch (step.kind) {
-      case 'sql': {
-        const down = step.down;
-        if (down === undefined) return warn(' has no down: it was not undone');
-        const ref = { changeId: this.info.workflowId, runId: this.info.firstExecutionRunId, step: step.index, database: plan.database };
-        const safe = decision.downAction === 'setNotNull' ? decision.downSetNotNull : undefined;
-        const undo = () =>
-          this.whileLockBusy(step, step.maxWaitMs, () =>
-            safe && patched(PATCHES.safeDownSetNotNull)
-              ? this.acts.forStep(step.timeoutMs).setNotNullSafely({ ...ref, ...safe, direction: 'down', lockTimeoutMs: step.lockTimeoutMs, statementTimeoutMs: step.timeoutMs })
-              : this.acts.forStep(step.timeoutMs).runChangeSql({ ...ref, sql: down, direction: 'down', lockTimeoutMs: step.lockTimeoutMs, statementTimeoutMs: this.sqlStatementTimeout(step) }),
-          );
-        this.undo.push({
-          step: step.index,
-          run: async () => {
-            try {
-              await undo();
-            } catch (err) {
-              // The safe form's helper CHECK, left by a VALIDATE that failed (a NULL written since),
-              // goes as a step's does. (Executions begun before left it.)
-              if (safe && patched(PATCHES.cleanFailedSafeDown)) {
-                await this.acts.quick
-                  .dropNotNullCheck({ database: plan.database, ...safe, lockTimeoutMs: step.lockTimeoutMs })
-                  .catch((cleanup: unknown) => tracker.warnings.push(`step ${step.index + 1}: its down:'s helper CHECK could not be dropped: ${rootMessage(cleanup)}`));
-              }
-              throw err;
-            }
-          },
-        });
-        return;
-      }
-      case 'index':
-        if (step.rebuild || decision.indexExisted === true) return;
-        this.undo.push({
-          step: step.index,
-          run: async () => {
-            const index = { columns: step.columns, unique: step.unique, using: step.using, where: step.where };
-            const { kept } = await this.acts.forStep(step.timeoutMs).dropChangeIndex({ database: plan.database, table: step.table, name: step.name, onlyInvalid: false, index });
-            // Somebody else's index of the step's name: not the step's to drop.
-            if (kept) tracker.warnings.push(`step ${step.index + 1} (index): kept ${step.name}, which is not the index the step builds (${kept})`);
-          },
-        });
-        return;
-      case 'rewrite':
-        return warn(' (rewrite): the new table stays; the old one is kept for keepOld');
-      case 'backfill':
-        return warn(' (backfill): updated rows keep their new values');
-      case 'validate':
-        return;
+    const action = operationOf(step).undo(this.stepRun(plan), step, decision);
+    if (!action) return;
+    if ('warning' in action) {
+      const { tracker } = this;
+      this.undo.push({ step: step.index, run: async () => tracker.warnings.push(`step ${step.index + 1}${action.warning}`) });
+      return;
     }
+    this.undo.push({ step: step.index, run: action.run });
   }
 
-  /**
-   * A sql step's statement (or down:) runs under the step's statementTimeout (1 min unless it
-   * says otherwise). Executions begun before ran it under the step's whole timeout.
-   */
-  private sqlStatementTimeout(step: ChangeStep & { kind: 'sql' }): number {
-    return patched(PATCHES.sqlStatementTimeout) && step.statementTimeoutMs ? step.statementTimeoutMs : step.timeoutMs;
+  /** What the step operations are given. */
+  private stepRun(plan: ChangePlan): StepRun {
+    return {
+      ref: { changeId: this.info.workflowId, runId: this.info.firstExecutionRunId, database: plan.database },
+      tracker: this.tracker,
+      acts: this.acts,
+      whileLockBusy: (step, maxWaitMs, attempt) => this.whileLockBusy(step, maxWaitMs, attempt),
+      context: () => this.context(plan),
+    };
   }
 
   /** A lock-bound statement of a step, retried while its lock is busy (workflows/change-proxies.ts). */
@@ -479,15 +382,10 @@ class ChangeRun {
     );
   }
 
-  /** What a failed step may have left: an INVALID index, the safe SET NOT NULL's helper CHECK. */
+  /** What a failed step may have left (an INVALID index, the safe SET NOT NULL's helper CHECK): its operation's clean-up. */
   private async cleanUpFailed(plan: ChangePlan, step: ChangeStep, decision: StepDecision): Promise<void> {
     try {
-      if (step.kind === 'index' && !step.rebuild) {
-        await this.acts.quick.dropChangeIndex({ database: plan.database, table: step.table, name: step.name, onlyInvalid: true });
-      }
-      if (step.kind === 'sql' && decision.action === 'setNotNull' && decision.setNotNull) {
-        await this.acts.quick.dropNotNullCheck({ database: plan.database, ...decision.setNotNull, lockTimeoutMs: step.lockTimeoutMs });
-      }
+      await operationOf(step).cleanUpAfterFailure?.(this.stepRun(plan), step, decision);
     } catch (err) {
       this.tracker.warnings.push(`step ${step.index + 1}: cleaning up after its failure failed: ${rootMessage(err)}`);
     }

@@ -1,0 +1,14 @@
+/**
+ * A `rewrite` step (workflows/change-rewrite.ts): before its swap it undoes itself; once swapped
+ * a plan rollback does not swap back (`ferry revert` is the way back, within keepOld).
+ */
+import { RewriteStep } from '../../src/core/change-plan';
+import { runRewrite } from '../change-rewrite';
+import { StepRun, UndoAction } from '../change-context';
+import type { StepOperation } from './operation';
+
+export const rewriteOperation: StepOperation<RewriteStep> = {
+  undoRegistered: 'after',
+  run: (run: StepRun, step: RewriteStep) => runRewrite(run.context(), step),
+  undo: (): UndoAction => ({ warning: ' (rewrite): the new table stays; the old one is kept for keepOld' }),
+};
