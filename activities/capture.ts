@@ -35,40 +35,15 @@ import {
 } from '../src/db/capture-sql';
 import { refusal, sqlState } from '../src/db/errors';
 import { createPublicationSql, dropLogical, ensureSlot, logicalNames, SLOTS_TABLE } from '../src/db/logical-sql';
-import { displayQualified, QualifiedName, quoteIdent, quoteQualified } from '../src/core/identifiers';
-import { KeyColumn } from '../src/core/plan';
+import { displayQualified, quoteIdent, quoteQualified } from '../src/core/identifiers';
 import { dropTriggers, relationsWithTriggers, relationTree } from '../src/db/triggers';
 import { dropSchemaIfEmpty, migrateSchema } from '../src/db/schema-versions';
 import { ActivityDeps } from './deps';
-import { removeFreeze } from './freeze';
+import { removeFreeze } from '../src/db/freeze';
+import type { CaptureInput, CaptureTable, SourceRef } from '../src/core/capture-input';
 import { FAILURE } from '../src/core/failure-types';
 
-export interface CaptureTable {
-  index: number;
-  source: QualifiedName;
-  keyColumns: KeyColumn[];
-}
-
-export interface CaptureInput {
-  migrationId: string;
-  source: string;
-  tables: CaptureTable[];
-  /**
-   * Install the freeze with capture, inactive, so the cutover freezes by changing a value
-   * instead of racing writers for a table lock. Absent in executions of an older Ferry.
-   */
-  armFreeze?: boolean;
-  /**
-   * Capture from the write-ahead log (a publication and a slot) instead of row triggers; the
-   * change logs, the TRUNCATE refusal, the freeze and the guard are the same. Absent: triggers.
-   */
-  logical?: boolean;
-}
-
-export interface SourceRef {
-  migrationId: string;
-  source: string;
-}
+export type { CaptureInput, CaptureTable, SourceRef } from '../src/core/capture-input';
 
 export interface ReleaseInput extends SourceRef {
   /** keep: the tables stay frozen (cutover with keep-frozen); remove: nothing of Ferry stays. */

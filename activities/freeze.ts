@@ -15,13 +15,11 @@
 import { Context } from '@temporalio/activity';
 import { ClientBase, PoolClient } from 'pg';
 import {
-  armedFreezeFunction,
   createFreezeFunctionSql,
   createFreezeTriggerSql,
   FREEZE_SCHEMA,
   FREEZE_STATE,
   FreezeState,
-  freezeFunction,
   freezeStateSequence,
   GUARD_BYPASS,
   readFreezeState,
@@ -31,8 +29,9 @@ import { inTransaction } from '../src/db/connections';
 import { refusal } from '../src/db/errors';
 import { QualifiedName, quoteQualified } from '../src/core/identifiers';
 import type { Blocker } from '../src/core/status';
-import { dropTriggers, relationsWithTriggers, relationTree } from '../src/db/triggers';
-import type { CaptureInput, SourceRef } from './capture';
+import { relationTree } from '../src/db/triggers';
+import type { CaptureInput, SourceRef } from '../src/core/capture-input';
+import { removeFreeze } from '../src/db/freeze';
 import { ActivityDeps } from './deps';
 import { FAILURE } from '../src/core/failure-types';
 
@@ -207,33 +206,4 @@ export function createFreezeActivities({ connections, logger }: ActivityDeps) {
 async function now(db: PoolClient): Promise<string> {
   const { rows } = await db.query(`SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS at`);
   return rows[0].at;
-}
-
-/**
- * Drops the freeze triggers where their table's lock is free, and the freeze's function and
- * state once no trigger uses them (a trigger left behind reads the state on every write).
- */
-export async function removeFreeze(db: PoolClient, migrationId: string): Promise<{ pending: string[] }> {
-  const { freeze, rowFreeze } = triggerNames(migrationId);
-  const pending: string[] = [];
-  // Every relation that has one: a partitioned table's partitions each carry their own.
-  for (const relation of await relationsWithTriggers(db, [freeze, rowFreeze])) {
-    if (!(await dropTriggers(db, relation, [freeze, rowFreeze]))) pending.push(`freeze trigger on ${relation}`);
-  }
-  if (pending.length > 0) return { pending };
-  await inTransaction(db, async () => {
-    await db.query("SET LOCAL lock_timeout = '2s'");
-    await db.query(`DROP FUNCTION IF EXISTS ${quoteQualified(freezeFunction(migrationId))}()`);
-    await db.query(`DROP FUNCTION IF EXISTS ${quoteQualified(armedFreezeFunction(migrationId))}()`);
-    await db.query(`DROP SEQUENCE IF EXISTS ${quoteQualified(freezeStateSequence(migrationId))}`);
-    const schema = await db.query('SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1', [FREEZE_SCHEMA]);
-    if (schema.rowCount === 0) return;
-    const left = await db.query(
-      `SELECT 1 FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_namespace n ON d.refobjid = n.oid
-        WHERE d.refclassid = 'pg_catalog.pg_namespace'::regclass AND n.nspname = $1 LIMIT 1`,
-      [FREEZE_SCHEMA],
-    );
-    if (left.rowCount === 0) await db.query(`DROP SCHEMA ${FREEZE_SCHEMA}`);
-  });
-  return { pending };
 }

@@ -26,7 +26,7 @@ import { sessionConfig } from '../src/db/session';
 import { quoteQualified } from '../src/core/identifiers';
 import { Key } from '../src/core/plan';
 import { FAILURE } from '../src/core/failure-types';
-import { CaptureTable } from './capture';
+import type { CaptureTable } from '../src/core/capture-input';
 import { ActivityDeps } from './deps';
 import { enqueue } from '../src/db/change-log';
 

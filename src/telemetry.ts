@@ -11,7 +11,7 @@ import type { CopyChunkResult } from '../activities/copy-chunk';
 import type { SyncResult } from '../activities/sync-changes';
 import type { ValidateChunkResult } from '../activities/validate-chunk';
 import { Logger } from './logger';
-import { freePort } from './dev/dev-server';
+import { freePort } from './free-port';
 import { FAILURE } from './core/failure-types';
 
 export interface FerryMetrics {

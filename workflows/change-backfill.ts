@@ -6,18 +6,15 @@
  */
 import { ApplicationFailure, condition, sleep } from '@temporalio/workflow';
 import { BackfillStep } from '../src/core/change-plan';
-import type { ChangeContext } from './change-context';
+import type { BackfillPlace, ChangeContext } from './change-context';
+
+export type { BackfillPlace } from './change-context';
 
 /** How long a busy database is left alone before the next look. */
 const LOAD_WAIT_MS = 5_000;
 /** until: all gives up after this many passes that each still updated rows. */
 export const MAX_PASSES = 20;
 
-/** Where a backfill is: its pass, and the rows its earlier passes updated (what a run continued as new takes up). */
-export interface BackfillPlace {
-  pass: number;
-  updatedBefore: number;
-}
 
 export async function runBackfill(ctx: ChangeContext, step: BackfillStep, from: BackfillPlace = { pass: 0, updatedBefore: 0 }): Promise<void> {
   const { tracker, plan } = ctx;

@@ -7,11 +7,16 @@
 import type { ChangePreflightResult } from '../activities/change-preflight';
 import { ChangePlan, ChangeStep } from '../src/core/change-plan';
 import { Timings } from '../src/core/timings';
-import type { BackfillPlace } from './change-backfill';
 import { ChangeActivities } from './change-proxies';
 import { ChangeTracker } from './change-tracker';
 
 export type StepDecision = ChangePreflightResult['steps'][number];
+
+/** Where a backfill is: its pass, and the rows its earlier passes updated (what a run continued as new takes up). */
+export interface BackfillPlace {
+  pass: number;
+  updatedBefore: number;
+}
 
 /** What the steps share with the helpers that run them (backfill, rewrite). */
 export interface ChangeContext {
@@ -44,3 +49,13 @@ export interface StepRun {
 
 /** A completed step's undo, as a plan rollback runs it: an action, or a warning that nothing is undone. */
 export type UndoAction = { run: () => Promise<unknown> } | { warning: string };
+
+/** A step kind as an operation (workflows/change-ops/): how it runs, is undone and cleaned up after a failure. */
+export interface StepOperation<S extends ChangeStep = ChangeStep> {
+  /** Before: a step whose completion can be lost after it changed something (an index build, a backfill). */
+  undoRegistered: 'before' | 'after';
+  run(run: StepRun, step: S, decision: StepDecision, place?: BackfillPlace): Promise<void>;
+  /** Undefined: nothing to undo and nothing to say (a validation). */
+  undo(run: StepRun, step: S, decision: StepDecision): UndoAction | undefined;
+  cleanUpAfterFailure?(run: StepRun, step: S, decision: StepDecision): Promise<void>;
+}

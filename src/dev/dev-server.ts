@@ -4,10 +4,12 @@
  * server when no local binary can be had (that path needs the internet).
  */
 import { ChildProcess, spawn } from 'node:child_process';
-import { createServer } from 'node:net';
 import { Connection } from '@temporalio/client';
 import { FerryPhaseKey, FerrySourceKey, FerryStateKey, FerryTargetKey, SEARCH_ATTRIBUTES } from '../core/names';
 import { ensureTemporalBinary } from './temporal-binary';
+import { freePort } from '../free-port';
+
+export { freePort } from '../free-port';
 
 export interface DevServerOptions {
   port?: number;
@@ -63,18 +65,6 @@ export interface DevServer {
   stop(): Promise<void>;
   /** Resolves when the server process exits. */
   exited: Promise<number | null>;
-}
-
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.unref();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => resolve(typeof address === 'object' && address ? address.port : 0));
-    });
-  });
 }
 
 /** Polls the frontend until the namespace answers, or fails after timeoutMs. */

@@ -6,16 +6,14 @@
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { accessSync, constants, existsSync, mkdirSync, mkdtempSync, renameSync, rmSync } from 'node:fs';
-import { homedir } from 'node:os';
 import { delimiter, join } from 'node:path';
+import { cacheDir } from '../cache-dir';
+
+export { cacheDir } from '../cache-dir';
 
 export const TEMPORAL_CLI_MODULE = 'github.com/temporalio/cli/cmd/temporal';
 /** The newest CLI release that `go install` accepts (later ones carry a replace directive). */
 export const TEMPORAL_CLI_VERSION = 'v1.5.1';
-
-export function cacheDir(): string {
-  return process.env.FERRY_CACHE_DIR ?? join(process.env.XDG_CACHE_HOME ?? join(homedir(), '.cache'), 'ferry');
-}
 
 export function cachedBinaryPath(): string {
   return join(cacheDir(), 'bin', 'temporal');

@@ -9,7 +9,7 @@ import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { cacheDir } from '../dev/temporal-binary';
+import { cacheDir } from '../cache-dir';
 
 /** Whether this module runs compiled (dist/src/temporal/bundle.js) or as TypeScript (tsx, jest). */
 const COMPILED = __filename.endsWith('.js');

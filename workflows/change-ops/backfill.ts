@@ -4,8 +4,7 @@
  */
 import { BackfillStep } from '../../src/core/change-plan';
 import { BackfillPlace, runBackfill } from '../change-backfill';
-import { StepDecision, StepRun, UndoAction } from '../change-context';
-import type { StepOperation } from './operation';
+import { StepDecision, StepRun, UndoAction, StepOperation } from '../change-context';
 
 export const backfillOperation: StepOperation<BackfillStep> = {
   undoRegistered: 'before',

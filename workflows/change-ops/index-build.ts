@@ -4,8 +4,7 @@
  * (a build whose completion is lost is still undone) and drops only the index the step builds.
  */
 import { IndexStep } from '../../src/core/change-plan';
-import { StepDecision, StepRun, UndoAction } from '../change-context';
-import type { StepOperation } from './operation';
+import { StepDecision, StepRun, UndoAction, StepOperation } from '../change-context';
 
 export const indexOperation: StepOperation<IndexStep> = {
   undoRegistered: 'before',

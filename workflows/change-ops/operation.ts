@@ -8,21 +8,14 @@
  */
 import { ChangeStep } from '../../src/core/change-plan';
 import { StepKind } from '../../src/core/change-limits';
-import type { BackfillPlace } from '../change-backfill';
-import { StepDecision, StepRun, UndoAction } from '../change-context';
+import type { StepOperation } from '../change-context';
 import { backfillOperation } from './backfill';
 import { indexOperation } from './index-build';
 import { rewriteOperation } from './rewrite';
 import { sqlOperation } from './sql';
 import { validateOperation } from './validate';
 
-export interface StepOperation<S extends ChangeStep = ChangeStep> {
-  undoRegistered: 'before' | 'after';
-  run(run: StepRun, step: S, decision: StepDecision, place?: BackfillPlace): Promise<void>;
-  /** Undefined: nothing to undo and nothing to say (a validation). */
-  undo(run: StepRun, step: S, decision: StepDecision): UndoAction | undefined;
-  cleanUpAfterFailure?(run: StepRun, step: S, decision: StepDecision): Promise<void>;
-}
+export type { StepOperation } from '../change-context';
 
 type Operations = { [K in StepKind]: StepOperation<Extract<ChangeStep, { kind: K }>> };
 

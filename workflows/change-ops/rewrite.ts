@@ -4,8 +4,7 @@
  */
 import { RewriteStep } from '../../src/core/change-plan';
 import { runRewrite } from '../change-rewrite';
-import { StepRun, UndoAction } from '../change-context';
-import type { StepOperation } from './operation';
+import { StepRun, UndoAction, StepOperation } from '../change-context';
 
 export const rewriteOperation: StepOperation<RewriteStep> = {
   undoRegistered: 'after',

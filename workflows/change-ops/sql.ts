@@ -7,8 +7,7 @@ import { patched } from '@temporalio/workflow';
 import { SqlStep } from '../../src/core/change-plan';
 import { rootMessage } from '../../src/core/failures';
 import { PATCHES } from '../../src/core/names';
-import { StepDecision, StepRun, UndoAction } from '../change-context';
-import type { StepOperation } from './operation';
+import { StepDecision, StepRun, UndoAction, StepOperation } from '../change-context';
 
 /**
  * The statement (or down:) runs under the step's statementTimeout (1 min unless it says

@@ -1,8 +1,7 @@
 /** A `validate` step: VALIDATE CONSTRAINT under a short lock_timeout, retried while busy. Nothing to undo. */
 import { quoteIdent, quoteQualified } from '../../src/core/identifiers';
 import { ValidateStep } from '../../src/core/change-plan';
-import { StepRun } from '../change-context';
-import type { StepOperation } from './operation';
+import { StepRun, StepOperation } from '../change-context';
 
 export const validateOperation: StepOperation<ValidateStep> = {
   undoRegistered: 'after',

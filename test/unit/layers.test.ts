@@ -1,0 +1,127 @@
+/**
+ * The layers of docs/architecture.md's code map, read from the import statements of activities/,
+ * workflows/ and src/: no import circles (type imports count: they tie the modules' shapes), no
+ * activity importing another (shared SQL lives in src/db), src/ taking no value from workflows/
+ * or activities/ but in the worker (the composition root), nothing but the CLI and src/dev itself
+ * reaching into src/dev. What breaks a rule today is listed below with why, to shrink: a new
+ * break fails, and so does a listed one that is gone (delete its line).
+ */
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { dirname, join, normalize, relative } from 'node:path';
+
+const root = join(__dirname, '..', '..');
+
+/** Known breaks, `from -> to`, each to be mended by moving shared code down a layer. */
+const KNOWN: Record<string, string> = {
+  'activities/copy-chunk.ts -> activities/indexes.ts': "a small table's index phase (finishSmallTable) runs inside the copy: belongs in src/db",
+  'activities/foreign-keys.ts -> activities/finalize-target.ts': 'copySequencePositions: belongs in src/db',
+  'activities/rewrite-swap.ts -> activities/capture.ts': 'installCaptureIn, for the revert capture installed by the swap: belongs in src/db',
+  'activities/rewrite-swap.ts -> activities/rewrite.ts': 'applyLog and the rewrite inputs: belong in src/db and src/core',
+  'activities/change-checks/rewrite.ts -> activities/rewrite.ts': "rewriteProblems, the rewrite's rolled-back rehearsal: belongs in src/db",
+  'src/client/index.ts -> workflows/definitions.ts': 'the signal and query definitions clients share: belong with the contracts in src/core',
+  'src/client/status-reader.ts -> workflows/definitions.ts': 'the same',
+};
+/** Known circles, each as its sorted members joined by ' + '. */
+const KNOWN_CIRCLES: Record<string, string> = {
+  'activities/copy-chunk.ts + activities/deps.ts + activities/indexes.ts + activities/sync-changes.ts + activities/validate-chunk.ts + src/telemetry.ts':
+    "telemetry reads activities' result types to count what they did; activities should report through their metrics dependency",
+};
+
+function files(dir: string): string[] {
+  return readdirSync(join(root, dir)).flatMap((name) => {
+    const path = join(dir, name);
+    if (statSync(join(root, path)).isDirectory()) return files(path);
+    return name.endsWith('.ts') ? [path] : [];
+  });
+}
+
+interface Edge {
+  from: string;
+  to: string;
+  typeOnly: boolean;
+}
+
+function edges(): Edge[] {
+  const out: Edge[] = [];
+  const statement = /^(?:import|export)\s+(type\s+)?[^;]*?\sfrom\s+'(\.[^']+)'/gm;
+  for (const from of ['activities', 'workflows', 'src'].flatMap(files)) {
+    const text = readFileSync(join(root, from), 'utf8');
+    for (const m of text.matchAll(statement)) {
+      const base = normalize(join(dirname(from), m[2]));
+      const to = [`${base}.ts`, join(base, 'index.ts')].find((c) => existsSync(join(root, c))) ?? base;
+      out.push({ from, to: relative('.', to), typeOnly: Boolean(m[1]) });
+    }
+  }
+  return out;
+}
+
+/** Strongly connected components of more than one module (Tarjan). */
+function circles(all: Edge[]): string[] {
+  const next = new Map<string, string[]>();
+  for (const e of all) next.set(e.from, [...(next.get(e.from) ?? []), e.to]);
+  const index = new Map<string, number>();
+  const low = new Map<string, number>();
+  const stack: string[] = [];
+  const found: string[] = [];
+  const visit = (v: string) => {
+    index.set(v, index.size);
+    low.set(v, index.get(v)!);
+    stack.push(v);
+    for (const w of next.get(v) ?? []) {
+      if (!index.has(w)) {
+        visit(w);
+        low.set(v, Math.min(low.get(v)!, low.get(w)!));
+      } else if (stack.includes(w)) low.set(v, Math.min(low.get(v)!, index.get(w)!));
+    }
+    if (low.get(v) !== index.get(v)) return;
+    const members: string[] = [];
+    for (let w = stack.pop()!; ; w = stack.pop()!) {
+      members.push(w);
+      if (w === v) break;
+    }
+    if (members.length > 1) found.push(members.sort().join(' + '));
+  };
+  for (const v of next.keys()) if (!index.has(v)) visit(v);
+  return found.sort();
+}
+
+function breaks(all: Edge[]): string[] {
+  const out = new Set<string>();
+  for (const { from, to, typeOnly } of all) {
+    const edge = `${from} -> ${to}`;
+    // An activity module imports no other, but its own helpers (deps, classified, callback's
+    // target checks) and its own folder; the registry (index.ts) imports them all.
+    if (from.startsWith('activities/') && to.startsWith('activities/') && from !== 'activities/index.ts') {
+      const helper = ['activities/deps.ts', 'activities/classified.ts', 'activities/callback-target.ts'].includes(to);
+      const ownFolder = dirname(from) !== 'activities' && dirname(from) === dirname(to);
+      const toOwnFolder = dirname(to) !== 'activities' && dirname(to) === join('activities', from.slice('activities/'.length).replace(/\.ts$/, '').replace('change-preflight', 'change-checks'));
+      if (!helper && !ownFolder && !toOwnFolder) out.add(edge);
+    }
+    if (from.startsWith('src/') && from !== 'src/worker.ts' && !typeOnly && (to.startsWith('workflows/') || to.startsWith('activities/'))) out.add(edge);
+    if (to.startsWith('src/dev/') && !from.startsWith('src/dev/') && !from.startsWith('src/cli/') && !typeOnly) out.add(edge);
+  }
+  return [...out].sort();
+}
+
+describe("the code map's layers", () => {
+  const all = edges();
+
+  it('reads the imports (the check itself can see an edge)', () => {
+    expect(all).toContainEqual({ from: 'workflows/change.ts', to: 'workflows/change-context.ts', typeOnly: false });
+    expect(all.length).toBeGreaterThan(500);
+  });
+
+  it('has no import circle but the known ones', () => {
+    expect(circles(all)).toEqual(Object.keys(KNOWN_CIRCLES).sort());
+  });
+
+  it('keeps activities apart, src/ below workflows and activities, and src/dev to the CLI, but the known breaks', () => {
+    expect(breaks(all)).toEqual(Object.keys(KNOWN).sort());
+  });
+
+  it('finds a new break: an activity importing another', () => {
+    const planted = [...all, { from: 'activities/backfill.ts', to: 'activities/freeze.ts', typeOnly: false }];
+    expect(breaks(planted)).toContain('activities/backfill.ts -> activities/freeze.ts');
+    expect(circles([...all, { from: 'src/db/freeze.ts', to: 'activities/freeze.ts', typeOnly: true }])).toContain('activities/freeze.ts + src/db/freeze.ts');
+  });
+});
