@@ -18,7 +18,7 @@ import { Bound, keyAsText, keyFromRow, keyOrder, keyPredicate, literalBinder, Pa
 import { displayQualified, quoteQualified } from '../src/core/identifiers';
 import { ChunkCheckpoint, ChunkPlan, Key, SMALL_TABLE_ROWS } from '../src/core/plan';
 import { ActivityDeps } from './deps';
-import { FinishTable, finishSmallTable } from './indexes';
+import { FinishTable, finishSmallTable } from '../src/db/index-build';
 
 export interface CopyChunkInput {
   migrationId: string;

@@ -16,7 +16,7 @@ import { addForeignKeySql } from '../src/db/ddl';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified, sameName } from '../src/core/identifiers';
 import { TablePlan } from '../src/core/plan';
 import { ActivityDeps } from './deps';
-import { copySequencePositions } from './finalize-target';
+import { copySequencePositions } from '../src/db/sequences';
 
 type TableRef = Pick<TablePlan, 'source' | 'target' | 'targetExisted' | 'sourceWrites'>;
 

@@ -20,9 +20,9 @@ import { captureNames, GUARD_BYPASS } from '../src/db/capture-sql';
 import { inTransaction } from '../src/db/connections';
 import { refusal, sqlState } from '../src/db/errors';
 import { attachDependents, carryIdentity, detachDependents, moveOutgoingForeignKeys, readDependents, relid, swapIndexNames } from '../src/db/table-swap';
-import { installCaptureIn } from './capture';
+import { installCaptureIn } from '../src/db/capture-install';
 import { ActivityDeps } from './deps';
-import { applyLog, RewriteDataInput, RewriteRef } from './rewrite';
+import { applyLog, RewriteDataInput, RewriteRef } from '../src/db/rewrite-data';
 
 export interface SwapResult {
   /** The swap had committed already (a retry after a lost completion). */

@@ -3,7 +3,7 @@
  * every alter, expression and carried object is tried on the real catalog and nothing stays.
  */
 import { RewriteStep } from '../../src/core/change-plan';
-import { rewriteProblems } from '../rewrite';
+import { rewriteProblems } from '../../src/db/rewrite-data';
 import { StepCheck } from './common';
 
 export const checkRewrite: StepCheck<RewriteStep> = async (db, _plan, step, decision, _declared, changeId) => {

@@ -11,7 +11,7 @@ import { migrationStaticDetails } from '../core/details';
 import { innermostApplicationFailure, isPreflightRefusal } from '../core/failures';
 import type { CleanupInput, CleanupResult } from '../../workflows/cleanup';
 import type { ChangePreflightResult } from '../../activities/change-preflight';
-import { approveCutoverSignal, cancelSignal, pauseSignal, resumeSignal, RetireState, retireStateQuery, revertSignal, throttleSignal, ThrottleRequest } from '../../workflows/definitions';
+import { approveCutoverSignal, cancelSignal, pauseSignal, resumeSignal, RetireState, retireStateQuery, revertSignal, throttleSignal, ThrottleRequest } from '../core/signals';
 import { ChangePlan, isChangePlanInput, parseChangePlan } from '../core/change-plan';
 import { ChangeResultDocument, ChangeStatusDocument } from '../core/change-status';
 import { connectionOptions, TemporalConfig, temporalConfig } from '../config';

@@ -9,7 +9,7 @@ import { Payload, PayloadCodec } from '@temporalio/common';
 import { decodeFromPayloadsAtIndex, decodeOptionalFailureToOptionalError } from '@temporalio/common/lib/internal-non-workflow';
 import { LenientCodec, UNREADABLE } from '../codec';
 import { innermostApplicationFailure } from '../core/failures';
-import { changeStateQuery, RetireResult, retireStateQuery, RevertAttempt, stateQuery, tableStateQuery } from '../../workflows/definitions';
+import { changeStateQuery, RetireResult, retireStateQuery, RevertAttempt, stateQuery, tableStateQuery } from '../core/signals';
 import { ChangeResultDocument, ChangeStatusDocument, StepProgress, StepStatus } from '../core/change-status';
 import { CHANGE_WORKFLOW, FerryPhaseKey, FerrySourceKey, FerryStateKey, FerryTargetKey, HELPER_WORKFLOW_TYPES, MIGRATION_WORKFLOW, workflowIds } from '../core/names';
 import { MigrationState, Phase } from '../core/state-machine';

@@ -85,8 +85,9 @@ describe('database and callback faults', () => {
     try {
       const { id } = await suite.stack.ferry.start({ source: 'a1src', target: 'a1tgt', batchRows: 5000, tables: [{ name: 'public.wide', chunks: 2 }] }, { id: 'bfault-full' });
       // Slow enough that the copy outlasts four rounds (a fast machine copies 120,000 rows
-      // sooner), and never changed again: a control change would end the retried slices.
-      await suite.stack.ferry.throttle(id, { rowsPerSecond: 12_000 });
+      // sooner; at 12,000 rows/s a run saw only two rounds before the copy ended), and never
+      // changed again: a control change would end the retried slices.
+      await suite.stack.ferry.throttle(id, { rowsPerSecond: 6_000 });
       result = await resultWithin(suite.stack.ferry, id, 240_000);
     } finally {
       await terminator.stop();

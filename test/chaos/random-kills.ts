@@ -24,7 +24,7 @@
  *   FERRY_CHAOS_SEED=S     replay a run (the seed is printed): the same activity per trial, the same spec
  *   FERRY_CHAOS_ONLY=online:3   run just that trial of that seed (or a list: full:1,online:3)
  */
-import { CAPTURE_LOCK } from '../../activities/capture';
+import { CAPTURE_LOCK } from '../../src/db/capture-install';
 import { FerryClient } from '../../src/client';
 import { BOOKKEEPING_LOCK } from '../../src/db/bookkeeping';
 import { chaosSeed, compareTable, ferryTriggers, ledgerSql, preflightHelpers, prng, runningActivities, RunningActivity, sleep, trialSeed } from '../helpers/chaos';

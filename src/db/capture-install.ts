@@ -1,0 +1,148 @@
+/**
+ * Capture installed on a source's tables, in the caller's transaction: the change logs, the
+ * capture triggers (or the publication and slot), the TRUNCATE refusal, the armed freeze and the
+ * DDL guard. A migration's installCapture runs it; so does a rewrite's swap, for the revert's
+ * capture on the new table.
+ */
+import { PoolClient } from 'pg';
+import {
+  CAPTURE_BOOKKEEPING,
+  CAPTURE_SCHEMA,
+  captureNames,
+  createArmedFreezeFunctionSql,
+  createArmedFreezeTriggerSql,
+  createCaptureFunctionSql,
+  createCaptureTriggerSql,
+  createFreezeStateSql,
+  createGuardSql,
+  createLogSql,
+  createRefuseTruncateSql,
+  createRefuseTruncateTriggerSql,
+  createRowFreezeTriggerSql,
+  FINGERPRINT_SQL,
+  FREEZE_SCHEMA,
+  PARTITIONS_SQL,
+  ROW_FREEZE_SQL,
+} from './capture-sql';
+import { refusal, sqlState } from './errors';
+import { createPublicationSql, logicalNames, SLOTS_TABLE } from './logical-sql';
+import { displayQualified, quoteQualified } from '../core/identifiers';
+import { relationTree } from './triggers';
+import { migrateSchema } from './schema-versions';
+import type { CaptureInput, CaptureTable } from '../core/capture-input';
+import { FAILURE } from '../core/failure-types';
+
+export const LOCK_TIMEOUT = "SET LOCAL lock_timeout = '2s'";
+export const CAPTURE_LOCK = 'ferry:capture';
+
+export async function lockCapture(db: PoolClient): Promise<void> {
+  await db.query('SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext($1))', [CAPTURE_LOCK]);
+}
+
+export async function capturesExist(db: PoolClient): Promise<boolean> {
+  const { rows } = await db.query(`SELECT to_regclass('${CAPTURE_SCHEMA}.captures') IS NOT NULL AS present`);
+  return rows[0].present;
+}
+
+/**
+ * Installs capture for `input.tables` inside the caller's transaction (its lock_timeout set): the
+ * capture lock, Ferry's capture schema, then per table its log, trigger function and triggers,
+ * the TRUNCATE refusal on it and its partitions, the armed freeze when asked, and the DDL guard
+ * (needs superuser; without it, or with `guard: false`, the sync compares column fingerprints).
+ * A migration whose capture is installed already is left as it is.
+ */
+export async function installCaptureIn(db: PoolClient, input: CaptureInput, { guard = true } = {}): Promise<{ ddlGuard: boolean }> {
+  await lockCapture(db);
+  await migrateSchema(db, CAPTURE_BOOKKEEPING);
+  const installed = await db.query(`SELECT ddl_guard FROM ${CAPTURE_SCHEMA}.captures WHERE migration_id = $1 LIMIT 1`, [input.migrationId]);
+  if (installed.rowCount) return { ddlGuard: installed.rows[0].ddl_guard as boolean };
+
+  await db.query(createRefuseTruncateSql(input.migrationId));
+  if (input.armFreeze) {
+    await db.query(`CREATE SCHEMA IF NOT EXISTS ${FREEZE_SCHEMA}`);
+    await db.query(createFreezeStateSql(input.migrationId));
+    await db.query(createArmedFreezeFunctionSql(input.migrationId));
+  }
+  const relids: number[] = [];
+  // The tables and all their partitions: what the DDL guard protects.
+  const guarded: number[] = [];
+  for (const table of input.tables) {
+    relids.push(await captureTable(db, input, table, guarded));
+  }
+  const ddlGuard = guard && (await installGuard(db, input.migrationId, guarded));
+  for (const [i, table] of input.tables.entries()) {
+    const fp = await db.query(FINGERPRINT_SQL, [relids[i]]);
+    const parts = await db.query(PARTITIONS_SQL, [relids[i]]);
+    await db.query(
+      `INSERT INTO ${CAPTURE_SCHEMA}.captures (migration_id, table_index, relid, fingerprint, ddl_guard, partitions) VALUES ($1, $2, $3, $4, $5, $6)`,
+      [input.migrationId, table.index, relids[i], fp.rows[0].fingerprint, ddlGuard, parts.rows[0].partitions],
+    );
+  }
+  if (input.logical) {
+    const logical = logicalNames(input.migrationId);
+    // Committed before the slot exists: the stream decodes with the publication in place.
+    await db.query(createPublicationSql(logical, input.tables.map((t) => t.source)));
+    await db.query(`INSERT INTO ${SLOTS_TABLE} (migration_id, slot, publication) VALUES ($1, $2, $3)`, [input.migrationId, logical.slot, logical.publication]);
+  }
+  return { ddlGuard };
+}
+
+/** One table's log, trigger function and triggers; returns its relid and adds it and its partitions to `guarded`. */
+async function captureTable(db: PoolClient, input: CaptureInput, table: CaptureTable, guarded: number[]): Promise<number> {
+  const names = captureNames(input.migrationId, table.index);
+  const rel = await db.query('SELECT to_regclass($1)::oid::int8 AS relid', [quoteQualified(table.source)]);
+  if (!rel.rows[0].relid) throw refusal(FAILURE.MissingTable, `table ${displayQualified(table.source)} disappeared from the source`);
+  const others = await db.query(`SELECT tgname FROM pg_catalog.pg_trigger WHERE tgrelid = $1 AND tgname LIKE 'ferry\\_capture\\_%' LIMIT 1`, [rel.rows[0].relid]);
+  if (others.rowCount) {
+    throw refusal(
+      FAILURE.AlreadyCaptured,
+      `${displayQualified(table.source)} is already captured by another online migration (trigger ${others.rows[0].tgname}); finish or cancel that one first`,
+    );
+  }
+  // Logical capture leaves no trigger on the table: its publication says it.
+  const published = await db.query(
+    `SELECT pubname FROM pg_catalog.pg_publication_tables WHERE pubname LIKE 'ferry\\_pub\\_%' AND pubname <> $1 AND schemaname = $2 AND tablename = $3 LIMIT 1`,
+    [logicalNames(input.migrationId).publication, table.source.schema, table.source.name],
+  );
+  if (published.rowCount) {
+    throw refusal(
+      FAILURE.AlreadyCaptured,
+      `${displayQualified(table.source)} is already captured by another online migration (publication ${published.rows[0].pubname}); finish or cancel that one first`,
+    );
+  }
+  const [self, ...partitions] = await relationTree(db, Number(rel.rows[0].relid));
+  await db.query(createLogSql(names));
+  if (!input.logical) {
+    await db.query(createCaptureFunctionSql(names, table.keyColumns));
+    for (const sql of createCaptureTriggerSql(self.name, names, input.migrationId)) await db.query(sql);
+  }
+  // Statement triggers fire only for statements that name their own table: a write or
+  // TRUNCATE straight into a partition meets the partition's.
+  for (const { relid, name } of [self, ...partitions]) {
+    guarded.push(relid);
+    for (const sql of createRefuseTruncateTriggerSql(name, input.migrationId)) await db.query(sql);
+    if (input.armFreeze) for (const sql of createArmedFreezeTriggerSql(name, input.migrationId)) await db.query(sql);
+  }
+  if (input.armFreeze && (await db.query(ROW_FREEZE_SQL, [self.relid])).rows[0].needed) {
+    // Row triggers on the tables that hold rows: a partitioned table takes none before PostgreSQL 13.
+    const leaves = await db.query(`SELECT oid::regclass::text AS name FROM pg_catalog.pg_class WHERE oid = ANY ($1::oid[]) AND relkind = 'r' ORDER BY oid`, [
+      [self, ...partitions].map((r) => r.relid),
+    ]);
+    for (const { name } of leaves.rows) for (const sql of createRowFreezeTriggerSql(name, input.migrationId)) await db.query(sql);
+  }
+  return Number(rel.rows[0].relid);
+}
+
+/** The DDL guard's event triggers; false when the role may not create them (not a superuser). */
+async function installGuard(db: PoolClient, migrationId: string, guarded: number[]): Promise<boolean> {
+  await db.query('SAVEPOINT guard');
+  try {
+    for (const sql of createGuardSql(migrationId, guarded)) await db.query(sql);
+    await db.query('RELEASE SAVEPOINT guard');
+    return true;
+  } catch (err) {
+    if (sqlState(err) !== '42501') throw err;
+    await db.query('ROLLBACK TO SAVEPOINT guard');
+    return false;
+  }
+}
