@@ -136,8 +136,9 @@ describe('database and callback faults', () => {
         { id: 'bfault-online' },
       );
       // Slow the copy down until it has lost its sessions twice (a fast machine copies 60,000
-      // rows before the second round), then let it run at full speed.
-      await suite.stack.ferry.throttle(id, { rowsPerSecond: 8000 });
+      // rows before the second round; at 8,000 rows/s a loaded run saw one round), then let it
+      // run at full speed.
+      await suite.stack.ferry.throttle(id, { rowsPerSecond: 4000 });
       await eventually(async () => terminator.count('copy') === 2, 60_000);
       await suite.stack.ferry.throttle(id, { rowsPerSecond: 0 });
       await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL', 180_000);
