@@ -3,9 +3,8 @@
  * machine per step with every move recorded, the event log (capped), and the status document
  * built from them. Search attributes follow state and phase, upserted only when they change.
  */
-import { changeDetails } from '../src/core/details';
-import { upsertSearchAttributes } from '@temporalio/workflow';
-import { CurrentDetails } from './current-details';
+import { changeDetails, detailsOrFault } from '../src/core/details';
+import { setCurrentDetails, upsertSearchAttributes } from '@temporalio/workflow';
 import { ChangeStep, stepLabel } from '../src/core/change-plan';
 import {
   ChangeEvent,
@@ -182,11 +181,10 @@ export class ChangeTracker {
       ]);
       this.published = values;
     }
-    this.details.request();
+    // A fault in rendering them is shown in their place, as a migration's: details are for
+    // people, and must not fail the workflow task that carries the plan on.
+    setCurrentDetails(detailsOrFault(() => changeDetails(this.document())));
   }
-
-  /** The Web UI's current details, as a migration's: once per activation, a fault shown in their place. */
-  private readonly details = new CurrentDetails(() => changeDetails(this.document()));
 
   document(): ChangeStatusDocument {
     const transitions: ChangeTransition[] = [

@@ -2,9 +2,8 @@
  * The parent workflow's view of a migration: its two state machines, per-table progress, the
  * event log (capped, so history stays small) and the status document built from them.
  */
-import { upsertSearchAttributes } from '@temporalio/workflow';
-import { migrationDetails } from '../src/core/details';
-import { CurrentDetails } from './current-details';
+import { upsertSearchAttributes, setCurrentDetails } from '@temporalio/workflow';
+import { detailsOrFault, migrationDetails } from '../src/core/details';
 import { FerryPhaseKey, FerryStateKey } from '../src/core/names';
 import { displayQualified } from '../src/core/identifiers';
 import { TablePlan } from '../src/core/plan';
@@ -151,11 +150,21 @@ export class Tracker {
     this.renderDetails();
   }
 
-  /** Once per activation: rendering them on each progress report cost a run of 500 tables about 2 s of the worker's CPU. */
-  private readonly details = new CurrentDetails(() => migrationDetails(this.document(), this.blockers));
+  private detailsQueued = false;
 
+  /**
+   * The Web UI's current details, rendered once per activation however many changes it brought:
+   * they hold a row for every table, and rendering them on each progress report cost a run of
+   * 500 tables about 2 s of the worker's CPU. The workflow thread runs an activation's
+   * microtasks before it completes, and details are no command, so replay is unaffected.
+   */
   private renderDetails(): void {
-    this.details.request();
+    if (this.detailsQueued) return;
+    this.detailsQueued = true;
+    void Promise.resolve().then(() => {
+      this.detailsQueued = false;
+      setCurrentDetails(detailsOrFault(() => migrationDetails(this.document(), this.blockers)));
+    });
   }
 
   document(): StatusDocument {

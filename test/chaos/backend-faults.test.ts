@@ -87,7 +87,7 @@ describe('database and callback faults', () => {
       // Slow enough that the copy outlasts four rounds (a fast machine copies 120,000 rows
       // sooner; at 12,000 rows/s a run saw only two rounds before the copy ended), and never
       // changed again: a control change would end the retried slices.
-      await suite.stack.ferry.throttle(id, { rowsPerSecond: 6_000 });
+      await suite.stack.ferry.throttle(id, { rowsPerSecond: 12_000 });
       result = await resultWithin(suite.stack.ferry, id, 240_000);
     } finally {
       await terminator.stop();
