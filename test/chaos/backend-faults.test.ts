@@ -83,9 +83,11 @@ describe('database and callback faults', () => {
     );
     let result: ResultDocument;
     try {
-      const { id } = await suite.stack.ferry.start({ source: 'a1src', target: 'a1tgt', batchRows: 5000, tables: [{ name: 'public.wide', chunks: 2 }] }, { id: 'bfault-full' });
+      // Batches of 20,000 rows: each COPY runs long enough for the terminator's poll to catch it
+      // on a loaded machine (batches of 5,000 were over before it looked, and CI saw three rounds).
+      const { id } = await suite.stack.ferry.start({ source: 'a1src', target: 'a1tgt', batchRows: 20_000, tables: [{ name: 'public.wide', chunks: 2 }] }, { id: 'bfault-full' });
       // Slow enough that the copy outlasts four rounds (a fast machine copies 120,000 rows
-      // sooner; at 12,000 rows/s a run saw only two rounds before the copy ended), and never
+      // sooner), and never
       // changed again: a control change would end the retried slices.
       await suite.stack.ferry.throttle(id, { rowsPerSecond: 12_000 });
       result = await resultWithin(suite.stack.ferry, id, 240_000);
@@ -129,16 +131,16 @@ describe('database and callback faults', () => {
           source: 'a2src',
           target: 'a2tgt',
           mode: 'online',
-          batchRows: 5000,
+          // Long enough a COPY for the terminator to catch on a loaded machine (as above).
+          batchRows: 20_000,
           tables: [{ name: 'public.accounts', chunks: 2 }, 'public.items'],
           cutover: { approval: 'manual', approvalTimeout: '10m' },
         },
         { id: 'bfault-online' },
       );
       // Slow the copy down until it has lost its sessions twice (a fast machine copies 60,000
-      // rows before the second round; at 8,000 rows/s a loaded run saw one round), then let it
-      // run at full speed.
-      await suite.stack.ferry.throttle(id, { rowsPerSecond: 4000 });
+      // rows before the second round), then let it run at full speed.
+      await suite.stack.ferry.throttle(id, { rowsPerSecond: 8000 });
       await eventually(async () => terminator.count('copy') === 2, 60_000);
       await suite.stack.ferry.throttle(id, { rowsPerSecond: 0 });
       await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL', 180_000);
