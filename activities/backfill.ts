@@ -9,7 +9,7 @@ import { Context } from '@temporalio/activity';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { ClientBase } from 'pg';
 import type { BackfillStep } from '../src/core/change-plan';
-import { FAILURE } from '../src/core/failure-types';
+import { FAILURE, SQLSTATE } from '../src/core/failure-types';
 import { displayQualified, quoteIdent, quoteQualified } from '../src/core/identifiers';
 import { Key, KeyColumn } from '../src/core/plan';
 import { backfillExpressionProblems } from '../src/change/statements';
@@ -22,7 +22,6 @@ import { ActivityDeps } from './deps';
 
 /** How long a batch waits for a row lock (while it holds the rows it has locked already). */
 export const BATCH_LOCK_TIMEOUT_MS = 1_000;
-const LOCK_NOT_AVAILABLE = '55P03';
 
 export interface BackfillSliceInput extends PassRef {
   database: string;
@@ -179,7 +178,7 @@ export function createBackfillActivities({ connections, logger }: ActivityDeps) 
             return { ...r, end };
           });
         } catch (err) {
-          if (sqlState(err) !== LOCK_NOT_AVAILABLE) throw err;
+          if (sqlState(err) !== SQLSTATE.lockNotAvailable) throw err;
           if (size > 1) {
             size = Math.max(1, Math.floor(size / 2));
             continue;

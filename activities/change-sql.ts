@@ -9,7 +9,7 @@
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { Client } from 'pg';
-import { FAILURE, postgresFailure } from '../src/core/failure-types';
+import { FAILURE, postgresFailure, SQLSTATE } from '../src/core/failure-types';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified, withSuffix } from '../src/core/identifiers';
 import { forgetChange, markStepDone, registerChange, stepDone, StepRef } from '../src/db/change-bookkeeping';
 import { inTransaction } from '../src/db/connections';
@@ -45,11 +45,6 @@ export interface RunChangeSqlResult {
   already: boolean;
 }
 
-/** PostgreSQL's lock_not_available: the lock_timeout expired while waiting. */
-const LOCK_NOT_AVAILABLE = '55P03';
-/** active_sql_transaction: the statement cannot run inside a transaction block. */
-const NOT_IN_TRANSACTION = '25001';
-const QUERY_CANCELED = '57014';
 
 function lockBusy(what: string, lockTimeoutMs: number, cause: unknown): ApplicationFailure {
   return ApplicationFailure.create({
@@ -65,13 +60,13 @@ function lockBusy(what: string, lockTimeoutMs: number, cause: unknown): Applicat
  * shares the SQLSTATE and may be retried): the same statement would run out of time again.
  */
 function ranOutOfTime(err: unknown): boolean {
-  return sqlState(err) === QUERY_CANCELED && /statement timeout/.test((err as Error).message ?? '');
+  return sqlState(err) === SQLSTATE.queryCanceled && /statement timeout/.test((err as Error).message ?? '');
 }
 
 function statementTimedOut(what: string, statementTimeoutMs: number, cause: unknown): ApplicationFailure {
   return ApplicationFailure.create({
     message: `${what}: the statement ran past its ${statementTimeoutMs} ms statement timeout (raise the step's statementTimeout if it must work through rows)`,
-    type: postgresFailure(QUERY_CANCELED),
+    type: postgresFailure(SQLSTATE.queryCanceled),
     nonRetryable: true,
     cause: cause instanceof Error ? new Error(cause.message) : undefined,
   });
@@ -107,7 +102,7 @@ export function createChangeSqlActivities({ connections, logger }: ActivityDeps)
           return { already: false };
         });
       } catch (err) {
-        if (sqlState(err) !== NOT_IN_TRANSACTION) throw err;
+        if (sqlState(err) !== SQLSTATE.activeSqlTransaction) throw err;
         // A statement PostgreSQL will not run in a transaction block: alone, then its row. Not
         // atomic, so such a statement should be idempotent (IF NOT EXISTS); the README says so.
         logger.warn({ changeId: input.changeId, step: input.step }, 'statement cannot run in a transaction; running it alone');
@@ -116,7 +111,7 @@ export function createChangeSqlActivities({ connections, logger }: ActivityDeps)
         return { already: false };
       }
     } catch (err) {
-      if (sqlState(err) === LOCK_NOT_AVAILABLE) throw lockBusy(what, input.lockTimeoutMs, err);
+      if (sqlState(err) === SQLSTATE.lockNotAvailable) throw lockBusy(what, input.lockTimeoutMs, err);
       if (ranOutOfTime(err)) throw statementTimedOut(what, input.statementTimeoutMs, err);
       throw err;
     } finally {
@@ -163,7 +158,7 @@ export function createChangeSqlActivities({ connections, logger }: ActivityDeps)
       });
       return { already: false };
     } catch (err) {
-      if (sqlState(err) === LOCK_NOT_AVAILABLE) throw lockBusy(what, input.lockTimeoutMs, err);
+      if (sqlState(err) === SQLSTATE.lockNotAvailable) throw lockBusy(what, input.lockTimeoutMs, err);
       throw err;
     } finally {
       await db.end().catch(() => undefined);
@@ -176,7 +171,7 @@ export function createChangeSqlActivities({ connections, logger }: ActivityDeps)
     try {
       await db.query(`ALTER TABLE IF EXISTS ${quoteQualified(input.table)} DROP CONSTRAINT IF EXISTS ${quoteIdent(notNullCheckName(input.column))}`);
     } catch (err) {
-      if (sqlState(err) === LOCK_NOT_AVAILABLE) throw lockBusy('dropping the helper CHECK', input.lockTimeoutMs, err);
+      if (sqlState(err) === SQLSTATE.lockNotAvailable) throw lockBusy('dropping the helper CHECK', input.lockTimeoutMs, err);
       throw err;
     } finally {
       await db.end().catch(() => undefined);

@@ -14,7 +14,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { ClientBase, PoolClient } from 'pg';
 import { checksumSql, ColumnMapping, revertBatchSql, rewriteCaptureId, rewriteNames, rewriteTag, RewriteKey, syncBatchSql } from '../src/change/rewrite-sql';
 import { revertCaptureId } from '../src/core/change-plan';
-import { FAILURE } from '../src/core/failure-types';
+import { FAILURE, SQLSTATE } from '../src/core/failure-types';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified, withSuffix } from '../src/core/identifiers';
 import { captureNames, GUARD_BYPASS } from '../src/db/capture-sql';
 import { inTransaction } from '../src/db/connections';
@@ -39,7 +39,6 @@ export interface SwapResult {
   foreignKeys: { table: string; name: string }[];
 }
 
-const LOCK_NOT_AVAILABLE = '55P03';
 
 /** The new table's name once a revert has put the old one back (kept for keepOld, then dropped). */
 export function revertedName(table: QualifiedName, tag: string): QualifiedName {
@@ -71,7 +70,7 @@ async function inSwap<T>(db: ClientBase, tables: string[], lockTimeoutMs: number
     return result;
   } catch (err) {
     await db.query('ROLLBACK').catch(() => undefined);
-    if (sqlState(err) === LOCK_NOT_AVAILABLE) {
+    if (sqlState(err) === SQLSTATE.lockNotAvailable) {
       throw ApplicationFailure.create({
         message: `the swap's lock on ${tables[0]} was not granted within ${lockTimeoutMs} ms`,
         type: FAILURE.LockBusy,

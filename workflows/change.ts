@@ -176,10 +176,12 @@ class ChangeRun {
     });
     setHandler(cancelSignal, (request) => {
       this.record('cancel', this.cancelReason ? 'cancelling' : 'running', 'cancelling', request);
-      const audit = checkedAudit(request);
-      this.cancelReason = (patched(PATCHES.sameControls) ? audit.reason : request?.reason) ?? 'cancel requested';
       // Who cancelled, in the reason the result's error gives, as a migration's says.
-      if (audit.actor && patched(PATCHES.sameControls)) this.cancelReason += ` (by ${audit.actor})`;
+      // (Executions begun before gave the request's reason alone.)
+      if (patched(PATCHES.sameControls)) {
+        const audit = checkedAudit(request);
+        this.cancelReason = (audit.reason ?? 'cancel requested') + (audit.actor ? ` (by ${audit.actor})` : '');
+      } else this.cancelReason = request?.reason ?? 'cancel requested';
       this.main.cancel();
     });
   }

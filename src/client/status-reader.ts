@@ -418,8 +418,9 @@ export class StatusReader {
         // worker to answer the query right now: the plan's status goes on without it.
         continue;
       }
-      (reverts ?? []).forEach((r, i) => {
-        const last = i === (reverts ?? []).length - 1;
+      const asked = reverts ?? [];
+      asked.forEach((r, i) => {
+        const last = i === asked.length - 1;
         const to = r.error ? `swapped (the revert failed: ${r.error})` : last && reverting ? 'reverting' : 'reverted';
         const audit = { ...(r.actor ? { actor: r.actor } : {}), ...(r.reason ? { reason: r.reason } : {}) };
         controls.push({ machine: 'control', signal: 'revert', from: `step ${step.index + 1} swapped`, to, ...audit, at: r.requestedAt });

@@ -81,10 +81,16 @@ export function failureTypeOf(type: string | null | undefined): AnyFailureType |
   return /^PostgresError\.[0-9A-Z]{5}$/.test(type) ? (type as PostgresFailureType) : undefined;
 }
 
-/** SQLSTATEs that workflows tell apart (PostgreSQL's Appendix A). */
+/** SQLSTATEs that Ferry's code tells apart by name (PostgreSQL's Appendix A). */
 export const SQLSTATE = {
   foreignKeyViolation: '23503',
   exclusionViolation: '23P01',
+  /** active_sql_transaction: the statement cannot run inside a transaction block. */
+  activeSqlTransaction: '25001',
+  /** lock_not_available: the lock_timeout expired while waiting. */
+  lockNotAvailable: '55P03',
+  /** query_canceled: a statement_timeout, or a cancel from another session. */
+  queryCanceled: '57014',
 } as const;
 
 /** The type of a PostgreSQL error that fails at once. */

@@ -6,6 +6,7 @@ import { PoolClient } from 'pg';
 import { inTransaction } from './connections';
 import { sqlState } from './errors';
 import { quoteIdent } from '../core/identifiers';
+import { SQLSTATE } from '../core/failure-types';
 
 /** Dropping a trigger needs ACCESS EXCLUSIVE: queue behind a long reader only briefly. */
 const DROP_LOCK_TIMEOUT = "SET LOCAL lock_timeout = '500ms'";
@@ -62,7 +63,7 @@ export async function dropTriggers(db: PoolClient, relation: string, names: stri
     });
     return true;
   } catch (err) {
-    if (sqlState(err) === '55P03') return false;
+    if (sqlState(err) === SQLSTATE.lockNotAvailable) return false;
     throw err;
   }
 }

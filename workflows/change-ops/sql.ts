@@ -14,7 +14,7 @@ import { StepDecision, StepRun, UndoAction, StepOperation } from '../change-cont
  * otherwise). Executions begun before ran it under the step's whole timeout.
  */
 function statementTimeout(step: SqlStep): number {
-  return patched(PATCHES.sqlStatementTimeout) && step.statementTimeoutMs ? step.statementTimeoutMs : step.timeoutMs;
+  return patched(PATCHES.sqlStatementTimeout) ? step.statementTimeoutMs : step.timeoutMs;
 }
 
 export const sqlOperation: StepOperation<SqlStep> = {
