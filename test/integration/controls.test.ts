@@ -7,6 +7,8 @@
  */
 import { FerryClient } from '../../src/client';
 import { ControlTransition } from '../../src/core/status';
+import { expectCleanRun } from '../helpers/repairs';
+import { rowsAsText, TestDatabases } from '../helpers/databases';
 import { eventually } from '../helpers/stack';
 import { stackSuite } from '../helpers/suite';
 
@@ -20,6 +22,8 @@ interface Product {
   moving(ferry: FerryClient, id: string): Promise<boolean>;
   status(ferry: FerryClient, id: string): Promise<{ transitions: { machine: string }[]; warnings?: string[] }>;
   result(ferry: FerryClient, id: string): Promise<{ state: string; error: { message: string } | null; controls?: ControlTransition[] }>;
+  /** What a run that succeeded must show in the databases (and, for a migration, that validation repaired nothing). */
+  checkDone(suite: { dbs: TestDatabases; ferry: FerryClient }, id: string): Promise<void>;
 }
 
 const PRODUCTS: Record<'migration' | 'change plan', Product> = {
@@ -29,6 +33,10 @@ const PRODUCTS: Record<'migration' | 'change plan', Product> = {
     moving: async (ferry, id) => (await ferry.status(id)).tables.some((t) => t.rowsCopied > 0),
     status: (ferry, id) => ferry.status(id),
     result: (ferry, id) => ferry.result(id),
+    checkDone: async ({ dbs, ferry }, id) => {
+      expect(await rowsAsText(dbs, 'target', `public.items_${id.replace(/\W/g, '_')}`, 'id')).toEqual(await rowsAsText(dbs, 'source', 'public.items', 'id'));
+      await expectCleanRun(ferry, await ferry.result(id));
+    },
   },
   'change plan': {
     tooBig: 500_000,
@@ -36,6 +44,10 @@ const PRODUCTS: Record<'migration' | 'change plan', Product> = {
     moving: async (ferry, id) => ((await ferry.changeStatus(id)).steps[0].progress?.done ?? 0) > 0,
     status: (ferry, id) => ferry.changeStatus(id),
     result: (ferry, id) => ferry.changeResult(id),
+    // Every row's n went up by one (the plan's only run on this table).
+    checkDone: async ({ dbs }) => {
+      expect(await dbs.query('source', 'SELECT count(*)::int AS rows, min(n) AS min, max(n) AS max FROM public.items')).toEqual([{ rows: ROWS, min: 1, max: 1 }]);
+    },
   },
 };
 
@@ -70,6 +82,7 @@ describe.each(Object.entries(PRODUCTS))('controls of a %s', (kind, product) => {
     await ferry.throttle(name, { rowsPerSecond: 0 });
     const result = await product.result(ferry, name);
     expect(result.state).toBe('SUCCEEDED');
+    await product.checkDone({ dbs: suite.dbs, ferry }, name);
     expect(controlsOf(result.controls ?? [])).toEqual([
       { signal: 'throttle', from: 'no cap', to: '1000 rows/s' },
       { signal: 'throttle', from: '1000 rows/s', to: '1000 rows/s, 200 rows a batch', actor: 'ops', reason: 'smaller batches' },
