@@ -20,12 +20,14 @@ const deterministic = {
           (name) => ({ name, message: 'side effects belong in activities/, not in workflow code' }),
         ),
         { name: '../activities', message: 'import activities as types only', allowTypeImports: true },
+        { name: '../../activities', message: 'import activities as types only', allowTypeImports: true },
+        { name: '../../../activities', message: 'import activities as types only', allowTypeImports: true },
       ],
       patterns: [
         { group: ['node:*'], message: 'workflow code must be deterministic: no Node modules' },
-        { group: ['../activities/*'], message: 'import activities as types only', allowTypeImports: true },
+        { group: ['../activities/*', '../../activities/*', '../../../activities/*'], message: 'import activities as types only', allowTypeImports: true },
         // Workflows may import src/core (pure) only; everything else in src performs I/O.
-        { group: ['../src/**', '!../src/core', '!../src/core/**', '../../src/**', '!../../src/core', '!../../src/core/**'], message: 'workflows may import only src/core (pure modules); the rest of src performs I/O', allowTypeImports: true },
+        { group: ['../src/**', '!../src/core', '!../src/core/**', '../../src/**', '!../../src/core', '!../../src/core/**', '../../../src/**', '!../../../src/core', '!../../../src/core/**'], message: 'workflows may import only src/core (pure modules); the rest of src performs I/O', allowTypeImports: true },
       ],
     },
   ],

@@ -153,10 +153,7 @@ export function createBackfillActivities({ connections, logger }: ActivityDeps) 
       let batches = 0;
       details = { pass: input.pass, rowsUpdated: passUpdated, rowsScanned: passScanned };
       ctx.heartbeat(details);
-      // Judged again where they run, as preflight judged them: the slice's input is whatever
-      // started the workflow, and an expression is embedded only when it is the one it claims to be.
-      const [refused] = await backfillExpressionProblems(input.backfill);
-      if (refused) throw refusal(FAILURE.ChangeRefused, `backfill.${refused}`);
+      await refuseUnjudgedExpressions(input);
       // Halved after a batch whose row locks were not all granted in time, doubled back after
       // one that was: a batch waits at most BATCH_LOCK_TIMEOUT_MS while it holds the rows it has
       // locked already, so a writer queued behind one of them waits no longer than that.
@@ -165,27 +162,12 @@ export function createBackfillActivities({ connections, logger }: ActivityDeps) 
         if (ctx.cancellationSignal.aborted) throw new CancelledFailure('backfill slice cancelled');
         const busy = await loadReason(db, input);
         if (busy) return { updated, scanned, passUpdated, passScanned, done, waiting: busy };
-        const sql = batchSql(input, shape, lastKey, size);
-        let batch: { scanned: number; updated: number; last_key: string[] | null; end: boolean };
-        try {
-          batch = await inTransaction(db, async () => {
-            if (!(await holdsPass(db, input, token))) throw superseded(input);
-            await db.query(`SET LOCAL lock_timeout = '${BATCH_LOCK_TIMEOUT_MS}ms'`);
-            const { rows } = await db.query<{ scanned: number; updated: number; last_key: string[] | null }>(sql.text, sql.params);
-            const r = rows[0];
-            const end = r.scanned < size;
-            await advancePass(db, input, r.last_key, r.updated, r.scanned, end);
-            return { ...r, end };
-          });
-        } catch (err) {
-          if (sqlState(err) !== SQLSTATE.lockNotAvailable) throw err;
-          if (size > 1) {
-            size = Math.max(1, Math.floor(size / 2));
-            continue;
-          }
-          const waiting = `a row of ${displayQualified(input.backfill.table)} is locked by another session (the next batch waits for it)`;
-          return { updated, scanned, passUpdated, passScanned, done, waiting };
+        const batch = await updateBatch(db, input, token, batchSql(input, shape, lastKey, size), size);
+        if (batch === 'locked' && size > 1) {
+          size = Math.max(1, Math.floor(size / 2));
+          continue;
         }
+        if (batch === 'locked') return { updated, scanned, passUpdated, passScanned, done, waiting: rowLocked(input) };
         size = Math.min(batchRows, size * 2);
         batches += 1;
         updated += batch.updated;
@@ -210,6 +192,49 @@ export function createBackfillActivities({ connections, logger }: ActivityDeps) 
   }
 
   return { prepareBackfill, backfillSlice };
+}
+
+/**
+ * The plan's expressions judged again where they run, as preflight judged them: the slice's input
+ * is whatever started the workflow, and an expression is embedded only when it is the one it
+ * claims to be.
+ */
+async function refuseUnjudgedExpressions(input: BackfillSliceInput): Promise<void> {
+  const [refused] = await backfillExpressionProblems(input.backfill);
+  if (refused) throw refusal(FAILURE.ChangeRefused, `backfill.${refused}`);
+}
+
+interface BatchDone {
+  scanned: number;
+  updated: number;
+  last_key: string[] | null;
+  /** Fewer rows than asked for: the pass has reached the table's end. */
+  end: boolean;
+}
+
+/**
+ * One batch in one transaction, while the pass is still this attempt's: its rows updated and the
+ * pass advanced together. 'locked': a row lock was not granted within BATCH_LOCK_TIMEOUT_MS.
+ */
+async function updateBatch(db: ClientBase, input: BackfillSliceInput, token: number, sql: { text: string; params: unknown[] }, size: number): Promise<BatchDone | 'locked'> {
+  try {
+    return await inTransaction(db, async () => {
+      if (!(await holdsPass(db, input, token))) throw superseded(input);
+      await db.query(`SET LOCAL lock_timeout = '${BATCH_LOCK_TIMEOUT_MS}ms'`);
+      const { rows } = await db.query<{ scanned: number; updated: number; last_key: string[] | null }>(sql.text, sql.params);
+      const r = rows[0];
+      const end = r.scanned < size;
+      await advancePass(db, input, r.last_key, r.updated, r.scanned, end);
+      return { ...r, end };
+    });
+  } catch (err) {
+    if (sqlState(err) === SQLSTATE.lockNotAvailable) return 'locked';
+    throw err;
+  }
+}
+
+function rowLocked(input: BackfillSliceInput): string {
+  return `a row of ${displayQualified(input.backfill.table)} is locked by another session (the next batch waits for it)`;
 }
 
 function superseded(ref: PassRef): ApplicationFailure {

@@ -72,8 +72,26 @@ function post(target: CheckedTarget, headers: Record<string, string>, body: stri
   });
 }
 
-export function createSendCallback({ env, logger, resolve = resolveAll }: Pick<ActivityDeps, 'env' | 'logger'> & { resolve?: Resolve }) {
+/** Result callbacks carry the migration id as idempotency key, events `<id>:<seq>`. */
+function callbackKind(input: CallbackInput): 'event' | 'result' {
+  return input.idempotencyKey.includes(':') ? 'event' : 'result';
+}
+
+export function createSendCallback({ env, logger, metrics, resolve = resolveAll }: Pick<ActivityDeps, 'env' | 'logger' | 'metrics'> & { resolve?: Resolve }) {
+  /** One delivery, counted by its outcome (ferry_callbacks_total). */
   return async function sendCallback(input: CallbackInput): Promise<{ status: number }> {
+    try {
+      const delivered = await deliver(input);
+      metrics?.callbacks.inc({ kind: callbackKind(input), outcome: 'delivered' });
+      return delivered;
+    } catch (err) {
+      const rejected = (err as { type?: string }).type === FAILURE.CallbackRejected;
+      metrics?.callbacks.inc({ kind: callbackKind(input), outcome: rejected ? 'rejected' : 'failed' });
+      throw err;
+    }
+  };
+
+  async function deliver(input: CallbackInput): Promise<{ status: number }> {
     const body = JSON.stringify(input.body);
     const headers: Record<string, string> = {
       'Content-Type': 'application/json',
@@ -97,5 +115,5 @@ export function createSendCallback({ env, logger, resolve = resolveAll }: Pick<A
     }
     if (status >= 500 || status === 429) throw ApplicationFailure.retryable(message, FAILURE.CallbackRetryable);
     throw ApplicationFailure.nonRetryable(message, FAILURE.CallbackRejected);
-  };
+  }
 }

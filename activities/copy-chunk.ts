@@ -17,7 +17,8 @@ import { asActivityFailure } from '../src/db/errors';
 import { Bound, keyAsText, keyFromRow, keyOrder, keyPredicate, literalBinder, ParamBinder } from '../src/db/ranges';
 import { displayQualified, quoteQualified } from '../src/core/identifiers';
 import { ChunkCheckpoint, ChunkPlan, Key, SMALL_TABLE_ROWS } from '../src/core/plan';
-import { ActivityDeps } from './deps';
+import { ActivityDeps, tableLabel } from './deps';
+import type { Logger } from '../src/logger';
 import { FinishTable, finishSmallTable } from '../src/db/index-build';
 
 export interface CopyChunkInput {
@@ -52,6 +53,32 @@ export interface CopyChunkResult {
   stepped?: number;
 }
 
+/** Under a rate cap, sleeps until the slice's rows so far are due (never past the slice's end). */
+async function pace(ctx: Context, input: CopyChunkInput, rows: number, started: number): Promise<void> {
+  if (!input.rowsPerSecond) return;
+  const due = (rows / input.rowsPerSecond) * 1000 - (Date.now() - started);
+  if (due > 0) await ctx.sleep(Math.min(due, input.sliceMs));
+}
+
+/**
+ * A small table's last slice (`finish`, full mode): its primary key, indexes and constraints
+ * built and ANALYZE run by this activity — only when the chunk is done and really is small.
+ */
+async function finishIfSmall(connections: ActivityDeps['connections'], input: CopyChunkInput, table: CopyTable, result: CopyChunkResult, log: Logger): Promise<CopyChunkResult> {
+  const { checkpoint } = result;
+  if (!checkpoint.done || !input.finish || checkpoint.rowsCopied > SMALL_TABLE_ROWS) return result;
+  const { finish } = input;
+  const ctx = Context.current();
+  const finished = await connections.withClient(input.source, (s) =>
+    connections.withClient(input.target, (t) =>
+      finishSmallTable(s, t, { migrationId: input.migrationId, table: finish.table, copyTable: table, primaryKey: finish.primaryKey }, log, () =>
+        ctx.heartbeat({ chunk: input.chunk.index, rowsCopied: checkpoint.rowsCopied }),
+      ),
+    ),
+  );
+  return { ...result, finished };
+}
+
 /** One batch to copy: its key range, its end (null: the chunk's last), and the rows it was sized for. */
 interface Batch {
   bounds: Bound[];
@@ -65,7 +92,7 @@ interface Batch {
 /** Rows read to learn the width of a chunk's next rows (BatchSize). */
 const WIDTH_SAMPLE_ROWS = 100;
 
-export function createCopyChunk({ connections, logger }: ActivityDeps) {
+export function createCopyChunk({ connections, logger, metrics }: ActivityDeps) {
   return async function copyChunk(input: CopyChunkInput): Promise<CopyChunkResult> {
     const ctx = Context.current();
     const log = logger.child({ migrationId: input.migrationId, table: displayQualified(input.table.source), chunk: input.chunk.index, attempt: ctx.info.attempt });
@@ -122,16 +149,17 @@ export function createCopyChunk({ connections, logger }: ActivityDeps) {
           rows += stats.rows;
           bytes += stats.bytes;
           batches += 1;
+          // Counted as each batch commits: an attempt that fails later has still copied these.
+          metrics?.rowsCopied.inc({ table: tableLabel(input.table) }, stats.rows);
+          metrics?.bytesCopied.inc({ table: tableLabel(input.table) }, stats.bytes);
+          metrics?.batches.inc({ table: tableLabel(input.table) });
           size.record(stats.rows, stats.bytes);
           stride?.record(batch.after, batch.end, stats.rows, batch.wanted);
           if (batch.stepped) stepped += 1;
           checkpoint = { lastKey: batch.end ?? checkpoint.lastKey, rowsCopied: checkpoint.rowsCopied + stats.rows, done: batch.end === null };
           // The chunk's committed rows, for `ferry status` between the slice's reports (src/client/status-reader.ts).
           ctx.heartbeat({ chunk: input.chunk.index, rowsCopied: checkpoint.rowsCopied });
-          if (input.rowsPerSecond && !checkpoint.done) {
-            const due = (rows / input.rowsPerSecond) * 1000 - (Date.now() - started);
-            if (due > 0) await ctx.sleep(Math.min(due, input.sliceMs));
-          }
+          if (!checkpoint.done) await pace(ctx, input, rows, started);
         }
         // Durability barrier before the workflow hears of this progress: a synchronous commit
         // flushes the WAL of every asynchronously committed batch before it.
@@ -141,16 +169,7 @@ export function createCopyChunk({ connections, logger }: ActivityDeps) {
         // large gets its key and indexes from activities of their own, as any other (the
         // workflow sees no `finished`), rather than in this activity's last slice.
         const result: CopyChunkResult = { checkpoint, rows, bytes, batches, ...(stepped ? { stepped } : {}) };
-        if (!checkpoint.done || !input.finish || checkpoint.rowsCopied > SMALL_TABLE_ROWS) return result;
-        const { finish } = input;
-        const finished = await connections.withClient(input.source, (s) =>
-          connections.withClient(input.target, (t) =>
-            finishSmallTable(s, t, { migrationId: input.migrationId, table: finish.table, copyTable: table, primaryKey: finish.primaryKey }, log, () =>
-              ctx.heartbeat({ chunk: input.chunk.index, rowsCopied: checkpoint.rowsCopied }),
-            ),
-          ),
-        );
-        return { ...result, finished };
+        return finishIfSmall(connections, input, table, result, log);
       });
     } catch (err) {
       if (err instanceof CancelledFailure) throw err;

@@ -8,6 +8,19 @@ export interface ActivityDeps {
   logger: Logger;
   /** Where secrets named by a spec (callback.secret) are looked up. */
   env: NodeJS.ProcessEnv;
-  /** The worker's Prometheus metrics, for what only a running activity knows (a slot's lag). */
-  metrics?: Pick<FerryMetrics, 'slotLagBytes' | 'slotLagSeconds'>;
+  /**
+   * The worker's Prometheus metrics: an activity counts what it did (rows copied, changes
+   * applied, mismatches found) and what only it knows (a slot's lag). Absent in tests that need none.
+   */
+  metrics?: ActivityMetrics;
+}
+
+export type ActivityMetrics = Pick<
+  FerryMetrics,
+  'rowsCopied' | 'bytesCopied' | 'batches' | 'changesApplied' | 'changeLag' | 'validationMismatches' | 'slotLagBytes' | 'slotLagSeconds' | 'callbacks'
+>;
+
+/** A table's metric label: its source name, schema-qualified and unquoted. */
+export function tableLabel(table: { source: { schema: string; name: string } }): string {
+  return `${table.source.schema}.${table.source.name}`;
 }

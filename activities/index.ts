@@ -13,7 +13,7 @@ import { classified } from './classified';
 import { createCleanupActivities } from './cleanup';
 import { createCopyChunk } from './copy-chunk';
 import { ActivityDeps } from './deps';
-import { createFinalizeTarget } from './finalize-target';
+import { createFinalizeTarget } from './legacy/finalize-target';
 import { createForeignKeyActivities } from './foreign-keys';
 import { createFreezeActivities } from './freeze';
 import { createIndexActivities } from './indexes';

@@ -25,7 +25,7 @@ import { distinctKeys, keyAsText, keyFromRow, keyInList, keyOrder, keyPredicate,
 import { evictConflictsSql, readUniqueKeys } from '../src/db/unique-keys';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified } from '../src/core/identifiers';
 import { INTEGER_TYPES, Key, KeyRange } from '../src/core/plan';
-import { ActivityDeps } from './deps';
+import { ActivityDeps, tableLabel } from './deps';
 
 export interface SyncInput {
   migrationId: string;
@@ -331,33 +331,50 @@ async function syncSlice(input: SyncInput, { source, target, write, lanes: openL
       caughtUp = true;
       continue;
     }
-    const keys = distinctKeys(rows.map((r) => r.pk as Key));
-    const done = await applyInLanes(input, lanes, keys, heartbeat);
-    // Only after the target committed: evicted rows back into the log, then delete exactly
-    // the log rows that were applied.
-    await enqueue(source, log, done.requeue);
-    await source.query(`DELETE FROM ${log} WHERE id = ANY ($1::int8[])`, [rows.map((r) => r.id)]);
-    deletedSinceVacuum += rows.length;
-    if (deletedSinceVacuum >= VACUUM_LOG_AFTER) {
-      // SKIP_LOCKED: never queue behind another vacuum of it (autovacuum, say).
-      await source.query(`VACUUM (SKIP_LOCKED) ${log}`);
-      deletedSinceVacuum = 0;
-    }
+    const done = await applyInLanes(input, lanes, distinctKeys(rows.map((r) => r.pk as Key)), heartbeat);
+    deletedSinceVacuum = await retireLogRows(source, log, rows, done.requeue, deletedSinceVacuum);
     applied += done.applied.length;
     rounds += 1;
     heartbeat();
     caughtUp = rows.length < size;
     roundKeys = nextRoundKeys(size, rows.length, Date.now() - roundStarted, input.batchKeys);
   }
+  return { applied, rounds, caughtUp, ...(await logLag(source, log)) };
+}
+
+/**
+ * Only after the target committed: the keys it evicted back into the log, then exactly the log
+ * rows that were applied deleted, and the log vacuumed every VACUUM_LOG_AFTER deleted rows.
+ * Returns the rows deleted since the last vacuum.
+ */
+async function retireLogRows(source: ClientBase, log: string, rows: { id: unknown }[], requeue: Key[], deletedSinceVacuum: number): Promise<number> {
+  await enqueue(source, log, requeue);
+  await source.query(`DELETE FROM ${log} WHERE id = ANY ($1::int8[])`, [rows.map((r) => r.id)]);
+  const deleted = deletedSinceVacuum + rows.length;
+  if (deleted < VACUUM_LOG_AFTER) return deleted;
+  // SKIP_LOCKED: never queue behind another vacuum of it (autovacuum, say).
+  await source.query(`VACUUM (SKIP_LOCKED) ${log}`);
+  return 0;
+}
+
+/** What the log still holds (counted up to PENDING_COUNT_CAP) and the age of its oldest change. */
+async function logLag(source: ClientBase, log: string): Promise<{ pending: number; lagSeconds: number }> {
   const lag = await source.query(
     `SELECT (SELECT count(*) FROM (SELECT 1 FROM ${log} LIMIT ${PENDING_COUNT_CAP}) s)::int AS pending,
             coalesce(extract(epoch FROM clock_timestamp() - (SELECT logged_at FROM ${log} ORDER BY id LIMIT 1)), 0)::float8 AS lag`,
   );
-  return { applied, rounds, caughtUp, pending: Number(lag.rows[0].pending), lagSeconds: Math.round(Number(lag.rows[0].lag) * 1000) / 1000 };
+  return { pending: Number(lag.rows[0].pending), lagSeconds: Math.round(Number(lag.rows[0].lag) * 1000) / 1000 };
 }
 
-export function createSyncActivities({ connections, logger }: ActivityDeps) {
+export function createSyncActivities({ connections, logger, metrics }: ActivityDeps) {
   async function syncChanges(input: SyncInput): Promise<SyncResult> {
+    const result = await syncOrEmpty(input);
+    metrics?.changesApplied.inc({ table: tableLabel(input.table) }, result.applied);
+    metrics?.changeLag.set({ table: tableLabel(input.table) }, result.pending);
+    return result;
+  }
+
+  async function syncOrEmpty(input: SyncInput): Promise<SyncResult> {
     try {
       // A caught-up table's look at an empty log writes nothing, so it needs no fence: capture
       // is checked and the log looked at on a pooled connection, without the two new sessions

@@ -19,7 +19,7 @@ import { awaitConfirmed, isLogical } from '../src/db/logical-sql';
 import { displayQualified, QualifiedName, quoteQualified } from '../src/core/identifiers';
 import { Key, KeyRange } from '../src/core/plan';
 import { sameKey } from '../src/core/chunks';
-import { ActivityDeps } from './deps';
+import { ActivityDeps, tableLabel } from './deps';
 
 export interface ValidateChunkInput {
   source: string;
@@ -95,25 +95,31 @@ function same(a: RangeSummary, b: RangeSummary): boolean {
   return a.rows === b.rows && a.sum === b.sum;
 }
 
-export function createValidateChunk({ connections }: ActivityDeps) {
+export function createValidateChunk({ connections, metrics }: ActivityDeps) {
   return async function validateChunk(input: ValidateChunkInput): Promise<ValidateChunkResult> {
-    const ctx = Context.current();
-    const limits = { leafRows: input.leafRows ?? 1000, maxRanges: input.maxRanges ?? 64 };
-    // A range's scan takes as long as it takes (liveness heartbeats run meanwhile); the
-    // statement timeout of ordinary sessions would fail a large one.
-    const unbounded = { statementTimeoutMs: 0 };
-    return connections.withSessions([input.source, input.target], unbounded, async (source, target) => {
-      input = { ...input, table: await withCatalogKeyTypes(source, input.table) }; // types from the catalog, not the plan
-      const logical = input.live ? await isLogical(source, input.live.migrationId) : false;
-      const comparison = new RangeComparison(connections, ctx, input, source, target, logical, limits);
-      const [s, t] = await comparison.compare(input.range);
-      if (same(s, t)) return { match: true, sourceRows: s.rows, targetRows: t.rows, mismatches: [], excluded: comparison.excluded };
-      if (input.compareOnly) return { match: false, sourceRows: s.rows, targetRows: t.rows, mismatches: [], excluded: comparison.excluded };
-      const mismatches = await comparison.narrow(input.range, s, t);
-      const tooMany = mismatches.length >= limits.maxRanges;
-      return { match: false, sourceRows: s.rows, targetRows: t.rows, mismatches: tooMany ? [input.range] : mismatches, excluded: comparison.excluded };
-    });
+    const result = await compareRange(connections, input);
+    if (result.mismatches.length > 0) metrics?.validationMismatches.inc({ table: tableLabel(input.table) }, result.mismatches.length);
+    return result;
   };
+}
+
+async function compareRange(connections: ActivityDeps['connections'], input: ValidateChunkInput): Promise<ValidateChunkResult> {
+  const ctx = Context.current();
+  const limits = { leafRows: input.leafRows ?? 1000, maxRanges: input.maxRanges ?? 64 };
+  // A range's scan takes as long as it takes (liveness heartbeats run meanwhile); the
+  // statement timeout of ordinary sessions would fail a large one.
+  const unbounded = { statementTimeoutMs: 0 };
+  return connections.withSessions([input.source, input.target], unbounded, async (source, target) => {
+    input = { ...input, table: await withCatalogKeyTypes(source, input.table) }; // types from the catalog, not the plan
+    const logical = input.live ? await isLogical(source, input.live.migrationId) : false;
+    const comparison = new RangeComparison(connections, ctx, input, source, target, logical, limits);
+    const [s, t] = await comparison.compare(input.range);
+    if (same(s, t)) return { match: true, sourceRows: s.rows, targetRows: t.rows, mismatches: [], excluded: comparison.excluded };
+    if (input.compareOnly) return { match: false, sourceRows: s.rows, targetRows: t.rows, mismatches: [], excluded: comparison.excluded };
+    const mismatches = await comparison.narrow(input.range, s, t);
+    const tooMany = mismatches.length >= limits.maxRanges;
+    return { match: false, sourceRows: s.rows, targetRows: t.rows, mismatches: tooMany ? [input.range] : mismatches, excluded: comparison.excluded };
+  });
 }
 
 /** One validation's two sessions: a range's summaries on both sides, and the bisection of a mismatch. */

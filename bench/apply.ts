@@ -24,7 +24,7 @@ import { parseSpec } from '../src/core/spec';
 import { ConnectionRegistry } from '../src/db/connections';
 import { databaseUrl, DEFAULT_TEST_PG, ensurePostgres, runSql } from '../src/dev/postgres';
 import { silentLogger } from '../src/logger';
-import { SYNC_BATCH_KEYS } from '../workflows/table';
+import { SYNC_BATCH_KEYS } from '../workflows/migration/table';
 import { median } from './figures';
 
 const args = process.argv.slice(2);

@@ -7,12 +7,8 @@ import { createServer, Server } from 'node:http';
 import type { LogLevel, LogMetadata, Logger as SdkLogger } from '@temporalio/common';
 import type { Runtime as RuntimeType, WorkerOptions } from '@temporalio/worker';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { CopyChunkResult } from '../activities/copy-chunk';
-import type { SyncResult } from '../activities/sync-changes';
-import type { ValidateChunkResult } from '../activities/validate-chunk';
 import { Logger } from './logger';
 import { freePort } from './free-port';
-import { FAILURE } from './core/failure-types';
 
 export interface FerryMetrics {
   registry: Registry;
@@ -78,7 +74,6 @@ interface ActivityArgs {
   table?: { source?: { schema: string; name: string } };
   chunk?: { index?: number };
   chunkIndex?: number;
-  idempotencyKey?: string;
 }
 
 function tableLabel(args: ActivityArgs | undefined): string | undefined {
@@ -86,35 +81,12 @@ function tableLabel(args: ActivityArgs | undefined): string | undefined {
   return source ? `${source.schema}.${source.name}` : undefined;
 }
 
-/** Result callbacks carry the migration id as idempotency key, events `<id>:<seq>`. */
-function callbackKind(args: ActivityArgs | undefined): 'event' | 'result' {
-  return args?.idempotencyKey?.includes(':') ? 'event' : 'result';
-}
-
-/** Counts what an activity's result says it did. Results are plain data: read them, never trust shapes blindly. */
-function record(metrics: FerryMetrics, activity: string, args: ActivityArgs | undefined, result: unknown): void {
-  const table = tableLabel(args) ?? 'unknown';
-  if (activity === 'copyChunk' || activity === 'repairRange') {
-    const r = result as Partial<CopyChunkResult> | undefined;
-    if (typeof r?.rows === 'number') metrics.rowsCopied.inc({ table }, r.rows);
-    if (typeof r?.bytes === 'number') metrics.bytesCopied.inc({ table }, r.bytes);
-    if (typeof r?.batches === 'number') metrics.batches.inc({ table }, r.batches);
-  } else if (activity === 'syncChanges') {
-    const r = result as Partial<SyncResult> | undefined;
-    if (typeof r?.applied === 'number') metrics.changesApplied.inc({ table }, r.applied);
-    if (typeof r?.pending === 'number') metrics.changeLag.set({ table }, r.pending);
-  } else if (activity === 'validateChunk') {
-    const r = result as Partial<ValidateChunkResult> | undefined;
-    if (Array.isArray(r?.mismatches) && r.mismatches.length > 0) metrics.validationMismatches.inc({ table }, r.mismatches.length);
-  } else if (activity === 'sendCallback') {
-    metrics.callbacks.inc({ kind: callbackKind(args), outcome: 'delivered' });
-  }
-}
-
 /**
  * One audit line per activity task (an audit trail): start at debug, then exactly one of completed
  * (info, with duration) or failed (warn, with the error and its stack), carrying migration,
- * table, chunk and attempt. The same interceptor feeds the metrics.
+ * table, chunk and attempt. The same interceptor times every activity (ferry_activity_duration_seconds);
+ * what an activity did (rows copied, changes applied, callbacks delivered) it counts itself, through
+ * the metrics it is given (activities/deps.ts).
  */
 export function auditInterceptors(logger: Logger, metrics?: FerryMetrics): NonNullable<WorkerOptions['interceptors']> {
   return {
@@ -141,22 +113,13 @@ export function auditInterceptors(logger: Logger, metrics?: FerryMetrics): NonNu
               const result = await next(input);
               const duration = seconds();
               logger.info({ ...fields, durationMs: Math.round(duration * 1000) }, 'activity completed');
-              if (metrics) {
-                metrics.activities.observe({ activity: info.activityType, outcome: 'completed' }, duration);
-                record(metrics, info.activityType, args, result);
-              }
+              metrics?.activities.observe({ activity: info.activityType, outcome: 'completed' }, duration);
               return result;
             } catch (err) {
               const duration = seconds();
               const cancelled = ctx.cancellationSignal.aborted;
               logger.warn({ ...fields, durationMs: Math.round(duration * 1000), err }, cancelled ? 'activity cancelled' : 'activity failed');
-              if (metrics) {
-                metrics.activities.observe({ activity: info.activityType, outcome: cancelled ? 'cancelled' : 'failed' }, duration);
-                if (info.activityType === 'sendCallback') {
-                  const rejected = (err as { type?: string }).type === FAILURE.CallbackRejected;
-                  metrics.callbacks.inc({ kind: callbackKind(args), outcome: rejected ? 'rejected' : 'failed' });
-                }
-              }
+              metrics?.activities.observe({ activity: info.activityType, outcome: cancelled ? 'cancelled' : 'failed' }, duration);
               throw err;
             }
           },

@@ -29,7 +29,7 @@ export interface FerryWorkerOptions {
   identity?: string;
   /** More Temporal worker interceptors (fault injection in tests); the audit interceptor is always on. */
   interceptors?: WorkerOptions['interceptors'];
-  /** Ferry's Prometheus metrics, fed by the audit interceptor. */
+  /** Ferry's Prometheus metrics: the audit interceptor times activities, the activities count what they did. */
   metrics?: FerryMetrics;
 }
 

@@ -5,7 +5,7 @@
  */
 import { allHandlersFinished, CancellationScope, condition, upsertMemo } from '@temporalio/workflow';
 import { rootMessage } from '../src/core/failures';
-import type { MigrationActivities } from './proxies';
+import type { MigrationActivities } from './activity-options';
 
 interface Callback {
   url: string;

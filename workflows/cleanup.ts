@@ -10,17 +10,13 @@
  * It retries with growing pauses until nothing is left; each attempt queues for a table's lock
  * only briefly, so the application hardly notices.
  */
-import { continueAsNew, ParentClosePolicy, proxyActivities, sleep, startChild } from '@temporalio/workflow';
-import type { Activities } from '../activities';
+import { continueAsNew, ParentClosePolicy, sleep, startChild } from '@temporalio/workflow';
+import { helperActivities } from './activity-options';
 import { revertCaptureId, rewriteCaptureId } from '../src/core/change-plan';
 import { QualifiedName } from '../src/core/identifiers';
 import { workflowIds } from '../src/core/names';
 
-const { setFreeze, releaseSource, migrationOutcome, dropTargetObjects, releaseBookkeeping, dropRewriteShadow, closeChange } = proxyActivities<Activities>({
-  startToCloseTimeout: '2 minutes',
-  heartbeatTimeout: '20 seconds',
-  retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 5 },
-});
+const { setFreeze, releaseSource, migrationOutcome, dropTargetObjects, releaseBookkeeping, dropRewriteShadow, closeChange } = helperActivities.cleanup;
 
 export interface CleanupInput {
   migrationId: string;

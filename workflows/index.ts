@@ -1,9 +1,9 @@
 /** The one workflow bundle entry (docs/architecture.md §2): deterministic orchestration only. */
-export { migrationWorkflow } from './migration';
-export { tableMigrationWorkflow } from './table';
-export { preflightWorkflow } from './preflight';
-export { unfreezeWorkflow } from './unfreeze';
+export { migrationWorkflow } from './migration/migration';
+export { tableMigrationWorkflow } from './migration/table';
+export { preflightWorkflow } from './migration/preflight';
+export { unfreezeWorkflow } from './migration/unfreeze';
 export { changeCleanupWorkflow, cleanupWorkflow } from './cleanup';
-export { changeWorkflow } from './change';
-export { changePreflightWorkflow } from './change-preflight';
-export { rewriteRetireWorkflow } from './rewrite-retire';
+export { changeWorkflow } from './change/change';
+export { changePreflightWorkflow } from './change/preflight';
+export { rewriteRetireWorkflow } from './change/rewrite-retire';

@@ -223,100 +223,107 @@ async function domainRefusal(db: ClientBase, typeName: Node, column: string, own
   return undefined;
 }
 
-async function judgeAlterCommand(db: ClientBase, table: QualifiedName, cmd: Node, context: JudgeContext): Promise<Verdict | undefined> {
-  const refuse = (message: string): Verdict => ({ action: 'refuse', message });
-  switch (cmd.subtype) {
-    case 'AT_AddColumn': {
-      const def = cmd.def.ColumnDef;
-      const type = typeNameText(def.typeName).name;
-      if (SERIAL_TYPES.has(type)) {
-        return refuse(`ADD COLUMN ${def.colname} ${type} fills every row from a sequence, rewriting the table under ACCESS EXCLUSIVE: add a plain column, backfill it from the sequence, then SET DEFAULT`);
-      }
-      for (const c of (def.constraints ?? []).map((x: Node) => x.Constraint)) {
-        if (c.contype === 'CONSTR_IDENTITY' || c.contype === 'CONSTR_GENERATED') {
-          return refuse(`ADD COLUMN ${def.colname} ${c.contype === 'CONSTR_IDENTITY' ? 'GENERATED AS IDENTITY' : 'GENERATED … STORED'} rewrites the table under ACCESS EXCLUSIVE: add a plain column and a backfill step instead`);
-        }
-        if (c.contype === 'CONSTR_PRIMARY' || c.contype === 'CONSTR_UNIQUE') {
-          return refuse(`ADD COLUMN ${def.colname} with ${c.contype === 'CONSTR_PRIMARY' ? 'PRIMARY KEY' : 'UNIQUE'} builds an index under ACCESS EXCLUSIVE: add the column, build a unique index step, then ADD CONSTRAINT … USING INDEX`);
-        }
-        if (c.contype === 'CONSTR_CHECK' || c.contype === 'CONSTR_FOREIGN') {
-          return refuse(`ADD COLUMN ${def.colname} with an inline ${c.contype === 'CONSTR_CHECK' ? 'CHECK' : 'REFERENCES'} scans the table under ACCESS EXCLUSIVE: add the column, then ADD CONSTRAINT … NOT VALID in a sql step and a validate step`);
-        }
-        if (c.contype === 'CONSTR_DEFAULT') {
-          const volatile = await volatileFunctions(db, [...functionNames(c.raw_expr)]);
-          if (volatile.length) {
-            return refuse(
-              `ADD COLUMN ${def.colname} with a volatile default (${volatile.join(', ')}) rewrites the table under ACCESS EXCLUSIVE: ` +
-                'add the column without a default (or with a constant one), backfill it in a backfill step, then SET DEFAULT in a sql step',
-            );
-          }
-        }
-      }
-      const ownDefault = (def.constraints ?? []).some((x: Node) => x.Constraint?.contype === 'CONSTR_DEFAULT');
-      const domain = await domainRefusal(db, def.typeName, def.colname, ownDefault);
-      return domain ? refuse(domain) : undefined;
-    }
-    case 'AT_AddConstraint': {
-      const c = cmd.def.Constraint;
-      if ((c.contype === 'CONSTR_FOREIGN' || c.contype === 'CONSTR_CHECK') && !c.skip_validation) {
-        const what = c.contype === 'CONSTR_FOREIGN' ? 'FOREIGN KEY' : 'CHECK';
-        return refuse(
-          `ADD CONSTRAINT ${c.conname ?? ''} ${what} without NOT VALID scans the table while holding its lock: ` +
-            `add it NOT VALID in this step, then VALIDATE it in a validate step (validate: { table, constraint })`,
-        );
-      }
-      if ((c.contype === 'CONSTR_PRIMARY' || c.contype === 'CONSTR_UNIQUE') && !c.indexname) {
-        return refuse(
-          `ADD ${c.contype === 'CONSTR_PRIMARY' ? 'PRIMARY KEY' : 'UNIQUE'} builds its index under ACCESS EXCLUSIVE: build it with an index step (unique: true), ` +
-            'then ADD CONSTRAINT … USING INDEX in a sql step',
-        );
-      }
-      if (c.contype === 'CONSTR_EXCLUSION') return refuse('ADD EXCLUDE builds its index under ACCESS EXCLUSIVE; no step runs it');
-      if (c.contype === 'CONSTR_PRIMARY' && c.indexname) {
-        // PRIMARY KEY sets its columns NOT NULL: a scan under ACCESS EXCLUSIVE for each that is not.
-        const { rows } = await db.query<{ name: string; not_null: boolean }>(
-          `SELECT a.attname::text AS name, a.attnotnull AS not_null FROM pg_catalog.pg_index i
-             JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
-            WHERE i.indexrelid = to_regclass($1) ORDER BY a.attnum`,
-          [quoteQualified({ schema: table.schema, name: String(c.indexname) })],
-        );
-        const nullable = rows.filter((r) => !r.not_null && !context.notNullEarlier?.(table, r.name)).map((r) => r.name);
-        if (nullable.length) {
-          return refuse(
-            `ADD PRIMARY KEY USING INDEX ${c.indexname}: ${nullable.join(', ')} ${nullable.length > 1 ? 'are' : 'is'} nullable, and the primary key sets NOT NULL with a scan under ACCESS EXCLUSIVE: ` +
-              'SET NOT NULL first, in a step of its own (Ferry runs it in its safe form)',
-          );
-        }
-      }
-      return undefined;
-    }
-    case 'AT_AlterColumnType': {
-      const def = cmd.def.ColumnDef;
-      const collation = await collationChange(db, table, cmd.name, def.collClause);
-      if (collation) {
-        return refuse(
-          `ALTER COLUMN ${cmd.name} TYPE … COLLATE ${collation} changes the column's collation: PostgreSQL rebuilds its indexes under ACCESS EXCLUSIVE: use a rewrite step`,
-        );
-      }
-      if (def.raw_default) {
-        return refuse(`ALTER COLUMN ${cmd.name} TYPE … USING rewrites the table under ACCESS EXCLUSIVE: use a rewrite step (a copy of the table in the new shape, kept in step, then swapped), or add a new column, backfill it and switch to it`);
-      }
-      const rewrite = await typeChangeRewrites(db, table, cmd.name, def.typeName);
-      if (rewrite) {
-        return refuse(
-          `ALTER COLUMN ${cmd.name} TYPE ${rewrite} rewrites the table under ACCESS EXCLUSIVE: use a rewrite step (a copy of the table in the new shape, ` +
-            'kept in step, then swapped), or add a new column of the new type, backfill it and switch to it',
-        );
-      }
-      return undefined;
-    }
-    case 'AT_SetTableSpace':
-    case 'AT_SetLogged':
-    case 'AT_SetUnLogged':
-      return refuse(`${cmd.subtype.replace('AT_', '')} rewrites the table under ACCESS EXCLUSIVE; no step runs it`);
-    default:
-      return undefined;
+type AlterJudge = (db: ClientBase, table: QualifiedName, cmd: Node, context: JudgeContext) => Promise<string | undefined>;
+
+/** ADD COLUMN: what fills or checks every row, or builds an index, under ACCESS EXCLUSIVE. */
+async function judgeAddColumn(db: ClientBase, _table: QualifiedName, cmd: Node): Promise<string | undefined> {
+  const def = cmd.def.ColumnDef;
+  const type = typeNameText(def.typeName).name;
+  if (SERIAL_TYPES.has(type)) {
+    return `ADD COLUMN ${def.colname} ${type} fills every row from a sequence, rewriting the table under ACCESS EXCLUSIVE: add a plain column, backfill it from the sequence, then SET DEFAULT`;
   }
+  for (const c of (def.constraints ?? []).map((x: Node) => x.Constraint)) {
+    if (c.contype === 'CONSTR_IDENTITY' || c.contype === 'CONSTR_GENERATED') {
+      return `ADD COLUMN ${def.colname} ${c.contype === 'CONSTR_IDENTITY' ? 'GENERATED AS IDENTITY' : 'GENERATED … STORED'} rewrites the table under ACCESS EXCLUSIVE: add a plain column and a backfill step instead`;
+    }
+    if (c.contype === 'CONSTR_PRIMARY' || c.contype === 'CONSTR_UNIQUE') {
+      return `ADD COLUMN ${def.colname} with ${c.contype === 'CONSTR_PRIMARY' ? 'PRIMARY KEY' : 'UNIQUE'} builds an index under ACCESS EXCLUSIVE: add the column, build a unique index step, then ADD CONSTRAINT … USING INDEX`;
+    }
+    if (c.contype === 'CONSTR_CHECK' || c.contype === 'CONSTR_FOREIGN') {
+      return `ADD COLUMN ${def.colname} with an inline ${c.contype === 'CONSTR_CHECK' ? 'CHECK' : 'REFERENCES'} scans the table under ACCESS EXCLUSIVE: add the column, then ADD CONSTRAINT … NOT VALID in a sql step and a validate step`;
+    }
+    if (c.contype === 'CONSTR_DEFAULT') {
+      const volatile = await volatileFunctions(db, [...functionNames(c.raw_expr)]);
+      if (volatile.length) {
+        return (
+          `ADD COLUMN ${def.colname} with a volatile default (${volatile.join(', ')}) rewrites the table under ACCESS EXCLUSIVE: ` +
+          'add the column without a default (or with a constant one), backfill it in a backfill step, then SET DEFAULT in a sql step'
+        );
+      }
+    }
+  }
+  const ownDefault = (def.constraints ?? []).some((x: Node) => x.Constraint?.contype === 'CONSTR_DEFAULT');
+  return domainRefusal(db, def.typeName, def.colname, ownDefault);
+}
+
+/** ADD CONSTRAINT: a validating scan or an index build under the table's lock. */
+async function judgeAddConstraint(db: ClientBase, table: QualifiedName, cmd: Node, context: JudgeContext): Promise<string | undefined> {
+  const c = cmd.def.Constraint;
+  if ((c.contype === 'CONSTR_FOREIGN' || c.contype === 'CONSTR_CHECK') && !c.skip_validation) {
+    const what = c.contype === 'CONSTR_FOREIGN' ? 'FOREIGN KEY' : 'CHECK';
+    return (
+      `ADD CONSTRAINT ${c.conname ?? ''} ${what} without NOT VALID scans the table while holding its lock: ` +
+      `add it NOT VALID in this step, then VALIDATE it in a validate step (validate: { table, constraint })`
+    );
+  }
+  if ((c.contype === 'CONSTR_PRIMARY' || c.contype === 'CONSTR_UNIQUE') && !c.indexname) {
+    return (
+      `ADD ${c.contype === 'CONSTR_PRIMARY' ? 'PRIMARY KEY' : 'UNIQUE'} builds its index under ACCESS EXCLUSIVE: build it with an index step (unique: true), ` +
+      'then ADD CONSTRAINT … USING INDEX in a sql step'
+    );
+  }
+  if (c.contype === 'CONSTR_EXCLUSION') return 'ADD EXCLUDE builds its index under ACCESS EXCLUSIVE; no step runs it';
+  if (c.contype !== 'CONSTR_PRIMARY' || !c.indexname) return undefined;
+  // PRIMARY KEY sets its columns NOT NULL: a scan under ACCESS EXCLUSIVE for each that is not.
+  const { rows } = await db.query<{ name: string; not_null: boolean }>(
+    `SELECT a.attname::text AS name, a.attnotnull AS not_null FROM pg_catalog.pg_index i
+       JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+      WHERE i.indexrelid = to_regclass($1) ORDER BY a.attnum`,
+    [quoteQualified({ schema: table.schema, name: String(c.indexname) })],
+  );
+  const nullable = rows.filter((r) => !r.not_null && !context.notNullEarlier?.(table, r.name)).map((r) => r.name);
+  if (nullable.length === 0) return undefined;
+  return (
+    `ADD PRIMARY KEY USING INDEX ${c.indexname}: ${nullable.join(', ')} ${nullable.length > 1 ? 'are' : 'is'} nullable, and the primary key sets NOT NULL with a scan under ACCESS EXCLUSIVE: ` +
+    'SET NOT NULL first, in a step of its own (Ferry runs it in its safe form)'
+  );
+}
+
+/** ALTER COLUMN … TYPE: a rewrite of the table or a rebuild of its indexes. */
+async function judgeColumnType(db: ClientBase, table: QualifiedName, cmd: Node): Promise<string | undefined> {
+  const def = cmd.def.ColumnDef;
+  const collation = await collationChange(db, table, cmd.name, def.collClause);
+  if (collation) {
+    return `ALTER COLUMN ${cmd.name} TYPE … COLLATE ${collation} changes the column's collation: PostgreSQL rebuilds its indexes under ACCESS EXCLUSIVE: use a rewrite step`;
+  }
+  if (def.raw_default) {
+    return `ALTER COLUMN ${cmd.name} TYPE … USING rewrites the table under ACCESS EXCLUSIVE: use a rewrite step (a copy of the table in the new shape, kept in step, then swapped), or add a new column, backfill it and switch to it`;
+  }
+  const rewrite = await typeChangeRewrites(db, table, cmd.name, def.typeName);
+  if (!rewrite) return undefined;
+  return (
+    `ALTER COLUMN ${cmd.name} TYPE ${rewrite} rewrites the table under ACCESS EXCLUSIVE: use a rewrite step (a copy of the table in the new shape, ` +
+    'kept in step, then swapped), or add a new column of the new type, backfill it and switch to it'
+  );
+}
+
+/** A subcommand that always rewrites the table. */
+const judgeRewrite: AlterJudge = async (_db, _table, cmd) => `${String(cmd.subtype).replace('AT_', '')} rewrites the table under ACCESS EXCLUSIVE; no step runs it`;
+
+/** The ALTER TABLE subcommands that can hold the table's lock for a scan or a rewrite; the rest take it briefly. */
+const ALTER_JUDGES: Record<string, AlterJudge> = {
+  AT_AddColumn: judgeAddColumn,
+  AT_AddConstraint: judgeAddConstraint,
+  AT_AlterColumnType: judgeColumnType,
+  AT_SetTableSpace: judgeRewrite,
+  AT_SetLogged: judgeRewrite,
+  AT_SetUnLogged: judgeRewrite,
+};
+
+async function judgeAlterCommand(db: ClientBase, table: QualifiedName, cmd: Node, context: JudgeContext): Promise<Verdict | undefined> {
+  const judge = Object.prototype.hasOwnProperty.call(ALTER_JUDGES, cmd.subtype) ? ALTER_JUDGES[cmd.subtype] : undefined;
+  const message = judge ? await judge(db, table, cmd, context) : undefined;
+  return message === undefined ? undefined : { action: 'refuse', message };
 }
 
 /** The collation a COLLATE clause names, when it is not the column's own; undefined otherwise. */

@@ -225,39 +225,42 @@ function normaliseStep(step: ParsedStep, index: number, planTimeout: number, pla
       until: b.until,
     };
   }
-  if ('index' in step) {
-    const i = step.index;
-    return {
-      ...base,
-      kind: 'index',
-      table: parseQualifiedName(i.table) as QualifiedName,
-      name: identifierName(i.name),
-      columns: (i.columns ?? []).map(identifierName),
-      unique: i.unique,
-      using: i.using,
-      where: i.where,
-      rebuild: i.rebuild,
-    };
-  }
-  if ('rewrite' in step) {
-    const r = step.rewrite;
-    return {
-      ...base,
-      kind: 'rewrite',
-      table: parseQualifiedName(r.table) as QualifiedName,
-      alter: r.alter,
-      columns: Object.entries(r.columns ?? {}).map(([column, expression]) => ({ column: identifierName(column), expression })),
-      approval: r.approval,
-      keepOldMs: parseDuration(r.keepOld)!,
-      lockTimeoutMs: parseDuration(r.lockTimeout)!,
-      maxWaitMs: parseDuration(r.maxWait)!,
-    };
-  }
+  if ('index' in step) return { ...base, ...indexStep(step.index) };
+  if ('rewrite' in step) return { ...base, ...rewriteStep(step.rewrite) };
   return {
     ...base,
     kind: 'validate',
     table: parseQualifiedName(step.validate.table) as QualifiedName,
     constraint: identifierName(step.validate.constraint),
+  };
+}
+
+type ParsedIndex = Extract<ParsedStep, { index: unknown }>['index'];
+type ParsedRewrite = Extract<ParsedStep, { rewrite: unknown }>['rewrite'];
+
+function indexStep(i: ParsedIndex): Omit<Extract<ChangeStep, { kind: 'index' }>, 'index' | 'timeoutMs' | 'onFailure'> {
+  return {
+    kind: 'index',
+    table: parseQualifiedName(i.table) as QualifiedName,
+    name: identifierName(i.name),
+    columns: (i.columns ?? []).map(identifierName),
+    unique: i.unique,
+    using: i.using,
+    where: i.where,
+    rebuild: i.rebuild,
+  };
+}
+
+function rewriteStep(r: ParsedRewrite): Omit<Extract<ChangeStep, { kind: 'rewrite' }>, 'index' | 'timeoutMs' | 'onFailure'> {
+  return {
+    kind: 'rewrite',
+    table: parseQualifiedName(r.table) as QualifiedName,
+    alter: r.alter,
+    columns: Object.entries(r.columns ?? {}).map(([column, expression]) => ({ column: identifierName(column), expression })),
+    approval: r.approval,
+    keepOldMs: parseDuration(r.keepOld)!,
+    lockTimeoutMs: parseDuration(r.lockTimeout)!,
+    maxWaitMs: parseDuration(r.maxWait)!,
   };
 }
 

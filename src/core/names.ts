@@ -54,7 +54,7 @@ export const PATCHES = {
   progressByQuery: 'progress-by-query',
   /** Tables created without their primary key, built after the load (index-free load). */
   primaryKeyAfterLoad: 'primary-key-after-load',
-  /** callback.secret must name a FERRY_SECRET_* variable (workflows/spec-input.ts). */
+  /** callback.secret must name a FERRY_SECRET_* variable (workflows/migration/spec-input.ts). */
   ferrySecretNames: 'ferry-secret-names',
   /** A sync that finds capture removed or disabled reports a CaptureLost event before failing. */
   captureLostEvent: 'capture-lost-event',
@@ -112,12 +112,12 @@ export const PATCHES = {
   /**
    * Full mode: a small table (src/core/plan.ts isSmallTable) gets its primary key, indexes and
    * ANALYZE from its copy activity once the chunk is done, instead of from activities of their
-   * own (workflows/table.ts finishesInCopy).
+   * own (workflows/migration/table.ts finishesInCopy).
    */
   smallTableInOneStep: 'small-table-in-one-step',
   /**
    * Full mode: a small table takes a quarter of a parallelism.tables slot, so that four of them
-   * copy where one large table would (workflows/full-load.ts, runWeighted).
+   * copy where one large table would (workflows/migration/full-load.ts, runWeighted).
    */
   smallTablesShareSlots: 'small-tables-share-slots',
   /**
@@ -141,7 +141,7 @@ export const PATCHES = {
   batchesByBytes: 'batches-by-bytes',
   /**
    * Full mode: a table of up to WHOLE_TABLE_VALIDATION_ROWS rows in several chunks is first
-   * compared whole, one statement per side (workflows/table.ts validateFull); its chunks are
+   * compared whole, one statement per side (workflows/migration/table.ts validateFull); its chunks are
    * compared one by one, and repaired, only when that differs.
    */
   wholeTableValidation: 'whole-table-validation',

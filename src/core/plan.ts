@@ -82,8 +82,8 @@ export const SMALL_TABLE_ROWS = 100_000;
 
 /**
  * A table in one chunk of at most SMALL_TABLE_ROWS estimated rows. In full mode its copy
- * activity also builds its key and indexes (workflows/table.ts finishesInCopy), and it takes a
- * quarter of a `parallelism.tables` slot (workflows/full-load.ts): for such a table the round
+ * activity also builds its key and indexes (workflows/migration/table.ts finishesInCopy), and it takes a
+ * quarter of a `parallelism.tables` slot (workflows/migration/full-load.ts): for such a table the round
  * trips through Temporal cost more than the work.
  */
 export function isSmallTable(t: Pick<TablePlan, 'chunks' | 'rowsEstimated'>): boolean {

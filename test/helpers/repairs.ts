@@ -6,7 +6,7 @@
 import type { Client } from '@temporalio/client';
 import type { FerryClient } from '../../src/client';
 import type { ResultDocument } from '../../src/core/status';
-import type { TableWorkflowResult } from '../../workflows/table';
+import type { TableWorkflowResult } from '../../workflows/migration/table';
 import type { TestDatabases } from './databases';
 
 /** The activities that mend a difference validation found: a range copied again, keys put back into the log. */

@@ -3,7 +3,8 @@
  * copy) and once against a change plan (a capped backfill), sends the same signals and expects
  * the same record. They disagreed before: a throttle naming only batchRows dropped a migration's
  * rate cap but not a plan's, a plan clamped an out-of-range batchRows to 100,000 in silence, and
- * only a migration's cancel named who cancelled.
+ * only a migration's cancel named who cancelled (and recorded it `running → cancel requested`).
+ * Since, both take them through one control desk (workflows/control-desk.ts).
  */
 import { FerryClient } from '../../src/client';
 import { ControlTransition } from '../../src/core/status';
@@ -90,7 +91,7 @@ describe.each(Object.entries(PRODUCTS))('controls of a %s', (kind, product) => {
     ]);
   });
 
-  it('pause and resume are on record with who and why; a cancel names who cancelled in its reason', async () => {
+  it('pause, resume and approve are on record with who and why; a cancel names who cancelled in its reason, recorded running → cancelling', async () => {
     const { ferry } = suite.stack;
     const name = id('cancelled');
     await product.start(ferry, name);
@@ -98,6 +99,7 @@ describe.each(Object.entries(PRODUCTS))('controls of a %s', (kind, product) => {
     await eventually(() => product.moving(ferry, name), 60_000, 100);
     await ferry.pause(name, { actor: 'alice', reason: 'vacuum window' });
     await ferry.resume(name, { actor: 'bob' });
+    await ferry.approve(name, { actor: 'dave', reason: 'looks right' });
     await ferry.cancel(name, 'wrong table', 'carol');
     const result = await product.result(ferry, name);
     expect(result.state).toBe('CANCELLED');
@@ -106,7 +108,15 @@ describe.each(Object.entries(PRODUCTS))('controls of a %s', (kind, product) => {
       ['throttle', undefined, undefined],
       ['pause', 'alice', 'vacuum window'],
       ['resume', 'bob', undefined],
+      ['approve', 'dave', 'looks right'],
       ['cancel', 'carol', 'wrong table'],
+    ]);
+    // The same moves in both (a migration's cancel said `running → cancel requested`).
+    expect(controlsOf(result.controls ?? []).slice(1).map((c) => [c.signal, c.from, c.to])).toEqual([
+      ['pause', 'running', 'paused'],
+      ['resume', 'paused', 'running'],
+      ['approve', 'waiting', 'approved'],
+      ['cancel', 'running', 'cancelling'],
     ]);
   });
 });

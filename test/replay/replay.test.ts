@@ -71,7 +71,7 @@ const SCENARIOS: Record<string, { failureType?: string; change?: boolean; runs?:
   'full-small-tables-held': {},
   // Recorded under the callback.secret rule before FERRY_SECRET_* names (any variable name, here
   // HOOK_SECRET), which the spec now refuses: it replays only because executions without the
-  // ferry-secret-names patch marker keep the old rule (workflows/spec-input.ts).
+  // ferry-secret-names patch marker keep the old rule (workflows/migration/spec-input.ts).
   'before-ferry-secret-names': {},
   // Change plans: a plan with a paused and re-throttled backfill, an index, a safe SET NOT NULL
   // and a validation; and one whose VALIDATE fails and rolls back.

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { parseChangePlan } from '../../src/core/change-plan';
 import { CHANGE_PHASE_TRANSITIONS, CHANGE_PHASES, changePhaseMachine, STEP_STATES, STEP_TRANSITIONS, stepMachine } from '../../src/core/change-status';
 import { SpecError } from '../../src/core/errors';
-import { lockBackoffMs } from '../../workflows/change-proxies';
+import { lockBackoffMs } from '../../workflows/change/lock-retry';
 import { rewriteNames, rewriteTag } from '../../src/change/rewrite-sql';
 
 const problems = (input: unknown): string[] => {

@@ -27,6 +27,17 @@ describe('the lint rule that keeps workflows deterministic', () => {
     expect((await lint("import { createActivities } from '../activities';\nexport const a = createActivities;\n", 'workflows/bad.ts')).join('\n')).toMatch(
       /types only/,
     );
+     // A family folder's workflows are a level deeper, the change plan's operations two.
+    expect(await lint("import type { Activities } from '../../activities';\nexport type A = Activities;\n", 'workflows/change/ok.ts')).toEqual([]);
+    expect(
+      (await lint("import { createActivities } from '../../activities';\nexport const a = createActivities;\n", 'workflows/migration/bad.ts')).join('\n'),
+    ).toMatch(/types only/);
+    expect(
+      (await lint("import { createCopyChunk } from '../../../activities/copy-chunk';\nexport const a = createCopyChunk;\n", 'workflows/change/ops/bad.ts')).join('\n'),
+    ).toMatch(/types only/);
+    expect((await lint("import { Pool } from '../../../src/db/connections';\nexport const p = Pool;\n", 'workflows/change/ops/bad.ts')).join('\n')).toMatch(
+      /may import only src\/core/,
+    );
   });
 
   it('holds src/core, the pure modules that workflows import, to the same rule', async () => {

@@ -7,7 +7,7 @@
 import { NativeConnection, Worker } from '@temporalio/worker';
 import type { Activities } from '../../activities';
 import { controlSignal } from '../../workflows/definitions';
-import { BUSY_DWELL_MS } from '../../workflows/table';
+import { BUSY_DWELL_MS } from '../../workflows/migration/table';
 import type { MigrationPlan } from '../../src/core/plan';
 import { HEARTBEAT_THROTTLE } from '../../src/worker';
 import { eventually, resultWithin, TEST_TIMINGS, TestStack, waitForPhase } from '../helpers/stack';

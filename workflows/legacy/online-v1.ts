@@ -8,9 +8,9 @@ import { ApplicationFailure, CancellationScope, ChildWorkflowHandle, condition }
 import { formatDuration } from '../../src/core/duration';
 import { copyTableOf } from '../../src/core/plan';
 import { CutoverReport } from '../../src/core/status';
-import { COPIED, derivePhase, MigrationContext, startTable } from '../context';
+import { COPIED, derivePhase, MigrationContext, startTable } from '../migration/context';
 import { finishSyncSignal, startCopySignal } from '../definitions';
-import { SLICE_MS, SYNC_BATCH_KEYS, tableMigrationWorkflow } from '../table';
+import { SLICE_MS, SYNC_BATCH_KEYS, tableMigrationWorkflow } from '../migration/table';
 import { FAILURE } from '../../src/core/failure-types';
 
 function captureTables({ plan }: MigrationContext) {

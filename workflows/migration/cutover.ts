@@ -1,0 +1,241 @@
+/**
+ * The cutover of an online migration, once every table is copied, validated, indexed and caught
+ * up, its foreign keys are in place and the cutover is approved:
+ *
+ *   freeze      flip the freeze state installed with capture: every new write to a migrated
+ *               table is refused from this moment (no lock, so no race with writers);
+ *   writers     wait until the write transactions begun before the flip have ended — their
+ *               changes must be in the log before the drain — naming them while they block;
+ *               after cutover.maxWait, cutover.onBlocked decides: roll back, end them, or wait.
+ *               The tables keep syncing all the while, so no backlog piles up;
+ *   drain       the tables stop; the last changes are applied and the changed rows compared,
+ *               every table at once: work that grows with the rows changed, not the table;
+ *   sequences   the source's positions, and foreign keys that could not be added earlier;
+ *   no return   the target is authoritative; nothing after this can fail the migration:
+ *               capture and (afterwards: unfreeze) the freeze are removed where locks allow,
+ *               the rest in the background, reported as warnings.
+ *
+ * The write outage runs from the flip to the point of no return.
+ */
+import { ApplicationFailure, CancellationScope, ChildWorkflowHandle } from '@temporalio/workflow';
+import { innermostApplicationFailure } from '../../src/core/failures';
+import { copyTableOf, TablePlan } from '../../src/core/plan';
+import { Blocker, CutoverReport } from '../../src/core/status';
+import { runBounded } from './bounded';
+import { cleanUpInBackground } from '../cleanup';
+import type { CaptureStream } from './capture-stream';
+import { MigrationContext } from './context';
+import { finishSyncSignal } from '../definitions';
+import { SLICE_MS, SYNC_BATCH_KEYS, tableMigrationWorkflow } from './table';
+import { FAILURE } from '../../src/core/failure-types';
+import { flags } from '../patches';
+
+/**
+ * How long one wait for writers runs before it reports who still blocks: soon at first, then —
+ * while the same sessions block — longer, so a long wait (onBlocked: wait) adds little history.
+ */
+const WRITERS_FIRST_SLICE_MS = 5_000;
+const WRITERS_LONGEST_SLICE_MS = 60_000;
+
+export interface CutoverInput {
+  ctx: MigrationContext;
+  tables: ChildWorkflowHandle<typeof tableMigrationWorkflow>[];
+  /** Foreign keys added NOT VALID only now (the target cannot apply as a replica before). */
+  foreignKeysAfterDrain: boolean;
+  /** Foreign keys whose validation waits until after the point of no return. */
+  unvalidatedForeignKeys: { table: TablePlan['target']; name: string }[];
+  /** Logical capture's consumer: the drain waits for it; it is stopped after the drain and awaited past the point of no return. */
+  capture?: CaptureStream;
+}
+
+export async function cutOver(input: CutoverInput): Promise<CutoverReport> {
+  const { ctx } = input;
+  const { id, spec, tracker, saga } = ctx;
+  const { cutoverSteps, steps } = ctx.acts;
+  tracker.step('cutover');
+  tracker.setPhase('CUTTING_OVER', spec.cutover!.approval === 'auto' ? 'approved automatically' : 'approved');
+  tracker.event('CutoverStarted');
+  saga.push('openSource', () => cutoverSteps.setFreeze({ migrationId: id, source: spec.source, state: 'open' }));
+  const { at: frozenAt } = await cutoverSteps.setFreeze({ migrationId: id, source: spec.source, state: 'frozen' });
+  // A consumer that fails from here on could never confirm what the writers still commit.
+  const capture = input.capture;
+  const watched = capture && flags.deadConsumerEndsCutover ? <T>(work: () => Promise<T>) => capture.unlessFailed(work) : <T>(work: () => Promise<T>) => work();
+  await watched(() => awaitWriters(ctx, frozenAt));
+  // The writers are done; their changes reach the logs once the consumer is past this moment.
+  if (capture) await watched(() => cutoverSteps.awaitCaptured({ migrationId: id, source: spec.source }));
+
+  await Promise.all(input.tables.map((table) => table.signal(finishSyncSignal)));
+  await Promise.all(input.tables.map((t) => t.result()));
+  const dirtyRowsChecked = await drainAndCheck(ctx);
+  // The consumer's work is done (the drain had all it captured). Its activity hears of the stop
+  // at its next heartbeat, up to the worker's 2 s heartbeat throttle later: that wait stays out
+  // of the write outage, awaited past the point of no return (executions begun before the patch
+  // awaited it here, and replay so).
+  const consumerStopped = input.capture?.stop();
+  if (input.capture && !flags.consumerStopOutsideOutage) await consumerStopped;
+  const unvalidated = [...input.unvalidatedForeignKeys];
+  if (input.foreignKeysAfterDrain) {
+    // NOT VALID: no scan inside the outage; validated after the point of no return.
+    const added = await steps.addForeignKeys({ source: spec.source, target: spec.target, tables: ctx.plan.tables });
+    for (const fk of added.skipped) tracker.warnings.push(`foreign key ${fk} not created: the referenced table is not on the target`);
+    unvalidated.push(...added.foreignKeys);
+  }
+  await steps.finishTarget({ migrationId: id, source: spec.source, target: spec.target, tables: ctx.plan.tables });
+
+  // Point of no return: the target is authoritative.
+  saga.clear();
+  const writeOutageMs = Math.max(0, Date.now() - Date.parse(frozenAt));
+  const afterwards = spec.cutover!.afterwards;
+  tracker.completeTables();
+  tracker.event('CutoverCompleted', undefined, { writeOutageMs, dirtyRowsChecked, afterwards });
+  // Before capture is released: a consumer still streaming would fail on its dropped slot.
+  await consumerStopped;
+  tracker.step('afterwards');
+  await CancellationScope.nonCancellable(() => afterPointOfNoReturn(ctx, unvalidated));
+  return { frozenAt, writeOutageMs, dirtyRowsChecked, afterwards };
+}
+
+/** Waits for the write transactions begun before the freeze, as cutover.onBlocked says. */
+async function awaitWriters(ctx: MigrationContext, frozenAt: string): Promise<void> {
+  const { id, spec, tracker } = ctx;
+  const { cutoverSteps } = ctx.acts;
+  const { maxWaitMs, onBlocked } = spec.cutover!;
+  const deadline = Date.now() + maxWaitMs;
+  const tables = ctx.plan.tables.map((t) => t.source);
+  let reported = '';
+  let waitingFor: Blocker[] = [];
+  let sliceMs = WRITERS_FIRST_SLICE_MS;
+  for (;;) {
+    const terminate = onBlocked === 'terminate' && Date.now() >= deadline;
+    // Never past the deadline, where onBlocked acts.
+    const untilDeadline = deadline - Date.now();
+    const { blockers, terminated } = await cutoverSteps.awaitWriters({
+      migrationId: id,
+      source: spec.source,
+      tables,
+      frozenAt,
+      sliceMs: untilDeadline > 0 && onBlocked !== 'wait' ? Math.min(sliceMs, untilDeadline) : sliceMs,
+      terminate,
+    });
+    tracker.setBlockers(blockers);
+    const seen = blockerSet(blockers);
+    if (terminated.length > 0) {
+      const ended = [...waitingFor, ...blockers].filter((b, i, all) => terminated.includes(b.pid) && all.findIndex((x) => x.pid === b.pid) === i);
+      tracker.event('CutoverBlocked', undefined, { blockers: ended, terminated });
+    } else if (seen && seen !== reported) tracker.event('CutoverBlocked', undefined, { blockers });
+    sliceMs = seen === reported ? Math.min(WRITERS_LONGEST_SLICE_MS, sliceMs * 2) : WRITERS_FIRST_SLICE_MS;
+    reported = seen;
+    if (blockers.length > 0) waitingFor = blockers;
+    if (blockers.length === 0) return;
+    // A prepared transaction has no session to end: terminating cannot get past it.
+    const unterminable = blockers.filter((b) => b.pid === 0);
+    if (terminate && unterminable.length > 0 && flags.unterminableBlockersRollBack) {
+      tracker.event('CutoverBlocked', undefined, { blockers: unterminable, terminated, outcome: 'rollback: a prepared transaction cannot be terminated' });
+      throw ApplicationFailure.nonRetryable(
+        `the cutover waited ${Math.round(maxWaitMs / 1000)}s for write transactions begun before the freeze and cannot terminate ${describe(unterminable)}: ` +
+          'a prepared transaction has no session to end; rolled back (COMMIT PREPARED or ROLLBACK PREPARED it first)',
+        FAILURE.CutoverBlocked,
+      );
+    }
+    if (Date.now() >= deadline && onBlocked === 'rollback') {
+      throw ApplicationFailure.nonRetryable(
+        `the cutover waited ${Math.round(maxWaitMs / 1000)}s for write transactions begun before the freeze: ${describe(blockers)}; ` +
+          'rolled back (end them first, or set cutover.onBlocked: terminate or a longer cutover.maxWait)',
+        FAILURE.CutoverBlocked,
+      );
+    }
+  }
+}
+
+function blockerSet(blockers: Blocker[]): string {
+  return blockers
+    .map((b) => b.pid)
+    .sort((a, b) => a - b)
+    .join(',');
+}
+
+function describe(blockers: Blocker[]): string {
+  return blockers.map((b) => `pid ${b.pid} (${b.applicationName || 'no application name'}, user ${b.user}, open ${b.xactAgeSeconds}s)`).join(', ');
+}
+
+/** The source is frozen and its writers are done: the logs can only shrink. */
+async function drainAndCheck(ctx: MigrationContext): Promise<number> {
+  const { id, spec, plan, tracker } = ctx;
+  const { drain } = ctx.acts;
+  let checked = 0;
+  await runBounded(plan.tables, plan.tables.length, async (table) => {
+    const copyTable = copyTableOf(table);
+    const ref = { migrationId: id, source: spec.source, target: spec.target, table: copyTable };
+    const drainAll = async () => {
+      for (;;) {
+        const r = await drain
+          .syncChanges({
+            ...ref,
+            fence: Date.now(),
+            sliceMs: SLICE_MS,
+            batchKeys: SYNC_BATCH_KEYS,
+            recordDirty: spec.validation !== 'none',
+            returnWhenCaughtUp: true,
+            ...(spec.parallelism.apply > 1 ? { lanes: spec.parallelism.apply } : {}),
+          })
+          .catch((err: unknown) => {
+            // The drain checks capture too: changes it never logged must not pass the cutover.
+            const failure = innermostApplicationFailure(err);
+            if (failure?.type === FAILURE.CaptureLost && flags.captureLostEvent) {
+              tracker.event('CaptureLost', tracker.tables[table.index].source, { message: failure.message });
+            }
+            throw err;
+          });
+        if (r.caughtUp && r.pending === 0) return;
+      }
+    };
+    await drainAll();
+    if (spec.validation === 'none') return;
+    let check = await drain.checkDirtyKeys(ref);
+    if (check.mismatched > 0) {
+      await drainAll();
+      check = await drain.checkDirtyKeys(ref);
+    }
+    checked += check.checked;
+    if (check.mismatched > 0 || check.remaining > 0) {
+      tracker.event('ConsistencyBreach', tracker.tables[table.index].source, { mismatched: check.mismatched, remaining: check.remaining });
+      throw ApplicationFailure.nonRetryable(
+        `${tracker.tables[table.index].source}: ${check.mismatched || check.remaining} changed row(s) still differ after the final drain`,
+        FAILURE.ConsistencyBreach,
+      );
+    }
+  });
+  return checked;
+}
+
+/**
+ * Past the point of no return nothing may fail the migration: the freeze state first (no lock),
+ * then capture and, for afterwards: unfreeze, the freeze triggers where their table's lock is
+ * free; foreign keys left unvalidated are validated now. Leftovers become warnings and a
+ * background cleanup.
+ */
+async function afterPointOfNoReturn(ctx: MigrationContext, unvalidatedForeignKeys: CutoverInput['unvalidatedForeignKeys']): Promise<void> {
+  const { id, spec, tracker } = ctx;
+  const { release } = ctx.acts;
+  const source = { migrationId: id, source: spec.source };
+  const unfreeze = spec.cutover!.afterwards === 'unfreeze';
+  const pending: string[] = [];
+  const attempt = async (what: string, step: () => Promise<{ pending?: string[] } | unknown>) => {
+    try {
+      const result = (await step()) as { pending?: string[] } | undefined;
+      pending.push(...(result?.pending ?? []));
+    } catch {
+      pending.push(what);
+    }
+  };
+  await attempt('the freeze state', () => release.setFreeze({ ...source, state: unfreeze ? 'released' : 'moved' }));
+  await attempt('change capture', () => release.releaseSource({ ...source, freeze: unfreeze ? 'remove' : 'keep' }));
+  for (const fk of unvalidatedForeignKeys) {
+    try {
+      await release.validateForeignKey({ target: spec.target, foreignKey: fk });
+    } catch {
+      tracker.warnings.push(`foreign key ${fk.name} on ${fk.table.schema}.${fk.table.name} is in place but NOT VALID: validate it with ALTER TABLE … VALIDATE CONSTRAINT`);
+    }
+  }
+  if (pending.length > 0) tracker.warnings.push(await cleanUpInBackground({ migrationId: id, source: spec.source, freeze: unfreeze ? 'remove' : 'keep' }, pending));
+}
