@@ -5,7 +5,8 @@
 import { ApplicationFailure } from '@temporalio/common';
 import { PoolClient } from 'pg';
 import { autoChunkCount, EXACT_PLAN_ROWS, pickBoundaries, rangesFromBoundaries, samplePercent, VALIDATION_UNIT_ROWS, validationUnits } from '../src/core/chunks';
-import { ColumnInfo, estimateRows, readTables, readUserTypes, TableInfo, typeExists } from '../src/db/catalog';
+import { ColumnInfo, estimateRows, listTables, readTables, readUserTypes, TableInfo, typeExists } from '../src/db/catalog';
+import { chooseTables } from '../src/core/table-patterns';
 import { refusal, sqlState } from '../src/db/errors';
 import { readPartitions, targetPartitionName } from '../src/db/partitions';
 import { keyAsText, keyFromRow, keyOrder, KeyShape } from '../src/db/ranges';
@@ -14,7 +15,7 @@ import { describeAction, onlineRefusal, readTargetActions, TargetRole } from '..
 import { CapturePlan, KeyColumn, MigrationPlan, TablePlan } from '../src/core/plan';
 import { resolveCapture } from '../src/core/capture-mode';
 import { logicalCaptureProblems } from '../src/db/logical-check';
-import { Spec, TableSpec } from '../src/core/spec';
+import { MAX_TABLES, Spec, TableSpec } from '../src/core/spec';
 import { ActivityDeps } from './deps';
 import { FAILURE, failureTypeOf } from '../src/core/failure-types';
 import { assertColumnsFit } from '../src/db/column-fit';
@@ -70,18 +71,20 @@ async function planMigration(source: PoolClient, target: PoolClient, spec: Spec)
   const tables: TablePlan[] = [];
   const claimed = new RelationNames(target);
   // Every table's catalog in a few statements on each side (readTables), then checked in order.
-  const [sourceInfos, targetInfos] = await Promise.all([readTables(source, spec.tables.map((t) => t.source)), readTables(target, spec.tables.map((t) => t.target))]);
-  for (const [index, table] of spec.tables.entries()) {
+  const chosen = await chosenTables(source, spec);
+  const [sourceInfos, targetInfos] = await Promise.all([readTables(source, chosen.map((t) => t.source)), readTables(target, chosen.map((t) => t.target))]);
+  for (const [index, table] of chosen.entries()) {
+    const field = table.field ?? `tables[${index}]`;
     if (sameDatabase && sameName(table.source, table.target)) {
       throw refusal(
         FAILURE.SameTable,
-        `tables[${index}]: ${displayQualified(table.source)}: source and target are the same table in the same database; give it a different target name or connection`,
+        `${field}: ${displayQualified(table.source)}: source and target are the same table in the same database; give it a different target name or connection`,
       );
     }
     try {
       tables.push(await planTable(source, target, spec, table, index, role, claimed, { source: sourceInfos[index], target: targetInfos[index] }));
     } catch (err) {
-      throw atField(err, `tables[${index}]`);
+      throw atField(err, field);
     }
   }
   const capture = spec.mode === 'online' ? await planCapture(source, spec, tables) : undefined;
@@ -92,6 +95,35 @@ async function planMigration(source: PoolClient, target: PoolClient, spec: Spec)
     targetReplicaRole: role.replica,
     ...(capture ? { capture } : {}),
   };
+}
+
+/**
+ * The tables to move: those the spec names, then those its patterns choose among the source's
+ * tables (src/core/table-patterns.ts), by schema and name, each under its own name on the target.
+ * A table the spec names is never chosen again by a pattern: its entry (target, chunks) wins.
+ */
+async function chosenTables(source: PoolClient, spec: Spec): Promise<TableSpec[]> {
+  const { selection } = spec;
+  if (!selection) return spec.tables;
+  const named = new Set(spec.tables.map((t) => displayQualified(t.source)));
+  const candidates = (await listTables(source)).filter((t) => !named.has(displayQualified(t)));
+  const chosen = chooseTables(
+    candidates,
+    selection.include.map((i) => i.pattern),
+    selection.exclude,
+  ).map(({ table, pattern }) => ({ source: table, target: table, field: `${selection.include.find((i) => i.pattern === pattern)!.field} (${pattern.text} chose ${displayQualified(table)})` }));
+  const tables = [...spec.tables, ...chosen];
+  const patterns = selection.include.map((i) => i.pattern.text).join(', ');
+  if (tables.length === 0) {
+    throw refusal(FAILURE.MissingTable, `tables: ${patterns} chose no table of the source${selection.exclude.length ? ' (after exclude)' : ''}; check the patterns against the source's schemas`);
+  }
+  if (tables.length > MAX_TABLES) {
+    throw refusal(
+      FAILURE.Refused,
+      `tables: ${patterns} chose ${tables.length} tables; one migration moves at most ${MAX_TABLES} today: split it into several specs (by schema, or with exclude:)`,
+    );
+  }
+  return tables;
 }
 
 /** The spec's capture against what the source allows (docs/architecture.md §6). */

@@ -186,6 +186,10 @@ async function validateCommand(specPath: string, opts: { connect?: boolean; json
 /** What preflight planned, a line a table (and its notes), for `ferry validate --connect`. */
 function preflightText(spec: Spec, plan: MigrationPlan): string {
   const lines = [`preflight ok: ${spec.source} (${plan.sourceServer}) → ${spec.target} (${plan.targetServer})`];
+  if (spec.selection) {
+    const excluded = spec.selection.exclude.length ? `, not ${spec.selection.exclude.map((p) => p.text).join(', ')}` : '';
+    lines.push(`  ${plan.tables.length} table(s): ${spec.tables.length} named, the rest chosen by ${spec.selection.include.map((i) => i.pattern.text).join(', ')}${excluded}`);
+  }
   for (const t of plan.tables) {
     lines.push(
       `  ${displayQualified(t.source)} → ${displayQualified(t.target)}: ~${t.rowsEstimated} rows, ${t.chunks.length} chunk(s), key (${t.keyColumns.map((k) => k.name).join(', ')}), ${t.copyFormat} COPY${t.targetExisted ? ', target exists' : ''}`,

@@ -230,7 +230,7 @@ export class FerryClient {
         { key: FerryTargetKey, value: spec.target },
       ]),
       memo: { source: spec.source, target: spec.target, mode: spec.mode, spec: input },
-      staticSummary: `Ferry ${spec.mode} migration ${spec.source} → ${spec.target}: ${spec.tables.length} table(s)`,
+      staticSummary: `Ferry ${spec.mode} migration ${spec.source} → ${spec.target}: ${spec.selection ? `tables by pattern (${spec.selection.include.map((i) => i.pattern.text).join(', ')})` : `${spec.tables.length} table(s)`}`,
       staticDetails: migrationStaticDetails(id, spec),
     };
   }

@@ -179,7 +179,11 @@ export function endingMessage(s: StatusDocument, ending: Ending): string {
 export function migrationStaticDetails(id: string, spec: Spec, shown = 10): string {
   const q = (t: { schema: string; name: string }) => `${t.schema}.${t.name}`;
   const tables = spec.tables.map((t) => (q(t.source) === q(t.target) ? q(t.source) : `${q(t.source)} → ${q(t.target)}`));
-  const lines = [`**${spec.mode}** migration of ${tables.length} table(s) from connection \`${spec.source}\` to \`${spec.target}\``, ''];
+  // Patterns: what they choose is known after preflight (the plan, `ferry status`).
+  for (const { pattern } of spec.selection?.include ?? []) tables.push(`${pattern.text} (pattern)`);
+  for (const pattern of spec.selection?.exclude ?? []) tables.push(`not ${pattern.text} (exclude)`);
+  const what = spec.selection ? 'tables chosen by pattern' : `${tables.length} table(s)`;
+  const lines = [`**${spec.mode}** migration of ${what} from connection \`${spec.source}\` to \`${spec.target}\``, ''];
   lines.push(...tables.slice(0, shown).map((t) => `- ${t}`));
   if (tables.length > shown) lines.push(`- … and ${tables.length - shown} more`);
   lines.push('', `Follow it: \`ferry watch ${id}\` · \`ferry status ${id}\` · stop it: \`ferry cancel ${id}\``);

@@ -9,7 +9,7 @@ export interface QualifiedName {
   name: string;
 }
 
-const MAX_IDENTIFIER_BYTES = 63;
+export const MAX_IDENTIFIER_BYTES = 63;
 
 export function quoteIdent(identifier: string): string {
   if (identifier.includes('\u0000')) throw new Error('identifier contains a NUL character');

@@ -7,6 +7,7 @@
 import { z } from 'zod';
 import { parseDuration } from './duration';
 import { displayQualified, parseQualifiedName, QualifiedName, sameName } from './identifiers';
+import { isPattern, parseTablePattern } from './table-patterns';
 import { BATCH_ROWS, CALLBACK_SECRET_NAME, CHUNKS, MAX_APPLY_LANES, MAX_METADATA_BYTES, MAX_TABLES, PARALLELISM } from './spec-limits';
 
 const connectionName = z
@@ -60,8 +61,19 @@ export const callbackSchema = z
   .optional()
   .describe('result callback, sent for every outcome');
 
+/** schema.table, or a pattern (`public.*`, `billing.invoice_*`, `*.*`, `all`). */
+const nameOrPattern = z.string().superRefine((text, ctx) => {
+  const parsed = isPattern(text) ? parseTablePattern(text) : parseQualifiedName(text);
+  if (typeof parsed === 'string') ctx.addIssue({ code: 'custom', message: parsed });
+});
+
+const pattern = z.string().superRefine((text, ctx) => {
+  const parsed = parseTablePattern(text);
+  if (typeof parsed === 'string') ctx.addIssue({ code: 'custom', message: parsed });
+});
+
 const tableEntry = z.union([
-  qualifiedName,
+  nameOrPattern,
   z.strictObject({
     name: qualifiedName.describe('source table, schema-qualified (quoted identifiers allowed: app."Order Lines")'),
     target: qualifiedName.optional().describe('target table; default: the same name'),
@@ -82,10 +94,11 @@ export const specSchema = z
     target: connectionName.describe('connection name of the target database'),
     mode: z.enum(['full', 'online']).default('full').describe('full: the source is quiet; online: it keeps taking writes'),
     tables: z
-      .array(tableEntry)
-      .min(1)
-      .max(MAX_TABLES)
-      .describe('"schema.table", or {name, target?, chunks?}'),
+      .union([z.literal('all'), z.array(tableEntry).min(1).max(MAX_TABLES)])
+      .describe(
+        'all, or a list of "schema.table", patterns ("public.*", "billing.invoice_*", "*.*": * and ? in either part; system schemas and _ferry* never chosen) and {name, target?, chunks?} (overrides what a pattern chose for that table)',
+      ),
+    exclude: z.array(pattern).min(1).max(MAX_TABLES).optional().describe('patterns of tables the tables: patterns must not choose'),
     truncate: z.boolean().default(false).describe('allow a non-empty existing target table to be replaced'),
     batchRows: int(BATCH_ROWS.min, BATCH_ROWS.max)
       .optional()
@@ -163,9 +176,17 @@ export const specSchema = z
         });
       }
     }
+    const entries = spec.tables === 'all' ? [] : spec.tables;
+    if (spec.exclude !== undefined && spec.tables !== 'all' && !entries.some((e) => typeof e === 'string' && isPattern(e))) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['exclude'],
+        message: 'takes tables out of what tables: patterns choose, and tables: names no pattern; remove exclude, or choose tables with a pattern (public.*, all)',
+      });
+    }
     const seenSources = new Map<string, number>();
     const seenTargets = new Map<string, number>();
-    spec.tables.forEach((entry, index) => {
+    entries.forEach((entry, index) => {
       const names = entryNames(entry);
       if (!names) return;
       const sourceKey = displayQualified(names.source);
@@ -216,7 +237,8 @@ function jsonBytes(value: unknown): number | undefined {
   }
 }
 
-export function entryNames(entry: ParsedSpec['tables'][number]): { source: QualifiedName; target: QualifiedName } | undefined {
+export function entryNames(entry: Exclude<ParsedSpec['tables'], 'all'>[number]): { source: QualifiedName; target: QualifiedName } | undefined {
+  if (typeof entry === 'string' && isPattern(entry)) return undefined;
   const sourceText = typeof entry === 'string' ? entry : entry.name;
   const targetText = typeof entry === 'string' ? entry : (entry.target ?? entry.name);
   const source = parseQualifiedName(sourceText);

@@ -9,6 +9,7 @@ import type { z } from 'zod';
 import { SpecError, SpecProblem } from './errors';
 import { parseDuration } from './duration';
 import { QualifiedName } from './identifiers';
+import { isPattern, parseTablePattern, TablePattern } from './table-patterns';
 
 import { BATCH_ROWS, PARALLELISM } from './spec-limits';
 
@@ -23,6 +24,17 @@ export interface TableSpec {
   source: QualifiedName;
   target: QualifiedName;
   chunks?: number;
+  /**
+   * The spec field that named it (`tables[3]`), given when the spec has patterns too: its place
+   * among the tables then differs from its place in the spec.
+   */
+  field?: string;
+}
+
+/** What a spec's patterns choose (src/core/table-patterns.ts); preflight lists the source's tables against them. */
+export interface TableSelection {
+  include: { field: string; pattern: TablePattern }[];
+  exclude: TablePattern[];
 }
 
 export interface CutoverSpec {
@@ -41,7 +53,10 @@ export interface Spec {
   source: string;
   target: string;
   mode: 'full' | 'online';
+  /** The tables the spec names; with `selection`, those its patterns choose come after them. */
   tables: TableSpec[];
+  /** The spec's patterns (`all`, `public.*`) and `exclude:`; absent when it names every table. */
+  selection?: TableSelection;
   truncate: boolean;
   /** Rows per copy batch; absent: sized by bytes (src/core/batch-size.ts). */
   batchRows?: number;
@@ -84,7 +99,7 @@ function flatten(issues: readonly Issue[], prefix: PropertyKey[] = []): { path: 
   return issues.flatMap((issue) => {
     const path = [...prefix, ...issue.path];
     if (issue.code === 'invalid_union' && issue.errors.length > 0) {
-      const branches = issue.errors.filter((branch) => !branch.every((i) => i.code === 'invalid_type' && i.path.length === 0));
+      const branches = issue.errors.filter((branch) => !branch.every((i) => (i.code === 'invalid_type' || i.code === 'invalid_value') && i.path.length === 0));
       if (branches.length > 0) return flatten(branches[0], path);
     }
     return [{ path, issue }];
@@ -97,7 +112,14 @@ function problemsOf(error: z.ZodError): SpecProblem[] {
     if (issue.code === 'unrecognized_keys') {
       message = `unknown key${issue.keys.length > 1 ? 's' : ''} ${issue.keys.map((k) => `"${k}"`).join(', ')}; see schema/ferry-spec.schema.json for the fields a spec may have`;
     }
-    if (issue.code === 'invalid_union') message = 'must be "schema.table" or { name: "schema.table", target?, chunks? }';
+    const missing = issue.code === 'invalid_union' && issue.errors.some((branch) => branch.some((i) => i.code === 'invalid_type' && i.message === 'is required'));
+    if (missing) message = 'is required';
+    else if (issue.code === 'invalid_union') {
+      message =
+        path.length === 1
+          ? 'must be all, or a list of "schema.table", patterns such as "public.*" and { name: "schema.table", target?, chunks? }'
+          : 'must be "schema.table", a pattern such as "public.*", or { name: "schema.table", target?, chunks? }';
+    }
     if (issue.code === 'invalid_type' && path.length === 0) {
       message = `${issue.message}; a spec is a mapping with source, target and tables (see schema/ferry-spec.schema.json)`;
     }
@@ -116,10 +138,7 @@ export function parseSpec(input: unknown): Spec {
     source: s.source,
     target: s.target,
     mode: s.mode,
-    tables: s.tables.map((entry) => {
-      const names = entryNames(entry)!;
-      return typeof entry === 'string' || entry.chunks === undefined ? names : { ...names, chunks: entry.chunks };
-    }),
+    ...tablesOf(s.tables, s.exclude, entryNames),
     truncate: s.truncate,
     batchRows: s.batchRows,
     validation: s.validation,
@@ -140,6 +159,31 @@ export function parseSpec(input: unknown): Spec {
     callback: s.callback,
     metadata: s.metadata,
   };
+}
+
+type ParsedTables = z.output<typeof import('./spec-schema').specSchema>['tables'];
+
+/** The spec's tables: those it names, in its order, and its patterns, if it has any. */
+function tablesOf(
+  parsed: ParsedTables,
+  exclude: string[] | undefined,
+  entryNames: typeof import('./spec-schema').entryNames,
+): { tables: TableSpec[]; selection?: TableSelection } {
+  const entries = parsed === 'all' ? ['all'] : parsed;
+  const patterned = entries.some((e) => typeof e === 'string' && isPattern(e));
+  const tables: TableSpec[] = [];
+  const include: TableSelection['include'] = [];
+  entries.forEach((entry, index) => {
+    const field = parsed === 'all' ? 'tables' : `tables[${index}]`;
+    if (typeof entry === 'string' && isPattern(entry)) {
+      include.push({ field, pattern: parseTablePattern(entry) as TablePattern });
+      return;
+    }
+    const names = entryNames(entry)!;
+    tables.push({ ...names, ...(typeof entry !== 'string' && entry.chunks !== undefined ? { chunks: entry.chunks } : {}), ...(patterned ? { field } : {}) });
+  });
+  if (!patterned) return { tables };
+  return { tables, selection: { include, exclude: (exclude ?? []).map((text) => parseTablePattern(text) as TablePattern) } };
 }
 
 /** The JSON Schema published for non-TypeScript callers (schema/ferry-spec.schema.json). */

@@ -408,3 +408,22 @@ export async function withCatalogKeyTypes<T extends { source: QualifiedName; key
   });
   return { ...table, keyColumns };
 }
+
+/**
+ * Every table a pattern may choose, ordered by schema and name: ordinary and partitioned tables
+ * that are not a partition (a partitioned table moves with its partitions), not temporary, not an
+ * extension's own, outside PostgreSQL's and Ferry's schemas — one statement for any number.
+ */
+export async function listTables(db: ClientBase): Promise<QualifiedName[]> {
+  const { rows } = await db.query<{ schema: string; name: string }>(
+    `SELECT n.nspname AS schema, c.relname AS name
+       FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+      WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition AND c.relpersistence <> 't'
+        AND n.nspname NOT LIKE 'pg\\_%' AND n.nspname <> 'information_schema' AND n.nspname NOT LIKE '\\_ferry%'
+        AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+                         WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e')
+      ORDER BY n.nspname COLLATE "C", c.relname COLLATE "C"`,
+  );
+  return rows;
+}
+

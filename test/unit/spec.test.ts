@@ -5,16 +5,9 @@ import { Client } from '@temporalio/client';
 import { FerryClient } from '../../src/client';
 import { decodeSpecText } from '../../src/spec-file';
 import { withSpecReference } from '../../src/spec-reference';
+import { specProblems } from '../helpers/spec-problems';
 
-function problems(input: unknown): string[] {
-  try {
-    parseSpec(input);
-  } catch (err) {
-    if (err instanceof SpecError) return err.problems.map((p) => `${p.path}: ${p.message}`);
-    throw err;
-  }
-  throw new Error('spec was accepted');
-}
+const problems = specProblems;
 
 const minimal = { source: 'legacy', target: 'v2', tables: ['public.orders'] };
 

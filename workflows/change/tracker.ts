@@ -3,8 +3,7 @@
  * machine per step with every move recorded, the event log (capped), and the status document
  * built from them. Search attributes follow state and phase, upserted only when they change.
  */
-import { changeDetails, detailsOrFault } from '../../src/core/details';
-import { setCurrentDetails } from '@temporalio/workflow';
+import { changeDetails } from '../../src/core/details';
 import { ChangeStep, stepLabel } from '../../src/core/change-plan';
 import {
   ChangeEvent,
@@ -143,9 +142,7 @@ export class ChangeTracker extends TrackerBase<ChangeEvent> {
 
   publish(): void {
     this.upsertStatePhase(this.state.state, this.phase.state);
-    // A fault in rendering them is shown in their place, as a migration's: details are for
-    // people, and must not fail the workflow task that carries the plan on.
-    setCurrentDetails(detailsOrFault(() => changeDetails(this.document())));
+    this.renderDetails(() => changeDetails(this.document()));
   }
 
   document(): ChangeStatusDocument {

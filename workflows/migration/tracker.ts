@@ -2,8 +2,7 @@
  * The parent workflow's view of a migration: its two state machines, per-table progress, the
  * event log (capped, so history stays small) and the status document built from them.
  */
-import { setCurrentDetails } from '@temporalio/workflow';
-import { detailsOrFault, migrationDetails } from '../../src/core/details';
+import { migrationDetails } from '../../src/core/details';
 import { displayQualified } from '../../src/core/identifiers';
 import { TablePlan } from '../../src/core/plan';
 import { migrationStateMachine, MigrationState, Phase, phaseMachine, StateMachine } from '../../src/core/state-machine';
@@ -101,24 +100,7 @@ export class Tracker extends TrackerBase<MigrationEvent> {
   /** Search attributes and the Web UI's current details follow every change. */
   private publish(): void {
     this.upsertStatePhase(this.migration.state, this.phase.state, !this.upsertOnlyOnChange);
-    this.renderDetails();
-  }
-
-  private detailsQueued = false;
-
-  /**
-   * The Web UI's current details, rendered once per activation however many changes it brought:
-   * they hold a row for every table, and rendering them on each progress report cost a run of
-   * 500 tables about 2 s of the worker's CPU. The workflow thread runs an activation's
-   * microtasks before it completes, and details are no command, so replay is unaffected.
-   */
-  private renderDetails(): void {
-    if (this.detailsQueued) return;
-    this.detailsQueued = true;
-    void Promise.resolve().then(() => {
-      this.detailsQueued = false;
-      setCurrentDetails(detailsOrFault(() => migrationDetails(this.document(), this.blockers)));
-    });
+    this.renderDetails(() => migrationDetails(this.document(), this.blockers));
   }
 
   document(): StatusDocument {
