@@ -273,7 +273,7 @@ class ChangeRun {
     }
   }
 
-  /** The step by its kind's operation (workflows/change-ops/), its undo registered before or after it as the operation says. */
+  /** The step by its kind's operation (workflows/change/ops/), its undo registered before or after it as the operation says. */
   private async apply(plan: ChangePlan, step: ChangeStep, decision: StepDecision, place?: BackfillPlace): Promise<void> {
     const op = operationOf(step);
     if (op.undoRegistered === 'before') this.pushUndo(plan, step, decision);
@@ -304,7 +304,7 @@ class ChangeRun {
     };
   }
 
-  /** A lock-bound statement of a step, retried while its lock is busy (workflows/change-proxies.ts). */
+  /** A lock-bound statement of a step, retried while its lock is busy (workflows/change/lock-retry.ts). */
   private whileLockBusy<T>(step: ChangeStep, maxWaitMs: number, attempt: () => Promise<T>): Promise<T> {
     return retryWhileLockBusy(
       {

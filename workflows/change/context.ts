@@ -1,7 +1,7 @@
 /**
  * What a change plan's run shares with the code that runs its steps: ChangeContext for the
- * helpers that drive a backfill or a rewrite (workflows/change-backfill.ts, change-rewrite.ts),
- * StepRun for the step operations (workflows/change-ops/). Kept apart from workflows/change.ts so
+ * helpers that drive a backfill or a rewrite (workflows/change/backfill.ts, rewrite.ts),
+ * StepRun for the step operations (workflows/change/ops/). Kept apart from workflows/change/change.ts so
  * that those modules do not import the workflow that imports them.
  */
 import type { ChangePreflightResult } from '../../activities/change-preflight';
@@ -41,7 +41,7 @@ export interface StepRun {
   ref: { changeId: string; runId: string; database: string };
   tracker: ChangeTracker;
   acts: ChangeActivities;
-  /** A lock-bound statement of the step, retried while its lock is busy (workflows/change-proxies.ts). */
+  /** A lock-bound statement of the step, retried while its lock is busy (workflows/change/lock-retry.ts). */
   whileLockBusy<T>(step: ChangeStep, maxWaitMs: number, attempt: () => Promise<T>): Promise<T>;
   /** For the steps that run helpers (backfill, rewrite). */
   context(): ChangeContext;
@@ -50,7 +50,7 @@ export interface StepRun {
 /** A completed step's undo, as a plan rollback runs it: an action, or a warning that nothing is undone. */
 export type UndoAction = { run: () => Promise<unknown> } | { warning: string };
 
-/** A step kind as an operation (workflows/change-ops/): how it runs, is undone and cleaned up after a failure. */
+/** A step kind as an operation (workflows/change/ops/): how it runs, is undone and cleaned up after a failure. */
 export interface StepOperation<S extends ChangeStep = ChangeStep> {
   /** Before: a step whose completion can be lost after it changed something (an index build, a backfill). */
   undoRegistered: 'before' | 'after';

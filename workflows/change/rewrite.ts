@@ -3,7 +3,7 @@
  * copy through the expressions → the shadow's foreign keys validated → sync → validation →
  * approval → swap (retried while its lock is busy) → the referencing foreign keys validated,
  * capture removed → the old table kept for keepOld by a helper workflow of its own
- * (workflows/rewrite-retire.ts: `ferry revert` within it, then the drop). Until
+ * (workflows/change/rewrite-retire.ts: `ferry revert` within it, then the drop). Until
  * the swap commits, any failure or cancel undoes what was built (capture, shadow) and leaves the
  * original as it was.
  */

@@ -3,7 +3,7 @@
  *   prepareTarget → installCapture (change logs, triggers and the freeze, inactive, before any
  *   row is copied) → every table's workflow copies (parallelism.tables at a time), applies its
  *   change log, validates live, builds its indexes, and keeps syncing → foreign keys → approval
- *   gate → cutover (workflows/cutover.ts).
+ *   gate → cutover (workflows/migration/cutover.ts).
  */
 import { ApplicationFailure, CancellationScope, ChildWorkflowHandle, condition, sleep } from '@temporalio/workflow';
 import { capturesLogically } from '../../src/core/plan';

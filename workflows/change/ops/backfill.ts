@@ -1,5 +1,5 @@
 /**
- * A `backfill` step (workflows/change-backfill.ts): keyset batches in slices, resumable. Its
+ * A `backfill` step (workflows/change/backfill.ts): keyset batches in slices, resumable. Its
  * undo — a warning, as updated rows keep their values — is registered before it runs.
  */
 import { BackfillStep } from '../../../src/core/change-plan';

@@ -1,5 +1,5 @@
 /**
- * A `rewrite` step (workflows/change-rewrite.ts): before its swap it undoes itself; once swapped
+ * A `rewrite` step (workflows/change/rewrite.ts): before its swap it undoes itself; once swapped
  * a plan rollback does not swap back (`ferry revert` is the way back, within keepOld).
  */
 import { RewriteStep } from '../../../src/core/change-plan';
