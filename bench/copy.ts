@@ -14,6 +14,13 @@
  *       index-free load Ferry does, at PostgreSQL's own speed;
  *   (a2) the same as (a') with two pipes at once, each half of the key range: what a second
  *       stream buys on this machine;
+ *   (k2) and (b2): the copy read two ways, in two pipes at once of batches of BATCH_ROWS rows
+ *       each into the keyless table: by key ranges (`id > a AND id <= b`, an index range scan,
+ *       as Ferry's keyset batches read) and by block ranges (`ctid >= '(p,0)' AND ctid <
+ *       '(q,0)'`, a TID range scan, as a table without a key could be read): whether reading by
+ *       blocks is also faster for a keyed table in full mode, where the source is not written;
+ *       the plan of one batch of each is printed (--ranges-only: seeding and these two only;
+ *       --shuffled: the rows stored in no order of their key, as after years of updates);
  *   (a'') ANALYZE of that table, which Ferry also runs after a table's key;
  *   (s) a plain checksum scan of both sides at once (count and sum of row hashes): what
  *       validation must at least cost;
@@ -29,6 +36,7 @@
  * Figures, never assertions.
  *
  * Options: --rows N (default 2000000), --repeat N (3), --pg URL (admin URL), --keep, --no-many,
+ * --ranges-only, --shuffled,
  * --many-parallelism N (8), --temporal-defaults (the dev server with Temporal's own task-queue
  * read rates instead of Ferry's, to see what those cost).
  */
@@ -50,6 +58,12 @@ const ADMIN = arg('--pg', process.env.FERRY_TEST_PG ?? DEFAULT_TEST_PG);
 const KEEP = args.includes('--keep');
 const REPEAT = Number(arg('--repeat', '3'));
 const MANY = !args.includes('--no-many');
+/** Seed, then only (k2) and (b2): the key-range against block-range reading. */
+const RANGES_ONLY = args.includes('--ranges-only');
+/** Rows stored in no order of their key (as after years of updates), not in key order. */
+const SHUFFLED = args.includes('--shuffled');
+/** Rows a batch of (k2) and (b2); block ranges are sized to hold about as many. */
+const BATCH_ROWS = 250_000;
 /** Temporal's defaults (20 reads a second) for what Ferry's dev server changes. */
 const DEV_SERVER = args.includes('--temporal-defaults') ? { dynamicConfig: TEMPORAL_DEFAULT_DYNAMIC_CONFIG } : {};
 /** parallelism.tables of the second Ferry run over many tables (the first runs at the default). */
@@ -166,6 +180,46 @@ function peakRssSince(pid: number): number {
   return peak;
 }
 
+/**
+ * (k2) and (b2): the keyless table loaded in two pipes at once, each a run of batches read by key
+ * range, then by block range, the batches' bounds planned beforehand (as Ferry plans chunks).
+ */
+async function keyAndBlockRanges(
+  dbs: { source: string; raw: string },
+  rawPipe: (source: string) => string,
+  keylessTable: () => Promise<void>,
+): Promise<{ keys: Sample; blocks: Sample }> {
+  const batches = Math.max(2, Math.ceil(ROWS / BATCH_ROWS));
+  const [size] = await sql(url(dbs.source), `SELECT (pg_relation_size('public.bench_rows') / current_setting('block_size')::int)::int AS blocks`);
+  const blocks = Number(size.blocks);
+  const keyRange = (i: number) => `id > ${Math.floor((ROWS * i) / batches)} AND id <= ${Math.floor((ROWS * (i + 1)) / batches)}`;
+  const blockRange = (i: number) =>
+    `ctid >= '(${Math.floor((blocks * i) / batches)},0)'::tid` + (i === batches - 1 ? '' : ` AND ctid < '(${Math.floor((blocks * (i + 1)) / batches)},0)'::tid`);
+  const loaded = async () => {
+    const [a, b] = await Promise.all([sql(url(dbs.source), 'SELECT count(*)::int AS n FROM public.bench_rows'), sql(url(dbs.raw), 'SELECT count(*)::int AS n FROM public.bench_rows')]);
+    if (a[0].n !== b[0].n) throw new Error(`the ranges copied ${b[0].n} rows of ${a[0].n}`);
+  };
+  const twoPipes = (range: (i: number) => string) => async () => {
+    // Pipe one takes the even batches, pipe two the odd ones, each in order.
+    const pipe = (first: number) =>
+      Array.from({ length: batches }, (_, i) => i)
+        .filter((i) => i % 2 === first)
+        .map((i) => `(${rawPipe(`(SELECT * FROM public.bench_rows WHERE ${range(i)})`)})`)
+        .join(' && ');
+    const r = await run('bash', ['-o', 'pipefail', '-c', `(${pipe(0)}) & first=$!; ${pipe(1)}; second=$?; wait $first && exit $second`]);
+    if (r.code !== 0) throw new Error(`copy by ranges failed: ${r.out}`);
+  };
+  for (const [label, range] of [['key', keyRange], ['block', blockRange]] as const) {
+    const [plan] = await sql(url(dbs.source), `EXPLAIN (FORMAT JSON) SELECT * FROM public.bench_rows WHERE ${range(1)}`);
+    process.stdout.write(`  a ${label}-range batch reads by ${(plan['QUERY PLAN'] as { Plan: { 'Node Type': string } }[])[0].Plan['Node Type']}\n`);
+  }
+  const keys = await repeated(keylessTable, twoPipes(keyRange), loaded);
+  process.stdout.write(line(`(k2) two pipes of ${batches} key-range batches in all`, keys));
+  const blocksSample = await repeated(keylessTable, twoPipes(blockRange), loaded);
+  process.stdout.write(line(`(b2) two pipes of ${batches} block-range batches in all`, blocksSample));
+  return { keys, blocks: blocksSample };
+}
+
 async function main(): Promise<void> {
   await ensurePostgres(ADMIN);
   const tag = Date.now().toString(36);
@@ -190,7 +244,7 @@ async function main(): Promise<void> {
     process.stdout.write(`seeding ${ROWS.toLocaleString('en-US')} rows… `);
     await sql(url(dbs.source), `${TABLE_DDL};
       INSERT INTO public.bench_rows SELECT g, g % 100000, 'label ' || g, (g % 1000000) / 100.0, md5(g::text), md5((g * 7)::text),
-             '2020-01-01'::timestamptz + g * interval '1 second' FROM generate_series(1, ${ROWS}) g`);
+             '2020-01-01'::timestamptz + g * interval '1 second' FROM generate_series(1, ${ROWS}) g${SHUFFLED ? ' ORDER BY md5(g::text)' : ''}`);
     await sql(url(dbs.source), 'VACUUM ANALYZE public.bench_rows');
     const [size] = await sql(url(dbs.source), `SELECT pg_size_pretty(pg_table_size('public.bench_rows')) AS s`);
     process.stdout.write(`done (${size.s})\n\n`);
@@ -202,6 +256,12 @@ async function main(): Promise<void> {
       await recreate(dbs.raw);
       await sql(url(dbs.raw), TABLE_DDL.replace(' PRIMARY KEY', ''));
     };
+
+    const ranges = await keyAndBlockRanges(dbs, rawPipe, keylessTable);
+    if (RANGES_ONLY) {
+      process.stdout.write(`\nblock ranges / key ranges (b2 / k2):      ${(ranges.blocks.median / ranges.keys.median).toFixed(2)} × the time\n`);
+      return;
+    }
 
     // (a) raw binary COPY, psql to psql, into a table with its primary key.
     const raw = await repeated(
@@ -382,6 +442,7 @@ async function main(): Promise<void> {
     process.stdout.write(`ferry (validation checksum) / raw COPY:  ${ratio(raw, results.checksum)} × raw throughput\n`);
     process.stdout.write(`two chunks at once / one (ferry, none):  ${(results.none.median / results['none-one-chunk'].median).toFixed(2)} × the time\n`);
     process.stdout.write(`two raw pipes at once / one (a2 / a'):   ${(rawTwoPipes.median / rawIndexFree.median).toFixed(2)} × the time\n`);
+    process.stdout.write(`block ranges / key ranges (b2 / k2):      ${(ranges.blocks.median / ranges.keys.median).toFixed(2)} × the time\n`);
     if (copydb) process.stdout.write(`ferry (validation none) / pgcopydb:      ${ratio(copydb, results.none)} × pgcopydb throughput\n`);
     process.stdout.write(
       `ferry copy phase alone (none):           ${seconds(copyPhase.none)}, ${(raw.median / copyPhase.none).toFixed(2)} × raw throughput ` +
