@@ -4,21 +4,14 @@
  * returns an activity counts its own lines, the activity its own. Code kept only so old histories
  * replay (workflows/legacy, activities/legacy) is exempt: it must stay as it was recorded.
  */
-import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import ts from 'typescript';
+import { ROOT, sourceFiles } from '../helpers/source-files';
 
-const root = join(__dirname, '..', '..');
+const root = ROOT;
 const LIMIT = 60;
 
-function files(dir: string): string[] {
-  return readdirSync(join(root, dir)).flatMap((name) => {
-    const path = join(dir, name);
-    if (name === 'legacy') return [];
-    if (statSync(join(root, path)).isDirectory()) return files(path);
-    return name.endsWith('.ts') ? [path] : [];
-  });
-}
 
 interface Measured {
   where: string;
@@ -62,7 +55,7 @@ function codeLinesOf(source: ts.SourceFile): Set<number> {
 
 function tooLong(): string[] {
   return ['src', 'activities', 'workflows']
-    .flatMap(files)
+    .flatMap((dir) => sourceFiles(dir, ['legacy']))
     .flatMap((path) => measure(path, readFileSync(join(root, path), 'utf8')))
     .filter((m) => m.own > LIMIT)
     .map((m) => `${m.where} ${m.name}: ${m.own} lines`);

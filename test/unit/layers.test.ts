@@ -10,10 +10,11 @@
  * sequence positions (src/db/sequences.ts), the signals (src/core/signals.ts); and telemetry no longer
  * reads activities' results (they count what they did through ActivityDeps.metrics).
  */
-import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join, normalize, relative } from 'node:path';
+import { ROOT, sourceFiles } from '../helpers/source-files';
 
-const root = join(__dirname, '..', '..');
+const root = ROOT;
 
 /** Known breaks, `from -> to`, each to be mended by moving shared code down a layer. */
 const KNOWN: Record<string, string> = {
@@ -22,13 +23,6 @@ const KNOWN: Record<string, string> = {
 const KNOWN_CIRCLES: Record<string, string> = {
 };
 
-function files(dir: string): string[] {
-  return readdirSync(join(root, dir)).flatMap((name) => {
-    const path = join(dir, name);
-    if (statSync(join(root, path)).isDirectory()) return files(path);
-    return name.endsWith('.ts') ? [path] : [];
-  });
-}
 
 interface Edge {
   from: string;
@@ -39,7 +33,7 @@ interface Edge {
 function edges(): Edge[] {
   const out: Edge[] = [];
   const statement = /^(?:import|export)\s+(type\s+)?[^;]*?\sfrom\s+'(\.[^']+)'/gm;
-  for (const from of ['activities', 'workflows', 'src'].flatMap(files)) {
+  for (const from of ['activities', 'workflows', 'src'].flatMap((dir) => sourceFiles(dir))) {
     const text = readFileSync(join(root, from), 'utf8');
     for (const m of text.matchAll(statement)) {
       const base = normalize(join(dirname(from), m[2]));

@@ -3,22 +3,16 @@
  * some workflow (a patch no workflow reads any more has been retired and leaves PATCHES), and
  * each one `patched(id)` of its own id.
  */
-import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { PATCHES } from '../../src/core/names';
+import { ROOT, sourceFiles } from '../helpers/source-files';
 
-const root = join(__dirname, '..', '..');
+const root = ROOT;
 
-function sources(dir: string): string[] {
-  return readdirSync(join(root, dir)).flatMap((name) => {
-    const path = join(dir, name);
-    if (statSync(join(root, path)).isDirectory()) return sources(path);
-    return name.endsWith('.ts') ? [readFileSync(join(root, path), 'utf8')] : [];
-  });
-}
 
 describe('patch flags', () => {
-  const workflows = sources('workflows').join('\n');
+  const workflows = sourceFiles('workflows').map((path) => readFileSync(join(root, path), 'utf8')).join('\n');
 
   it('asks patched() only through the flags, and every flag is read by a workflow', () => {
     const direct = workflows.split('\n').filter((line) => /\bpatched\(/.test(line) && !/^\s*(\*|\/\/)/.test(line));
