@@ -75,14 +75,18 @@ function readPart(text: string, at: number): { part: NamePart; next: number } | 
   return { part: { text: m[0].toLowerCase(), glob }, next: at + m[0].length };
 }
 
-function partMatches(part: NamePart, name: string): boolean {
-  if (!part.glob) return part.text === name;
-  const regex = part.text.replace(/[.+^${}()|[\]\\]/g, '\\$&').replace(/\*/g, '.*').replace(/\?/g, '.');
-  return new RegExp(`^${regex}$`).test(name);
+/** A part as a test of a name: a glob compiled once, a literal compared. */
+function partMatcher(part: NamePart): (name: string) => boolean {
+  if (!part.glob) return (name) => part.text === name;
+  const regex = new RegExp(`^${part.text.replace(/[.+^${}()|[\]\\]/g, '\\$&').replace(/\*/g, '.*').replace(/\?/g, '.')}$`);
+  return (name) => regex.test(name);
 }
 
-export function patternMatches(pattern: TablePattern, table: QualifiedName): boolean {
-  return partMatches(pattern.schema, table.schema) && partMatches(pattern.name, table.name);
+/** A pattern as a test of a table, its globs compiled once for every table it is tried on. */
+function patternMatcher(pattern: TablePattern): (table: QualifiedName) => boolean {
+  const schema = partMatcher(pattern.schema);
+  const name = partMatcher(pattern.name);
+  return (table) => schema(table.schema) && name(table.name);
 }
 
 /** Schemas no pattern chooses from: PostgreSQL's own and Ferry's bookkeeping. */
@@ -100,11 +104,13 @@ export function chooseTables(
   include: TablePattern[],
   exclude: TablePattern[],
 ): { table: QualifiedName; pattern: TablePattern }[] {
+  const includes = include.map((pattern) => ({ pattern, matches: patternMatcher(pattern) }));
+  const excludes = exclude.map(patternMatcher);
   const chosen: { table: QualifiedName; pattern: TablePattern }[] = [];
   for (const table of candidates) {
     if (isReservedSchema(table.schema)) continue;
-    const pattern = include.find((p) => patternMatches(p, table));
-    if (pattern && !exclude.some((p) => patternMatches(p, table))) chosen.push({ table, pattern });
+    const found = includes.find((p) => p.matches(table));
+    if (found && !excludes.some((matches) => matches(table))) chosen.push({ table, pattern: found.pattern });
   }
   return chosen;
 }

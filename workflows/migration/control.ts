@@ -45,7 +45,7 @@ export class MigrationDesk extends ControlDesk {
   }
 
   protected throttled(request: unknown): Control | undefined {
-    const checked = checkThrottle(request);
+    const checked = this.checkThrottle(request);
     // (Executions begun before this check applied any value: their replays must do the same.)
     if (!checked.ok && flags.refuseInvalidThrottle) {
       this.tracker.warnings.push(`ignored a throttle signal: ${checked.reason}`);
