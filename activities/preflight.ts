@@ -5,7 +5,7 @@
 import { ApplicationFailure } from '@temporalio/common';
 import { PoolClient } from 'pg';
 import { autoChunkCount, EXACT_PLAN_ROWS, pickBoundaries, rangesFromBoundaries, samplePercent, VALIDATION_UNIT_ROWS, validationUnits } from '../src/core/chunks';
-import { ColumnInfo, estimateRows, listTables, readTables, readUserTypes, TableInfo, typeExists } from '../src/db/catalog';
+import { ColumnInfo, estimateRows, listTables, readTables, readUserTypes, TableInfo, TableKey, typeExists } from '../src/db/catalog';
 import { chooseTables } from '../src/core/table-patterns';
 import { refusal, sqlState } from '../src/db/errors';
 import { readPartitions, targetPartitionName } from '../src/db/partitions';
@@ -147,8 +147,8 @@ async function targetRole(db: PoolClient): Promise<TargetRole> {
   return { name, replica: (await db.query(`SELECT has_parameter_privilege('session_replication_role', 'SET') AS ok`)).rows[0].ok };
 }
 
-/** A keyed source table, as preflight reads it: one with a primary key. */
-type KeyedTable = TableInfo & { primaryKey: NonNullable<TableInfo['primaryKey']> };
+/** A keyed source table, as preflight reads it: one with a primary key or a unique index over NOT NULL columns. */
+type KeyedTable = TableInfo & { key: TableKey };
 
 /** What a target table contributes to the plan: an existing one checked, a new one named. */
 interface TargetFit {
@@ -169,7 +169,7 @@ async function planTable(
   read: { source: TableInfo | null; target: TableInfo | null },
 ): Promise<TablePlan> {
   const info = await checkSourceTable(source, spec, table, read.source);
-  const keyColumns: KeyColumn[] = info.primaryKey.columns.map((name) => {
+  const keyColumns: KeyColumn[] = info.key.columns.map((name) => {
     const column = info.columns.find((c) => c.name === name)!;
     return { name, type: column.type, collatable: column.effectiveCollation !== null };
   });
@@ -184,6 +184,9 @@ async function planTable(
   const keyCollateC = fit.keyCollateC || (await keyCollationVersionsDiffer(source, target, info, existing, keyColumns));
   const planned = await planChunks(source, spec, table, info, { keyColumns, keyCollateC });
   if (spec.mode === 'online') fit.notes.push(...rowFreezeNotes(info));
+  if (info.key.kind !== 'primary key') {
+    fit.notes.unshift(`no primary key: keyed by ${info.key.kind} ${info.key.name} (${info.key.columns.join(', ')}), whose columns are NOT NULL`);
+  }
   return {
     index,
     source: table.source,
@@ -219,7 +222,7 @@ function rowFreezeNotes(info: TableInfo): string[] {
   return notes;
 }
 
-/** The source table, refused unless it exists, is a table, has a primary key and is readable; with its row estimate. */
+/** The source table, refused unless it exists, is a table, has a key and is readable; with its row estimate. */
 async function checkSourceTable(source: PoolClient, spec: Spec, table: TableSpec, info: TableInfo | null): Promise<KeyedTable> {
   const label = displayQualified(table.source);
   if (!info) {
@@ -239,10 +242,11 @@ async function checkSourceTable(source: PoolClient, spec: Spec, table: TableSpec
         `and the parent's rows after ALTER TABLE child NO INHERIT ${label}, or convert the tree to declarative partitioning`,
     );
   }
-  if (!info.primaryKey) {
+  if (!info.key) {
     throw refusal(
       FAILURE.NoPrimaryKey,
-      `table ${label} has no primary key: add one (ALTER TABLE ${label} ADD PRIMARY KEY (…)); Ferry copies, resumes and validates by key ranges`,
+      `table ${label} has no primary key and no unique index over NOT NULL columns: add one (ALTER TABLE ${label} ADD PRIMARY KEY (…)); ` +
+        'Ferry copies, resumes and validates by key ranges',
     );
   }
   await assertReadable(source, info, label, spec.source);
@@ -333,13 +337,18 @@ function assertNoUnfilledColumns(existing: TableInfo, copied: ColumnInfo[], labe
   }
 }
 
-/** The target's primary key must be the source's, column for column and type for type; returns whether key collations differ. */
+/**
+ * The target must have the source's key — as its primary key or as a unique index over NOT NULL
+ * columns, whichever the source's is — column for column and type for type; returns whether key
+ * collations differ.
+ */
 function assertTargetKey(info: KeyedTable, existing: TableInfo, keyColumns: KeyColumn[], targetLabel: string): boolean {
-  const targetKey = existing.primaryKey?.columns ?? [];
-  if (targetKey.join('\u0000') !== info.primaryKey.columns.join('\u0000')) {
+  const wanted = info.key.columns.join('\u0000');
+  if (!existing.keys.some((k) => k.columns.join('\u0000') === wanted)) {
+    const has = existing.keys.map((k) => `${k.kind} (${k.columns.join(', ')})`).join(', ') || 'none';
     throw refusal(
       FAILURE.IncompatibleTarget,
-      `target table ${targetLabel} must have the same primary key as the source (${info.primaryKey.columns.join(', ')}); it has ${targetKey.length ? targetKey.join(', ') : 'none'}`,
+      `target table ${targetLabel} must have the source's key (${info.key.columns.join(', ')}) as its primary key or a unique index over NOT NULL columns; it has ${has}`,
     );
   }
   let keyCollateC = false;

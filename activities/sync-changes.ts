@@ -145,7 +145,7 @@ function upsertSql(table: CopyTable, stage: QualifiedName): string {
 export async function applyKeys(source: ClientBase, target: ClientBase, table: CopyTable, keys: Key[], onProgress: () => void = () => undefined): Promise<Applied> {
   // The lock first, then the catalog: an index created later is seen by the next batch.
   await target.query(`LOCK TABLE ${quoteQualified(table.target)} IN ROW EXCLUSIVE MODE`);
-  const uniques = await readUniqueKeys(target, table.target);
+  const uniques = await readUniqueKeys(target, table.target, table.keyColumns.map((k) => k.name));
   const select = (batch: Key[]) => `SELECT ${selectColumns(table)} FROM ${quoteQualified(table.source)} WHERE ${keyInList(table, batch, literalBinder)}`;
   // One staging table per session, emptied in place by each commit: a TRUNCATE per batch would
   // give it a new file and its pg_class row a new version every time (catalog churn that adds
@@ -309,7 +309,7 @@ async function syncSlice(input: SyncInput, { source, target, write, lanes: openL
   // value (applyKeys) must see the whole round. An index made unique later is seen by each
   // lane's applyKeys under its lock, which then evicts within its share.
   const laneCount = input.lanes ?? 1;
-  const lanes = laneCount > 1 && (await readUniqueKeys(target, input.table.target)).length === 0 ? await openLanes(laneCount) : [{ source, target, write }];
+  const lanes = laneCount > 1 && (await readUniqueKeys(target, input.table.target, input.table.keyColumns.map((k) => k.name))).length === 0 ? await openLanes(laneCount) : [{ source, target, write }];
   while (Date.now() - started < input.sliceMs) {
     if (ctx.cancellationSignal.aborted) throw new CancelledFailure('sync slice cancelled');
     if (caughtUp) {

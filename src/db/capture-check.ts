@@ -13,6 +13,7 @@ import type { CopyTable } from '../core/plan';
 import { CAPTURE_SCHEMA, FINGERPRINT_SQL, PARTITIONS_SQL, readFreezeState, triggerNames } from './capture-sql';
 import { FAILURE } from '../core/failure-types';
 import { isLogical, logicalNames } from './logical-sql';
+import { hasUniqueIndexOver } from './catalog';
 
 /**
  * The triggers capture needs that are missing or not ENABLE ALWAYS, on the table and on each
@@ -83,6 +84,15 @@ export async function assertCaptureIntact(source: ClientBase, input: { migration
   // A partition attached, detached or added since capture lacks (or keeps) the freeze and the
   // TRUNCATE refusal.
   await assertPartitionsUnchanged(source, table, rows[0]);
+  // Without its key's unique index, the source could take two rows with one key: the log and the
+  // apply would fold them into one (a table keyed by a unique index may lose it to a DROP INDEX).
+  if (!(await hasUniqueIndexOver(source, table.source, table.keyColumns.map((k) => k.name)))) {
+    throw ApplicationFailure.nonRetryable(
+      `${displayQualified(table.source)} lost the unique index of its key (${table.keyColumns.map((k) => k.name).join(', ')}) on the source during the online migration; ` +
+        'cancel, restore the key, and start again',
+      FAILURE.SchemaChanged,
+    );
+  }
   const names = triggerNames(input.migrationId);
   const armed = (await readFreezeState(source, input.migrationId)) !== 'absent';
   const logical = await isLogical(source, input.migrationId);

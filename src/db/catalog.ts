@@ -60,6 +60,18 @@ export interface UserTypeInfo {
   dependsOn: number[];
 }
 
+/**
+ * A key a table's rows can be told apart by: the primary key, or a unique index (a UNIQUE
+ * constraint's, or a plain one) that is immediate, not partial, over plain columns that are all
+ * NOT NULL — the same guarantee, and an arbiter the apply's ON CONFLICT can name.
+ */
+export interface TableKey {
+  kind: 'primary key' | 'unique constraint' | 'unique index';
+  /** The constraint's name, or the plain index's. */
+  name: string;
+  columns: string[];
+}
+
 export interface TableInfo {
   oid: number;
   name: QualifiedName;
@@ -75,6 +87,13 @@ export interface TableInfo {
   columns: ColumnInfo[];
   /** indexDefinition: the key's index as CREATE UNIQUE INDEX (to build it before the constraint). */
   primaryKey: { name: string; columns: string[]; definition: string; indexDefinition: string } | null;
+  /**
+   * What Ferry copies, resumes and validates the table by: its primary key, else a unique index
+   * over NOT NULL columns (see KEYS_SQL); null when it has neither.
+   */
+  key: TableKey | null;
+  /** Every such key, the chosen one first: an existing target must have the source's among them. */
+  keys: TableKey[];
   checks: ConstraintInfo[];
   /** Unique and exclusion constraints, added after the load. */
   uniques: ConstraintInfo[];
@@ -166,6 +185,24 @@ SELECT i.indrelid::int8 AS relid, ci.relname::text AS name, pg_catalog.pg_get_in
                     WHERE con.conindid = i.indexrelid AND con.conrelid = i.indrelid AND con.contype IN ('p', 'u', 'x'))
  ORDER BY i.indrelid, ci.relname`;
 
+// The primary key first, then the narrowest key, a constraint before a plain index, by name.
+const KEYS_SQL = `
+SELECT i.indrelid::int8 AS relid, coalesce(con.conname, ci.relname)::text AS name,
+       CASE WHEN i.indisprimary THEN 'primary key' WHEN con.oid IS NOT NULL THEN 'unique constraint' ELSE 'unique index' END AS kind,
+       ARRAY(SELECT a.attname::text
+               FROM unnest((i.indkey::int2[])[0:i.indnkeyatts - 1]) WITH ORDINALITY k(attnum, ord)
+               JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+              ORDER BY k.ord) AS columns
+  FROM pg_catalog.pg_index i
+  JOIN pg_catalog.pg_class ci ON ci.oid = i.indexrelid
+  LEFT JOIN pg_catalog.pg_constraint con ON con.conindid = i.indexrelid AND con.conrelid = i.indrelid AND con.contype IN ('p', 'u')
+ WHERE i.indrelid = ANY($1::oid[]) AND i.indisunique AND i.indisvalid AND i.indimmediate
+   AND i.indpred IS NULL AND i.indexprs IS NULL
+   AND NOT EXISTS (SELECT 1 FROM unnest((i.indkey::int2[])[0:i.indnkeyatts - 1]) k(attnum)
+                     JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+                    WHERE NOT a.attnotnull)
+ ORDER BY i.indrelid, i.indisprimary DESC, i.indnkeyatts, con.oid IS NULL, 2`;
+
 const SEQUENCES_SQL = `
 SELECT d.refobjid::int8 AS relid, a.attname::text AS column, sn.nspname::text AS schema, s.relname::text AS name,
        s.oid::regclass::text AS regclass_text, d.deptype = 'i' AS identity,
@@ -241,7 +278,7 @@ export async function readSourceTables(db: ClientBase, names: QualifiedName[]): 
 }
 
 /**
- * Each table as readTable gives it, in the order asked, in five statements whatever their number:
+ * Each table as readTable gives it, in the order asked, in six statements whatever their number:
  * a migration of many tables reads them all in preflight, as it prepares the target and as it
  * finishes it, and five statements per table cost a run of 500 small tables about 9 s at each.
  */
@@ -258,12 +295,13 @@ export async function readTables(db: ClientBase, names: QualifiedName[]): Promis
   const constraints = await byTable(CONSTRAINTS_SQL);
   const indexes = await byTable(INDEXES_SQL);
   const sequences = await byTable(SEQUENCES_SQL);
+  const keys = await byTable(KEYS_SQL);
   const found = new Map(t.rows.map((row) => [Number(row.ord) - 1, row]));
   return names.map((name, i) => {
     const row = found.get(i);
     if (!row) return null;
     const oid = Number(row.oid);
-    return tableInfo(name, row, columns.get(oid)!, constraints.get(oid)!, indexes.get(oid)!, sequences.get(oid)!);
+    return tableInfo(name, row, columns.get(oid)!, constraints.get(oid)!, indexes.get(oid)!, sequences.get(oid)!, keys.get(oid)!);
   });
 }
 
@@ -274,9 +312,11 @@ function tableInfo(
   constraints: QueryResultRow[],
   indexes: QueryResultRow[],
   sequences: QueryResultRow[],
+  keyRows: QueryResultRow[],
 ): TableInfo {
   const oid = Number(row.oid);
   const pk = constraints.find((c) => c.kind === 'p');
+  const keys: TableKey[] = keyRows.map((k) => ({ kind: k.kind, name: k.name, columns: k.columns }));
   return {
     oid,
     name,
@@ -304,6 +344,8 @@ function tableInfo(
       binaryPortable: isBinaryPortable(c as Parameters<typeof isBinaryPortable>[0]),
     })),
     primaryKey: pk ? { name: pk.name, columns: pk.columns, definition: pk.definition, indexDefinition: pk.index_definition } : null,
+    key: keys[0] ?? null,
+    keys,
     checks: constraints.filter((c) => c.kind === 'c').map((c) => ({ name: c.name, definition: c.definition })),
     uniques: constraints
       .filter((c) => c.kind === 'u' || c.kind === 'x')
@@ -427,3 +469,15 @@ export async function listTables(db: ClientBase): Promise<QualifiedName[]> {
   return rows;
 }
 
+const UNIQUE_INDEX_OVER_SQL = `
+SELECT 1 FROM pg_catalog.pg_index i
+ WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indisvalid AND i.indpred IS NULL
+   AND ARRAY(SELECT a.attname::text
+               FROM unnest((i.indkey::int2[])[0:i.indnkeyatts - 1]) WITH ORDINALITY k(attnum, ord)
+               JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+              ORDER BY k.ord) = $2::text[]`;
+
+/** Whether `table` has a valid unique index, not partial, over exactly `columns` in that order. */
+export async function hasUniqueIndexOver(db: ClientBase, table: QualifiedName, columns: string[]): Promise<boolean> {
+  return ((await db.query(UNIQUE_INDEX_OVER_SQL, [quoteQualified(table), columns])).rowCount ?? 0) > 0;
+}

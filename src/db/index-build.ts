@@ -4,7 +4,7 @@
  * whole index phase at once, inside its copy (finishSmallTable).
  */
 import { Client, ClientBase, PoolClient } from 'pg';
-import { readSourceTables, TableInfo, withCatalogKeyTypes } from './catalog';
+import { hasUniqueIndexOver, readSourceTables, TableInfo, withCatalogKeyTypes } from './catalog';
 import { captureNames } from './capture-sql';
 import { inTransaction } from './connections';
 import { deleteKeys } from './copy-stream';
@@ -88,9 +88,11 @@ export async function listIndexesOn(source: ClientBase, table: ListIndexesInput[
   if (table.targetExisted) return [];
   const info = read ?? (await sourceTable(source, table.source));
   const renamed = (name: string) => (targetIndexName(table, name) !== name ? { targetName: targetIndexName(table, name) } : {});
+  // A key that is a unique index was built with the primary keys (addPrimaryKeyOn), before any sync.
+  const isKey = (name: string) => info.key !== null && info.key.kind !== 'primary key' && info.key.name === name;
   return [
-    ...info.indexes.map((i) => ({ name: i.name, kind: 'index' as const, unique: /^CREATE UNIQUE /.test(i.definition), exclusion: false, ...renamed(i.name) })),
-    ...info.uniques.map((u) => ({
+    ...info.indexes.filter((i) => !isKey(i.name)).map((i) => ({ name: i.name, kind: 'index' as const, unique: /^CREATE UNIQUE /.test(i.definition), exclusion: false, ...renamed(i.name) })),
+    ...info.uniques.filter((u) => !isKey(u.name)).map((u) => ({
       name: u.name,
       kind: 'constraint' as const,
       unique: /^UNIQUE/.test(u.definition),
@@ -114,7 +116,7 @@ export async function buildIndexOn(source: Session, target: Session, input: Inde
   const label = `${input.index.name} on ${displayQualified(input.table.target)}`;
   if (await indexExists(target, input.table.target, input.index)) return { built: false, evicted: 0 };
   const info = read ?? (await sourceTable(source, input.table.source));
-  const sql = definition(info, input);
+  const sql = definition(info, input.table.target, input.index);
   let evicted = 0;
   return untimed(target, async () => {
     for (let round = 0; ; round += 1) {
@@ -131,27 +133,49 @@ export async function buildIndexOn(source: Session, target: Session, input: Inde
 }
 
 /**
- * The primary key of a table loaded without it (prepareTarget's primaryKeyAfterLoad). Rows
- * copied twice would make it fail (23505) — which a batch committing with its checkpoint, under
- * the chunk's fence, rules out; a failure here is a loud proof that something broke that.
+ * The key of a table loaded without it (prepareTarget's primaryKeyAfterLoad): its primary key,
+ * or the unique index over NOT NULL columns the source is keyed by (a partitioned table's, at
+ * its creation). Rows copied twice would make it fail (23505) — which a batch committing with
+ * its checkpoint, under the chunk's fence, rules out; a failure here is a loud proof that
+ * something broke that. A target that has a unique index over the key's columns already (a
+ * table the user prepared, or an earlier attempt) is left as it is.
  */
 export async function addPrimaryKeyOn(
-  source: Session,
-  target: Session,
+  source: ClientBase,
+  target: ClientBase,
   table: Pick<TablePlan, 'source' | 'target' | 'targetNames'>,
   read?: TableInfo,
 ): Promise<{ built: boolean }> {
-  const has = await target.query(`SELECT 1 FROM pg_catalog.pg_constraint WHERE conrelid = to_regclass($1) AND contype = 'p'`, [quoteQualified(table.target)]);
-  if (has.rowCount) return { built: false };
   const info = read ?? (await sourceTable(source, table.source));
-  const key = info.primaryKey;
-  if (!key) throw refusal(FAILURE.NoPrimaryKey, `${displayQualified(info.name)} lost its primary key on the source`);
+  const key = info.key;
+  if (!key) throw refusal(FAILURE.NoPrimaryKey, `${displayQualified(info.name)} lost its key on the source (a primary key, or a unique index over NOT NULL columns)`);
+  if (await hasUniqueIndexOver(target, table.target, key.columns)) return { built: false };
+  const sql = keySql({ ...info, key }, table);
   await untimed(target, () =>
     inTransaction(target, async () => {
-      for (const sql of addPrimaryKeySql(info, table.target, key.indexDefinition, targetIndexName(table, key.name))) await target.query(sql);
+      for (const statement of sql) await target.query(statement);
     }),
   );
   return { built: true };
+}
+
+/** The statements that give the target the source's key (TableInfo.key), in one transaction. */
+export function keySql(info: TableInfo & { key: NonNullable<TableInfo['key']> }, table: Pick<TablePlan, 'target' | 'targetNames'>): string[] {
+  if (info.key.kind === 'primary key') return addPrimaryKeySql(info, table.target, info.primaryKey!.indexDefinition, targetIndexName(table, info.key.name));
+  return [definition(info, table.target, keyIndexRef(info, table)!)];
+}
+
+/** The table's key as an index to build, when it is a unique index rather than the primary key. */
+function keyIndexRef(info: TableInfo, table: Pick<TablePlan, 'targetNames'>): IndexRef | null {
+  if (!info.key || info.key.kind === 'primary key') return null;
+  const targetName = targetIndexName(table, info.key.name);
+  return {
+    name: info.key.name,
+    kind: info.key.kind === 'unique constraint' ? 'constraint' : 'index',
+    unique: true,
+    exclusion: false,
+    ...(targetName !== info.key.name ? { targetName } : {}),
+  };
 }
 
 /** What finishSmallTable needs of the table's plan. */
@@ -186,11 +210,11 @@ export async function finishSmallTable(
   return { built, evicted: 0 };
 }
 
-function definition(info: TableInfo, input: IndexBuild): string {
-  const found = (input.index.kind === 'constraint' ? info.uniques : info.indexes).find((i) => i.name === input.index.name);
-  if (!found) throw refusal(FAILURE.MissingIndex, `${input.index.name} disappeared from ${displayQualified(info.name)} on the source`);
-  const name = nameOnTarget(input.index);
-  return input.index.kind === 'constraint' ? addConstraintSql(found, input.table.target, name) : createIndexSql(found, info, input.table.target, name);
+function definition(info: TableInfo, target: QualifiedName, index: IndexRef): string {
+  const found = (index.kind === 'constraint' ? info.uniques : info.indexes).find((i) => i.name === index.name);
+  if (!found) throw refusal(FAILURE.MissingIndex, `${index.name} disappeared from ${displayQualified(info.name)} on the source`);
+  const name = nameOnTarget(index);
+  return index.kind === 'constraint' ? addConstraintSql(found, target, name) : createIndexSql(found, info, target, name);
 }
 
 /**

@@ -30,7 +30,14 @@ SELECT c.relkind::text AS relkind, c.relreplident::text AS identity,
           FROM pg_catalog.pg_index i JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
          WHERE i.indrelid = c.oid AND ((c.relreplident = 'd' AND i.indisprimary) OR (c.relreplident = 'i' AND i.indisreplident))) AS identity_columns,
        (SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_catalog.pg_attribute a
-         WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated <> '') AS generated_columns
+         WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated <> '') AS generated_columns,
+       -- A table keyed by a unique index (no primary key): that index, for the fix to name.
+       (SELECT quote_ident(ci.relname) FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class ci ON ci.oid = i.indexrelid
+         WHERE i.indrelid = c.oid AND i.indisunique AND NOT i.indisprimary
+           AND ARRAY(SELECT a.attname::text FROM unnest((i.indkey::int2[])[0:i.indnkeyatts - 1]) WITH ORDINALITY k(attnum, ord)
+                       JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum ORDER BY k.ord) = $2::text[]
+         ORDER BY 1 LIMIT 1) AS key_index,
+       EXISTS (SELECT 1 FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND i.indisprimary) AS has_primary_key
   FROM pg_catalog.pg_class c WHERE c.oid = $1::regclass`;
 
 export async function logicalCaptureProblems(db: ClientBase, tables: LogicalTable[]): Promise<string[]> {
@@ -45,7 +52,7 @@ export async function logicalCaptureProblems(db: ClientBase, tables: LogicalTabl
   if (!s.superuser && !s.can_create) problems.push(`Ferry's role may not create a publication in this database: GRANT CREATE ON DATABASE … TO …`);
   for (const table of tables) {
     const label = displayQualified(table.source);
-    const { rows } = await db.query(TABLE_SQL, [quoteQualified(table.source)]);
+    const { rows } = await db.query(TABLE_SQL, [quoteQualified(table.source), table.keyColumns.map((k) => k.name)]);
     if (rows.length === 0) continue;
     const t = rows[0];
     if (t.relkind !== 'r') {
@@ -63,7 +70,8 @@ export async function logicalCaptureProblems(db: ClientBase, tables: LogicalTabl
     const carriesKey = t.identity === 'f' || ((t.identity === 'd' || t.identity === 'i') && keys.every((k) => identity.includes(k)));
     if (!carriesKey) {
       const what = t.identity === 'n' ? 'REPLICA IDENTITY NOTHING' : 'a replica identity without its key columns';
-      problems.push(`${label} has ${what}, so a delete or key change would not carry the old key: ALTER TABLE ${label} REPLICA IDENTITY DEFAULT (or FULL)`);
+      const fix = t.has_primary_key || !t.key_index ? 'REPLICA IDENTITY DEFAULT' : `REPLICA IDENTITY USING INDEX ${t.key_index}`;
+      problems.push(`${label} has ${what}, so a delete or key change would not carry the old key: ALTER TABLE ${label} ${fix} (or FULL)`);
     }
   }
   return problems;

@@ -23,6 +23,8 @@ export interface UniqueKey {
   predicate: string | null;
   /** NULLS NOT DISTINCT: two NULLs conflict. */
   nullsNotDistinct: boolean;
+  /** The plain columns among its key expressions. */
+  columns: string[];
 }
 
 const UNIQUE_KEYS_SQL = `
@@ -34,7 +36,9 @@ SELECT ci.relname::text AS name,
                  JOIN pg_catalog.pg_operator o ON o.oid = x.op JOIN pg_catalog.pg_namespace n ON n.oid = o.oprnamespace
                 ORDER BY x.ord) END AS operators,
        pg_catalog.pg_get_expr(i.indpred, i.indrelid) AS predicate,
-       coalesce((to_jsonb(i) ->> 'indnullsnotdistinct')::boolean, false) AS nulls_not_distinct
+       coalesce((to_jsonb(i) ->> 'indnullsnotdistinct')::boolean, false) AS nulls_not_distinct,
+       ARRAY(SELECT a.attname::text FROM unnest((i.indkey::int2[])[0:i.indnkeyatts - 1]) k(attnum)
+               JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum) AS columns
   FROM pg_catalog.pg_index i
   JOIN pg_catalog.pg_class ci ON ci.oid = i.indexrelid
   LEFT JOIN pg_catalog.pg_constraint con ON con.conindid = i.indexrelid AND con.conrelid = i.indrelid
@@ -42,16 +46,24 @@ SELECT ci.relname::text AS name,
    AND (i.indisunique OR con.contype = 'x')
  ORDER BY ci.relname`;
 
-/** The target table's unique and exclusion indexes besides the primary key. */
-export async function readUniqueKeys(db: ClientBase, table: QualifiedName): Promise<UniqueKey[]> {
+/**
+ * The target table's unique and exclusion indexes besides the primary key; with `key` (the
+ * columns the table is moved by), also besides any that only restates it — a unique index over
+ * the key's columns and maybe more, whole and by equality, which no row can break without
+ * breaking the key (a table keyed by a unique index has its key among them).
+ */
+export async function readUniqueKeys(db: ClientBase, table: QualifiedName, key?: string[]): Promise<UniqueKey[]> {
   const { rows } = await db.query(UNIQUE_KEYS_SQL, [quoteQualified(table)]);
-  return rows.map((r) => ({
+  const found: UniqueKey[] = rows.map((r) => ({
     name: r.name,
     expressions: r.expressions,
     operators: r.operators ?? r.expressions.map(() => '='),
     predicate: r.predicate,
     nullsNotDistinct: r.nulls_not_distinct,
+    columns: r.columns,
   }));
+  const restatesKey = (u: UniqueKey) => key !== undefined && u.predicate === null && u.operators.every((o) => o === '=') && key.every((c) => u.columns.includes(c));
+  return found.filter((u) => !restatesKey(u));
 }
 
 const value = (i: number) => `"ferry$v${i}"`;

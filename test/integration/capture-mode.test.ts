@@ -7,8 +7,10 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { objectInventory, TestDatabases } from '../helpers/databases';
+import { objectInventory, rowsAsText, TestDatabases } from '../helpers/databases';
 import { serverSetting } from '../helpers/logical-cluster';
+import { expectCleanRun } from '../helpers/repairs';
+import { resultWithin, waitForPhase } from '../helpers/stack';
 import { stackSuite } from '../helpers/suite';
 
 const SCHEMA = `
@@ -85,5 +87,34 @@ describe('capture in preflight', () => {
     } finally {
       await suite.dbs.exec('source', 'DROP TABLE public.nokey');
     }
+  });
+
+  it('names USING INDEX for a table keyed by a unique index, and once its identity carries the key, moves it through the slot', async () => {
+    await suite.dbs.exec(
+      'source',
+      `CREATE TABLE public.codes (code text NOT NULL UNIQUE, v int); INSERT INTO public.codes SELECT 'c' || g, g FROM generate_series(1, 500) g;`,
+    );
+    const spec = 'source: live\ntarget: next\nmode: online\ncapture: logical\ntables: [public.codes]\n';
+    const refused = await suite.stack.runCli(['validate', file('codes.yaml', spec), '--connect']);
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toContain('ALTER TABLE public.codes REPLICA IDENTITY USING INDEX codes_code_key (or FULL)');
+    await suite.dbs.exec('source', 'ALTER TABLE public.codes REPLICA IDENTITY USING INDEX codes_code_key');
+    const { ferry } = suite.stack;
+    await ferry.start({ source: 'live', target: 'next', mode: 'online', capture: 'logical', tables: ['public.codes'], cutover: { approval: 'manual', approvalTimeout: '5m' } }, { id: 'capmode-codes' });
+    await waitForPhase(ferry, 'capmode-codes', 'AWAITING_APPROVAL');
+    expect(await suite.dbs.query('source', 'SELECT count(*)::int AS slots FROM pg_replication_slots')).toEqual([{ slots: 1 }]);
+    // A key change, an update, a delete and an insert, each through the slot.
+    await suite.dbs.exec('source', `UPDATE public.codes SET code = 'moved' WHERE code = 'c7'; UPDATE public.codes SET v = -v WHERE code = 'c8';
+      DELETE FROM public.codes WHERE code = 'c9'; INSERT INTO public.codes VALUES ('new', 0)`);
+    await ferry.approve('capmode-codes');
+    const result = await resultWithin(ferry, 'capmode-codes', 90_000);
+    expect(result.error).toBeNull();
+    await expectCleanRun(ferry, result);
+    expect(await rowsAsText(suite.dbs, 'target', 'public.codes', 'code')).toEqual(await rowsAsText(suite.dbs, 'source', 'public.codes', 'code'));
+    expect(await suite.dbs.query('target', `SELECT code, v FROM public.codes WHERE code IN ('moved', 'c8', 'c9', 'new') ORDER BY code`)).toEqual([
+      { code: 'c8', v: -8 },
+      { code: 'moved', v: 7 },
+      { code: 'new', v: 0 },
+    ]);
   });
 });
