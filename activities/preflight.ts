@@ -5,14 +5,14 @@
 import { ApplicationFailure } from '@temporalio/common';
 import { PoolClient } from 'pg';
 import { autoChunkCount, EXACT_PLAN_ROWS, pickBoundaries, rangesFromBoundaries, samplePercent, VALIDATION_UNIT_ROWS, validationUnits } from '../src/core/chunks';
-import { ColumnInfo, estimateRows, listTables, readTables, readUserTypes, TableInfo, TableKey, typeExists } from '../src/db/catalog';
+import { ColumnInfo, estimateRows, listTables, readTables, readUserTypes, TableInfo, typeExists } from '../src/db/catalog';
 import { chooseTables } from '../src/core/table-patterns';
 import { refusal, sqlState } from '../src/db/errors';
 import { readPartitions, targetPartitionName } from '../src/db/partitions';
 import { keyAsText, keyFromRow, keyOrder, KeyShape } from '../src/db/ranges';
 import { displayQualified, quoteQualified, sameName } from '../src/core/identifiers';
 import { describeAction, onlineRefusal, readTargetActions, TargetRole } from '../src/db/target-actions';
-import { CapturePlan, KeyColumn, MigrationPlan, TablePlan } from '../src/core/plan';
+import { CapturePlan, ChunkPlan, KeyColumn, MigrationPlan, TablePlan } from '../src/core/plan';
 import { resolveCapture } from '../src/core/capture-mode';
 import { logicalCaptureProblems } from '../src/db/logical-check';
 import { MAX_TABLES, Spec, TableSpec } from '../src/core/spec';
@@ -147,9 +147,6 @@ async function targetRole(db: PoolClient): Promise<TargetRole> {
   return { name, replica: (await db.query(`SELECT has_parameter_privilege('session_replication_role', 'SET') AS ok`)).rows[0].ok };
 }
 
-/** A keyed source table, as preflight reads it: one with a primary key or a unique index over NOT NULL columns. */
-type KeyedTable = TableInfo & { key: TableKey };
-
 /** What a target table contributes to the plan: an existing one checked, a new one named. */
 interface TargetFit {
   binary: boolean;
@@ -169,7 +166,7 @@ async function planTable(
   read: { source: TableInfo | null; target: TableInfo | null },
 ): Promise<TablePlan> {
   const info = await checkSourceTable(source, spec, table, read.source);
-  const keyColumns: KeyColumn[] = info.key.columns.map((name) => {
+  const keyColumns: KeyColumn[] = (info.key?.columns ?? []).map((name) => {
     const column = info.columns.find((c) => c.name === name)!;
     return { name, type: column.type, collatable: column.effectiveCollation !== null };
   });
@@ -184,7 +181,11 @@ async function planTable(
   const keyCollateC = fit.keyCollateC || (await keyCollationVersionsDiffer(source, target, info, existing, keyColumns));
   const planned = await planChunks(source, spec, table, info, { keyColumns, keyCollateC });
   if (spec.mode === 'online') fit.notes.push(...rowFreezeNotes(info));
-  if (info.key.kind !== 'primary key') {
+  if (!info.key) {
+    fit.notes.unshift(
+      'no key: copied by ranges of blocks and validated by a checksum of each whole side; a difference fails the table, as it cannot be repaired range by range',
+    );
+  } else if (info.key.kind !== 'primary key') {
     fit.notes.unshift(`no primary key: keyed by ${info.key.kind} ${info.key.name} (${info.key.columns.join(', ')}), whose columns are NOT NULL`);
   }
   return {
@@ -222,8 +223,8 @@ function rowFreezeNotes(info: TableInfo): string[] {
   return notes;
 }
 
-/** The source table, refused unless it exists, is a table, has a key and is readable; with its row estimate. */
-async function checkSourceTable(source: PoolClient, spec: Spec, table: TableSpec, info: TableInfo | null): Promise<KeyedTable> {
+/** The source table, refused unless it exists, is a table, has a key (online mode) and is readable; with its row estimate. */
+async function checkSourceTable(source: PoolClient, spec: Spec, table: TableSpec, info: TableInfo | null): Promise<TableInfo> {
   const label = displayQualified(table.source);
   if (!info) {
     throw refusal(
@@ -242,16 +243,16 @@ async function checkSourceTable(source: PoolClient, spec: Spec, table: TableSpec
         `and the parent's rows after ALTER TABLE child NO INHERIT ${label}, or convert the tree to declarative partitioning`,
     );
   }
-  if (!info.key) {
+  if (!info.key && spec.mode === 'online') {
     throw refusal(
       FAILURE.NoPrimaryKey,
-      `table ${label} has no primary key and no unique index over NOT NULL columns: add one (ALTER TABLE ${label} ADD PRIMARY KEY (…)); ` +
-        'Ferry copies, resumes and validates by key ranges',
+      `table ${label} has no primary key and no unique index over NOT NULL columns: an online migration applies each change by key; ` +
+        `add one (ALTER TABLE ${label} ADD PRIMARY KEY (…)), or move the table in full mode while its writers are stopped (it is then copied by ranges of blocks)`,
     );
   }
   await assertReadable(source, info, label, spec.source);
   info.estimatedRows = await estimateRows(source, info);
-  return info as KeyedTable;
+  return info;
 }
 
 /** A target table Ferry creates: its partitions and types must be creatable, its index names free. */
@@ -260,7 +261,7 @@ async function planCreatedTarget(
   target: PoolClient,
   table: TableSpec,
   claimed: RelationNames,
-  info: KeyedTable,
+  info: TableInfo,
   copied: ColumnInfo[],
   keyColumns: KeyColumn[],
 ): Promise<TargetFit> {
@@ -282,7 +283,7 @@ async function fitExistingTarget(
   spec: Spec,
   table: TableSpec,
   role: TargetRole,
-  info: KeyedTable,
+  info: TableInfo,
   existing: TableInfo,
   copied: ColumnInfo[],
   keyColumns: KeyColumn[],
@@ -342,7 +343,8 @@ function assertNoUnfilledColumns(existing: TableInfo, copied: ColumnInfo[], labe
  * columns, whichever the source's is — column for column and type for type; returns whether key
  * collations differ.
  */
-function assertTargetKey(info: KeyedTable, existing: TableInfo, keyColumns: KeyColumn[], targetLabel: string): boolean {
+function assertTargetKey(info: TableInfo, existing: TableInfo, keyColumns: KeyColumn[], targetLabel: string): boolean {
+  if (!info.key) return false; // a table without a key needs none on the target either
   const wanted = info.key.columns.join('\u0000');
   if (!existing.keys.some((k) => k.columns.join('\u0000') === wanted)) {
     const has = existing.keys.map((k) => `${k.kind} (${k.columns.join(', ')})`).join(', ') || 'none';
@@ -371,14 +373,34 @@ async function planChunks(
   source: PoolClient,
   spec: Spec,
   table: TableSpec,
-  info: KeyedTable,
+  info: TableInfo,
   shape: KeyShape,
 ): Promise<Pick<TablePlan, 'chunks' | 'validationUnits'>> {
   const chunkCount = table.chunks ?? autoChunkCount(info.estimatedRows, spec.parallelism.chunks);
+  if (!info.key) return { chunks: await blockChunks(source, info, chunkCount) };
   const needsUnits = info.estimatedRows > chunkCount * VALIDATION_UNIT_ROWS && spec.validation !== 'none';
   const sample = chunkCount > 1 || needsUnits ? await sampleKeys(source, info, shape) : [];
   const chunks = rangesFromBoundaries(chunkCount > 1 ? pickBoundaries(sample, chunkCount) : []);
   return { chunks, validationUnits: needsUnits ? validationUnits(sample, chunks, info.estimatedRows) : undefined };
+}
+
+/**
+ * A table without a key in `count` ranges of its blocks, of its largest partition's for a
+ * partitioned one (a TID range applies to each partition's own blocks), the last open-ended for
+ * blocks added meanwhile. One chunk before PostgreSQL 14, which has no TID range scans: every
+ * range would read the whole table.
+ */
+async function blockChunks(source: PoolClient, info: TableInfo, count: number): Promise<ChunkPlan[]> {
+  const { rows } = await source.query(
+    `SELECT coalesce(max(pg_catalog.pg_relation_size(t.relid)), 0) / current_setting('block_size')::int8 AS blocks,
+            current_setting('server_version_num')::int >= 140000 AS tid_ranges
+       FROM (SELECT $1::regclass AS relid UNION SELECT relid FROM pg_catalog.pg_partition_tree($1::regclass) WHERE isleaf) t`,
+    [info.identText],
+  );
+  const blocks = Number(rows[0].blocks);
+  const n = rows[0].tid_ranges ? Math.max(1, Math.min(count, blocks)) : 1;
+  const at = (i: number) => [String(Math.floor((i * blocks) / n))];
+  return Array.from({ length: n }, (_, i) => ({ index: i, lower: i === 0 ? null : at(i), upper: i === n - 1 ? null : at(i + 1) }));
 }
 
 /** With row_security=off a table whose policies would hide rows raises 42501 instead. */

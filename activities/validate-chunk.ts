@@ -13,7 +13,7 @@ import { withCatalogKeyTypes } from '../src/db/catalog';
 import { copyRange, deleteRange, selectColumns } from '../src/db/copy-stream';
 import { withFencedSessions } from '../src/db/fenced';
 import type { CopyTable } from '../src/core/plan';
-import { distinctKeys, keyAsText, keyFromRow, keyInList, keyOrder, keyPredicate, ParamBinder, rangeBounds } from '../src/db/ranges';
+import { blockPredicate, distinctKeys, keyAsText, keyFromRow, keyInList, keyOrder, keyPredicate, ParamBinder, rangeBounds } from '../src/db/ranges';
 import { captureNames } from '../src/db/capture-sql';
 import { awaitConfirmed, isLogical } from '../src/db/logical-sql';
 import { displayQualified, QualifiedName, quoteQualified } from '../src/core/identifiers';
@@ -235,7 +235,7 @@ export interface ChecksumBlocksResult extends RangeSummary {
  * whole by unit 0, and the other units read nothing.
  */
 export function blockShareSql(table: CopyTable, relation: QualifiedName, mode: 'count' | 'checksum', blocks: [number, number | null] | null): string {
-  const where = blocks === null ? 'true' : `ctid >= '(${blocks[0]},0)'::tid` + (blocks[1] === null ? '' : ` AND ctid < '(${blocks[1]},0)'::tid`);
+  const where = blocks === null ? 'true' : blockPredicate(blocks[0], blocks[1]);
   return summarySql(table, relation, where, mode);
 }
 

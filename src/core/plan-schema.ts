@@ -19,7 +19,7 @@ export const planSchema = z.strictObject({
         source: qualified,
         target: qualified,
         columns: z.array(name).min(1).max(1600),
-        keyColumns: z.array(z.strictObject({ name, type: z.string().max(200), collatable: z.boolean() })).min(1).max(32),
+        keyColumns: z.array(z.strictObject({ name, type: z.string().max(200), collatable: z.boolean() })).max(32),
         copyFormat: z.enum(['binary', 'text']),
         keyCollateC: z.boolean(),
         rowsEstimated: z.number().min(0),

@@ -27,6 +27,11 @@ export interface KeyRange {
   upper: Key | null;
 }
 
+/**
+ * A chunk of the table's key space; for a table without a key (isKeyless), a range of its
+ * physical blocks instead, [lower, upper) as one-element keys of block numbers, the last chunk
+ * open-ended (the checkpoint's lastKey is then the first block not yet copied).
+ */
 export interface ChunkPlan extends KeyRange {
   index: number;
 }
@@ -43,6 +48,7 @@ export interface TablePlan {
   target: QualifiedName;
   /** Copied columns in source order (generated columns excluded: the target computes them). */
   columns: string[];
+  /** The key's columns (TableInfo.key); empty for a table without one (isKeyless). */
   keyColumns: KeyColumn[];
   /** binary when every column's binary form is portable between the two databases. */
   copyFormat: 'binary' | 'text';
@@ -67,6 +73,14 @@ export interface TablePlan {
    * it creates; absent when every name is free (and in plans of an older Ferry).
    */
   targetNames?: Record<string, string>;
+}
+
+/**
+ * A table with neither a primary key nor a unique index over NOT NULL columns (full mode only):
+ * copied by ranges of blocks, validated by an order-independent checksum of each side.
+ */
+export function isKeyless(t: Pick<TablePlan, 'keyColumns'>): boolean {
+  return t.keyColumns.length === 0;
 }
 
 /** The name an index or constraint of the source gets on the target (see TablePlan.targetNames). */

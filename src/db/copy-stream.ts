@@ -9,7 +9,7 @@ import { ClientBase } from 'pg';
 import { from as copyFrom, to as copyTo } from 'pg-copy-streams';
 import { quoteIdent, quoteQualified } from '../core/identifiers';
 import { CopyTable, Key } from '../core/plan';
-import { Bound, keyInList, keyPredicate, literalBinder, ParamBinder } from './ranges';
+import { blockPredicate, Bound, keyInList, keyPredicate, literalBinder, ParamBinder } from './ranges';
 
 
 export interface CopyStats {
@@ -66,6 +66,17 @@ export async function copyRange(
   // COPY takes no parameters: key values enter as escaped, typed literals.
   const where = keyPredicate(table, bounds, literalBinder);
   return copyStream(source, target, table, `SELECT ${selectColumns(table)} FROM ${quoteQualified(table.source)} WHERE ${where}`, onProgress);
+}
+
+/** Copies the rows of source blocks [first, last) (last null: to the end) into the target; the caller owns the target transaction. */
+export async function copyBlockRange(
+  source: ClientBase,
+  target: ClientBase,
+  table: CopyTable,
+  blocks: [number, number | null],
+  onProgress?: (bytes: number) => void,
+): Promise<CopyStats> {
+  return copyStream(source, target, table, `SELECT ${selectColumns(table)} FROM ${quoteQualified(table.source)} WHERE ${blockPredicate(blocks[0], blocks[1])}`, onProgress);
 }
 
 /** Deletes the rows of `bounds` from the target (the batch's idempotent first step). */

@@ -13,7 +13,7 @@ import { refusal, sqlState } from './errors';
 import { keyFromRow } from './ranges';
 import { duplicateKeysSql, readUniqueKeys } from './unique-keys';
 import { displayQualified, QualifiedName, quoteQualified } from '../core/identifiers';
-import { targetIndexName } from '../core/plan';
+import { isKeyless, targetIndexName } from '../core/plan';
 import type { CopyTable, Key, TablePlan } from '../core/plan';
 import { Logger } from '../logger';
 import { enqueue } from './change-log';
@@ -198,7 +198,7 @@ export async function finishSmallTable(
 ): Promise<{ built: number; evicted: number }> {
   // The source's catalog read once for the key and every index (each step alone reads its own).
   const info = await sourceTable(source, input.table.source);
-  if (input.primaryKey) await addPrimaryKeyOn(source, target, input.table, info);
+  if (input.primaryKey && !isKeyless(input.copyTable)) await addPrimaryKeyOn(source, target, input.table, info);
   heartbeat();
   let built = 0;
   for (const index of await listIndexesOn(source, input.table, info)) {

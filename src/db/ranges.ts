@@ -116,3 +116,14 @@ export function distinctKeys(keys: Key[]): Key[] {
     return true;
   });
 }
+
+/**
+ * The rows in blocks [first, last) of a relation (last null: to its end), as a TID range: read
+ * by a TID range scan (PostgreSQL 14 and later; before, by a scan of the whole relation).
+ */
+export function blockPredicate(first: number, last: number | null): string {
+  if (!Number.isSafeInteger(first) || first < 0 || (last !== null && (!Number.isSafeInteger(last) || last < first))) {
+    throw new Error(`bad block range [${first}, ${last})`);
+  }
+  return `ctid >= '(${first},0)'::tid` + (last === null ? '' : ` AND ctid < '(${last},0)'::tid`);
+}

@@ -92,7 +92,7 @@ describe('the ferry CLI', () => {
 
   it('exits 2 for a preflight refusal and leaves both databases as they were', async () => {
     const before = [await objectInventory(suite.dbs, 'source'), await objectInventory(suite.dbs, 'target')];
-    const spec = file('keyless.yaml', 'id: cli-keyless\nsource: legacy\ntarget: v2\ntables: [public.keyless]\n');
+    const spec = file('keyless.yaml', 'id: cli-keyless\nsource: legacy\ntarget: v2\nmode: online\ntables: [public.keyless]\n');
     const run = await suite.stack.runCli(['start', spec]);
     expect(run.code).toBe(2);
     expect(run.stderr).toContain('refused (NoPrimaryKey)');

@@ -47,12 +47,12 @@ describe('failures and repairs', () => {
   });
 
   it.each([
-    ['public.no_key', 'NoPrimaryKey', /table public\.no_key has no primary key: add one/],
+    ['public.no_key', 'NoPrimaryKey', /table public\.no_key has no primary key and no unique index over NOT NULL columns: an online migration applies each change by key; add one/],
     ['public.missing', 'MissingTable', /table public\.missing does not exist on source connection "src"/],
     ['public.filled', 'TargetNotEmpty', /target table public\.filled already has rows: empty it, or set truncate: true/],
   ])('refuses %s at preflight, names the fix, and changes nothing', async (table, type, message) => {
     const before = { source: await objectInventory(suite.dbs, 'source'), target: await objectInventory(suite.dbs, 'target') };
-    const refusal = await suite.stack.ferry.start({ source: 'src', target: 'dst', tables: [table] }, { id: `refuse-${type}` }).catch((e) => e);
+    const refusal = await suite.stack.ferry.start({ source: 'src', target: 'dst', mode: 'online', tables: [table] }, { id: `refuse-${type}` }).catch((e) => e);
     expect(refusal).toBeInstanceOf(RefusedError);
     expect(refusal.type).toBe(type);
     expect(refusal.message).toMatch(message);

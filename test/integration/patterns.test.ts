@@ -106,8 +106,8 @@ describe('tables chosen by pattern', () => {
     expect([await objectInventory(suite.dbs, 'source'), await objectInventory(suite.dbs, 'target')]).toEqual(before);
   });
 
-  it('refuses a chosen table without a primary key as a named one, naming the pattern that chose it', async () => {
-    const keyless = file('keyless.yaml', 'id: patterns-keyless\nsource: legacy\ntarget: v2\ntables: ["logs.*"]\n');
+  it('refuses a chosen table without a key online as a named one, naming the pattern that chose it', async () => {
+    const keyless = file('keyless.yaml', 'id: patterns-keyless\nsource: legacy\ntarget: v2\nmode: online\ntables: ["logs.*"]\n');
     const run = await suite.stack.runCli(['validate', keyless, '--connect']);
     expect({ code: run.code, stdout: run.stdout }).toEqual({ code: 2, stdout: '' });
     expect(run.stderr).toContain('refused (NoPrimaryKey)');

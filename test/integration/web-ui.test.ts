@@ -184,7 +184,7 @@ describe('the Web UI in headless Chromium', () => {
 
   it('a refused preflight: ferry start exits 2 with the refusal, and its helper workflow is Completed, not Failed, in the list', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'ferry-webui-spec-'));
-    writeFileSync(join(dir, 'keyless.yaml'), 'id: keyless-move\nsource: src\ntarget: dst\ntables: [public.keyless]\n');
+    writeFileSync(join(dir, 'keyless.yaml'), 'id: keyless-move\nsource: src\ntarget: dst\nmode: online\ntables: [public.keyless]\n');
     const run = await suite.stack.runCli(['start', join(dir, 'keyless.yaml')]).finally(() => rmSync(dir, { recursive: true, force: true }));
     expect(run.code).toBe(2);
     expect(run.stderr).toContain('refused (NoPrimaryKey)');

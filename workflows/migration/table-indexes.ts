@@ -9,7 +9,7 @@ import { ApplicationFailure } from '@temporalio/workflow';
 import type { IndexRef } from '../../activities/indexes';
 import { innermostApplicationFailure } from '../../src/core/failures';
 import { postgresFailure, SQLSTATE } from '../../src/core/failure-types';
-import { CopyTable, TablePlan } from '../../src/core/plan';
+import { CopyTable, isKeyless, TablePlan } from '../../src/core/plan';
 import { TimingsInput, timingsOf } from '../../src/core/timings';
 import { runBounded } from './bounded';
 import { tableActivities } from '../activity-options';
@@ -75,7 +75,11 @@ export async function listSourceIndexes(input: Pick<IndexBuildInput, 'source' | 
   return (await builds(input).listIndexes({ source: input.source, table: input.table })).indexes;
 }
 
-/** The primary key of a table loaded without it, before anything reads the table by key. */
+/**
+ * The key of a table loaded without it, before anything reads the table by key; a table without
+ * a key has none to build (plans of executions before keyless tables always had one).
+ */
 export async function buildPrimaryKey(input: Pick<IndexBuildInput, 'source' | 'target' | 'table' | 'timings'>): Promise<void> {
+  if (isKeyless(input.table)) return;
   await builds(input).addPrimaryKey({ source: input.source, target: input.target, table: input.table });
 }

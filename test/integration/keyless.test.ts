@@ -1,0 +1,147 @@
+/**
+ * Tables without a key — no primary key, no unique index over NOT NULL columns — in full mode:
+ * copied by ranges of physical blocks, each batch committed with its checkpoint (the next block),
+ * validated by an order-independent checksum of each whole side. Duplicate rows, NULLs, dead rows
+ * and holes arrive exactly as they are (the multiset of rows, compared with SQL on both sides),
+ * a partitioned one too, nothing repaired; a source changed behind the copy fails the table
+ * (nothing can narrow the difference) and rolls back; online mode refuses such a table, naming
+ * the fix.
+ */
+import type { CopyChunkInput, CopyChunkResult } from '../../activities/copy-chunk';
+import type { ChecksumBlocksInput } from '../../activities/validate-chunk';
+import { displayQualified } from '../../src/core/identifiers';
+import { objectInventory, TestDatabases } from '../helpers/databases';
+import { aroundActivities } from '../helpers/interceptors';
+import { expectCleanRun } from '../helpers/repairs';
+import { resultWithin } from '../helpers/stack';
+import { stackSuite } from '../helpers/suite';
+
+const SOURCE = `
+  CREATE SCHEMA app;
+  CREATE TABLE app.events_raw (at timestamptz, kind text, payload jsonb, n int);
+  INSERT INTO app.events_raw SELECT timestamptz '2026-01-01' + g * interval '1 minute', 'k' || (g % 13), jsonb_build_object('g', g), g FROM generate_series(1, 40000) g;
+  -- Rows that are the same row twice, rows of NULLs, dead rows and holes.
+  INSERT INTO app.events_raw SELECT at, kind, payload, n FROM app.events_raw WHERE n % 10 = 0;
+  INSERT INTO app.events_raw SELECT NULL, NULL, NULL, NULL FROM generate_series(1, 50);
+  DELETE FROM app.events_raw WHERE n % 7 = 0;
+  UPDATE app.events_raw SET kind = kind || '!' WHERE n % 11 = 0;
+  CREATE INDEX events_raw_at ON app.events_raw (at);
+  -- Unique indexes that are no key, built on the target after the load as any other index.
+  CREATE TABLE app.loose (a int UNIQUE, b int NOT NULL, c int NOT NULL);
+  CREATE UNIQUE INDEX loose_b ON app.loose (b) WHERE b > 0;
+  ALTER TABLE app.loose ADD CONSTRAINT loose_c UNIQUE (c) DEFERRABLE;
+  INSERT INTO app.loose SELECT CASE WHEN g % 3 = 0 THEN NULL ELSE g END, g, g FROM generate_series(1, 5000) g;
+  CREATE TABLE app.metrics (day int NOT NULL, v int) PARTITION BY RANGE (day);
+  CREATE TABLE app.metrics_a PARTITION OF app.metrics FOR VALUES FROM (0) TO (100);
+  CREATE TABLE app.metrics_b PARTITION OF app.metrics FOR VALUES FROM (100) TO (200);
+  INSERT INTO app.metrics SELECT g % 200, g % 17 FROM generate_series(1, 12000) g;
+  ANALYZE;`;
+
+const TABLES = ['app.events_raw', 'app.loose', 'app.metrics'];
+
+/** A table's rows as a multiset: the count and a digest of every row's text in a stable order. */
+async function multiset(dbs: TestDatabases, role: string, table: string): Promise<{ table: string; rows: number; digest: string }> {
+  const [row] = await dbs.query<{ rows: number; digest: string }>(
+    role,
+    `SELECT count(*)::int AS rows, md5(coalesce(string_agg(t::text, E'\\n' ORDER BY t::text), '')) AS digest FROM ${table} t`,
+  );
+  return { table, ...row };
+}
+
+/** The table's indexes and constraints as the catalog prints them. */
+async function indexes(dbs: TestDatabases, role: string, table: string): Promise<string[]> {
+  const rows = await dbs.query<{ line: string }>(
+    role,
+    `SELECT regexp_replace(pg_get_indexdef(i.indexrelid), ' ON \\S+ ', ' ON … ') AS line FROM pg_index i WHERE i.indrelid = $1::regclass ORDER BY 1`,
+    [table],
+  );
+  return rows.map((r) => r.line);
+}
+
+describe('tables without a key', () => {
+  let tamper: ((input: ChecksumBlocksInput) => Promise<void>) | undefined;
+  /** Batches each copy slice committed, by table. */
+  const batches = new Map<string, number>();
+
+  const suite = stackSuite({
+    name: 'keyless',
+    databases: { source: SOURCE, target: '', changed_src: SOURCE, changed_dst: '' },
+    connections: { src: 'source', dst: 'target', changed_src: 'changed_src', changed_dst: 'changed_dst' },
+    workers: 0,
+    ready: async () => {
+      await suite.stack.startWorker({
+        interceptors: aroundActivities({
+          checksumBlocks: { before: async (input) => tamper?.(input as ChecksumBlocksInput) },
+          copyChunk: {
+            after: async (input, result) => {
+              const table = displayQualified((input as CopyChunkInput).table.source);
+              batches.set(table, (batches.get(table) ?? 0) + (result as CopyChunkResult).batches);
+            },
+          },
+        }),
+      });
+    },
+  });
+
+  it('plans them by ranges of blocks and says so; online mode refuses them, naming the fix', async () => {
+    const plan = await suite.stack.ferry.preflight({ source: 'src', target: 'dst', tables: [{ name: 'app.events_raw', chunks: 3 }, 'app.loose'] }, 'keyless-plan');
+    const [events, loose] = plan.tables;
+    expect(events.keyColumns).toEqual([]);
+    expect(events.notes).toContain(
+      'no key: copied by ranges of blocks and validated by a checksum of each whole side; a difference fails the table, as it cannot be repaired range by range',
+    );
+    // Three ranges of blocks, the first from the start and the last to the end.
+    const [{ blocks }] = await suite.dbs.query<{ blocks: number }>('source', `SELECT (pg_relation_size('app.events_raw') / 8192)::int AS blocks`);
+    expect(events.chunks).toEqual([
+      { index: 0, lower: null, upper: [String(Math.floor(blocks / 3))] },
+      { index: 1, lower: [String(Math.floor(blocks / 3))], upper: [String(Math.floor((2 * blocks) / 3))] },
+      { index: 2, lower: [String(Math.floor((2 * blocks) / 3))], upper: null },
+    ]);
+    expect(loose.keyColumns).toEqual([]);
+    await expect(suite.stack.ferry.preflight({ source: 'src', target: 'dst', mode: 'online', tables: ['app.loose'] }, 'keyless-online')).rejects.toThrow(
+      'table app.loose has no primary key and no unique index over NOT NULL columns: an online migration applies each change by key; ' +
+        'add one (ALTER TABLE app.loose ADD PRIMARY KEY (…)), or move the table in full mode while its writers are stopped (it is then copied by ranges of blocks)',
+    );
+  });
+
+  it('moves them in full mode: the same multiset of rows, every index, each row copied once, nothing repaired', async () => {
+    const { ferry } = suite.stack;
+    await ferry.start({ source: 'src', target: 'dst', batchRows: 2000, tables: [{ name: 'app.events_raw', chunks: 3 }, 'app.loose', { name: 'app.metrics', chunks: 2 }] }, { id: 'keyless-full' });
+    const result = await resultWithin(ferry, 'keyless-full', 180_000);
+    expect(result.error).toBeNull();
+    expect(result.state).toBe('SUCCEEDED');
+    await expectCleanRun(ferry, result);
+    for (const table of TABLES) {
+      const source = await multiset(suite.dbs, 'source', table);
+      expect(await multiset(suite.dbs, 'target', table)).toEqual(source);
+      // Many batches of about 2,000 rows, by the source's rows per block.
+    expect(batches.get('app.events_raw')).toBeGreaterThanOrEqual(15);
+    expect(batches.get('app.events_raw')).toBeLessThanOrEqual(40);
+    // The checkpoints counted every row once: no batch was copied twice.
+      expect({ table, rowsCopied: result.tables.find((t) => t.source === table)!.rowsCopied }).toEqual({ table, rowsCopied: source.rows });
+      expect({ table, indexes: await indexes(suite.dbs, 'target', table) }).toEqual({ table, indexes: await indexes(suite.dbs, 'source', table) });
+    }
+    expect(await multiset(suite.dbs, 'target', 'app.metrics_b')).toEqual(await multiset(suite.dbs, 'source', 'app.metrics_b'));
+    // Validation compared the whole sides, by blocks (the event says how many rows it vouched for).
+    const passed = result.events.filter((e) => e.type === 'ValidationPassed').map((e) => (e.detail as { repairedRanges: number }).repairedRanges);
+    expect(passed).toEqual([0, 0, 0]);
+  }, 240_000);
+
+  it('fails a table whose source changed behind the copy, as nothing can narrow the difference, and rolls the target back', async () => {
+    const before = await objectInventory(suite.dbs, 'changed_dst');
+    tamper = async (input) => {
+      if (input.connection !== 'changed_src' || displayQualified(input.relation) !== 'app.events_raw') return;
+      tamper = undefined;
+      await suite.dbs.exec('changed_src', `UPDATE app.events_raw SET kind = 'changed' WHERE n = 1`);
+    };
+    const { ferry } = suite.stack;
+    await ferry.start({ source: 'changed_src', target: 'changed_dst', tables: [{ name: 'app.events_raw', chunks: 2 }] }, { id: 'keyless-changed' });
+    const result = await resultWithin(ferry, 'keyless-changed', 180_000);
+    expect(result.state).toBe('FAILED');
+    expect(result.error?.type).toBe('ConsistencyBreach');
+    expect(result.error?.message).toContain(
+      'app.events_raw: source and target differ (rows counted and checksummed over each whole side); a table without a key cannot be repaired range by range',
+    );
+    expect(await objectInventory(suite.dbs, 'changed_dst')).toEqual(before);
+  }, 240_000);
+});
