@@ -14,9 +14,9 @@ import { KeyStride, STRIDE_TOLERANCE } from '../src/core/key-stride';
 import { withFencedSessions } from '../src/db/fenced';
 import type { CopyTable } from '../src/core/plan';
 import { asActivityFailure } from '../src/db/errors';
-import { Bound, keyAsText, keyFromRow, keyOrder, keyPredicate, literalBinder, ParamBinder } from '../src/db/ranges';
+import { blockPredicate, Bound, keyAsText, keyFromRow, keyOrder, keyPredicate, literalBinder, ParamBinder } from '../src/db/ranges';
 import { displayQualified, quoteQualified } from '../src/core/identifiers';
-import { ChunkCheckpoint, ChunkPlan, isKeyless, Key, SMALL_TABLE_ROWS } from '../src/core/plan';
+import { ChunkCheckpoint, ChunkPlan, copiesByBlocks, Key, SMALL_TABLE_ROWS } from '../src/core/plan';
 import { ActivityDeps, tableLabel } from './deps';
 import type { Logger } from '../src/logger';
 import { FinishTable, finishSmallTable } from '../src/db/index-build';
@@ -100,7 +100,7 @@ export function createCopyChunk({ connections, logger, metrics }: ActivityDeps) 
     try {
       return await withFencedSessions(connections, input, input.chunk.index, async ({ source, target, table, claimed, write }) => {
         const ref: ChunkRef = { migrationId: input.migrationId, tableIndex: table.index, chunkIndex: input.chunk.index };
-        if (isKeyless(table)) {
+        if (copiesByBlocks(table)) {
           const result = await copyBlockSlice({ input, table, ref, claimed, source, target, write, started, metrics });
           log.info({ rows: result.rows, bytes: result.bytes, batches: result.batches, ms: Date.now() - started, done: result.checkpoint.done }, 'chunk slice copied by blocks');
           return finishIfSmall(connections, input, table, result, log);
@@ -203,7 +203,8 @@ interface BlockSlice {
 const UNKNOWN_ROWS_PER_BLOCK = 60;
 
 /**
- * One slice of a chunk of a table without a key (isKeyless): its blocks in batches of about a
+ * One slice of a chunk read by blocks (copiesByBlocks: a table without a key, or a large keyed
+ * one in full mode): its blocks in batches of about a
  * batch's rows (by the source's rows per block), each batch's rows and its checkpoint — the next
  * block to copy — committed together under the fence, as a keyed batch's are; the chunk's last
  * batch reads to its upper bound, or to the end of the table for the last chunk. Before
@@ -225,7 +226,9 @@ async function copyBlockSlice(s: BlockSlice): Promise<CopyChunkResult> {
   const end = input.chunk.upper ? Number(input.chunk.upper[0]) : null;
   let next = s.claimed.lastKey ? Number(s.claimed.lastKey[0]) : input.chunk.lower ? Number(input.chunk.lower[0]) : 0;
   let checkpoint = s.claimed;
-  const size = new BatchSize(input.batchRows, null, input.rowsPerSecond);
+  // Sized by bytes (no batchRows): the first batch by the width of rows where it starts.
+  const width = input.batchRows === undefined && !checkpoint.done ? await blockWidth(s.source, table, next) : null;
+  const size = new BatchSize(input.batchRows, width, input.rowsPerSecond);
   const totals = { rows: 0, bytes: 0, batches: 0 };
   while (!checkpoint.done && (totals.batches === 0 || Date.now() - s.started < input.sliceMs)) {
     if (ctx.cancellationSignal.aborted) throw new CancelledFailure('chunk copy cancelled');
@@ -255,6 +258,15 @@ async function copyBlockSlice(s: BlockSlice): Promise<CopyChunkResult> {
   }
   if (totals.batches > 0) await touchCheckpoint(target, s.ref);
   return { checkpoint, ...totals };
+}
+
+/** Bytes per row, as text, of the rows from block `first` on (copyBlockSlice); null when none. */
+async function blockWidth(source: ClientBase, table: CopyTable, first: number): Promise<number | null> {
+  const { rows } = await source.query(
+    `SELECT avg(octet_length(s::text))::float8 AS width FROM (SELECT ${selectColumns(table)} FROM ${quoteQualified(table.source)}
+      WHERE ${blockPredicate(first, null)} LIMIT ${WIDTH_SAMPLE_ROWS}) s`,
+  );
+  return rows[0].width === null ? null : Number(rows[0].width);
 }
 
 /** The chunk's rows after the checkpoint (or from its lower bound), up to its upper bound. */

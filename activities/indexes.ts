@@ -9,7 +9,7 @@
  * the rows that share a value — their keys go back into the change log first, so the sync
  * replays them from the source — and builds again. analyzeTable refreshes the statistics.
  */
-import { QualifiedName } from '../src/core/identifiers';
+import { displayQualified, QualifiedName } from '../src/core/identifiers';
 import type { TablePlan } from '../src/core/plan';
 import { addPrimaryKeyOn, analyzeOn, buildIndexOn, BuildIndexInput, BuildIndexResult, IndexRef, listIndexesOn, ListIndexesInput } from '../src/db/index-build';
 import { ActivityDeps } from './deps';
@@ -25,8 +25,16 @@ export function createIndexActivities({ connections, logger }: ActivityDeps) {
     return connections.withClient(input.source, (source) => connections.withClient(input.target, (target) => buildIndexOn(source, target, input, logger)));
   }
 
-  async function addPrimaryKey(input: { source: string; target: string; table: Pick<TablePlan, 'source' | 'target' | 'targetNames'> }): Promise<{ built: boolean }> {
-    return connections.withClient(input.source, (source) => connections.withClient(input.target, (target) => addPrimaryKeyOn(source, target, input.table)));
+  async function addPrimaryKey(input: {
+    source: string;
+    target: string;
+    table: Pick<TablePlan, 'source' | 'target' | 'targetNames' | 'copyBy'>;
+  }): Promise<{ built: boolean; twinsDropped?: number }> {
+    const result = await connections.withClient(input.source, (source) => connections.withClient(input.target, (target) => addPrimaryKeyOn(source, target, input.table)));
+    if (result.twinsDropped) {
+      logger.warn({ table: displayQualified(input.table.source), twinsDropped: result.twinsDropped }, 'rows read twice by blocks (moved by a write during the copy) dropped before the key build; validation copies their keys again');
+    }
+    return result;
   }
 
   async function analyzeTable(input: { target: string; table: QualifiedName }): Promise<void> {

@@ -12,7 +12,7 @@ import { readPartitions, targetPartitionName } from '../src/db/partitions';
 import { keyAsText, keyFromRow, keyOrder, KeyShape } from '../src/db/ranges';
 import { displayQualified, quoteQualified, sameName } from '../src/core/identifiers';
 import { describeAction, onlineRefusal, readTargetActions, TargetRole } from '../src/db/target-actions';
-import { CapturePlan, ChunkPlan, KeyColumn, MigrationPlan, TablePlan } from '../src/core/plan';
+import { CapturePlan, ChunkPlan, KeyColumn, MigrationPlan, SMALL_TABLE_ROWS, TablePlan } from '../src/core/plan';
 import { resolveCapture } from '../src/core/capture-mode';
 import { logicalCaptureProblems } from '../src/db/logical-check';
 import { MAX_TABLES, Spec, TableSpec } from '../src/core/spec';
@@ -179,15 +179,9 @@ async function planTable(
   // The same locale from another C library or ICU release may sort differently: key ranges
   // would then cut the two sides in different places.
   const keyCollateC = fit.keyCollateC || (await keyCollationVersionsDiffer(source, target, info, existing, keyColumns));
-  const planned = await planChunks(source, spec, table, info, { keyColumns, keyCollateC });
+  const planned = await planChunks(source, spec, table, info, { keyColumns, keyCollateC }, existing !== null);
   if (spec.mode === 'online') fit.notes.push(...rowFreezeNotes(info));
-  if (!info.key) {
-    fit.notes.unshift(
-      'no key: copied by ranges of blocks and validated by a checksum of each whole side; a difference fails the table, as it cannot be repaired range by range',
-    );
-  } else if (info.key.kind !== 'primary key') {
-    fit.notes.unshift(`no primary key: keyed by ${info.key.kind} ${info.key.name} (${info.key.columns.join(', ')}), whose columns are NOT NULL`);
-  }
+  fit.notes.unshift(...keyNotes(info, planned.copyBy));
   return {
     index,
     source: table.source,
@@ -199,11 +193,23 @@ async function planTable(
     rowsEstimated: info.estimatedRows,
     chunks: planned.chunks,
     validationUnits: planned.validationUnits,
+    ...(planned.copyBy ? { copyBy: planned.copyBy } : {}),
     targetExisted: existing !== null,
     sourceWrites: info.writes,
     ...(fit.notes.length > 0 ? { notes: fit.notes } : {}),
     ...(Object.keys(fit.targetNames).length > 0 ? { targetNames: fit.targetNames } : {}),
   };
+}
+
+/** What the plan says of how a table is keyed and copied, where it is not by its primary key's ranges. */
+function keyNotes(info: TableInfo, copyBy: TablePlan['copyBy']): string[] {
+  if (!info.key) {
+    return ['no key: copied by ranges of blocks and validated by a checksum of each whole side; a difference fails the table, as it cannot be repaired range by range'];
+  }
+  const notes: string[] = [];
+  if (info.key.kind !== 'primary key') notes.push(`no primary key: keyed by ${info.key.kind} ${info.key.name} (${info.key.columns.join(', ')}), whose columns are NOT NULL`);
+  if (copyBy === 'blocks') notes.push('copied by ranges of blocks (read in physical order), validated and repaired by ranges of its key');
+  return notes;
 }
 
 /**
@@ -375,13 +381,36 @@ async function planChunks(
   table: TableSpec,
   info: TableInfo,
   shape: KeyShape,
-): Promise<Pick<TablePlan, 'chunks' | 'validationUnits'>> {
+  targetExists: boolean,
+): Promise<Pick<TablePlan, 'chunks' | 'validationUnits' | 'copyBy'>> {
   const chunkCount = table.chunks ?? autoChunkCount(info.estimatedRows, spec.parallelism.chunks);
-  if (!info.key) return { chunks: await blockChunks(source, info, chunkCount) };
-  const needsUnits = info.estimatedRows > chunkCount * VALIDATION_UNIT_ROWS && spec.validation !== 'none';
+  if (!info.key) return { chunks: await blockChunks(source, info, chunkCount), copyBy: 'blocks' };
+  const byBlocks = copiesByBlocks(spec, info, targetExists) && (await hasTidRangeScans(source));
+  const needsUnits = (info.estimatedRows > chunkCount * VALIDATION_UNIT_ROWS && spec.validation !== 'none') || byBlocks;
   const sample = chunkCount > 1 || needsUnits ? await sampleKeys(source, info, shape) : [];
   const chunks = rangesFromBoundaries(chunkCount > 1 ? pickBoundaries(sample, chunkCount) : []);
-  return { chunks, validationUnits: needsUnits ? validationUnits(sample, chunks, info.estimatedRows) : undefined };
+  if (!byBlocks) return { chunks, validationUnits: needsUnits ? validationUnits(sample, chunks, info.estimatedRows) : undefined };
+  // Copied by blocks, validated and repaired by the key ranges the chunks would have had: each
+  // unit under the fence of a chunk of blocks (any chunk's will do: a repair takes its range).
+  const blocks = await blockChunks(source, info, chunkCount);
+  const units = validationUnits(sample, chunks, info.estimatedRows);
+  const keyed = units.length > 0 ? units : chunks.map((c) => ({ chunk: c.index, lower: c.lower, upper: c.upper }));
+  return { chunks: blocks, validationUnits: keyed.map((u) => ({ ...u, chunk: Math.min(u.chunk, blocks.length - 1) })), copyBy: 'blocks' };
+}
+
+/**
+ * Full mode reads a large keyed table by ranges of blocks: each page once, in physical order,
+ * where ranges of its key read the pages their keys are on (0.71–0.88× the time, docs/
+ * benchmarks.md). Only where a row that a write moved and the copy read twice cannot stop a batch:
+ * a table Ferry creates and loads without its key (not a partitioned one, created with it), whose
+ * key build then drops such twins for validation — never `none` here — to copy again by key.
+ */
+function copiesByBlocks(spec: Spec, info: TableInfo, targetExists: boolean): boolean {
+  return spec.mode === 'full' && spec.validation !== 'none' && !targetExists && info.relkind === 'r' && info.estimatedRows > SMALL_TABLE_ROWS;
+}
+
+async function hasTidRangeScans(source: PoolClient): Promise<boolean> {
+  return (await source.query(`SELECT current_setting('server_version_num')::int >= 140000 AS ok`)).rows[0].ok;
 }
 
 /**

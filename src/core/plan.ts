@@ -58,6 +58,12 @@ export interface TablePlan {
   chunks: ChunkPlan[];
   /** Validation ranges sized by rows (absent or empty: one per chunk). */
   validationUnits?: ValidationUnit[];
+  /**
+   * `blocks`: the copy reads ranges of physical blocks (the chunks are block ranges, ChunkPlan),
+   * not of the key — a table without a key, or a large keyed one in full mode (its validation
+   * units are then key ranges). Absent: key ranges (and in plans of an older Ferry).
+   */
+  copyBy?: 'blocks';
   /** The target table existed before the migration (so rollback empties it instead of dropping it). */
   targetExisted: boolean;
   /** n_tup_ins + n_tup_upd + n_tup_del on the source at preflight; full mode warns when it moves. */
@@ -83,13 +89,18 @@ export function isKeyless(t: Pick<TablePlan, 'keyColumns'>): boolean {
   return t.keyColumns.length === 0;
 }
 
+/** Whether the table's chunks are ranges of blocks (TablePlan.copyBy). */
+export function copiesByBlocks(t: Pick<TablePlan, 'keyColumns' | 'copyBy'>): boolean {
+  return t.copyBy === 'blocks' || isKeyless(t);
+}
+
 /** The name an index or constraint of the source gets on the target (see TablePlan.targetNames). */
 export function targetIndexName(table: Pick<TablePlan, 'targetNames'>, sourceName: string): string {
   return (table.targetNames && Object.prototype.hasOwnProperty.call(table.targetNames, sourceName) && table.targetNames[sourceName]) || sourceName;
 }
 
 /** What copying, syncing and validating one table needs (the plan minus its chunk list). */
-export type CopyTable = Pick<TablePlan, 'index' | 'source' | 'target' | 'columns' | 'keyColumns' | 'copyFormat' | 'keyCollateC'>;
+export type CopyTable = Pick<TablePlan, 'index' | 'source' | 'target' | 'columns' | 'keyColumns' | 'copyFormat' | 'keyCollateC' | 'copyBy'>;
 
 /** Estimated rows up to which a table in one chunk is small (isSmallTable). */
 export const SMALL_TABLE_ROWS = 100_000;
@@ -113,6 +124,7 @@ export function copyTableOf(t: TablePlan): CopyTable {
     keyColumns: t.keyColumns,
     copyFormat: t.copyFormat,
     keyCollateC: t.keyCollateC,
+    ...(t.copyBy ? { copyBy: t.copyBy } : {}),
   };
 }
 

@@ -12,7 +12,7 @@ import { addConstraintSql, addPrimaryKeySql, createIndexSql } from './ddl';
 import { refusal, sqlState } from './errors';
 import { keyFromRow } from './ranges';
 import { duplicateKeysSql, readUniqueKeys } from './unique-keys';
-import { displayQualified, QualifiedName, quoteQualified } from '../core/identifiers';
+import { displayQualified, QualifiedName, quoteIdent, quoteQualified } from '../core/identifiers';
 import { isKeyless, targetIndexName } from '../core/plan';
 import type { CopyTable, Key, TablePlan } from '../core/plan';
 import { Logger } from '../logger';
@@ -139,24 +139,45 @@ export async function buildIndexOn(source: Session, target: Session, input: Inde
  * its checkpoint, under the chunk's fence, rules out; a failure here is a loud proof that
  * something broke that. A target that has a unique index over the key's columns already (a
  * table the user prepared, or an earlier attempt) is left as it is.
+ *
+ * A table read by blocks (copyBy) is the exception: a row that a write moved from a block the
+ * copy had read to one it had not yet read arrives twice. Its twins are dropped, every copy of
+ * the key, and the build tried again; validation (never `none` for such a table) finds the keys
+ * missing and copies them again by key range.
  */
 export async function addPrimaryKeyOn(
   source: ClientBase,
   target: ClientBase,
-  table: Pick<TablePlan, 'source' | 'target' | 'targetNames'>,
+  table: Pick<TablePlan, 'source' | 'target' | 'targetNames' | 'copyBy'>,
   read?: TableInfo,
-): Promise<{ built: boolean }> {
+): Promise<{ built: boolean; twinsDropped?: number }> {
   const info = read ?? (await sourceTable(source, table.source));
   const key = info.key;
   if (!key) throw refusal(FAILURE.NoPrimaryKey, `${displayQualified(info.name)} lost its key on the source (a primary key, or a unique index over NOT NULL columns)`);
   if (await hasUniqueIndexOver(target, table.target, key.columns)) return { built: false };
   const sql = keySql({ ...info, key }, table);
-  await untimed(target, () =>
-    inTransaction(target, async () => {
-      for (const statement of sql) await target.query(statement);
-    }),
-  );
-  return { built: true };
+  let twinsDropped = 0;
+  for (let round = 0; ; round += 1) {
+    try {
+      await untimed(target, () =>
+        inTransaction(target, async () => {
+          for (const statement of sql) await target.query(statement);
+        }),
+      );
+      return { built: true, ...(twinsDropped ? { twinsDropped } : {}) };
+    } catch (err) {
+      if (sqlState(err) !== '23505' || table.copyBy !== 'blocks' || round >= MAX_EVICTION_ROUNDS) throw err;
+      twinsDropped += await dropTwins(target, table.target, key.columns);
+    }
+  }
+}
+
+/** Deletes every row of `table` whose key another row has too; returns how many. */
+async function dropTwins(target: ClientBase, table: QualifiedName, columns: string[]): Promise<number> {
+  const key = columns.map(quoteIdent).join(', ');
+  const relation = quoteQualified(table);
+  const result = await untimed(target, () => target.query(`DELETE FROM ${relation} WHERE (${key}) IN (SELECT ${key} FROM ${relation} GROUP BY ${key} HAVING count(*) > 1)`));
+  return result.rowCount ?? 0;
 }
 
 /** The statements that give the target the source's key (TableInfo.key), in one transaction. */
@@ -179,7 +200,7 @@ function keyIndexRef(info: TableInfo, table: Pick<TablePlan, 'targetNames'>): In
 }
 
 /** What finishSmallTable needs of the table's plan. */
-export type FinishTable = Pick<TablePlan, 'source' | 'target' | 'targetExisted' | 'targetNames'>;
+export type FinishTable = Pick<TablePlan, 'source' | 'target' | 'targetExisted' | 'targetNames' | 'copyBy'>;
 
 /**
  * A small table's whole index phase on two sessions, for its copy to run once loaded (full

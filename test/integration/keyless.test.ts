@@ -1,11 +1,14 @@
 /**
- * Tables without a key — no primary key, no unique index over NOT NULL columns — in full mode:
+ * Copying by ranges of blocks. Tables without a key — no primary key, no unique index over NOT
+ * NULL columns — in full mode:
  * copied by ranges of physical blocks, each batch committed with its checkpoint (the next block),
  * validated by an order-independent checksum of each whole side. Duplicate rows, NULLs, dead rows
  * and holes arrive exactly as they are (the multiset of rows, compared with SQL on both sides),
  * a partitioned one too, nothing repaired; a source changed behind the copy fails the table
  * (nothing can narrow the difference) and rolls back; online mode refuses such a table, naming
- * the fix.
+ * the fix. A large keyed table in full mode is read by blocks too and validated by key ranges: a
+ * row that a write moved past the copy arrives twice, its twins are dropped before the key is
+ * built, and validation copies it again.
  */
 import type { CopyChunkInput, CopyChunkResult } from '../../activities/copy-chunk';
 import type { ChecksumBlocksInput } from '../../activities/validate-chunk';
@@ -39,6 +42,14 @@ const SOURCE = `
 
 const TABLES = ['app.events_raw', 'app.loose', 'app.metrics'];
 
+/** A keyed table large enough to be read by blocks in full mode (more than 100,000 rows). */
+const LEDGER = `
+  CREATE SCHEMA app;
+  CREATE TABLE app.ledger (id bigint PRIMARY KEY, account int NOT NULL, memo text);
+  INSERT INTO app.ledger SELECT g, g % 977, md5(g::text) FROM generate_series(1, 150000) g;
+  CREATE INDEX ledger_account ON app.ledger (account);
+  ANALYZE;`;
+
 /** A table's rows as a multiset: the count and a digest of every row's text in a stable order. */
 async function multiset(dbs: TestDatabases, role: string, table: string): Promise<{ table: string; rows: number; digest: string }> {
   const [row] = await dbs.query<{ rows: number; digest: string }>(
@@ -62,17 +73,23 @@ describe('tables without a key', () => {
   let tamper: ((input: ChecksumBlocksInput) => Promise<void>) | undefined;
   /** Batches each copy slice committed, by table. */
   const batches = new Map<string, number>();
+  /** Before each copy slice, with its input. */
+  let beforeCopy: ((input: CopyChunkInput) => Promise<void>) | undefined;
+  /** What each key build returned. */
+  const keyBuilds: { built: boolean; twinsDropped?: number }[] = [];
 
   const suite = stackSuite({
     name: 'keyless',
-    databases: { source: SOURCE, target: '', changed_src: SOURCE, changed_dst: '' },
-    connections: { src: 'source', dst: 'target', changed_src: 'changed_src', changed_dst: 'changed_dst' },
+    databases: { source: SOURCE, target: '', changed_src: SOURCE, changed_dst: '', ledger_src: LEDGER, ledger_dst: '', moved_src: LEDGER, moved_dst: '' },
+    connections: { src: 'source', dst: 'target', changed_src: 'changed_src', changed_dst: 'changed_dst', ledger_src: 'ledger_src', ledger_dst: 'ledger_dst', moved_src: 'moved_src', moved_dst: 'moved_dst' },
     workers: 0,
     ready: async () => {
       await suite.stack.startWorker({
         interceptors: aroundActivities({
           checksumBlocks: { before: async (input) => tamper?.(input as ChecksumBlocksInput) },
+          addPrimaryKey: { after: async (_input, result) => void keyBuilds.push(result as { built: boolean; twinsDropped?: number }) },
           copyChunk: {
+            before: async (input) => beforeCopy?.(input as CopyChunkInput),
             after: async (input, result) => {
               const table = displayQualified((input as CopyChunkInput).table.source);
               batches.set(table, (batches.get(table) ?? 0) + (result as CopyChunkResult).batches);
@@ -143,5 +160,60 @@ describe('tables without a key', () => {
       'app.events_raw: source and target differ (rows counted and checksummed over each whole side); a table without a key cannot be repaired range by range',
     );
     expect(await objectInventory(suite.dbs, 'changed_dst')).toEqual(before);
+  }, 240_000);
+
+  it('reads a large keyed table by blocks in full mode, validates it by key ranges, and needs no repair', async () => {
+    const { ferry } = suite.stack;
+    const plan = await ferry.preflight({ source: 'ledger_src', target: 'ledger_dst', tables: [{ name: 'app.ledger', chunks: 3 }] }, 'ledger-plan');
+    const [ledger] = plan.tables;
+    expect(ledger.copyBy).toBe('blocks');
+    expect(ledger.notes).toContain('copied by ranges of blocks (read in physical order), validated and repaired by ranges of its key');
+    expect(ledger.chunks.map((c) => [c.lower === null, c.upper === null])).toEqual([[true, false], [false, false], [false, true]]);
+    // The validation units are ranges of the key that cover it whole, in order.
+    const units = ledger.validationUnits!;
+    expect(units[0].lower).toBeNull();
+    expect(units[units.length - 1].upper).toBeNull();
+    units.slice(1).forEach((u, i) => expect(u.lower).toEqual(units[i].upper));
+    // A small keyed table, a validation of none, or a prepared target: by the key, as before.
+    const none = await ferry.preflight({ source: 'ledger_src', target: 'ledger_dst', validation: 'none', tables: ['app.ledger'] }, 'ledger-none');
+    expect(none.tables[0].copyBy).toBeUndefined();
+
+    batches.clear();
+    await ferry.start({ source: 'ledger_src', target: 'ledger_dst', batchRows: 5000, tables: [{ name: 'app.ledger', chunks: 3 }] }, { id: 'ledger-full' });
+    const result = await resultWithin(ferry, 'ledger-full', 180_000);
+    expect(result.error).toBeNull();
+    expect(result.state).toBe('SUCCEEDED');
+    await expectCleanRun(ferry, result);
+    expect(await multiset(suite.dbs, 'ledger_dst', 'app.ledger')).toEqual(await multiset(suite.dbs, 'ledger_src', 'app.ledger'));
+    expect(result.tables[0].rowsCopied).toBe(150_000);
+    expect(batches.get('app.ledger')).toBeGreaterThanOrEqual(20);
+    expect(await indexes(suite.dbs, 'ledger_dst', 'app.ledger')).toEqual(await indexes(suite.dbs, 'ledger_src', 'app.ledger'));
+  }, 240_000);
+
+  it('drops the twins of a row that a write moved past the copy before it builds the key, and validation copies the row again', async () => {
+    const { ferry } = suite.stack;
+    keyBuilds.length = 0;
+    // Chunks one after the other: once the first half of the blocks is copied, row 1 (block 0) is
+    // updated; its new version lands in the second half, which is still to be read.
+    beforeCopy = async (input) => {
+      if (input.migrationId !== 'ledger-moved' || input.chunk.index !== 1) return;
+      beforeCopy = undefined;
+      await suite.dbs.exec('moved_src', `UPDATE app.ledger SET memo = 'moved' WHERE id = 1`);
+    };
+    await ferry.start(
+      { source: 'moved_src', target: 'moved_dst', batchRows: 5000, parallelism: { chunks: 1 }, tables: [{ name: 'app.ledger', chunks: 2 }] },
+      { id: 'ledger-moved' },
+    );
+    const result = await resultWithin(ferry, 'ledger-moved', 180_000);
+    expect(result.error).toBeNull();
+    expect(result.state).toBe('SUCCEEDED');
+    const [{ block }] = await suite.dbs.query<{ block: number }>('moved_src', `SELECT (ctid::text::point)[0]::int AS block FROM app.ledger WHERE id = 1`);
+    expect(block).toBeGreaterThan(0);
+    // Both copies of row 1 were dropped before the key was built, and validation brought it back.
+    expect(keyBuilds).toEqual([{ built: true, twinsDropped: 2 }]);
+    expect(await multiset(suite.dbs, 'moved_dst', 'app.ledger')).toEqual(await multiset(suite.dbs, 'moved_src', 'app.ledger'));
+    expect(await suite.dbs.query('moved_dst', `SELECT memo FROM app.ledger WHERE id = 1`)).toEqual([{ memo: 'moved' }]);
+    const passed = result.events.filter((e) => e.type === 'ValidationPassed').map((e) => (e.detail as { repairedRanges: number }).repairedRanges);
+    expect(passed).toEqual([1]);
   }, 240_000);
 });
