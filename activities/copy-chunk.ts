@@ -16,7 +16,9 @@ import type { CopyTable } from '../src/core/plan';
 import { asActivityFailure } from '../src/db/errors';
 import { blockPredicate, Bound, keyAsText, keyFromRow, keyOrder, keyPredicate, literalBinder, ParamBinder } from '../src/db/ranges';
 import { displayQualified, quoteQualified } from '../src/core/identifiers';
-import { ChunkCheckpoint, ChunkPlan, copiesByBlocks, Key, SMALL_TABLE_ROWS } from '../src/core/plan';
+import { ChunkCheckpoint, ChunkPlan, copiesByBlocks, isKeyless, Key, SMALL_TABLE_ROWS } from '../src/core/plan';
+import { hasUniqueIndexOver } from '../src/db/catalog';
+import { FAILURE } from '../src/core/failure-types';
 import { ActivityDeps, tableLabel } from './deps';
 import type { Logger } from '../src/logger';
 import { FinishTable, finishSmallTable } from '../src/db/index-build';
@@ -100,11 +102,7 @@ export function createCopyChunk({ connections, logger, metrics }: ActivityDeps) 
     try {
       return await withFencedSessions(connections, input, input.chunk.index, async ({ source, target, table, claimed, write }) => {
         const ref: ChunkRef = { migrationId: input.migrationId, tableIndex: table.index, chunkIndex: input.chunk.index };
-        if (copiesByBlocks(table)) {
-          const result = await copyBlockSlice({ input, table, ref, claimed, source, target, write, started, metrics });
-          log.info({ rows: result.rows, bytes: result.bytes, batches: result.batches, ms: Date.now() - started, done: result.checkpoint.done }, 'chunk slice copied by blocks');
-          return finishIfSmall(connections, input, table, result, log);
-        }
+        if (copiesByBlocks(table)) return finishIfSmall(connections, input, table, await copyBlockSlice({ input, table, ref, claimed, source, target, write, started, metrics, log }), log);
         const chunk = { ...input, table };
         let checkpoint: ChunkCheckpoint = claimed;
         let rows = 0;
@@ -197,6 +195,7 @@ interface BlockSlice {
   write: <R>(work: () => Promise<R>) => Promise<R>;
   started: number;
   metrics: ActivityDeps['metrics'];
+  log: Logger;
 }
 
 /** Rows a block is taken to hold where the source's statistics do not say (about 130-byte rows). */
@@ -216,13 +215,22 @@ async function copyBlockSlice(s: BlockSlice): Promise<CopyChunkResult> {
   const { input, table, target } = s;
   const { rows: [layout] } = await s.source.query(
     `SELECT coalesce(max(pg_catalog.pg_relation_size(t.relid)), 0) / current_setting('block_size')::int8 AS blocks,
-            coalesce(sum(greatest(c.reltuples, 0)) / nullif(sum(c.relpages), 0), 0)::float8 AS rows_per_block,
+            -- Per block number: a TID range reads that block of every partition.
+            coalesce(sum(greatest(c.reltuples, 0)) / nullif(max(c.relpages), 0), 0)::float8 AS rows_per_block,
             current_setting('server_version_num')::int >= 140000 AS tid_ranges
        FROM (SELECT $1::regclass AS relid UNION SELECT relid FROM pg_catalog.pg_partition_tree($1::regclass) WHERE isleaf) t
        JOIN pg_catalog.pg_class c ON c.oid = t.relid AND c.relkind = 'r'`,
     [quoteQualified(table.source)],
   );
   const rowsPerBlock = Number(layout.rows_per_block) || UNKNOWN_ROWS_PER_BLOCK;
+  // A keyed table is read by blocks only into a target loaded without its key (preflight's
+  // copiesByBlocks): with it, a row that a write moved past the copy would stop every retry.
+  if (!isKeyless(table) && !s.claimed.done && (await hasUniqueIndexOver(target, table.target, table.keyColumns.map((k) => k.name)))) {
+    throw ApplicationFailure.nonRetryable(
+      `${displayQualified(table.source)}: the plan reads it by ranges of blocks, which needs its target loaded without its key, but ${displayQualified(table.target)} has it; cancel and start the migration again`,
+      FAILURE.IncompatibleTarget,
+    );
+  }
   const end = input.chunk.upper ? Number(input.chunk.upper[0]) : null;
   let next = s.claimed.lastKey ? Number(s.claimed.lastKey[0]) : input.chunk.lower ? Number(input.chunk.lower[0]) : 0;
   let checkpoint = s.claimed;
@@ -257,6 +265,7 @@ async function copyBlockSlice(s: BlockSlice): Promise<CopyChunkResult> {
     if (!checkpoint.done) await pace(ctx, input, totals.rows, s.started);
   }
   if (totals.batches > 0) await touchCheckpoint(target, s.ref);
+  s.log.info({ ...totals, ms: Date.now() - s.started, done: checkpoint.done }, 'chunk slice copied by blocks');
   return { checkpoint, ...totals };
 }
 

@@ -28,7 +28,7 @@ export function createIndexActivities({ connections, logger }: ActivityDeps) {
   async function addPrimaryKey(input: {
     source: string;
     target: string;
-    table: Pick<TablePlan, 'source' | 'target' | 'targetNames' | 'copyBy'>;
+    table: Pick<TablePlan, 'source' | 'target' | 'targetNames' | 'copyBy' | 'keyColumns'>;
   }): Promise<{ built: boolean; twinsDropped?: number }> {
     const result = await connections.withClient(input.source, (source) => connections.withClient(input.target, (target) => addPrimaryKeyOn(source, target, input.table)));
     if (result.twinsDropped) {

@@ -11,9 +11,9 @@ import { bookkeepingExists, ensureBookkeeping, lockBookkeeping, SYNC_CHUNK } fro
 import { createSequenceSql, createTableSql, createTypeSql, SequenceNames, targetSequenceName } from '../src/db/ddl';
 import { createPartitionSql, readPartitions, targetPartitionName } from '../src/db/partitions';
 import { refusal } from '../src/db/errors';
-import { keySql } from '../src/db/index-build';
+import { keyOfPlan, keySql } from '../src/db/index-build';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified, withSuffix } from '../src/core/identifiers';
-import { checkPlan, MigrationPlan, TablePlan, targetIndexName } from '../src/core/plan';
+import { checkPlan, isKeyless, MigrationPlan, TablePlan, targetIndexName } from '../src/core/plan';
 import { ActivityDeps } from './deps';
 import { FAILURE } from '../src/core/failure-types';
 
@@ -117,7 +117,7 @@ async function createTargetTable(
     await target.query(`ALTER SEQUENCE ${quoteQualified(sequences.get(seq.regclassText)!)} OWNED BY ${quoteQualified(table.target)}.${quoteIdent(seq.column)}`);
   }
   // A key made at creation that is a unique index, not a primary key: built on the empty table.
-  if (primaryKey && !info.primaryKey && info.key) for (const sql of keySql({ ...info, key: info.key }, table)) await target.query(sql);
+  if (primaryKey && !info.primaryKey && !isKeyless(table)) for (const sql of keySql(info, keyOfPlan(info, table), table)) await target.query(sql);
 }
 
 /** The plan a migration's checkpoints refer to, when its bookkeeping is still on the target. */

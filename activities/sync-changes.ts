@@ -14,7 +14,7 @@ import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { ClientBase } from 'pg';
 import { SYNC_CHUNK } from '../src/db/bookkeeping';
 import { FencedLane, FencedSessions, withFencedSessions } from '../src/db/fenced';
-import { assertCaptureIntact } from '../src/db/capture-check';
+import { assertCaptureIntact, assertKeyIntact } from '../src/db/capture-check';
 import { captureNames, readFreezeState } from '../src/db/capture-sql';
 import { enqueue, keysFromJson } from '../src/db/change-log';
 import { withCatalogKeyTypes } from '../src/db/catalog';
@@ -385,6 +385,7 @@ export function createSyncActivities({ connections, logger, metrics }: ActivityD
       }
       return await withFencedSessions(connections, input, SYNC_CHUNK, async (sessions) => {
         await assertCaptureIntact(sessions.source, { ...input, table: sessions.table });
+        await assertKeyIntact(sessions.source, sessions.table);
         return await syncSlice({ ...input, table: sessions.table }, sessions);
       });
     } catch (err) {

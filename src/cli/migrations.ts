@@ -192,7 +192,9 @@ function preflightText(spec: Spec, plan: MigrationPlan): string {
   }
   for (const t of plan.tables) {
     lines.push(
-      `  ${displayQualified(t.source)} → ${displayQualified(t.target)}: ~${t.rowsEstimated} rows, ${t.chunks.length} chunk(s), key (${t.keyColumns.map((k) => k.name).join(', ')}), ${t.copyFormat} COPY${t.targetExisted ? ', target exists' : ''}`,
+      `  ${displayQualified(t.source)} → ${displayQualified(t.target)}: ~${t.rowsEstimated} rows, ${t.chunks.length} chunk(s), ` +
+        `${t.keyColumns.length ? `key (${t.keyColumns.map((k) => k.name).join(', ')})` : 'no key'}${t.copyBy === 'blocks' ? ', read by blocks' : ''}, ` +
+        `${t.copyFormat} COPY${t.targetExisted ? ', target exists' : ''}`,
     );
     for (const note of t.notes ?? []) lines.push(`    note: ${note}`);
   }

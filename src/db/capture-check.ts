@@ -84,15 +84,6 @@ export async function assertCaptureIntact(source: ClientBase, input: { migration
   // A partition attached, detached or added since capture lacks (or keeps) the freeze and the
   // TRUNCATE refusal.
   await assertPartitionsUnchanged(source, table, rows[0]);
-  // Without its key's unique index, the source could take two rows with one key: the log and the
-  // apply would fold them into one (a table keyed by a unique index may lose it to a DROP INDEX).
-  if (!(await hasUniqueIndexOver(source, table.source, table.keyColumns.map((k) => k.name)))) {
-    throw ApplicationFailure.nonRetryable(
-      `${displayQualified(table.source)} lost the unique index of its key (${table.keyColumns.map((k) => k.name).join(', ')}) on the source during the online migration; ` +
-        'cancel, restore the key, and start again',
-      FAILURE.SchemaChanged,
-    );
-  }
   const names = triggerNames(input.migrationId);
   const armed = (await readFreezeState(source, input.migrationId)) !== 'absent';
   const logical = await isLogical(source, input.migrationId);
@@ -107,4 +98,19 @@ export async function assertCaptureIntact(source: ClientBase, input: { migration
     const { relation, trigger, enabled } = missing.rows[0];
     throw captureLost(table, `trigger ${trigger} on ${relation} ${enabled === null ? 'was dropped' : `is ${STATES[enabled] ?? `in state ${enabled}`}`}`);
   }
+}
+
+/**
+ * The source still has a unique index over the table's key (in any column order): without it two
+ * source rows could share a key, and the log, which holds keys, would fold them into one (a table
+ * keyed by a unique index may lose it to a DROP INDEX). Checked before a slice applies anything,
+ * not on an idle look at an empty log.
+ */
+export async function assertKeyIntact(source: ClientBase, table: CopyTable): Promise<void> {
+  if (await hasUniqueIndexOver(source, table.source, table.keyColumns.map((k) => k.name))) return;
+  throw ApplicationFailure.nonRetryable(
+    `${displayQualified(table.source)} lost the unique index of its key (${table.keyColumns.map((k) => k.name).join(', ')}) on the source during the online migration; ` +
+      'cancel, restore the key, and start again',
+    FAILURE.SchemaChanged,
+  );
 }

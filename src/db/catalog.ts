@@ -185,7 +185,10 @@ SELECT i.indrelid::int8 AS relid, ci.relname::text AS name, pg_catalog.pg_get_in
                     WHERE con.conindid = i.indexrelid AND con.conrelid = i.indrelid AND con.contype IN ('p', 'u', 'x'))
  ORDER BY i.indrelid, ci.relname`;
 
-// The primary key first, then the narrowest key, a constraint before a plain index, by name.
+// The primary key first (whatever it is: it was always the key), then the narrowest key, a
+// constraint before a plain index, by name. A unique index is a key only where each column keeps
+// its own collation and its type's default operator class: a coarser equality (a case-insensitive
+// collation) would make rows the key tells apart conflict in it.
 const KEYS_SQL = `
 SELECT i.indrelid::int8 AS relid, coalesce(con.conname, ci.relname)::text AS name,
        CASE WHEN i.indisprimary THEN 'primary key' WHEN con.oid IS NOT NULL THEN 'unique constraint' ELSE 'unique index' END AS kind,
@@ -196,11 +199,13 @@ SELECT i.indrelid::int8 AS relid, coalesce(con.conname, ci.relname)::text AS nam
   FROM pg_catalog.pg_index i
   JOIN pg_catalog.pg_class ci ON ci.oid = i.indexrelid
   LEFT JOIN pg_catalog.pg_constraint con ON con.conindid = i.indexrelid AND con.conrelid = i.indrelid AND con.contype IN ('p', 'u')
- WHERE i.indrelid = ANY($1::oid[]) AND i.indisunique AND i.indisvalid AND i.indimmediate
-   AND i.indpred IS NULL AND i.indexprs IS NULL
-   AND NOT EXISTS (SELECT 1 FROM unnest((i.indkey::int2[])[0:i.indnkeyatts - 1]) k(attnum)
-                     JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-                    WHERE NOT a.attnotnull)
+ WHERE i.indrelid = ANY($1::oid[]) AND i.indisunique AND i.indisvalid
+   AND (i.indisprimary OR (i.indimmediate AND i.indpred IS NULL AND i.indexprs IS NULL
+        AND NOT EXISTS (SELECT 1 FROM unnest((i.indkey::int2[])[0:i.indnkeyatts - 1], (i.indcollation::oid[])[0:i.indnkeyatts - 1],
+                                             (i.indclass::oid[])[0:i.indnkeyatts - 1]) k(attnum, coll, opclass)
+                          JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+                          JOIN pg_catalog.pg_opclass oc ON oc.oid = k.opclass
+                         WHERE NOT a.attnotnull OR k.coll <> a.attcollation OR NOT oc.opcdefault)))
  ORDER BY i.indrelid, i.indisprimary DESC, i.indnkeyatts, con.oid IS NULL, 2`;
 
 const SEQUENCES_SQL = `
@@ -469,15 +474,17 @@ export async function listTables(db: ClientBase): Promise<QualifiedName[]> {
   return rows;
 }
 
+/** A valid unique index, not partial, whose key columns (by name, sorted: any order) are $2. */
 const UNIQUE_INDEX_OVER_SQL = `
 SELECT 1 FROM pg_catalog.pg_index i
  WHERE i.indrelid = to_regclass($1) AND i.indisunique AND i.indisvalid AND i.indpred IS NULL
    AND ARRAY(SELECT a.attname::text
-               FROM unnest((i.indkey::int2[])[0:i.indnkeyatts - 1]) WITH ORDINALITY k(attnum, ord)
+               FROM unnest((i.indkey::int2[])[0:i.indnkeyatts - 1]) k(attnum)
                JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-              ORDER BY k.ord) = $2::text[]`;
+              ORDER BY a.attname COLLATE "C") = $2::text[]`;
 
-/** Whether `table` has a valid unique index, not partial, over exactly `columns` in that order. */
+/** Whether `table` has a valid unique index, not partial, over exactly `columns`, in any order. */
 export async function hasUniqueIndexOver(db: ClientBase, table: QualifiedName, columns: string[]): Promise<boolean> {
-  return ((await db.query(UNIQUE_INDEX_OVER_SQL, [quoteQualified(table), columns])).rowCount ?? 0) > 0;
+  const sorted = [...columns].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+  return ((await db.query(UNIQUE_INDEX_OVER_SQL, [quoteQualified(table), sorted])).rowCount ?? 0) > 0;
 }

@@ -129,12 +129,14 @@ export function addForeignKeySql(fk: ForeignKeyInfo, target: QualifiedName, refe
 /**
  * The primary key built after a load into a table created without it: its unique index from
  * the source's definition (one sort of the loaded rows), then the constraint on that index —
- * a catalog change, since the key columns are already NOT NULL.
+ * a catalog change, since the key columns are already NOT NULL. A DEFERRABLE key stays so (the
+ * constraint's definition ends with its deferrability).
  */
 export function addPrimaryKeySql(info: TableInfo, target: QualifiedName, indexDefinition: string, name = info.primaryKey!.name): string[] {
   const pk = info.primaryKey!;
+  const deferrable = / (DEFERRABLE(?: INITIALLY (?:DEFERRED|IMMEDIATE))?)$/.exec(pk.definition);
   return [
     createIndexSql({ name: pk.name, definition: indexDefinition }, info, target, name),
-    `ALTER TABLE ${quoteQualified(target)} ADD CONSTRAINT ${quoteIdent(name)} PRIMARY KEY USING INDEX ${quoteIdent(name)}`,
+    `ALTER TABLE ${quoteQualified(target)} ADD CONSTRAINT ${quoteIdent(name)} PRIMARY KEY USING INDEX ${quoteIdent(name)}${deferrable ? ` ${deferrable[1]}` : ''}`,
   ];
 }

@@ -4,7 +4,8 @@
  * whole index phase at once, inside its copy (finishSmallTable).
  */
 import { Client, ClientBase, PoolClient } from 'pg';
-import { hasUniqueIndexOver, readSourceTables, TableInfo, withCatalogKeyTypes } from './catalog';
+import { ApplicationFailure } from '@temporalio/common';
+import { hasUniqueIndexOver, readSourceTables, TableInfo, TableKey, withCatalogKeyTypes } from './catalog';
 import { captureNames } from './capture-sql';
 import { inTransaction } from './connections';
 import { deleteKeys } from './copy-stream';
@@ -34,7 +35,7 @@ export interface IndexRef {
 
 export interface ListIndexesInput {
   source: string;
-  table: Pick<TablePlan, 'source' | 'target' | 'targetExisted' | 'targetNames'>;
+  table: Pick<TablePlan, 'source' | 'target' | 'targetExisted' | 'targetNames' | 'keyColumns'>;
 }
 
 export interface BuildIndexInput {
@@ -89,7 +90,8 @@ export async function listIndexesOn(source: ClientBase, table: ListIndexesInput[
   const info = read ?? (await sourceTable(source, table.source));
   const renamed = (name: string) => (targetIndexName(table, name) !== name ? { targetName: targetIndexName(table, name) } : {});
   // A key that is a unique index was built with the primary keys (addPrimaryKeyOn), before any sync.
-  const isKey = (name: string) => info.key !== null && info.key.kind !== 'primary key' && info.key.name === name;
+  const key = plannedKey(info, table);
+  const isKey = (name: string) => key !== undefined && key !== null && key.kind !== 'primary key' && key.name === name;
   return [
     ...info.indexes.filter((i) => !isKey(i.name)).map((i) => ({ name: i.name, kind: 'index' as const, unique: /^CREATE UNIQUE /.test(i.definition), exclusion: false, ...renamed(i.name) })),
     ...info.uniques.filter((u) => !isKey(u.name)).map((u) => ({
@@ -148,14 +150,13 @@ export async function buildIndexOn(source: Session, target: Session, input: Inde
 export async function addPrimaryKeyOn(
   source: ClientBase,
   target: ClientBase,
-  table: Pick<TablePlan, 'source' | 'target' | 'targetNames' | 'copyBy'>,
+  table: Pick<TablePlan, 'source' | 'target' | 'targetNames' | 'copyBy' | 'keyColumns'>,
   read?: TableInfo,
 ): Promise<{ built: boolean; twinsDropped?: number }> {
   const info = read ?? (await sourceTable(source, table.source));
-  const key = info.key;
-  if (!key) throw refusal(FAILURE.NoPrimaryKey, `${displayQualified(info.name)} lost its key on the source (a primary key, or a unique index over NOT NULL columns)`);
+  const key = keyOfPlan(info, table);
   if (await hasUniqueIndexOver(target, table.target, key.columns)) return { built: false };
-  const sql = keySql({ ...info, key }, table);
+  const sql = keySql(info, key, table);
   let twinsDropped = 0;
   for (let round = 0; ; round += 1) {
     try {
@@ -180,27 +181,44 @@ async function dropTwins(target: ClientBase, table: QualifiedName, columns: stri
   return result.rowCount ?? 0;
 }
 
-/** The statements that give the target the source's key (TableInfo.key), in one transaction. */
-export function keySql(info: TableInfo & { key: NonNullable<TableInfo['key']> }, table: Pick<TablePlan, 'target' | 'targetNames'>): string[] {
-  if (info.key.kind === 'primary key') return addPrimaryKeySql(info, table.target, info.primaryKey!.indexDefinition, targetIndexName(table, info.key.name));
-  return [definition(info, table.target, keyIndexRef(info, table)!)];
+/**
+ * Which of the source's keys (TableInfo.keys) the plan moves the table by: the one over its
+ * keyColumns — not whichever would be chosen now (a narrower unique index created since would
+ * be); null for a table without a key, undefined when the source no longer has it.
+ */
+export function plannedKey(info: TableInfo, table: Pick<TablePlan, 'keyColumns'>): TableKey | null | undefined {
+  if (isKeyless(table)) return null;
+  const wanted = table.keyColumns.map((k) => k.name).join('\u0000');
+  return info.keys.find((k) => k.columns.join('\u0000') === wanted);
 }
 
-/** The table's key as an index to build, when it is a unique index rather than the primary key. */
-function keyIndexRef(info: TableInfo, table: Pick<TablePlan, 'targetNames'>): IndexRef | null {
-  if (!info.key || info.key.kind === 'primary key') return null;
-  const targetName = targetIndexName(table, info.key.name);
-  return {
-    name: info.key.name,
-    kind: info.key.kind === 'unique constraint' ? 'constraint' : 'index',
+/** plannedKey, where the table has one and the source must still have it. */
+export function keyOfPlan(info: TableInfo, table: Pick<TablePlan, 'keyColumns'>): TableKey {
+  const key = plannedKey(info, table);
+  if (key) return key;
+  throw ApplicationFailure.nonRetryable(
+    `${displayQualified(info.name)} has no primary key or unique index over NOT NULL columns (${table.keyColumns.map((k) => k.name).join(', ')}) on the source any more; ` +
+      'restore it, or cancel and start again',
+    FAILURE.SchemaChanged,
+  );
+}
+
+/** The statements that give the target the source's key, in one transaction. */
+export function keySql(info: TableInfo, key: TableKey, table: Pick<TablePlan, 'target' | 'targetNames'>): string[] {
+  if (key.kind === 'primary key') return addPrimaryKeySql(info, table.target, info.primaryKey!.indexDefinition, targetIndexName(table, key.name));
+  const targetName = targetIndexName(table, key.name);
+  const index: IndexRef = {
+    name: key.name,
+    kind: key.kind === 'unique constraint' ? 'constraint' : 'index',
     unique: true,
     exclusion: false,
-    ...(targetName !== info.key.name ? { targetName } : {}),
+    ...(targetName !== key.name ? { targetName } : {}),
   };
+  return [definition(info, table.target, index)];
 }
 
 /** What finishSmallTable needs of the table's plan. */
-export type FinishTable = Pick<TablePlan, 'source' | 'target' | 'targetExisted' | 'targetNames' | 'copyBy'>;
+export type FinishTable = Pick<TablePlan, 'source' | 'target' | 'targetExisted' | 'targetNames' | 'copyBy' | 'keyColumns'>;
 
 /**
  * A small table's whole index phase on two sessions, for its copy to run once loaded (full

@@ -33,7 +33,7 @@ SELECT c.relkind::text AS relkind, c.relreplident::text AS identity,
          WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated <> '') AS generated_columns,
        -- A table keyed by a unique index (no primary key): that index, for the fix to name.
        (SELECT quote_ident(ci.relname) FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class ci ON ci.oid = i.indexrelid
-         WHERE i.indrelid = c.oid AND i.indisunique AND NOT i.indisprimary
+         WHERE i.indrelid = c.oid AND i.indisunique AND NOT i.indisprimary AND i.indisvalid AND i.indimmediate AND i.indpred IS NULL
            AND ARRAY(SELECT a.attname::text FROM unnest((i.indkey::int2[])[0:i.indnkeyatts - 1]) WITH ORDINALITY k(attnum, ord)
                        JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum ORDER BY k.ord) = $2::text[]
          ORDER BY 1 LIMIT 1) AS key_index,

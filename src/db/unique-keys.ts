@@ -23,8 +23,9 @@ export interface UniqueKey {
   predicate: string | null;
   /** NULLS NOT DISTINCT: two NULLs conflict. */
   nullsNotDistinct: boolean;
-  /** The plain columns among its key expressions. */
+  /** The plain columns among its key expressions that keep their own collation and default operator class. */
   columns: string[];
+  primary: boolean;
 }
 
 const UNIQUE_KEYS_SQL = `
@@ -37,20 +38,27 @@ SELECT ci.relname::text AS name,
                 ORDER BY x.ord) END AS operators,
        pg_catalog.pg_get_expr(i.indpred, i.indrelid) AS predicate,
        coalesce((to_jsonb(i) ->> 'indnullsnotdistinct')::boolean, false) AS nulls_not_distinct,
-       ARRAY(SELECT a.attname::text FROM unnest((i.indkey::int2[])[0:i.indnkeyatts - 1]) k(attnum)
-               JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum) AS columns
+       ARRAY(SELECT a.attname::text
+               FROM unnest((i.indkey::int2[])[0:i.indnkeyatts - 1], (i.indcollation::oid[])[0:i.indnkeyatts - 1],
+                           (i.indclass::oid[])[0:i.indnkeyatts - 1]) k(attnum, coll, opclass)
+               JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+               JOIN pg_catalog.pg_opclass oc ON oc.oid = k.opclass
+              WHERE k.coll = a.attcollation AND oc.opcdefault) AS columns,
+       i.indisprimary AS is_primary
   FROM pg_catalog.pg_index i
   JOIN pg_catalog.pg_class ci ON ci.oid = i.indexrelid
   LEFT JOIN pg_catalog.pg_constraint con ON con.conindid = i.indexrelid AND con.conrelid = i.indrelid
- WHERE i.indrelid = to_regclass($1) AND i.indisready AND NOT i.indisprimary
+ WHERE i.indrelid = to_regclass($1) AND i.indisready
    AND (i.indisunique OR con.contype = 'x')
  ORDER BY ci.relname`;
 
 /**
  * The target table's unique and exclusion indexes besides the primary key; with `key` (the
- * columns the table is moved by), also besides any that only restates it — a unique index over
- * the key's columns and maybe more, whole and by equality, which no row can break without
- * breaking the key (a table keyed by a unique index has its key among them).
+ * columns the table is moved by), those besides any that only restates the key — a unique index
+ * over the key's columns and maybe more, whole, by equality, each column in its own collation and
+ * default operator class, which no row can break without breaking the key (the key's own index,
+ * primary or not, among them). A primary key that is not over the key is kept then: it can
+ * conflict on its own (a target prepared with another primary key and the key as a unique index).
  */
 export async function readUniqueKeys(db: ClientBase, table: QualifiedName, key?: string[]): Promise<UniqueKey[]> {
   const { rows } = await db.query(UNIQUE_KEYS_SQL, [quoteQualified(table)]);
@@ -61,8 +69,10 @@ export async function readUniqueKeys(db: ClientBase, table: QualifiedName, key?:
     predicate: r.predicate,
     nullsNotDistinct: r.nulls_not_distinct,
     columns: r.columns,
+    primary: r.is_primary,
   }));
-  const restatesKey = (u: UniqueKey) => key !== undefined && u.predicate === null && u.operators.every((o) => o === '=') && key.every((c) => u.columns.includes(c));
+  if (key === undefined || key.length === 0) return found.filter((u) => !u.primary);
+  const restatesKey = (u: UniqueKey) => u.predicate === null && u.operators.every((o) => o === '=') && key.every((c) => u.columns.includes(c));
   return found.filter((u) => !restatesKey(u));
 }
 

@@ -4,10 +4,15 @@
  * full mode and online under writers that change keys, with the key built on the target before
  * any change is applied, and nothing repaired. A unique index that allows NULLs, is partial,
  * deferrable or over an expression is no key: such a table is still refused. A target prepared
- * by the user must have the key; an online migration whose source loses the key's index stops.
+ * by the user must have the key; an online migration whose source loses the key's index stops. A
+ * unique index in another collation than its column's is no key either, nor a reason for the
+ * apply to skip it.
  */
 import { displayQualified } from '../../src/core/identifiers';
-import { rowsAsText, TestDatabases } from '../helpers/databases';
+import { parseSpec } from '../../src/core/spec';
+import { readUniqueKeys } from '../../src/db/unique-keys';
+import { rowsAsText, TestDatabases, withClient } from '../helpers/databases';
+import { directActivities, DirectActivities } from '../helpers/direct-activities';
 import { copiedAndApplied, expectCleanRun } from '../helpers/repairs';
 import { eventually, resultWithin, waitForPhase } from '../helpers/stack';
 import { stackSuite } from '../helpers/suite';
@@ -57,7 +62,7 @@ describe('tables keyed by a unique index', () => {
     databases: { full_src: SOURCE, full_dst: '', live_src: SOURCE, live_dst: '', lost_src: SOURCE, lost_dst: '' },
   });
 
-  it('plans each table by its narrowest unique key over NOT NULL columns and says so; refuses one whose unique indexes are no key', async () => {
+  it('plans each table by its narrowest unique key over NOT NULL columns and says so; a table whose unique indexes are no key has none', async () => {
     const plan = await suite.stack.ferry.preflight({ source: 'full_src', target: 'full_dst', tables: ['app.members', 'app.tokens', 'app.readings'] }, 'uk-plan');
     expect(plan.tables.map((t) => [displayQualified(t.source), t.keyColumns.map((k) => k.name)])).toEqual([
       ['app.members', ['org', 'handle']],
@@ -66,7 +71,10 @@ describe('tables keyed by a unique index', () => {
     ]);
     expect(plan.tables[0].notes).toContain('no primary key: keyed by unique constraint members_org_handle (org, handle), whose columns are NOT NULL');
     expect(plan.tables[1].notes).toContain('no primary key: keyed by unique index tokens_token (token), whose columns are NOT NULL');
-    await expect(suite.stack.ferry.preflight({ source: 'full_src', target: 'full_dst', tables: ['app.loose'] }, 'uk-loose')).rejects.toThrow(
+    // Those are no key: a table with only them has none (full mode copies it by blocks, online mode refuses it).
+    const loose = await suite.stack.ferry.preflight({ source: 'full_src', target: 'full_dst', tables: ['app.loose'] }, 'uk-loose');
+    expect(loose.tables[0].keyColumns).toEqual([]);
+    await expect(suite.stack.ferry.preflight({ source: 'full_src', target: 'full_dst', mode: 'online', tables: ['app.loose'] }, 'uk-loose-online')).rejects.toThrow(
       'table app.loose has no primary key and no unique index over NOT NULL columns',
     );
   });
@@ -168,5 +176,65 @@ describe('tables keyed by a unique index', () => {
     await suite.dbs.exec('full_dst', 'CREATE UNIQUE INDEX ON prepared.tokens (token)');
     const plan = await suite.stack.ferry.preflight({ source: 'full_src', target: 'full_dst', tables: [{ name: 'app.tokens', target: 'prepared.tokens' }] }, 'uk-prepared-2');
     expect(plan.tables[0].targetExisted).toBe(true);
+  });
+});
+
+describe('the key a plan names', () => {
+  let dbs: TestDatabases;
+  let direct: DirectActivities;
+  const run = <T>(fn: () => Promise<T>): Promise<T> => direct.run(fn);
+
+  beforeAll(async () => {
+    dbs = await TestDatabases.create('ukplan', ['source', 'target']);
+    await dbs.exec(
+      'source',
+      `CREATE SCHEMA app;
+       CREATE TABLE app.members (id int NOT NULL, org int NOT NULL, handle text NOT NULL, CONSTRAINT members_org_handle UNIQUE (org, handle));
+       INSERT INTO app.members SELECT g, g % 20, 'h' || g FROM generate_series(1, 1000) g;
+       -- A deferrable primary key is still the key (as it always was), and is built on the target.
+       CREATE TABLE app.deferred (id int PRIMARY KEY DEFERRABLE INITIALLY DEFERRED, v int);
+       INSERT INTO app.deferred SELECT g, g FROM generate_series(1, 100) g;
+       -- Unique in a case-insensitive collation: a coarser equality than the column's, so no key.
+       CREATE COLLATION app.ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+       CREATE TABLE app.people (email text NOT NULL UNIQUE, nick text NOT NULL);
+       CREATE UNIQUE INDEX people_nick_ci ON app.people (nick COLLATE app.ci);
+       CREATE UNIQUE INDEX people_email_ci ON app.people (email COLLATE app.ci);
+       ANALYZE;`,
+    );
+    direct = directActivities(dbs);
+  });
+
+  afterAll(async () => {
+    await direct?.close();
+    await dbs?.drop();
+  });
+
+  it("builds the plan's key on the target, not a narrower unique index made since, and a deferrable primary key as it is", async () => {
+    const spec = parseSpec({ source: 'src', target: 'dst', tables: ['app.members', 'app.deferred', 'app.people'] });
+    const plan = await run(() => direct.activities.preflight({ migrationId: 'ukplan', spec }));
+    expect(plan.tables.map((t) => t.keyColumns.map((k) => k.name))).toEqual([['org', 'handle'], ['id'], ['email']]);
+    // After preflight, a narrower unique index: the key is still the plan's.
+    await dbs.exec('source', 'CREATE UNIQUE INDEX members_id ON app.members (id)');
+    await run(() => direct.activities.prepareTarget({ migrationId: 'ukplan', source: 'src', target: 'dst', plan, truncate: false, primaryKeyAfterLoad: true }));
+    for (const table of plan.tables) await run(() => direct.activities.addPrimaryKey({ source: 'src', target: 'dst', table }));
+    const onTarget = await dbs.query<{ name: string; def: string }>(
+      'target',
+      `SELECT c.relname AS name, pg_get_indexdef(i.indexrelid) AS def FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+        WHERE i.indrelid IN ('app.members'::regclass, 'app.deferred'::regclass) ORDER BY 1`,
+    );
+    expect(onTarget).toEqual([
+      { name: 'deferred_pkey', def: 'CREATE UNIQUE INDEX deferred_pkey ON app.deferred USING btree (id)' },
+      { name: 'members_org_handle', def: 'CREATE UNIQUE INDEX members_org_handle ON app.members USING btree (org, handle)' },
+    ]);
+    expect(await dbs.query('target', `SELECT contype, condeferrable FROM pg_constraint WHERE conrelid = 'app.deferred'::regclass`)).toEqual([{ contype: 'p', condeferrable: true }]);
+    // The new index is built as any other; the key is not listed twice.
+    const { indexes } = await run(() => direct.activities.listIndexes({ source: 'src', table: plan.tables[0] }));
+    expect(indexes.map((i) => i.name)).toEqual(['members_id']);
+  });
+
+  it('keeps a unique index in a coarser collation among those the apply must evict by, though it is over the key', async () => {
+    const keys = await withClient(dbs.url('source'), (db) => readUniqueKeys(db, { schema: 'app', name: 'people' }, ['email']));
+    const names = keys.map((k) => k.name);
+    expect(names).toEqual(['people_email_ci', 'people_nick_ci']);
   });
 });
