@@ -26,6 +26,8 @@ export interface UniqueKey {
   /** The plain columns among its key expressions that keep their own collation and default operator class. */
   columns: string[];
   primary: boolean;
+  /** Checked at each row, not deferred to the commit: only such an index can arbitrate ON CONFLICT. */
+  immediate: boolean;
 }
 
 const UNIQUE_KEYS_SQL = `
@@ -44,7 +46,7 @@ SELECT ci.relname::text AS name,
                JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
                JOIN pg_catalog.pg_opclass oc ON oc.oid = k.opclass
               WHERE k.coll = a.attcollation AND oc.opcdefault) AS columns,
-       i.indisprimary AS is_primary
+       i.indisprimary AS is_primary, i.indimmediate AS immediate
   FROM pg_catalog.pg_index i
   JOIN pg_catalog.pg_class ci ON ci.oid = i.indexrelid
   LEFT JOIN pg_catalog.pg_constraint con ON con.conindid = i.indexrelid AND con.conrelid = i.indrelid
@@ -57,8 +59,9 @@ SELECT ci.relname::text AS name,
  * columns the table is moved by), those besides any that only restates the key — a unique index
  * over the key's columns and maybe more, whole, by equality, each column in its own collation and
  * default operator class, which no row can break without breaking the key (the key's own index,
- * primary or not, among them). A primary key that is not over the key is kept then: it can
- * conflict on its own (a target prepared with another primary key and the key as a unique index).
+ * primary or not, among them; not a DEFERRABLE one, which ON CONFLICT cannot arbitrate). A
+ * primary key that is not over the key is kept then: it can conflict on its own (a target
+ * prepared with another primary key and the key as a unique index).
  */
 export async function readUniqueKeys(db: ClientBase, table: QualifiedName, key?: string[]): Promise<UniqueKey[]> {
   const { rows } = await db.query(UNIQUE_KEYS_SQL, [quoteQualified(table)]);
@@ -70,9 +73,11 @@ export async function readUniqueKeys(db: ClientBase, table: QualifiedName, key?:
     nullsNotDistinct: r.nulls_not_distinct,
     columns: r.columns,
     primary: r.is_primary,
+    immediate: r.immediate,
   }));
   if (key === undefined || key.length === 0) return found.filter((u) => !u.primary);
-  const restatesKey = (u: UniqueKey) => u.predicate === null && u.operators.every((o) => o === '=') && key.every((c) => u.columns.includes(c));
+  // A DEFERRABLE key is kept: ON CONFLICT cannot name it, so the apply deletes and inserts.
+  const restatesKey = (u: UniqueKey) => u.immediate && u.predicate === null && u.operators.every((o) => o === '=') && key.every((c) => u.columns.includes(c));
   return found.filter((u) => !restatesKey(u));
 }
 

@@ -35,6 +35,9 @@ const SOURCE = `
   CREATE TABLE app.readings_a PARTITION OF app.readings FOR VALUES FROM (0) TO (100);
   CREATE TABLE app.readings_b PARTITION OF app.readings FOR VALUES FROM (100) TO (200);
   INSERT INTO app.readings SELECT g / 200, g % 200, g FROM generate_series(1, 4000) g;
+  -- A DEFERRABLE primary key, which ON CONFLICT cannot arbitrate.
+  CREATE TABLE app.deferred (id int PRIMARY KEY DEFERRABLE INITIALLY DEFERRED, v int);
+  INSERT INTO app.deferred SELECT g, g FROM generate_series(1, 2000) g;
   -- Unique indexes that are no key: over a nullable column, partial, deferrable, an expression.
   CREATE TABLE app.loose (a int UNIQUE, b int NOT NULL, c int NOT NULL, d int NOT NULL);
   CREATE UNIQUE INDEX loose_b ON app.loose (b) WHERE b > 0;
@@ -42,7 +45,7 @@ const SOURCE = `
   CREATE UNIQUE INDEX loose_d ON app.loose ((d + 1));
   ANALYZE;`;
 
-const ORDER: Record<string, string> = { 'app.members': 'org, handle', 'app.tokens': 'token', 'app.readings': 'sensor, day' };
+const ORDER: Record<string, string> = { 'app.members': 'org, handle', 'app.tokens': 'token', 'app.readings': 'sensor, day', 'app.deferred': 'id' };
 
 /** The table's indexes and constraints as the catalog prints them (names and definitions). */
 async function keysAndIndexes(dbs: TestDatabases, role: string, table: string): Promise<string[]> {
@@ -103,7 +106,7 @@ describe('tables keyed by a unique index', () => {
         target: 'live_dst',
         mode: 'online',
         batchRows: 700,
-        tables: [{ name: 'app.members', chunks: 3 }, 'app.tokens'],
+        tables: [{ name: 'app.members', chunks: 3 }, 'app.tokens', 'app.deferred'],
         cutover: { approval: 'manual', approvalTimeout: '5m' },
       },
       { id },
@@ -128,13 +131,15 @@ describe('tables keyed by a unique index', () => {
           },
         },
         { kind: 'token note', run: () => client.query(`UPDATE app.tokens SET note = $2 WHERE owner = $1`, [Math.floor(Math.random() * 25), `w${w}`]) },
+        { kind: 'deferred', run: () => client.query(`UPDATE app.deferred SET v = v + 1 WHERE id = $1`, [1 + Math.floor(Math.random() * 2000)]) },
+        { kind: 'deferred insert', run: () => client.query(`INSERT INTO app.deferred VALUES ($1, 0)`, [nextId()]) },
         { kind: 'token key', run: () => client.query(`UPDATE app.tokens SET token = gen_random_uuid() WHERE token = md5($1::text)::uuid AND owner < 25`, [1 + Math.floor(Math.random() * 3000)]) },
       ];
     });
     let result;
     try {
       await waitForPhase(ferry, id, 'AWAITING_APPROVAL');
-      await eventually(async () => Object.keys(writers.stats.byKind).length === 7 && Object.values(writers.stats.byKind).every((n) => n >= 3), 60_000);
+      await eventually(async () => Object.keys(writers.stats.byKind).length === 9 && Object.values(writers.stats.byKind).every((n) => n >= 3), 60_000);
       await ferry.approve(id);
       result = await resultWithin(ferry, id, 180_000);
     } finally {
@@ -145,7 +150,11 @@ describe('tables keyed by a unique index', () => {
     expect(writers.stats.otherErrors).toEqual([]);
     expect(writers.stats.frozenErrors.length).toBeGreaterThan(0);
     await expectCleanRun(ferry, result);
-    for (const table of ['app.members', 'app.tokens']) {
+    // The deferrable key stayed deferrable on the target, and its changes arrived without ON CONFLICT.
+    expect(await suite.dbs.query('live_dst', `SELECT condeferrable, condeferred FROM pg_constraint WHERE conrelid = 'app.deferred'::regclass AND contype = 'p'`)).toEqual([
+      { condeferrable: true, condeferred: true },
+    ]);
+    for (const table of ['app.members', 'app.tokens', 'app.deferred']) {
       expect({ table, rows: await rowsAsText(suite.dbs, 'live_dst', table, ORDER[table]) }).toEqual({ table, rows: await rowsAsText(suite.dbs, 'live_src', table, ORDER[table]) });
     }
     // The copy brought the rows no writer touched, the sync the writers' changes.
