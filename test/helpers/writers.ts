@@ -4,6 +4,9 @@
  * entry commits late. They stop when the source is frozen (and say what the freeze told them).
  */
 import { Client } from 'pg';
+import type { FerryClient } from '../../src/client';
+import type { ResultDocument } from '../../src/core/status';
+import { eventually, resultWithin, waitForPhase } from './stack';
 
 export interface WriterStats {
   operations: number;
@@ -129,4 +132,26 @@ export function startWriters(url: string, count: number): Promise<Writers> {
       },
     ];
   });
+}
+
+/**
+ * An online migration at its approval once every one of the writers' `kinds` kinds of write has
+ * happened at least three times while capture was in place, approved, and its result; the writers
+ * are stopped either way.
+ */
+export async function approveUnderWriters(ferry: FerryClient, id: string, writers: Writers, kinds: number, timeoutMs: number): Promise<ResultDocument> {
+  try {
+    await waitForPhase(ferry, id, 'AWAITING_APPROVAL');
+    await eventually(async () => Object.keys(writers.stats.byKind).length === kinds && Object.values(writers.stats.byKind).every((n) => n >= 3), 60_000);
+    await ferry.approve(id);
+    return await resultWithin(ferry, id, timeoutMs);
+  } finally {
+    await writers.stop();
+  }
+}
+
+/** Writers that stopped on the cutover's freeze, and on nothing else. */
+export function expectStoppedByFreeze(stats: WriterStats): void {
+  expect(stats.otherErrors).toEqual([]);
+  expect(stats.frozenErrors.length).toBeGreaterThan(0);
 }

@@ -13,6 +13,7 @@ import { ConnectionRegistry } from '../../src/db/connections';
 import { silentLogger } from '../../src/logger';
 import { objectInventory, TestDatabases } from '../helpers/databases';
 import { eventsSchema, startPartitionWriters } from '../helpers/partition-writers';
+import { approveUnderWriters, expectStoppedByFreeze } from '../helpers/writers';
 import { eventually, resultWithin, waitForPhase } from '../helpers/stack';
 import { stackSuite } from '../helpers/suite';
 
@@ -96,20 +97,11 @@ describe('partitioned tables', () => {
   it('migrates a range-partitioned table online while writers use the parent and the partitions, then freezes every partition', async () => {
     const { id } = await suite.stack.ferry.start(online('online'), { id: 'part-online' });
     const writers = await startPartitionWriters(suite.dbs.url('online_src'), 3, ROWS);
-    let result;
-    try {
-      await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL');
-      // Every kind of write has happened while capture was in place, the sync keeps running.
-      await eventually(async () => Object.keys(writers.stats.byKind).length === 9 && Object.values(writers.stats.byKind).every((n) => n >= 3), 60_000);
-      await suite.stack.ferry.approve(id);
-      result = await resultWithin(suite.stack.ferry, id, 120_000);
-    } finally {
-      await writers.stop();
-    }
+    // Every kind of write happens while capture is in place, the sync running.
+    const result = await approveUnderWriters(suite.stack.ferry, id, writers, 9, 120_000);
     expect(result.error).toBeNull();
     expect(result.state).toBe('SUCCEEDED');
-    expect(writers.stats.otherErrors).toEqual([]);
-    expect(writers.stats.frozenErrors.length).toBeGreaterThan(0);
+    expectStoppedByFreeze(writers.stats);
     expect(writers.stats.frozenErrors[0]).toContain('Ferry migration part-online');
 
     // After the cutover the freeze holds on every partition, not only on the parent.
