@@ -17,7 +17,7 @@ import { asActivityFailure } from '../src/db/errors';
 import { blockPredicate, Bound, keyAsText, keyFromRow, keyOrder, keyPredicate, literalBinder, ParamBinder } from '../src/db/ranges';
 import { displayQualified, quoteQualified } from '../src/core/identifiers';
 import { ChunkCheckpoint, ChunkPlan, copiesByBlocks, isKeyless, Key, SMALL_TABLE_ROWS } from '../src/core/plan';
-import { hasUniqueIndexOver } from '../src/db/catalog';
+import { blockLayout, hasUniqueIndexOver } from '../src/db/catalog';
 import { FAILURE } from '../src/core/failure-types';
 import { ActivityDeps, tableLabel } from './deps';
 import type { Logger } from '../src/logger';
@@ -213,16 +213,8 @@ const UNKNOWN_ROWS_PER_BLOCK = 60;
 async function copyBlockSlice(s: BlockSlice): Promise<CopyChunkResult> {
   const ctx = Context.current();
   const { input, table, target } = s;
-  const { rows: [layout] } = await s.source.query(
-    `SELECT coalesce(max(pg_catalog.pg_relation_size(t.relid)), 0) / current_setting('block_size')::int8 AS blocks,
-            -- Per block number: a TID range reads that block of every partition.
-            coalesce(sum(greatest(c.reltuples, 0)) / nullif(max(c.relpages), 0), 0)::float8 AS rows_per_block,
-            current_setting('server_version_num')::int >= 140000 AS tid_ranges
-       FROM (SELECT $1::regclass AS relid UNION SELECT relid FROM pg_catalog.pg_partition_tree($1::regclass) WHERE isleaf) t
-       JOIN pg_catalog.pg_class c ON c.oid = t.relid AND c.relkind = 'r'`,
-    [quoteQualified(table.source)],
-  );
-  const rowsPerBlock = Number(layout.rows_per_block) || UNKNOWN_ROWS_PER_BLOCK;
+  const layout = await blockLayout(s.source, table.source);
+  const rowsPerBlock = layout.rowsPerBlock || UNKNOWN_ROWS_PER_BLOCK;
   // A keyed table is read by blocks only into a target loaded without its key (preflight's
   // copiesByBlocks): with it, a row that a write moved past the copy would stop every retry.
   if (!isKeyless(table) && !s.claimed.done && (await hasUniqueIndexOver(target, table.target, table.keyColumns.map((k) => k.name)))) {
@@ -240,8 +232,8 @@ async function copyBlockSlice(s: BlockSlice): Promise<CopyChunkResult> {
   const totals = { rows: 0, bytes: 0, batches: 0 };
   while (!checkpoint.done && (totals.batches === 0 || Date.now() - s.started < input.sliceMs)) {
     if (ctx.cancellationSignal.aborted) throw new CancelledFailure('chunk copy cancelled');
-    const span = layout.tid_ranges ? Math.max(1, Math.ceil(size.next() / rowsPerBlock)) : Infinity;
-    const last = next + span >= (end ?? Number(layout.blocks));
+    const span = layout.tidRanges ? Math.max(1, Math.ceil(size.next() / rowsPerBlock)) : Infinity;
+    const last = next + span >= (end ?? layout.blocks);
     const until = last ? end : next + span;
     const from = next;
     const stats = await s.write(async () => {

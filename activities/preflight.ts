@@ -5,7 +5,7 @@
 import { ApplicationFailure } from '@temporalio/common';
 import { PoolClient } from 'pg';
 import { autoChunkCount, EXACT_PLAN_ROWS, pickBoundaries, rangesFromBoundaries, samplePercent, VALIDATION_UNIT_ROWS, validationUnits } from '../src/core/chunks';
-import { ColumnInfo, estimateRows, listTables, readTables, readUserTypes, TableInfo, typeExists } from '../src/db/catalog';
+import { blockLayout, BlockLayout, ColumnInfo, estimateRows, listTables, readTables, readUserTypes, TableInfo, typeExists } from '../src/db/catalog';
 import { chooseTables } from '../src/core/table-patterns';
 import { refusal, sqlState } from '../src/db/errors';
 import { readPartitions, targetPartitionName } from '../src/db/partitions';
@@ -384,15 +384,16 @@ async function planChunks(
   targetExists: boolean,
 ): Promise<Pick<TablePlan, 'chunks' | 'validationUnits' | 'copyBy'>> {
   const chunkCount = table.chunks ?? autoChunkCount(info.estimatedRows, spec.parallelism.chunks);
-  if (!info.key) return { chunks: await blockChunks(source, info, chunkCount), copyBy: 'blocks' };
-  const byBlocks = copiesByBlocks(spec, info, targetExists) && (await hasTidRangeScans(source));
+  if (!info.key) return { chunks: blockChunks(await blockLayout(source, info.name), chunkCount), copyBy: 'blocks' };
+  const layout = copiesByBlocks(spec, info, targetExists) ? await blockLayout(source, info.name) : null;
+  const byBlocks = layout?.tidRanges === true;
   const needsUnits = (info.estimatedRows > chunkCount * VALIDATION_UNIT_ROWS && spec.validation !== 'none') || byBlocks;
   const sample = chunkCount > 1 || needsUnits ? await sampleKeys(source, info, shape) : [];
   const chunks = rangesFromBoundaries(chunkCount > 1 ? pickBoundaries(sample, chunkCount) : []);
   if (!byBlocks) return { chunks, validationUnits: needsUnits ? validationUnits(sample, chunks, info.estimatedRows) : undefined };
   // Copied by blocks, validated and repaired by the key ranges the chunks would have had: each
   // unit under the fence of a chunk of blocks (any chunk's will do: a repair takes its range).
-  const blocks = await blockChunks(source, info, chunkCount);
+  const blocks = blockChunks(layout!, chunkCount);
   const units = validationUnits(sample, chunks, info.estimatedRows);
   const keyed = units.length > 0 ? units : chunks.map((c) => ({ chunk: c.index, lower: c.lower, upper: c.upper }));
   return { chunks: blocks, validationUnits: keyed.map((u) => ({ ...u, chunk: Math.min(u.chunk, blocks.length - 1) })), copyBy: 'blocks' };
@@ -409,25 +410,15 @@ function copiesByBlocks(spec: Spec, info: TableInfo, targetExists: boolean): boo
   return spec.mode === 'full' && spec.validation !== 'none' && !targetExists && info.relkind === 'r' && info.estimatedRows > SMALL_TABLE_ROWS;
 }
 
-async function hasTidRangeScans(source: PoolClient): Promise<boolean> {
-  return (await source.query(`SELECT current_setting('server_version_num')::int >= 140000 AS ok`)).rows[0].ok;
-}
-
 /**
- * A table without a key in `count` ranges of its blocks, of its largest partition's for a
+ * A table in `count` ranges of its blocks (blockLayout), of its largest partition's for a
  * partitioned one (a TID range applies to each partition's own blocks), the last open-ended for
  * blocks added meanwhile. One chunk before PostgreSQL 14, which has no TID range scans: every
  * range would read the whole table.
  */
-async function blockChunks(source: PoolClient, info: TableInfo, count: number): Promise<ChunkPlan[]> {
-  const { rows } = await source.query(
-    `SELECT coalesce(max(pg_catalog.pg_relation_size(t.relid)), 0) / current_setting('block_size')::int8 AS blocks,
-            current_setting('server_version_num')::int >= 140000 AS tid_ranges
-       FROM (SELECT $1::regclass AS relid UNION SELECT relid FROM pg_catalog.pg_partition_tree($1::regclass) WHERE isleaf) t`,
-    [info.identText],
-  );
-  const blocks = Number(rows[0].blocks);
-  const n = rows[0].tid_ranges ? Math.max(1, Math.min(count, blocks)) : 1;
+function blockChunks(layout: BlockLayout, count: number): ChunkPlan[] {
+  const { blocks } = layout;
+  const n = layout.tidRanges ? Math.max(1, Math.min(count, blocks)) : 1;
   const at = (i: number) => [String(Math.floor((i * blocks) / n))];
   return Array.from({ length: n }, (_, i) => ({ index: i, lower: i === 0 ? null : at(i), upper: i === n - 1 ? null : at(i + 1) }));
 }

@@ -488,3 +488,25 @@ export async function hasUniqueIndexOver(db: ClientBase, table: QualifiedName, c
   const sorted = [...columns].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
   return ((await db.query(UNIQUE_INDEX_OVER_SQL, [quoteQualified(table), sorted])).rowCount ?? 0) > 0;
 }
+
+/** A table's blocks as ranges of blocks read them (preflight's block chunks, the copy's block batches). */
+export interface BlockLayout {
+  /** Blocks of the table, of its largest partition for a partitioned one (a TID range applies to each partition's own). */
+  blocks: number;
+  /** Rows per block number from the catalog's statistics (a TID range reads that block of every partition); 0 when unknown. */
+  rowsPerBlock: number;
+  /** PostgreSQL 14 or later: a TID range is read by a TID range scan, not by a scan of the whole table. */
+  tidRanges: boolean;
+}
+
+export async function blockLayout(db: ClientBase, table: QualifiedName): Promise<BlockLayout> {
+  const { rows: [row] } = await db.query(
+    `SELECT coalesce(max(pg_catalog.pg_relation_size(t.relid)), 0) / current_setting('block_size')::int8 AS blocks,
+            coalesce(sum(greatest(c.reltuples, 0)) / nullif(max(c.relpages), 0), 0)::float8 AS rows_per_block,
+            current_setting('server_version_num')::int >= 140000 AS tid_ranges
+       FROM (SELECT $1::regclass AS relid UNION SELECT relid FROM pg_catalog.pg_partition_tree($1::regclass) WHERE isleaf) t
+       JOIN pg_catalog.pg_class c ON c.oid = t.relid AND c.relkind = 'r'`,
+    [quoteQualified(table)],
+  );
+  return { blocks: Number(row.blocks), rowsPerBlock: Number(row.rows_per_block), tidRanges: row.tid_ranges };
+}
