@@ -17,6 +17,10 @@ RUN node scripts/build.js
 FROM node:20-bookworm-slim
 WORKDIR /app
 ENV NODE_ENV=production
+# pg_dump and pg_restore: `objects: all` takes the definitions of a schema's other objects from
+# them. Debian's are PostgreSQL 15's; a source of a newer major needs that major's client tools
+# (install them from the PostgreSQL project's apt repository, or point FERRY_PG_BIN at them).
+RUN apt-get update && apt-get install -y --no-install-recommends postgresql-client && rm -rf /var/lib/apt/lists/*
 # Two malloc arenas instead of glibc's eight per core: a worker's peak RSS about 45 MB lower, at
 # the same speed (measured over 500 small tables; src/config.ts WORKER_PROCESS_ENV).
 ENV MALLOC_ARENA_MAX=2

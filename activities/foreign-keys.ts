@@ -16,7 +16,7 @@ import { addForeignKeySql } from '../src/db/ddl';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified, sameName } from '../src/core/identifiers';
 import { TablePlan } from '../src/core/plan';
 import { ActivityDeps } from './deps';
-import { copySequencePositions } from '../src/db/sequences';
+import { copySequencePosition, copySequencePositions } from '../src/db/sequences';
 
 type TableRef = Pick<TablePlan, 'source' | 'target' | 'targetExisted' | 'sourceWrites'>;
 
@@ -29,6 +29,8 @@ export interface TargetTablesInput {
 export interface FinishTargetInput extends TargetTablesInput {
   /** Absent in executions of an older Ferry (nothing is marked then). */
   migrationId?: string;
+  /** `objects: all`: sequences no column owns (ObjectsPlan.sequences), set to the source's positions too. */
+  sequences?: QualifiedName[];
 }
 
 export interface ForeignKeyRef {
@@ -100,6 +102,7 @@ export function createForeignKeyActivities({ connections }: ActivityDeps) {
             if (info.writes > plan.sourceWrites) writtenDuringCopy.push({ table: displayQualified(plan.source), changes: info.writes - plan.sourceWrites });
             await copySequencePositions(source, target, info, plan.target);
           }
+          for (const sequence of input.sequences ?? []) await copySequencePosition(source, target, sequence);
           if (input.migrationId) await markCompleted(target, input.migrationId);
         }),
       ),

@@ -18,6 +18,7 @@ import { createForeignKeyActivities } from './foreign-keys';
 import { createFreezeActivities } from './freeze';
 import { createIndexActivities } from './indexes';
 import { createPreflight } from './preflight';
+import { createRestoreObjects } from './objects';
 import { createPrepareTarget, createStoredPlan } from './prepare-target';
 import { createRollbackTarget } from './rollback-target';
 import { createSyncActivities } from './sync-changes';
@@ -32,6 +33,7 @@ export function createActivities(deps: ActivityDeps) {
   return classified({
     preflight: createPreflight(deps),
     prepareTarget: createPrepareTarget(deps),
+    restoreObjects: createRestoreObjects(deps),
     storedPlan: createStoredPlan(deps),
     copyChunk: createCopyChunk(deps),
     validateChunk: createValidateChunk(deps),

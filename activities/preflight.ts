@@ -17,6 +17,7 @@ import { resolveCapture } from '../src/core/capture-mode';
 import { logicalCaptureProblems } from '../src/db/logical-check';
 import { MAX_TABLES, Spec, TableSpec } from '../src/core/spec';
 import { ActivityDeps } from './deps';
+import { planObjects } from '../src/db/object-passes';
 import { FAILURE, failureTypeOf } from '../src/core/failure-types';
 import { assertColumnsFit } from '../src/db/column-fit';
 import { chooseIndexNames, RelationNames } from '../src/db/target-names';
@@ -53,7 +54,11 @@ export function createPreflight({ connections }: ActivityDeps) {
     // The worker sends liveness heartbeats while this plans (src/worker.ts), so a worker lost
     // mid-preflight is noticed within the heartbeat timeout, not the start-to-close timeout.
     return await connections.withClient(spec.source, (source) =>
-      connections.withClient(spec.target, (target) => planMigration(source, target, spec)),
+      connections.withClient(spec.target, async (target) => {
+        const plan = await planMigration(source, target, spec);
+        if (spec.objects !== 'all') return plan;
+        return { ...plan, objects: await planObjects(source, target, connections.url(spec.source), spec, plan) };
+      }),
     );
   };
 }
@@ -174,7 +179,7 @@ async function planTable(
   const existing = read.target;
   const fit = existing
     ? await fitExistingTarget(source, target, spec, table, role, info, existing, copied, keyColumns)
-    : await planCreatedTarget(source, target, table, claimed, info, copied, keyColumns);
+    : await planCreatedTarget(source, target, table, claimed, info, copied, keyColumns, spec.objects);
 
   // The same locale from another C library or ICU release may sort differently: key ranges
   // would then cut the two sides in different places.
@@ -270,9 +275,11 @@ async function planCreatedTarget(
   info: TableInfo,
   copied: ColumnInfo[],
   keyColumns: KeyColumn[],
+  objects: Spec['objects'],
 ): Promise<TargetFit> {
   if (info.relkind === 'p') await assertPartitionsCreatable(source, target, table);
-  await assertTypesCreatable(source, target, info, displayQualified(table.source));
+  // With objects: all, the dump's first pass makes the types (their extensions too), checked by planObjects.
+  if (objects !== 'all') await assertTypesCreatable(source, target, info, displayQualified(table.source));
   const keyCollateC = await keyCollationDiffers(target, info, keyColumns);
   const { targetNames, notes } = await chooseIndexNames(info, table, claimed);
   return { binary: copied.every((c) => c.binaryPortable), keyCollateC, notes, targetNames };

@@ -2,7 +2,8 @@
  * prepareTarget: in one target transaction, so a retry finds all or nothing — bookkeeping,
  * schemas, user types, sequences and tables (columns, NOT NULL, defaults, CHECKs, primary key;
  * a partitioned table with every partition under it) and one checkpoint row per chunk. Every
- * object it creates is recorded for rollback.
+ * object it creates is recorded for rollback. With `objects: all`, the first pass of the source's
+ * other objects (activities/objects.ts) comes first, in the same transaction.
  */
 import { ClientBase } from 'pg';
 import { readTables, readUserTypes, TableInfo, typeExists } from '../src/db/catalog';
@@ -15,6 +16,7 @@ import { keyOfPlan, keySql } from '../src/db/index-build';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified, withSuffix } from '../src/core/identifiers';
 import { checkPlan, isKeyless, MigrationPlan, TablePlan, targetIndexName } from '../src/core/plan';
 import { ActivityDeps } from './deps';
+import { restoreBefore } from '../src/db/object-passes';
 import { FAILURE } from '../src/core/failure-types';
 
 export interface PrepareTargetInput {
@@ -45,6 +47,10 @@ export function createPrepareTarget({ connections, logger }: ActivityDeps) {
         await target.query('INSERT INTO _ferry.migrations (id, plan) VALUES ($1, $2)', [input.migrationId, JSON.stringify(input.plan)]);
         const record = recorder(target, input.migrationId);
         await connections.withClient(input.source, async (source) => {
+          // objects: all — what the tables may need, from the source's pg_dump, before them.
+          if (input.plan.objects) {
+            for (const address of await restoreBefore(source, target, connections.url(input.source), input.plan)) await record('object', JSON.stringify(address));
+          }
           // The tables Ferry creates, read from the source in a few statements (readTables).
           const created = input.plan.tables.filter((t) => !t.targetExisted);
           const infos = new Map((await readTables(source, created.map((t) => t.source))).map((info, i) => [created[i].index, info]));
@@ -143,13 +149,14 @@ export function createStoredPlan({ connections }: ActivityDeps) {
   };
 }
 
-type Recorder = (kind: 'schema' | 'type' | 'sequence' | 'table' | 'existing-table', name: QualifiedName | string) => Promise<void>;
+/** `object`: an object a dump's pass created, by its address as JSON (activities/objects.ts). */
+type Recorder = (kind: 'schema' | 'type' | 'sequence' | 'table' | 'existing-table' | 'object', name: QualifiedName | string) => Promise<void>;
 
 function recorder(db: ClientBase, migrationId: string): Recorder {
   let seq = 0;
   return async (kind, name) => {
     seq += 1;
-    const text = typeof name === 'string' ? quoteIdent(name) : quoteQualified(name);
+    const text = kind === 'object' ? (name as string) : typeof name === 'string' ? quoteIdent(name) : quoteQualified(name);
     await db.query('INSERT INTO _ferry.created_objects (migration_id, seq, kind, name) VALUES ($1, $2, $3, $4)', [
       migrationId,
       seq,

@@ -39,6 +39,49 @@ const UNDO: Record<string, { find: string; undo: (quoted: string) => string }> =
   },
 };
 
+/** How to drop each type of object a dump's pass may create (pg_identify_object's type → DROP's word). */
+const DROP_WORDS: Record<string, string> = {
+  schema: 'SCHEMA', extension: 'EXTENSION', type: 'TYPE', domain: 'DOMAIN', function: 'FUNCTION', procedure: 'PROCEDURE',
+  aggregate: 'AGGREGATE', view: 'VIEW', 'materialized view': 'MATERIALIZED VIEW', sequence: 'SEQUENCE', table: 'TABLE',
+  'foreign table': 'FOREIGN TABLE', collation: 'COLLATION', conversion: 'CONVERSION', operator: 'OPERATOR',
+  'operator class': 'OPERATOR CLASS', 'operator family': 'OPERATOR FAMILY', 'statistics object': 'STATISTICS',
+  'text search configuration': 'TEXT SEARCH CONFIGURATION', 'text search dictionary': 'TEXT SEARCH DICTIONARY',
+  'text search parser': 'TEXT SEARCH PARSER', 'text search template': 'TEXT SEARCH TEMPLATE',
+};
+
+/**
+ * An object a dump's pass created (recorded by its address, src/db/schema-objects.ts): looked up
+ * by PostgreSQL (pg_get_object_address, which fails when it is gone), named by PostgreSQL
+ * (pg_identify_object) and dropped without CASCADE — what depends on it was created later and is
+ * gone already; anything else keeps it, and the rollback fails saying so.
+ */
+async function dropObject(db: ClientBase, recorded: string): Promise<string | null> {
+  let address: { type: string; names: string[]; args: string[] };
+  try {
+    address = JSON.parse(recorded);
+  } catch {
+    return null; // not an address: names nothing Ferry created
+  }
+  await db.query('SAVEPOINT ferry_find_object');
+  let found: { type: string; identity: string } | undefined;
+  try {
+    const { rows } = await db.query(
+      `SELECT o.type, o.identity FROM pg_catalog.pg_get_object_address($1, $2::text[], $3::text[]) AS a,
+              pg_catalog.pg_identify_object(a.classid, a.objid, a.objsubid) AS o`,
+      [address.type, address.names, address.args],
+    );
+    found = rows[0];
+    await db.query('RELEASE SAVEPOINT ferry_find_object');
+  } catch {
+    await db.query('ROLLBACK TO SAVEPOINT ferry_find_object');
+    return null; // already gone: rollback is idempotent
+  }
+  const word = found && DROP_WORDS[found.type];
+  if (!found || !word) return null;
+  await db.query(`DROP ${word} IF EXISTS ${found.identity}`);
+  return `${found.type} ${found.identity}`;
+}
+
 async function forgetMigration(db: ClientBase, migrationId: string): Promise<void> {
   await db.query('DELETE FROM _ferry.checkpoints WHERE migration_id = $1', [migrationId]);
   await db.query('DELETE FROM _ferry.dirty WHERE migration_id = $1', [migrationId]);
@@ -60,6 +103,12 @@ export function createRollbackTarget({ connections, logger }: ActivityDeps) {
           [migrationId],
         );
         for (const { kind, name } of rows) {
+          if (kind === 'object') {
+            const object = await dropObject(db, name);
+            if (object) dropped.push(object);
+            continue;
+          }
+          if (!UNDO[kind]) continue; // a mark, not an object (objects-restored)
           // A name that is not a qualified identifier names nothing Ferry created: skip it.
           const parsed = kind === 'schema' ? name : parseQualifiedName(name);
           if (typeof parsed === 'string' && kind !== 'schema') continue;

@@ -25,6 +25,10 @@ export const FAILURE = {
   MissingIndex: 'MissingIndex',
   FreezeMissing: 'FreezeMissing',
   Refused: 'Refused',
+  /** objects: all — the objects name roles the target does not have. */
+  MissingRole: 'MissingRole',
+  /** objects: all — the workers' pg_dump cannot dump the source (missing, or older than its server). */
+  DumpUnavailable: 'DumpUnavailable',
   /** Ferry's own schema on a database was upgraded by a newer Ferry. */
   SchemaTooNew: 'SchemaTooNew',
   // What a running migration can meet.

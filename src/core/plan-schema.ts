@@ -38,4 +38,15 @@ export const planSchema = z.strictObject({
   targetServer: z.string().max(200),
   targetReplicaRole: z.boolean().optional(),
   capture: z.strictObject({ mode: z.enum(['trigger', 'logical']), reason: z.string().max(4000) }).optional(),
+  objects: z
+    .strictObject({
+      schemas: z.array(name).min(1).max(10_000),
+      extensions: z.array(name).max(1000),
+      excludedTables: z.array(qualified).max(100_000),
+      before: z.number().int().min(0),
+      after: z.number().int().min(0),
+      kinds: z.record(z.string().max(100), z.number().int().min(0)),
+      sequences: z.array(qualified).max(100_000),
+    })
+    .optional(),
 });

@@ -142,6 +142,29 @@ export interface MigrationPlan {
    * Absent in full mode and in plans of an older Ferry (which captured with triggers).
    */
   capture?: CapturePlan;
+  /** `objects: all`: what the target gets besides the tables (absent otherwise). */
+  objects?: ObjectsPlan;
+}
+
+/**
+ * The chosen schemas' other objects (`objects: all`), as preflight found them in the source's
+ * schema dump (src/db/schema-objects.ts): what the dump takes in, and how many entries each pass
+ * restores. prepareTarget and restoreObjects dump again: these are what preflight checked.
+ */
+export interface ObjectsPlan {
+  /** The schemas dumped: those of the moved tables. */
+  schemas: string[];
+  /** The source's extensions, dumped with them. */
+  extensions: string[];
+  /** Tables of those schemas that the spec does not move: left out of the dump. */
+  excludedTables: QualifiedName[];
+  /** Entries restored before the tables are created, and after they are loaded. */
+  before: number;
+  after: number;
+  /** Entries by kind (`VIEW`: 3, `FUNCTION`: 12, …), for the plan's reader. */
+  kinds: Record<string, number>;
+  /** Sequences no column owns: their positions move at the finish (full) or the cutover (online). */
+  sequences: QualifiedName[];
 }
 
 export interface CapturePlan {

@@ -99,6 +99,12 @@ export const specSchema = z
         'all, or a list of "schema.table", patterns ("public.*", "billing.invoice_*", "*.*": * and ? in either part; system schemas and _ferry* never chosen) and {name, target?, chunks?} (overrides what a pattern chose for that table)',
       ),
     exclude: z.array(pattern).min(1).max(MAX_TABLES).optional().describe('patterns of tables the tables: patterns must not choose'),
+    objects: z
+      .enum(['tables', 'all'])
+      .default('tables')
+      .describe(
+        'tables: only the tables (and their keys, indexes, foreign keys, sequences); all: also the chosen schemas\' other objects — extensions, types, functions, views, materialized views, triggers, rules, policies, comments, grants, ownership — from the source\'s own pg_dump',
+      ),
     truncate: z.boolean().default(false).describe('allow a non-empty existing target table to be replaced'),
     batchRows: int(BATCH_ROWS.min, BATCH_ROWS.max)
       .optional()

@@ -57,6 +57,11 @@ export interface Spec {
   tables: TableSpec[];
   /** The spec's patterns (`all`, `public.*`) and `exclude:`; absent when it names every table. */
   selection?: TableSelection;
+  /**
+   * `all`: the chosen schemas' other objects are made on the target too (src/db/schema-objects.ts);
+   * absent for `tables`, the default.
+   */
+  objects?: 'all';
   truncate: boolean;
   /** Rows per copy batch; absent: sized by bytes (src/core/batch-size.ts). */
   batchRows?: number;
@@ -139,6 +144,7 @@ export function parseSpec(input: unknown): Spec {
     target: s.target,
     mode: s.mode,
     ...tablesOf(s.tables, s.exclude, entryNames),
+    ...(s.objects === 'all' ? { objects: 'all' as const } : {}),
     truncate: s.truncate,
     batchRows: s.batchRows,
     validation: s.validation,

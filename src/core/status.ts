@@ -13,6 +13,8 @@ export const EVENT_TYPES = [
   'ValidationPassed',
   'ConsistencyBreach',
   'IndexesBuilt',
+  /** objects: all — the source's other objects restored on the target once the tables are loaded. */
+  'ObjectsRestored',
   'CutoverStarted',
   'CutoverBlocked',
   'CutoverCompleted',
@@ -104,7 +106,7 @@ export interface ErrorInfo {
  * validation and indexes overlap with other tables' and are one step, `tables`.
  */
 export interface TimelineStep {
-  step: 'preflight' | 'prepare' | 'tables' | 'foreign keys' | 'approval' | 'cutover' | 'afterwards' | 'finish';
+  step: 'preflight' | 'prepare' | 'tables' | 'foreign keys' | 'objects' | 'approval' | 'cutover' | 'afterwards' | 'finish';
   startedAt: string;
   endedAt?: string;
   ms?: number;

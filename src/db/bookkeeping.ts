@@ -65,6 +65,14 @@ CREATE TABLE IF NOT EXISTS _ferry.dirty (
       name: 'migrations.completed_at',
       sql: 'ALTER TABLE _ferry.migrations ADD COLUMN completed_at timestamptz',
     },
+    {
+      version: 4,
+      // objects: all — the objects a dump's pass created, by address (`object`), and the mark of
+      // a finished second pass (`objects-restored`).
+      name: 'created_objects.kind objects',
+      sql: `ALTER TABLE _ferry.created_objects DROP CONSTRAINT IF EXISTS created_objects_kind_check,
+              ADD CONSTRAINT created_objects_kind_check CHECK (kind IN ('schema', 'type', 'sequence', 'table', 'existing-table', 'object', 'objects-restored'))`,
+    },
   ],
   // Bookkeeping of a Ferry from before the versions: its columns say how far it had come.
   baseline: async (db) => {

@@ -17,6 +17,12 @@ export async function copySequencePositions(source: ClientBase, target: ClientBa
   }
 }
 
+/** A sequence no column owns (`objects: all`), under the same name on both sides, set to the source's position. */
+export async function copySequencePosition(source: ClientBase, target: ClientBase, sequence: QualifiedName): Promise<void> {
+  const position = await source.query(`SELECT last_value::text AS last_value, is_called FROM ${quoteQualified(sequence)}`);
+  await target.query('SELECT pg_catalog.setval($1::regclass, $2::int8, $3)', [quoteQualified(sequence), position.rows[0].last_value, position.rows[0].is_called]);
+}
+
 /** The target column's own sequence (serial OWNED BY or identity), whatever its name. */
 async function targetSequenceFor(target: ClientBase, seq: SequenceInfo, table: QualifiedName): Promise<string | null> {
   const { rows } = await target.query('SELECT pg_catalog.pg_get_serial_sequence($1, $2) AS seq', [quoteQualified(table), seq.column]);

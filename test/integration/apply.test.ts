@@ -447,6 +447,7 @@ describe('the online apply', () => {
       { version: 1, name: 'migrations, created objects, checkpoints, dirty keys (found in place)' },
       { version: 2, name: 'migrations.plan (found in place)' },
       { version: 3, name: 'migrations.completed_at' },
+      { version: 4, name: 'created_objects.kind objects' },
     ]);
     expect(await dbs.query('target', `SELECT id, completed_at FROM _ferry.migrations ORDER BY id`)).toEqual([
       { id: 'older', completed_at: null },

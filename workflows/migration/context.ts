@@ -2,6 +2,7 @@
 import { ChildWorkflowCancellationType, ChildWorkflowHandle, startChild, workflowInfo } from '@temporalio/workflow';
 import { workflowIds } from '../../src/core/names';
 import { MigrationPlan, TablePlan } from '../../src/core/plan';
+import type { QualifiedName } from '../../src/core/identifiers';
 import { Spec } from '../../src/core/spec';
 import type { TimingsInput } from '../../src/core/timings';
 import type { Audit } from '../../src/core/status';
@@ -71,6 +72,24 @@ export async function prepareTarget(ctx: MigrationContext): Promise<void> {
     truncate: spec.truncate,
     ...(ctx.primaryKeyAfterLoad ? { primaryKeyAfterLoad: true } : {}),
   });
+}
+
+/**
+ * `objects: all`: the second pass of the source's other objects, once the tables are loaded
+ * (activities/objects.ts). Nothing for a plan without objects — every execution begun before
+ * the spec could ask for them, so their histories replay unchanged.
+ */
+export async function restoreObjects(ctx: MigrationContext): Promise<void> {
+  const { id, spec, plan, tracker } = ctx;
+  if (!plan.objects) return;
+  tracker.step('objects');
+  const { created, refreshed } = await ctx.acts.steps.restoreObjects({ migrationId: id, source: spec.source, target: spec.target, tables: plan.tables, objects: plan.objects });
+  tracker.event('ObjectsRestored', undefined, { created, refreshed: refreshed.length });
+}
+
+/** finishTarget's standalone sequences (`objects: all`); nothing otherwise. */
+export function objectSequences({ plan }: Pick<MigrationContext, 'plan'>): { sequences?: QualifiedName[] } {
+  return plan.objects && plan.objects.sequences.length > 0 ? { sequences: plan.objects.sequences } : {};
 }
 
 /** batchRows' default before batches were sized by bytes. */

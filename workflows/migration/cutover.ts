@@ -24,7 +24,7 @@ import { Blocker, CutoverReport } from '../../src/core/status';
 import { runBounded } from './bounded';
 import { cleanUpInBackground } from '../cleanup';
 import type { CaptureStream } from './capture-stream';
-import { MigrationContext } from './context';
+import { MigrationContext, objectSequences } from './context';
 import { finishSyncSignal } from '../definitions';
 import { SLICE_MS, SYNC_BATCH_KEYS, tableMigrationWorkflow } from './table';
 import { FAILURE } from '../../src/core/failure-types';
@@ -80,7 +80,7 @@ export async function cutOver(input: CutoverInput): Promise<CutoverReport> {
     for (const fk of added.skipped) tracker.warnings.push(`foreign key ${fk} not created: the referenced table is not on the target`);
     unvalidated.push(...added.foreignKeys);
   }
-  await steps.finishTarget({ migrationId: id, source: spec.source, target: spec.target, tables: ctx.plan.tables });
+  await steps.finishTarget({ migrationId: id, source: spec.source, target: spec.target, tables: ctx.plan.tables, ...objectSequences(ctx) });
 
   // Point of no return: the target is authoritative.
   saga.clear();

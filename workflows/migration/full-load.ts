@@ -7,7 +7,7 @@
  */
 import { runBounded, runWeighted } from './bounded';
 import { isSmallTable, TablePlan } from '../../src/core/plan';
-import { derivePhase, MigrationContext, prepareTarget, startTable } from './context';
+import { derivePhase, MigrationContext, objectSequences, prepareTarget, restoreObjects, startTable } from './context';
 import { legacyFinalizeAtTheEnd } from '../legacy/full-load-v1';
 import { flags } from '../patches';
 
@@ -50,13 +50,19 @@ export async function runFullLoad(ctx: MigrationContext): Promise<void> {
   }
 }
 
-/** Foreign keys (NOT VALID, then validated, `parallelism.indexes` at once), then the target's sequences and completion mark. */
-async function addForeignKeysAndFinish({ id, spec, plan, acts: { steps } }: MigrationContext) {
+/**
+ * Foreign keys (NOT VALID, then validated, `parallelism.indexes` at once), the second pass of
+ * `objects: all` (views, triggers, grants, owners, …), then the target's sequences and completion mark.
+ */
+async function addForeignKeysAndFinish(ctx: MigrationContext) {
+  const { id, spec, plan, acts: { steps } } = ctx;
   const tables = { source: spec.source, target: spec.target, tables: plan.tables };
   const { foreignKeys, skipped } = await steps.addForeignKeys(tables);
   await runBounded(foreignKeys, spec.parallelism.indexes, async (foreignKey) => {
     await steps.validateForeignKey({ target: spec.target, foreignKey });
   });
-  const { writtenDuringCopy } = await steps.finishTarget({ migrationId: id, ...tables });
+  // Only plans with objects (a spec's objects: all, which older executions could not have) restore them.
+  await restoreObjects(ctx);
+  const { writtenDuringCopy } = await steps.finishTarget({ migrationId: id, ...tables, ...objectSequences(ctx) });
   return { writtenDuringCopy, skippedForeignKeys: skipped };
 }

@@ -13,7 +13,7 @@ import { innermostApplicationFailure } from '../../src/core/failures';
 import { CutoverReport } from '../../src/core/status';
 import { runBounded } from './bounded';
 import { cleanUpInBackground } from '../cleanup';
-import { COPIED, derivePhase, MigrationContext, prepareTarget, startTable } from './context';
+import { COPIED, derivePhase, MigrationContext, prepareTarget, restoreObjects, startTable } from './context';
 import { cutOver } from './cutover';
 import { startCopySignal } from '../definitions';
 import { legacyOnlineChain } from '../legacy/online-v1';
@@ -94,6 +94,8 @@ async function onlineChain(ctx: MigrationContext, settled: Promise<unknown>[], l
 
   tracker.step('foreign keys');
   const foreignKeys = await prepareForeignKeys(ctx);
+  await restoreObjects(ctx);
+  failed();
   tracker.step('approval');
   tracker.setPhase('AWAITING_APPROVAL', cutover.approval === 'auto' ? 'every table caught up and validated' : 'waiting for approveCutover');
   if (cutover.approval === 'manual') {

@@ -1,0 +1,67 @@
+/**
+ * restoreObjects: the second pass of `objects: all` (src/db/object-passes.ts), once the tables
+ * are loaded. It records what it created for rollback, by address, in the transaction that
+ * creates it.
+ */
+import { ClientBase } from 'pg';
+import { ObjectsPlan, TablePlan } from '../src/core/plan';
+import { lockBookkeeping } from '../src/db/bookkeeping';
+import { inTransaction } from '../src/db/connections';
+import { restorePass, sourceTables } from '../src/db/object-passes';
+import { entriesSql, tableOfContents, withDump } from '../src/db/schema-dump';
+import { materializedViews, ObjectAddress, objectPasses, tableOwnerStatements } from '../src/db/schema-objects';
+import { DEFAULT_TIMEOUTS } from '../src/db/session';
+import { ActivityDeps } from './deps';
+
+/** The marker a finished second pass leaves in `_ferry.created_objects` (a retry finds it). */
+const RESTORED = 'objects-restored';
+
+export interface RestoreObjectsInput {
+  migrationId: string;
+  source: string;
+  target: string;
+  tables: Pick<TablePlan, 'source'>[];
+  objects: ObjectsPlan;
+}
+
+/**
+ * The second pass, once the tables are loaded, in one target transaction: what needs the tables
+ * (views, materialized views — then refreshed, in the dump's order —, triggers, rules, policies,
+ * comments, grants), then each moved table's owner. Ferry's later writes (validation's repair,
+ * the online sync) run as a replica: the triggers and rules are there but do not fire on them.
+ */
+export function createRestoreObjects({ connections, logger }: ActivityDeps) {
+  return async function restoreObjects(input: RestoreObjectsInput): Promise<{ created: number; refreshed: string[] }> {
+    const tables = sourceTables(input.tables);
+    return connections.withClient(input.source, (source) =>
+      connections.withClient(input.target, (target) =>
+        inTransaction(target, async () => {
+          await lockBookkeeping(target);
+          const done = await target.query(`SELECT 1 FROM _ferry.created_objects WHERE migration_id = $1 AND kind = $2`, [input.migrationId, RESTORED]);
+          if (done.rowCount) return { created: 0, refreshed: [] }; // an earlier attempt committed
+          return withDump(connections.url(input.source), input.objects, DEFAULT_TIMEOUTS.lockTimeoutMs, async (dump) => {
+            const passes = await objectPasses(source, tables, await tableOfContents(dump));
+            const refreshed = await materializedViews(source, passes.after);
+            const refresh = refreshed.map((name) => `REFRESH MATERIALIZED VIEW ${name}`);
+            await target.query('SET LOCAL statement_timeout = 0'); // a refresh runs its view's query in full
+            const created = await restorePass(target, await entriesSql(dump, passes.after), [...refresh, ...(await tableOwnerStatements(source, tables))]);
+            await recordObjects(target, input.migrationId, created);
+            logger.info({ migrationId: input.migrationId, created: created.length, refreshed }, 'objects restored after the load');
+            return { created: created.length, refreshed };
+          });
+        }),
+      ),
+    );
+  };
+}
+
+/** Records a pass's objects after whatever the migration recorded before, and the pass as done. */
+async function recordObjects(db: ClientBase, migrationId: string, created: ObjectAddress[]): Promise<void> {
+  const { rows } = await db.query<{ n: number }>('SELECT coalesce(max(seq), 0)::int AS n FROM _ferry.created_objects WHERE migration_id = $1', [migrationId]);
+  let seq = rows[0].n;
+  for (const [kind, name] of [...created.map((a) => ['object', JSON.stringify(a)]), [RESTORED, RESTORED]]) {
+    seq += 1;
+    await db.query('INSERT INTO _ferry.created_objects (migration_id, seq, kind, name) VALUES ($1, $2, $3, $4)', [migrationId, seq, kind, name]);
+  }
+}
+

@@ -1,0 +1,152 @@
+/**
+ * `objects: all` in the migration's steps (src/db/schema-objects.ts): preflight's plan and checks
+ * of the chosen schemas' other objects, and the first pass, which prepareTarget runs in its
+ * transaction before the tables. Each pass returns what it created, for rollback's record.
+ */
+import { ClientBase } from 'pg';
+import { displayQualified, QualifiedName, sameName } from '../core/identifiers';
+import { MigrationPlan, ObjectsPlan, TablePlan } from '../core/plan';
+import { FAILURE } from '../core/failure-types';
+import { Spec } from '../core/spec';
+import { listTables } from './catalog';
+import { refusal } from './errors';
+import { DumpScope, entriesSql, pgDumpMajor, tableOfContents, withDump } from './schema-dump';
+import {
+  createdSince,
+  extensionsCreated,
+  ObjectAddress,
+  objectPasses,
+  ownObjects,
+  rolesNamed,
+  runStatements,
+  scriptStatements,
+  standaloneSequences,
+  Statement,
+  tableOwnerStatements,
+} from './schema-objects';
+import { DEFAULT_TIMEOUTS } from './session';
+
+export const sourceTables = (tables: Pick<TablePlan, 'source'>[]): QualifiedName[] => tables.map((t) => t.source);
+
+/**
+ * Preflight for `objects: all`: what the dump holds and which pass restores it, and a refusal
+ * (naming each) for what cannot work — a renamed table, an old pg_dump, roles the target lacks or
+ * Ferry cannot act as, extensions the target cannot create.
+ */
+export async function planObjects(source: ClientBase, target: ClientBase, sourceUrl: string, spec: Spec, plan: MigrationPlan): Promise<ObjectsPlan> {
+  const renamed = plan.tables.filter((t) => !sameName(t.source, t.target));
+  if (renamed.length > 0) {
+    throw refusal(
+      FAILURE.Refused,
+      `objects: all makes the source's views, functions and triggers on the target, and they name tables as the source does; ` +
+        `${renamed.map((t) => `${displayQualified(t.source)} → ${displayQualified(t.target)}`).join(', ')} would break them: move these tables under their own names, or use objects: tables`,
+    );
+  }
+  if (spec.mode === 'online' && plan.targetReplicaRole === false) {
+    throw refusal(
+      FAILURE.TargetTriggersFire,
+      'objects: all puts the source\'s triggers and rules on the target while the sync still writes there, and Ferry cannot write as a replica (session_replication_role) on it, so they would fire; grant that (GRANT SET ON PARAMETER session_replication_role) or use objects: tables',
+    );
+  }
+  await assertDumpVersion(source);
+  const scope = await dumpScope(source, plan.tables);
+  return withDump(sourceUrl, scope, DEFAULT_TIMEOUTS.lockTimeoutMs, async (dump) => {
+    const entries = await tableOfContents(dump);
+    const passes = await objectPasses(source, sourceTables(plan.tables), entries);
+    const statements = await scriptStatements(await entriesSql(dump, [...passes.before, ...passes.after]));
+    await assertRoles(source, target, statements, sourceTables(plan.tables));
+    await assertExtensions(target, statements);
+    const kinds: Record<string, number> = {};
+    for (const e of [...passes.before, ...passes.after]) kinds[e.desc] = (kinds[e.desc] ?? 0) + 1;
+    return { ...scope, before: passes.before.length, after: passes.after.length, kinds, sequences: await standaloneSequences(source, scope.schemas) };
+  });
+}
+
+async function assertDumpVersion(source: ClientBase): Promise<void> {
+  const major = await pgDumpMajor();
+  const { rows } = await source.query<{ v: number }>(`SELECT current_setting('server_version_num')::int AS v`);
+  const sourceMajor = Math.floor(rows[0].v / 10_000);
+  if (major < sourceMajor) {
+    throw refusal(
+      FAILURE.DumpUnavailable,
+      `objects: all needs a pg_dump at least as new as the source (PostgreSQL ${sourceMajor}); the workers have pg_dump ${major}: ` +
+        `install the PostgreSQL ${sourceMajor} client tools on the workers, or point FERRY_PG_BIN at their directory`,
+    );
+  }
+}
+
+/** The schemas of the moved tables, the source's extensions, and the tables there that are not moved. */
+async function dumpScope(source: ClientBase, tables: TablePlan[]): Promise<DumpScope> {
+  const schemas = [...new Set(tables.map((t) => t.source.schema))];
+  const moved = new Set(tables.map((t) => displayQualified(t.source)));
+  const excludedTables = (await listTables(source)).filter((t) => schemas.includes(t.schema) && !moved.has(displayQualified(t)));
+  const { rows } = await source.query<{ name: string }>(`SELECT extname AS name FROM pg_catalog.pg_extension WHERE extname <> 'plpgsql' ORDER BY extname`);
+  return { schemas, extensions: rows.map((r) => r.name), excludedTables };
+}
+
+/**
+ * Roles are global: Ferry does not create them. Every role an object names (owners, grantees,
+ * policies) must exist on the target, and Ferry's role there must be able to act as each owner
+ * (a superuser, or a member of it) to give it its objects.
+ */
+async function assertRoles(source: ClientBase, target: ClientBase, statements: Statement[], tables: QualifiedName[]): Promise<void> {
+  const named = rolesNamed(statements);
+  for (const owner of rolesNamed(await scriptStatements((await tableOwnerStatements(source, tables)).join(';\n')))) named.add(owner);
+  const { rows } = await target.query<{ name: string; present: boolean; member: boolean }>(
+    `SELECT r.name, a.oid IS NOT NULL AS present, a.oid IS NOT NULL AND pg_catalog.pg_has_role(current_user, a.oid, 'MEMBER') AS member
+       FROM unnest($1::text[]) AS r(name) LEFT JOIN pg_catalog.pg_roles a ON a.rolname = r.name ORDER BY r.name`,
+    [[...named]],
+  );
+  const missing = rows.filter((r) => !r.present).map((r) => r.name);
+  if (missing.length > 0) {
+    throw refusal(
+      FAILURE.MissingRole,
+      `objects: all: the source's objects name roles the target does not have: ${missing.join(', ')}; roles belong to the whole server, so Ferry does not create them — ` +
+        'create them on the target (pg_dumpall --roles-only on the source lists them), then start again',
+    );
+  }
+  const foreign = rows.filter((r) => !r.member).map((r) => r.name);
+  if (foreign.length > 0) {
+    throw refusal(
+      FAILURE.MissingRole,
+      `objects: all gives each object its owner, and Ferry's role on the target is neither a superuser nor a member of ${foreign.join(', ')}; ` +
+        `grant ${foreign.join(', ')} to Ferry's role on the target, or run Ferry there as a superuser`,
+    );
+  }
+}
+
+async function assertExtensions(target: ClientBase, statements: Statement[]): Promise<void> {
+  const wanted = extensionsCreated(statements);
+  if (wanted.length === 0) return;
+  const { rows } = await target.query<{ name: string }>(
+    `SELECT w.name FROM unnest($1::text[]) AS w(name) WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_available_extensions e WHERE e.name = w.name)`,
+    [wanted],
+  );
+  if (rows.length > 0) {
+    throw refusal(
+      FAILURE.IncompatibleTarget,
+      `objects: all: the source uses extensions the target's server cannot create: ${rows.map((r) => r.name).join(', ')}; install them on the target's server (their packages), then start again`,
+    );
+  }
+}
+
+/** One pass: its entries' SQL run in the caller's transaction; what it created, oldest first. */
+export async function restorePass(db: ClientBase, sql: string, extra: string[] = []): Promise<ObjectAddress[]> {
+  const statements = await scriptStatements(sql);
+  const before = await ownObjects(db);
+  await runStatements(db, statements);
+  for (const statement of extra) await db.query(statement);
+  return createdSince(db, before);
+}
+
+/**
+ * The first pass, in prepareTarget's transaction before the tables: what the tables may need
+ * (schemas, extensions, types, functions, standalone sequences, …).
+ */
+export async function restoreBefore(source: ClientBase, target: ClientBase, sourceUrl: string, plan: MigrationPlan): Promise<ObjectAddress[]> {
+  const objects = plan.objects!;
+  return withDump(sourceUrl, objects, DEFAULT_TIMEOUTS.lockTimeoutMs, async (dump) => {
+    const passes = await objectPasses(source, sourceTables(plan.tables), await tableOfContents(dump));
+    return restorePass(target, await entriesSql(dump, passes.before));
+  });
+}

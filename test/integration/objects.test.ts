@@ -1,0 +1,177 @@
+/**
+ * `objects: all`: the chosen schemas' other objects — an extension, an enum and a domain, a
+ * standalone sequence a default draws from, functions (one taking a moved table's row type),
+ * a procedure and an aggregate, a view and a materialized view, a trigger and a rule, row-level
+ * security and a policy, comments, grants and owners — made on the target from the source's own
+ * pg_dump. Afterwards `pg_dump --schema-only` of the schema is the same on both sides (full mode,
+ * and online mode once the source's freeze is lifted); the target's trigger did not fire on
+ * Ferry's writes, the materialized view holds the source's rows, the standalone sequence is at the
+ * source's position, nothing was repaired. A cancelled run leaves the target as it was (the
+ * extension too). Roles the target lacks are refused before anything starts, each named.
+ */
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { Client } from 'pg';
+import { adminUrl, objectInventory, TestDatabases } from '../helpers/databases';
+import { PrivateCluster, startPrivateCluster } from '../helpers/private-cluster';
+import { expectCleanRun } from '../helpers/repairs';
+import { eventually, resultWithin, waitForPhase } from '../helpers/stack';
+import { stackSuite } from '../helpers/suite';
+
+const run = promisify(execFile);
+
+/** Global roles (the shared server's): one owns some objects, one is granted some. */
+const ROLES = `
+  DO $$ BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'ferry_objects_owner') THEN CREATE ROLE ferry_objects_owner; END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'ferry_objects_reader') THEN CREATE ROLE ferry_objects_reader; END IF;
+  END $$;`;
+
+const SHOP = `
+  CREATE EXTENSION IF NOT EXISTS citext;
+  CREATE SCHEMA shop;
+  CREATE TYPE shop.status AS ENUM ('new', 'paid', 'shipped');
+  CREATE DOMAIN shop.positive AS integer CHECK (VALUE > 0);
+  CREATE SEQUENCE shop.order_no START 1000;
+  CREATE FUNCTION shop.add_tax(numeric) RETURNS numeric LANGUAGE sql IMMUTABLE AS $f$ SELECT $1 * 1.2 $f$;
+  CREATE TABLE shop.customer (id serial PRIMARY KEY, email citext NOT NULL UNIQUE, name text);
+  CREATE TABLE shop.orders (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, customer_id int REFERENCES shop.customer (id),
+    status shop.status NOT NULL DEFAULT 'new', qty shop.positive, total numeric CHECK (total >= 0),
+    no int DEFAULT nextval('shop.order_no'));
+  CREATE INDEX orders_customer ON shop.orders (customer_id);
+  CREATE TABLE shop.audit (id bigserial PRIMARY KEY, at timestamptz DEFAULT now(), what text);
+  CREATE TABLE shop.scratch (v int);
+  CREATE FUNCTION shop.log_order() RETURNS trigger LANGUAGE plpgsql AS $f$ BEGIN INSERT INTO shop.audit (what) VALUES (TG_OP); RETURN NEW; END $f$;
+  CREATE TRIGGER orders_audit AFTER INSERT OR UPDATE ON shop.orders FOR EACH ROW EXECUTE FUNCTION shop.log_order();
+  CREATE FUNCTION shop.order_value(o shop.orders) RETURNS numeric LANGUAGE sql STABLE AS $f$ SELECT shop.add_tax(o.total) $f$;
+  CREATE VIEW shop.order_totals AS SELECT customer_id, sum(total) AS total FROM shop.orders GROUP BY customer_id;
+  CREATE MATERIALIZED VIEW shop.big_orders AS SELECT id, total FROM shop.orders WHERE total > 100;
+  CREATE UNIQUE INDEX big_orders_id ON shop.big_orders (id);
+  CREATE RULE audit_keep AS ON DELETE TO shop.audit DO INSTEAD NOTHING;
+  ALTER TABLE shop.customer ENABLE ROW LEVEL SECURITY;
+  CREATE POLICY own_rows ON shop.customer FOR SELECT TO ferry_objects_reader USING (name = current_user);
+  CREATE AGGREGATE shop.total_of(numeric) (SFUNC = numeric_add, STYPE = numeric);
+  CREATE PROCEDURE shop.touch(n int) LANGUAGE sql AS $f$ UPDATE shop.orders SET qty = n WHERE false $f$;
+  COMMENT ON TABLE shop.orders IS 'orders of the shop';
+  COMMENT ON COLUMN shop.orders.total IS 'before tax';
+  COMMENT ON FUNCTION shop.add_tax(numeric) IS 'adds the tax';
+  COMMENT ON VIEW shop.order_totals IS 'per customer';
+  GRANT USAGE ON SCHEMA shop TO ferry_objects_reader;
+  GRANT SELECT ON shop.order_totals, shop.customer TO ferry_objects_reader;
+  ALTER VIEW shop.order_totals OWNER TO ferry_objects_owner;
+  ALTER TABLE shop.audit OWNER TO ferry_objects_owner;
+  INSERT INTO shop.customer (email, name) SELECT 'c' || g || '@example.com', 'customer ' || g FROM generate_series(1, 200) g;
+  INSERT INTO shop.orders (customer_id, total, qty) SELECT 1 + g % 200, (g % 300)::numeric, 1 + g % 5 FROM generate_series(1, 3000) g;
+  SELECT nextval('shop.order_no') FROM generate_series(1, 17);
+  REFRESH MATERIALIZED VIEW shop.big_orders;
+  ANALYZE;`;
+
+/** `pg_dump --schema-only` of a schema, less the random key of its psql `\restrict` lines. */
+async function schemaDump(url: string, schema: string, exclude: string[] = []): Promise<string> {
+  const args = ['--schema-only', `--schema=${schema}`, ...exclude.map((t) => `--exclude-table=${t}`), `--dbname=${url}`];
+  const { stdout } = await run('pg_dump', args, { maxBuffer: 64 * 1024 * 1024 });
+  return stdout.replace(/^\\(un)?restrict \S+$/gm, '\\restrict');
+}
+
+async function counts(dbs: TestDatabases, role: string) {
+  const [row] = await dbs.query<Record<string, string>>(
+    role,
+    `SELECT (SELECT count(*) FROM shop.audit)::text AS audit, (SELECT count(*) FROM shop.big_orders)::text AS big_orders,
+            (SELECT last_value || '/' || is_called FROM shop.order_no) AS order_no, (SELECT count(*) FROM shop.orders)::text AS orders`,
+  );
+  return row;
+}
+
+describe('objects: all', () => {
+  let ghost: PrivateCluster;
+  beforeAll(async () => {
+    // A source whose objects name a role that the target's server does not have.
+    ghost = await startPrivateCluster();
+    const admin = new Client({ connectionString: ghost.url });
+    await admin.connect();
+    await admin.query('CREATE DATABASE ghost');
+    await admin.end();
+    const db = new Client({ connectionString: ghost.url.replace(/\/postgres$/, '/ghost') });
+    await db.connect();
+    await db.query(`CREATE ROLE ferry_ghost_role; CREATE ROLE ferry_ghost_owner; CREATE SCHEMA app; CREATE TABLE app.t (id int PRIMARY KEY);
+                    CREATE VIEW app.v AS SELECT id FROM app.t; GRANT SELECT ON app.v TO ferry_ghost_role; ALTER VIEW app.v OWNER TO ferry_ghost_owner;`);
+    await db.end();
+    const shared = new Client({ connectionString: adminUrl() });
+    await shared.connect();
+    await shared.query(ROLES);
+    await shared.end();
+  }, 120_000);
+  afterAll(async () => ghost?.stop());
+
+  const suite = stackSuite({
+    name: 'objects',
+    databases: { source: SHOP, target: '', online_src: SHOP, online_dst: '', cancel_src: SHOP, cancel_dst: '' },
+    connections: { src: 'source', dst: 'target', online_src: 'online_src', online_dst: 'online_dst', cancel_src: 'cancel_src', cancel_dst: 'cancel_dst' },
+    connectionUrls: () => ({ ghost: ghost.url.replace(/\/postgres$/, '/ghost') }),
+  });
+
+  it('plans the objects from pg_dump and refuses what cannot work, naming each', async () => {
+    const { ferry } = suite.stack;
+    const plan = await ferry.preflight({ source: 'src', target: 'dst', objects: 'all', tables: ['shop.*'], exclude: ['shop.scratch'] }, 'objects-plan');
+    const objects = plan.objects!;
+    expect(objects.schemas).toEqual(['shop']);
+    expect(objects.extensions).toEqual(['citext']);
+    expect(objects.excludedTables).toEqual([{ schema: 'shop', name: 'scratch' }]);
+    expect(objects.sequences).toEqual([{ schema: 'shop', name: 'order_no' }]);
+    expect(objects.kinds).toMatchObject({ EXTENSION: 1, TYPE: 1, DOMAIN: 1, FUNCTION: 3, PROCEDURE: 1, AGGREGATE: 1, VIEW: 1, 'MATERIALIZED VIEW': 1, TRIGGER: 1, RULE: 1, POLICY: 1, 'ROW SECURITY': 1 });
+    // The table's own index (orders_customer) and constraints are Ferry's to build; the materialized view's is the dump's.
+    expect(objects.kinds.INDEX).toBe(1);
+    expect(objects.kinds.CONSTRAINT).toBeUndefined();
+    await expect(ferry.preflight({ source: 'ghost', target: 'dst', objects: 'all', tables: ['app.*'] }, 'objects-ghost')).rejects.toThrow(
+      "objects: all: the source's objects name roles the target does not have: ferry_ghost_owner, ferry_ghost_role;",
+    );
+    await expect(
+      ferry.preflight({ source: 'src', target: 'dst', objects: 'all', tables: [{ name: 'shop.orders', target: 'shop.orders_v2' }, 'shop.customer'] }, 'objects-renamed'),
+    ).rejects.toThrow('shop.orders → shop.orders_v2 would break them');
+  });
+
+  it('moves a schema whole in full mode: pg_dump of it is the same on both sides, and nothing was repaired', async () => {
+    const { ferry } = suite.stack;
+    await ferry.start({ source: 'src', target: 'dst', objects: 'all', tables: ['shop.*'], exclude: ['shop.scratch'] }, { id: 'objects-full' });
+    const result = await resultWithin(ferry, 'objects-full', 180_000);
+    expect(result.error).toBeNull();
+    expect(result.state).toBe('SUCCEEDED');
+    await expectCleanRun(ferry, result);
+    expect(await schemaDump(suite.dbs.url('target'), 'shop')).toEqual(await schemaDump(suite.dbs.url('source'), 'shop', ['shop.scratch']));
+    // The trigger was there but did not fire on Ferry's writes (audit has the source's rows, no more),
+    // the materialized view was refreshed, the sequence no column owns is at the source's position.
+    expect(await counts(suite.dbs, 'target')).toEqual(await counts(suite.dbs, 'source'));
+    expect(result.events.filter((e) => e.type === 'ObjectsRestored')).toHaveLength(1);
+  }, 240_000);
+
+  it('moves it in online mode too, and a cancelled run leaves the target as it was', async () => {
+    const { ferry } = suite.stack;
+    const before = await objectInventory(suite.dbs, 'cancel_dst');
+    const extensions = async () => suite.dbs.query('cancel_dst', 'SELECT extname FROM pg_extension ORDER BY 1');
+    const extensionsBefore = await extensions();
+    await ferry.start(
+      { source: 'cancel_src', target: 'cancel_dst', mode: 'online', objects: 'all', tables: ['shop.*'], exclude: ['shop.scratch'], cutover: { approval: 'manual' } },
+      { id: 'objects-cancel' },
+    );
+    await waitForPhase(ferry, 'objects-cancel', 'AWAITING_APPROVAL', 180_000);
+    expect((await suite.dbs.query('cancel_dst', `SELECT count(*)::int AS n FROM pg_views WHERE schemaname = 'shop'`))[0].n).toBe(1);
+    await ferry.cancel('objects-cancel', 'test');
+    expect((await resultWithin(ferry, 'objects-cancel', 120_000)).state).toBe('CANCELLED');
+    expect(await objectInventory(suite.dbs, 'cancel_dst')).toEqual(before);
+    expect(await extensions()).toEqual(extensionsBefore);
+
+    await ferry.start(
+      { source: 'online_src', target: 'online_dst', mode: 'online', objects: 'all', tables: ['shop.*'], exclude: ['shop.scratch'], cutover: { afterwards: 'unfreeze' } },
+      { id: 'objects-online' },
+    );
+    const result = await resultWithin(ferry, 'objects-online', 240_000);
+    expect(result.error).toBeNull();
+    expect(result.state).toBe('SUCCEEDED');
+    await expectCleanRun(ferry, result);
+    // The freeze's triggers leave the source once the cutover is done.
+    await eventually(async () => (await suite.dbs.query<{ n: number }>('online_src', `SELECT count(*)::int AS n FROM pg_trigger WHERE tgname LIKE '\\_ferry%'`))[0].n === 0);
+    expect(await schemaDump(suite.dbs.url('online_dst'), 'shop')).toEqual(await schemaDump(suite.dbs.url('online_src'), 'shop', ['shop.scratch']));
+    expect(await counts(suite.dbs, 'online_dst')).toEqual(await counts(suite.dbs, 'online_src'));
+  }, 480_000);
+});
