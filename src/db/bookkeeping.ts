@@ -70,7 +70,7 @@ CREATE TABLE IF NOT EXISTS _ferry.dirty (
       // objects: all — the objects a dump's pass created, by address (`object`), and the mark of
       // a finished second pass (`objects-restored`).
       name: 'created_objects.kind objects',
-      sql: `ALTER TABLE _ferry.created_objects DROP CONSTRAINT IF EXISTS created_objects_kind_check,
+      sql: `ALTER TABLE IF EXISTS _ferry.created_objects DROP CONSTRAINT IF EXISTS created_objects_kind_check,
               ADD CONSTRAINT created_objects_kind_check CHECK (kind IN ('schema', 'type', 'sequence', 'table', 'existing-table', 'object', 'objects-restored'))`,
     },
   ],

@@ -462,7 +462,7 @@ describe('the online apply', () => {
     await dbs.exec('target', `INSERT INTO _ferry.schema_versions (version, name) VALUES (99, 'from a newer Ferry')`);
     const refused = await run(() => activities.prepareTarget({ migrationId: 'too-new', source: 'src', target: 'dst', plan, truncate: false })).catch((e: Error) => e);
     expect(refused).toBeInstanceOf(Error);
-    expect((refused as Error).message).toMatch(/_ferry is at version 99, newer than this Ferry knows \(3\)/);
+    expect((refused as Error).message).toMatch(/_ferry is at version 99, newer than this Ferry knows \(4\)/);
     expect(await dbs.query('target', `SELECT id FROM _ferry.migrations WHERE id = 'too-new'`)).toEqual([]);
   });
 });
