@@ -6,6 +6,7 @@
  */
 import { ClientBase } from 'pg';
 import { QualifiedName, quoteIdent, quoteQualified } from '../core/identifiers';
+import { loadParser } from '../sql-parser';
 
 // The parser's tree, as JSON: loosely typed on purpose (its node types are many and we read few).
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -16,23 +17,6 @@ export type Verdict =
   /** SET NOT NULL in four short steps: CHECK … NOT VALID, VALIDATE, SET NOT NULL, DROP the CHECK. */
   | { action: 'setNotNull'; table: QualifiedName; column: string }
   | { action: 'refuse'; message: string };
-
-type Parser = typeof import('libpg-query');
-let parser: Promise<Parser> | undefined;
-
-/**
- * The parser, loaded on first use: requiring libpg-query instantiates its WebAssembly at once,
- * reserving about 130 MB (a few MB of it resident) in every worker, most of which never judge
- * a change plan.
- */
-function loadParser(): Promise<Parser> {
-  parser ??= (async () => {
-    const module = require('libpg-query') as Parser;
-    await module.loadModule();
-    return module;
-  })();
-  return parser;
-}
 
 /** The statements of `sql` as parse trees; an error message when it does not parse. */
 export async function parseStatements(sql: string): Promise<Node[] | string> {

@@ -11,6 +11,7 @@
 import { ClientBase } from 'pg';
 import { QualifiedName, quoteIdent, quoteQualified } from '../core/identifiers';
 import { TocEntry } from './schema-dump';
+import { loadParser } from '../sql-parser';
 
 // The parser's tree, as JSON: loosely typed on purpose (its node types are many and we read few).
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -111,18 +112,6 @@ export interface Statement {
   tree: Node;
 }
 
-type Parser = typeof import('libpg-query');
-let parser: Promise<Parser> | undefined;
-
-/** The parser, loaded on first use (its WebAssembly reserves memory that most workers never need). */
-function loadParser(): Promise<Parser> {
-  parser ??= (async () => {
-    const module = require('libpg-query') as Parser;
-    await module.loadModule();
-    return module;
-  })();
-  return parser;
-}
 
 /**
  * A pg_restore script as statements, split by PostgreSQL's own parser. Its `\restrict` and
