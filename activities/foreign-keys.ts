@@ -1,7 +1,9 @@
 /**
  * Foreign keys on the target, in two steps so that neither scans a table under a lock writers
  * wait on: addForeignKeys adds every foreign key NOT VALID (catalog only, a brief lock), and
- * validateForeignKey checks one (VALIDATE CONSTRAINT: a scan, but writers go on). Tables the
+ * validateForeignKey checks one (VALIDATE CONSTRAINT: a scan, but writers go on); a partitioned
+ * table's key takes the same two steps on each of its partitions, then is added on the parent
+ * (src/db/partitioned-foreign-keys.ts). Tables the
  * user prepared keep their own foreign keys; a key to a table that is neither migrated nor on
  * the target is skipped and reported.
  *
@@ -12,7 +14,8 @@ import { ClientBase } from 'pg';
 import { markCompleted } from '../src/db/bookkeeping';
 import { readSourceTables, TableInfo } from '../src/db/catalog';
 import { inTransaction } from '../src/db/connections';
-import { addForeignKeySql } from '../src/db/ddl';
+import { addForeignKeySql, foreignKeyDefinition } from '../src/db/ddl';
+import { addOnLeaves, isPartitioned, validateOnLeavesAndAdopt } from '../src/db/partitioned-foreign-keys';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified, sameName } from '../src/core/identifiers';
 import { TablePlan } from '../src/core/plan';
 import { ActivityDeps } from './deps';
@@ -63,7 +66,9 @@ export function createForeignKeyActivities({ connections }: ActivityDeps) {
                 skipped.push(`${displayQualified(plan.target)}.${fk.name} → ${displayQualified(mapped)}`);
                 continue;
               }
-              await target.query(addForeignKeySql(fk, plan.target, mapped));
+              // A partitioned table's key goes on its partitions first (src/db/partitioned-foreign-keys.ts).
+              if (await isPartitioned(target, plan.target)) await addOnLeaves(target, plan.target, fk.name, foreignKeyDefinition(fk, mapped));
+              else await target.query(addForeignKeySql(fk, plan.target, mapped));
             }
             foreignKeys.push({ table: plan.target, name: fk.name });
           }
@@ -80,9 +85,11 @@ export function createForeignKeyActivities({ connections }: ActivityDeps) {
         quoteQualified(table),
         name,
       ]);
-      if (rows.length === 0 || rows[0].convalidated) return { validated: false };
+      if (rows.length > 0 && rows[0].convalidated) return { validated: false };
       await db.query('SET statement_timeout = 0');
       try {
+        // A partitioned table's key is on its partitions until they are validated, then adopted.
+        if (rows.length === 0) return { validated: await validateOnLeavesAndAdopt(db, table, name) };
         await db.query(`ALTER TABLE ${quoteQualified(table)} VALIDATE CONSTRAINT ${quoteIdent(name)}`);
       } finally {
         await db.query('RESET statement_timeout').catch(() => undefined);

@@ -31,7 +31,8 @@
  *       with the CLI starting), against (a') and pgcopydb;
  *   (m) orchestration: ferry (validation none) over 50 tables of 40,000 rows and over 500
  *       tables of 100 rows, with parallelism.tables at its default (2) and at
- *       --many-parallelism (8), against pgcopydb on the same tables (skip with --no-many).
+ *       --many-parallelism (8), and at that with `objects: all` (each table has a view and a
+ *       comment, which pgcopydb moves too), against pgcopydb on the same tables (skip with --no-many).
  * Each is run --repeat times (default 3) into a fresh target; the median is reported with the
  * range. Prints rows/s and the ratios ferry/raw, ferry/index-free raw and ferry/pgcopydb.
  * Figures, never assertions.
@@ -470,7 +471,8 @@ async function main(): Promise<void> {
     for (const m of many) {
       process.stdout.write(
         `${`${m.tables} tables × ${m.rows.toLocaleString('en-US')} rows`.padEnd(24)} ferry ${seconds(m.ferry.median)}, ` +
-          `with ${MANY_PARALLELISM} tables at once ${seconds(m.ferryWide.median)}` +
+          `with ${MANY_PARALLELISM} tables at once ${seconds(m.ferryWide.median)}, and objects: all ${seconds(m.ferryObjects.median)} ` +
+          `(${(m.ferryObjects.median / m.ferryWide.median).toFixed(2)}×)` +
           (m.pgcopydb
             ? `, pgcopydb ${seconds(m.pgcopydb.median)} (ferry ${(m.pgcopydb.median / m.ferry.median).toFixed(2)}× / ${(m.pgcopydb.median / m.ferryWide.median).toFixed(2)}× its speed)`
             : '') +
@@ -489,6 +491,8 @@ interface ManyResult {
   ferry: Sample;
   /** With parallelism.tables = MANY_PARALLELISM. */
   ferryWide: Sample;
+  /** Likewise, with objects: all (each table's view and comment too, from pg_dump). */
+  ferryObjects: Sample;
   pgcopydb?: Sample;
 }
 
@@ -513,15 +517,25 @@ async function manyTables(
        DO $$ BEGIN FOR i IN 1..${shape.tables} LOOP
          EXECUTE format('CREATE TABLE ${schema}.t%s (id bigint PRIMARY KEY, account int NOT NULL, label text, h1 text)', i);
          EXECUTE format('INSERT INTO ${schema}.t%s SELECT g, g %% 1000, ''label '' || g, md5(g::text) FROM generate_series(1, ${shape.rows}) g', i);
+         -- Objects for objects: all (and pgcopydb): a view over each table, and a comment on it.
+         EXECUTE format('CREATE VIEW ${schema}.v%s AS SELECT account, count(*) AS n FROM ${schema}.t%s GROUP BY account', i, i);
+         EXECUTE format('COMMENT ON TABLE ${schema}.t%s IS ''table %s''', i, i);
        END LOOP; END $$;`,
     );
     await sql(url(source), 'VACUUM ANALYZE');
     const tables = Array.from({ length: shape.tables }, (_, i) => `${schema}.t${i + 1}`);
-    const ferryRun = (parallelism?: number) => {
+    const ferryRun = (parallelism?: number, objects?: 'all') => {
       const specFile = join(tmpdir(), `ferry-bench-${schema}-${Date.now()}.json`);
       writeFileSync(
         specFile,
-        JSON.stringify({ source: 'bench_many', target: 'bench_many_t', validation: 'none', tables, ...(parallelism ? { parallelism: { tables: parallelism } } : {}) }),
+        JSON.stringify({
+          source: 'bench_many',
+          target: 'bench_many_t',
+          validation: 'none',
+          tables,
+          ...(parallelism ? { parallelism: { tables: parallelism } } : {}),
+          ...(objects ? { objects } : {}),
+        }),
       );
       return repeated(
         () => recreate(target),
@@ -532,12 +546,15 @@ async function manyTables(
         async () => {
           const [n] = await sql(url(target), `SELECT count(*)::int AS n FROM pg_tables WHERE schemaname = '${schema}'`);
           if (n.n !== shape.tables) throw new Error(`ferry (${schema}) created ${n.n} tables, expected ${shape.tables}`);
+          const [v] = await sql(url(target), `SELECT count(*)::int AS n FROM pg_views WHERE schemaname = '${schema}'`);
+          if (v.n !== (objects ? shape.tables : 0)) throw new Error(`ferry (${schema}) created ${v.n} views, expected ${objects ? shape.tables : 0}`);
         },
       );
     };
     peak();
     const ferry = await ferryRun();
     const ferryWide = await ferryRun(MANY_PARALLELISM);
+    const ferryObjects = await ferryRun(MANY_PARALLELISM, 'all');
     peak(`${shape.tables} tables × ${shape.rows.toLocaleString('en-US')} rows`);
     let copydb: Sample | undefined;
     if (pgcopydb) {
@@ -552,7 +569,7 @@ async function manyTables(
         },
       );
     }
-    out.push({ ...shape, ferry, ferryWide, pgcopydb: copydb });
+    out.push({ ...shape, ferry, ferryWide, ferryObjects, pgcopydb: copydb });
     await sql(url(source), `DROP SCHEMA ${schema} CASCADE`);
   }
   return out;

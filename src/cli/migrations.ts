@@ -3,7 +3,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { FerryClient } from '../client';
 import type { ChangePlan } from '../core/change-plan';
 import { displayQualified } from '../core/identifiers';
-import type { MigrationPlan } from '../core/plan';
+import type { MigrationPlan, ObjectsPlan } from '../core/plan';
 import type { Spec } from '../core/spec';
 import { loadSpecFile, loadSpecOrPlanFile } from '../spec-file';
 import { formatChangeResult, formatChangeStatus, watchChange } from '../view/change-format';
@@ -199,7 +199,18 @@ function preflightText(spec: Spec, plan: MigrationPlan): string {
     for (const note of t.notes ?? []) lines.push(`    note: ${note}`);
   }
   if (plan.capture) lines.push(`  capture: ${plan.capture.mode} (${plan.capture.reason})`);
+  if (plan.objects) lines.push(...objectsText(plan.objects));
   return lines.join('\n');
+}
+
+/** What `objects: all` brings besides the tables, for `ferry validate --connect`. */
+function objectsText(objects: ObjectsPlan): string[] {
+  const kinds = Object.entries(objects.kinds).map(([kind, n]) => `${n} ${kind}`).join(', ');
+  return [
+    `  objects: schemas ${objects.schemas.join(', ')}${objects.extensions.length ? `, extensions ${objects.extensions.join(', ')}` : ''}; ${kinds || 'no other objects'}`,
+    `    ${objects.before} entries before the tables, ${objects.after} after the load` +
+      (objects.excludedTables.length ? `; left out (not moved): ${objects.excludedTables.map(displayQualified).join(', ')}` : ''),
+  ];
 }
 
 /** `ferry validate PLAN` for a change plan; with --connect, its preflight. */

@@ -114,3 +114,15 @@ export function chooseTables(
   }
   return chosen;
 }
+
+/**
+ * The schemas (among `schemas`) that a pattern chooses whole — `all`, `app.*`, `tenant_*.*`: its
+ * table part is `*` — and no exclude pattern takes out whole. `objects: all` moves their other
+ * objects even where they hold no table (a schema of views or functions).
+ */
+export function chooseSchemas(schemas: string[], include: TablePattern[], exclude: TablePattern[]): string[] {
+  const whole = (p: TablePattern) => p.name.glob && p.name.text === '*';
+  const includes = include.filter(whole).map((p) => partMatcher(p.schema));
+  const excludes = exclude.filter(whole).map((p) => partMatcher(p.schema));
+  return schemas.filter((s) => !isReservedSchema(s) && includes.some((m) => m(s)) && !excludes.some((m) => m(s)));
+}

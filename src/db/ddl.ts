@@ -117,13 +117,16 @@ export function addConstraintSql(constraint: ConstraintInfo, target: QualifiedNa
 
 /** FOREIGN KEY … REFERENCES <mapped target> …, added NOT VALID (validated in a second step). */
 export function addForeignKeySql(fk: ForeignKeyInfo, target: QualifiedName, referencedTarget: QualifiedName): string {
+  return `ALTER TABLE ${quoteQualified(target)} ADD CONSTRAINT ${quoteIdent(fk.name)} ${foreignKeyDefinition(fk, referencedTarget)}`;
+}
+
+/** The key's definition (`FOREIGN KEY (…) REFERENCES … NOT VALID`), pointing at the referenced table's target. */
+export function foreignKeyDefinition(fk: ForeignKeyInfo, referencedTarget: QualifiedName): string {
   const marker = ` REFERENCES ${fk.referencedText}(`;
   const at = indexOutsideQuotes(fk.definition, marker);
   if (at < 0) throw new Error(`cannot read foreign key definition of ${fk.name}`);
-  let definition =
-    fk.definition.slice(0, at) + ` REFERENCES ${quoteQualified(referencedTarget)}(` + fk.definition.slice(at + marker.length);
-  if (!/ NOT VALID$/.test(definition)) definition += ' NOT VALID';
-  return `ALTER TABLE ${quoteQualified(target)} ADD CONSTRAINT ${quoteIdent(fk.name)} ${definition}`;
+  const definition = fk.definition.slice(0, at) + ` REFERENCES ${quoteQualified(referencedTarget)}(` + fk.definition.slice(at + marker.length);
+  return / NOT VALID$/.test(definition) ? definition : `${definition} NOT VALID`;
 }
 
 /**

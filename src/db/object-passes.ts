@@ -8,6 +8,7 @@ import { displayQualified, QualifiedName, sameName } from '../core/identifiers';
 import { MigrationPlan, ObjectsPlan, TablePlan } from '../core/plan';
 import { FAILURE } from '../core/failure-types';
 import { Spec } from '../core/spec';
+import { chooseSchemas } from '../core/table-patterns';
 import { listTables } from './catalog';
 import { refusal } from './errors';
 import { DumpScope, entriesSql, pgDumpMajor, tableOfContents, withDump } from './schema-dump';
@@ -49,7 +50,7 @@ export async function planObjects(source: ClientBase, target: ClientBase, source
     );
   }
   await assertDumpVersion(source);
-  const scope = await dumpScope(source, plan.tables);
+  const scope = await dumpScope(source, spec, plan.tables);
   return withDump(sourceUrl, scope, DEFAULT_TIMEOUTS.lockTimeoutMs, async (dump) => {
     const entries = await tableOfContents(dump);
     const passes = await objectPasses(source, sourceTables(plan.tables), entries);
@@ -75,9 +76,14 @@ async function assertDumpVersion(source: ClientBase): Promise<void> {
   }
 }
 
-/** The schemas of the moved tables, the source's extensions, and the tables there that are not moved. */
-async function dumpScope(source: ClientBase, tables: TablePlan[]): Promise<DumpScope> {
-  const schemas = [...new Set(tables.map((t) => t.source.schema))];
+/**
+ * The schemas of the moved tables and those a pattern chooses whole (`all`, `app.*`), the
+ * source's extensions, and the tables of those schemas that are not moved.
+ */
+async function dumpScope(source: ClientBase, spec: Spec, tables: TablePlan[]): Promise<DumpScope> {
+  const { rows: all } = await source.query<{ name: string }>('SELECT nspname AS name FROM pg_catalog.pg_namespace ORDER BY nspname COLLATE "C"');
+  const whole = spec.selection ? chooseSchemas(all.map((r) => r.name), spec.selection.include.map((i) => i.pattern), spec.selection.exclude) : [];
+  const schemas = [...new Set([...tables.map((t) => t.source.schema), ...whole])];
   const moved = new Set(tables.map((t) => displayQualified(t.source)));
   const excludedTables = (await listTables(source)).filter((t) => schemas.includes(t.schema) && !moved.has(displayQualified(t)));
   const { rows } = await source.query<{ name: string }>(`SELECT extname AS name FROM pg_catalog.pg_extension WHERE extname <> 'plpgsql' ORDER BY extname`);

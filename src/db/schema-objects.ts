@@ -135,10 +135,16 @@ const SKIPPED_SETTINGS = new Set(['statement_timeout', 'lock_timeout', 'idle_in_
 /**
  * Runs a script's statements in the caller's transaction. Its settings hold for the transaction
  * only (SET LOCAL), and those that would lift the session's lock and statement timeouts are left
- * out: a definition waits for a lock no longer than anything else Ferry does.
+ * out: a definition waits for a lock no longer than anything else Ferry does. A schema the
+ * target has already is not created again.
  */
 export async function runStatements(db: ClientBase, statements: Statement[]): Promise<void> {
+  // pg_dump creates every schema it dumps, `public` too; one the target has already is kept
+  // (its owner, comment and grants still follow from the dump).
+  const { rows } = await db.query<{ name: string }>('SELECT nspname AS name FROM pg_catalog.pg_namespace');
+  const existing = new Set(rows.map((r) => r.name));
   for (const { text, tree } of statements) {
+    if (tree.CreateSchemaStmt && existing.has(tree.CreateSchemaStmt.schemaname)) continue;
     if (tree.VariableSetStmt) {
       if (SKIPPED_SETTINGS.has(tree.VariableSetStmt.name)) continue;
       await db.query(text.replace(/^SET\s+/i, 'SET LOCAL '));

@@ -131,8 +131,11 @@ describe('database and callback faults', () => {
           source: 'a2src',
           target: 'a2tgt',
           mode: 'online',
-          // Long enough a COPY for the terminator to catch on a loaded machine (as above).
-          batchRows: 20_000,
+          // One batch a chunk (30,000 rows, about 4 MB): each COPY, and each retry of one, runs
+          // long enough for the terminator's poll to catch it on a loaded machine. With batches
+          // of 20,000 the second round was missed now and then: the retries' last batches (10,000
+          // rows) were over between two polls.
+          batchRows: 30_000,
           tables: [{ name: 'public.accounts', chunks: 2 }, 'public.items'],
           cutover: { approval: 'manual', approvalTimeout: '10m' },
         },
@@ -141,7 +144,7 @@ describe('database and callback faults', () => {
       // Slow the copy down until it has lost its sessions twice (a fast machine copies 60,000
       // rows before the second round), then let it run at full speed.
       await suite.stack.ferry.throttle(id, { rowsPerSecond: 8000 });
-      await eventually(async () => terminator.count('copy') === 2, 60_000);
+      await eventually(async () => terminator.count('copy') === 2, 120_000);
       await suite.stack.ferry.throttle(id, { rowsPerSecond: 0 });
       await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL', 180_000);
       // Sync goes on through the approval wait: let the terminations of the log reader happen,

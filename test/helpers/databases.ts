@@ -101,3 +101,41 @@ export async function objectInventory(dbs: TestDatabases, role: string): Promise
   );
   return rows.map((r) => r.o);
 }
+
+/**
+ * The database's catalog as PostgreSQL names each object (pg_identify_object), with its owner,
+ * privileges and comment where it has them: every row of the catalogs that hold objects of a
+ * database (relations, types, functions, schemas, extensions, constraints, triggers, rules,
+ * policies, defaults, casts, operators, collations, text search and the rest that have a
+ * namespace), PostgreSQL's own objects (oids below 16384) left out. "Exactly as it was" compares
+ * two of these.
+ */
+export async function catalogSnapshot(dbs: TestDatabases, role: string): Promise<string[]> {
+  const rows = await dbs.query<{ o: string }>(
+    role,
+    `WITH objects AS (
+       SELECT 'pg_class'::regclass AS catalog, oid, relowner AS owner, relacl::text AS acl FROM pg_class
+       UNION ALL SELECT 'pg_type'::regclass, oid, typowner, typacl::text FROM pg_type
+       UNION ALL SELECT 'pg_proc'::regclass, oid, proowner, proacl::text FROM pg_proc
+       UNION ALL SELECT 'pg_namespace'::regclass, oid, nspowner, nspacl::text FROM pg_namespace
+       UNION ALL SELECT 'pg_extension'::regclass, oid, extowner, NULL FROM pg_extension
+       UNION ALL SELECT 'pg_constraint'::regclass, oid, NULL, NULL FROM pg_constraint
+       UNION ALL SELECT 'pg_trigger'::regclass, oid, NULL, NULL FROM pg_trigger
+       UNION ALL SELECT 'pg_rewrite'::regclass, oid, NULL, NULL FROM pg_rewrite
+       UNION ALL SELECT 'pg_policy'::regclass, oid, NULL, NULL FROM pg_policy
+       UNION ALL SELECT 'pg_attrdef'::regclass, oid, NULL, NULL FROM pg_attrdef
+       UNION ALL SELECT 'pg_collation'::regclass, oid, collowner, NULL FROM pg_collation
+       UNION ALL SELECT 'pg_operator'::regclass, oid, oprowner, NULL FROM pg_operator
+       UNION ALL SELECT 'pg_cast'::regclass, oid, NULL, NULL FROM pg_cast
+       UNION ALL SELECT 'pg_ts_config'::regclass, oid, cfgowner, NULL FROM pg_ts_config
+       UNION ALL SELECT 'pg_event_trigger'::regclass, oid, evtowner, NULL FROM pg_event_trigger
+       UNION ALL SELECT 'pg_publication'::regclass, oid, pubowner, NULL FROM pg_publication
+       UNION ALL SELECT 'pg_statistic_ext'::regclass, oid, stxowner, NULL FROM pg_statistic_ext)
+     SELECT i.type || ' ' || coalesce(i.identity, '?') || coalesce(' owner ' || pg_get_userbyid(o.owner), '') || coalesce(' acl ' || o.acl, '') ||
+            coalesce(' comment ' || obj_description(o.oid, o.catalog::text), '') AS o
+       FROM objects o, pg_identify_object(o.catalog, o.oid, 0) i
+      WHERE o.oid >= 16384
+      ORDER BY 1`,
+  );
+  return rows.map((r) => r.o);
+}

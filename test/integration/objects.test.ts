@@ -1,18 +1,22 @@
 /**
  * `objects: all`: the chosen schemas' other objects — an extension, an enum and a domain, a
- * standalone sequence a default draws from, functions (one taking a moved table's row type),
+ * standalone sequence a default draws from, functions (one taking a moved table's row type, one
+ * whose SQL-standard body reads a moved table),
  * a procedure and an aggregate, a view and a materialized view, a trigger and a rule, row-level
  * security and a policy, comments, grants and owners — made on the target from the source's own
  * pg_dump. Afterwards `pg_dump --schema-only` of the schema is the same on both sides (full mode,
  * and online mode once the source's freeze is lifted); the target's trigger did not fire on
  * Ferry's writes, the materialized view holds the source's rows, the standalone sequence is at the
- * source's position, nothing was repaired. A cancelled run leaves the target as it was (the
- * extension too). Roles the target lacks are refused before anything starts, each named.
+ * source's position, nothing was repaired. A cancelled run leaves the target's catalog exactly as
+ * it was (every object, owner, grant and comment). Roles the target lacks are refused before anything starts, each named.
  */
 import { execFile } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Client } from 'pg';
-import { adminUrl, objectInventory, TestDatabases } from '../helpers/databases';
+import { adminUrl, catalogSnapshot, TestDatabases } from '../helpers/databases';
 import { PrivateCluster, startPrivateCluster } from '../helpers/private-cluster';
 import { expectCleanRun } from '../helpers/repairs';
 import { eventually, resultWithin, waitForPhase } from '../helpers/stack';
@@ -44,6 +48,7 @@ const SHOP = `
   CREATE TABLE shop.scratch (v int);
   CREATE FUNCTION shop.log_order() RETURNS trigger LANGUAGE plpgsql AS $f$ BEGIN INSERT INTO shop.audit (what) VALUES (TG_OP); RETURN NEW; END $f$;
   CREATE TRIGGER orders_audit AFTER INSERT OR UPDATE ON shop.orders FOR EACH ROW EXECUTE FUNCTION shop.log_order();
+  CREATE FUNCTION shop.order_count() RETURNS bigint LANGUAGE sql STABLE BEGIN ATOMIC SELECT count(*) FROM shop.orders; END;
   CREATE FUNCTION shop.order_value(o shop.orders) RETURNS numeric LANGUAGE sql STABLE AS $f$ SELECT shop.add_tax(o.total) $f$;
   CREATE VIEW shop.order_totals AS SELECT customer_id, sum(total) AS total FROM shop.orders GROUP BY customer_id;
   CREATE MATERIALIZED VIEW shop.big_orders AS SELECT id, total FROM shop.orders WHERE total > 100;
@@ -119,7 +124,7 @@ describe('objects: all', () => {
     expect(objects.extensions).toEqual(['citext']);
     expect(objects.excludedTables).toEqual([{ schema: 'shop', name: 'scratch' }]);
     expect(objects.sequences).toEqual([{ schema: 'shop', name: 'order_no' }]);
-    expect(objects.kinds).toMatchObject({ EXTENSION: 1, TYPE: 1, DOMAIN: 1, FUNCTION: 3, PROCEDURE: 1, AGGREGATE: 1, VIEW: 1, 'MATERIALIZED VIEW': 1, TRIGGER: 1, RULE: 1, POLICY: 1, 'ROW SECURITY': 1 });
+    expect(objects.kinds).toMatchObject({ EXTENSION: 1, TYPE: 1, DOMAIN: 1, FUNCTION: 4, PROCEDURE: 1, AGGREGATE: 1, VIEW: 1, 'MATERIALIZED VIEW': 1, TRIGGER: 1, RULE: 1, POLICY: 1, 'ROW SECURITY': 1 });
     // The table's own index (orders_customer) and constraints are Ferry's to build; the materialized view's is the dump's.
     expect(objects.kinds.INDEX).toBe(1);
     expect(objects.kinds.CONSTRAINT).toBeUndefined();
@@ -129,6 +134,20 @@ describe('objects: all', () => {
     await expect(
       ferry.preflight({ source: 'src', target: 'dst', objects: 'all', tables: [{ name: 'shop.orders', target: 'shop.orders_v2' }, 'shop.customer'] }, 'objects-renamed'),
     ).rejects.toThrow('shop.orders → shop.orders_v2 would break them');
+    // The CLI prints what the plan brings, and refuses a missing role with exit 2, changing nothing.
+    const dir = mkdtempSync(join(tmpdir(), 'ferry-objects-'));
+    const spec = (name: string, text: string) => {
+      writeFileSync(join(dir, name), text);
+      return join(dir, name);
+    };
+    const shown = await suite.stack.runCli(['validate', spec('all.yaml', 'source: src\ntarget: dst\nobjects: all\ntables: ["shop.*"]\nexclude: [shop.scratch]\n'), '--connect']);
+    expect(shown.code).toBe(0);
+    expect(shown.stdout).toContain('  objects: schemas shop, extensions citext; ');
+    expect(shown.stdout).toContain('; left out (not moved): shop.scratch');
+    const refused = await suite.stack.runCli(['start', spec('ghost.yaml', 'source: ghost\ntarget: dst\nobjects: all\ntables: all\n')]);
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toContain('ferry_ghost_owner, ferry_ghost_role');
+    expect(await suite.dbs.query('target', `SELECT nspname FROM pg_namespace WHERE nspname IN ('app', '_ferry')`)).toEqual([]);
   });
 
   it('moves a schema whole in full mode: pg_dump of it is the same on both sides, and nothing was repaired', async () => {
@@ -147,9 +166,7 @@ describe('objects: all', () => {
 
   it('moves it in online mode too, and a cancelled run leaves the target as it was', async () => {
     const { ferry } = suite.stack;
-    const before = await objectInventory(suite.dbs, 'cancel_dst');
-    const extensions = async () => suite.dbs.query('cancel_dst', 'SELECT extname FROM pg_extension ORDER BY 1');
-    const extensionsBefore = await extensions();
+    const before = await catalogSnapshot(suite.dbs, 'cancel_dst');
     await ferry.start(
       { source: 'cancel_src', target: 'cancel_dst', mode: 'online', objects: 'all', tables: ['shop.*'], exclude: ['shop.scratch'], cutover: { approval: 'manual' } },
       { id: 'objects-cancel' },
@@ -158,8 +175,8 @@ describe('objects: all', () => {
     expect((await suite.dbs.query('cancel_dst', `SELECT count(*)::int AS n FROM pg_views WHERE schemaname = 'shop'`))[0].n).toBe(1);
     await ferry.cancel('objects-cancel', 'test');
     expect((await resultWithin(ferry, 'objects-cancel', 120_000)).state).toBe('CANCELLED');
-    expect(await objectInventory(suite.dbs, 'cancel_dst')).toEqual(before);
-    expect(await extensions()).toEqual(extensionsBefore);
+    // The target's catalog exactly as it was: every object, owner, grant and comment.
+    expect(await catalogSnapshot(suite.dbs, 'cancel_dst')).toEqual(before);
 
     await ferry.start(
       { source: 'online_src', target: 'online_dst', mode: 'online', objects: 'all', tables: ['shop.*'], exclude: ['shop.scratch'], cutover: { afterwards: 'unfreeze' } },

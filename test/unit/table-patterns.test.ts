@@ -4,7 +4,7 @@
  * refusals, each naming its field.
  */
 import { parseSpec } from '../../src/core/spec';
-import { chooseTables, isPattern, parseTablePattern, TablePattern } from '../../src/core/table-patterns';
+import { chooseSchemas, chooseTables, isPattern, parseTablePattern, TablePattern } from '../../src/core/table-patterns';
 import { specProblems } from '../helpers/spec-problems';
 
 const problems = specProblems;
@@ -55,6 +55,13 @@ describe('table patterns', () => {
       'tenant_2.orders',
     ]);
     expect(names(chooseTables(SOURCE, [pattern('_ferry*.*'), pattern('pg_*.*'), pattern('information_schema.*')], []))).toEqual([]);
+  });
+
+  it('chooses a schema whole only where a pattern takes every table of it, and never a reserved one', () => {
+    const schemas = ['app', 'billing', 'reporting', 'tenant_1', 'tenant_2', 'pg_catalog', '_ferry', 'information_schema'];
+    expect(chooseSchemas(schemas, [pattern('all')], [])).toEqual(['app', 'billing', 'reporting', 'tenant_1', 'tenant_2']);
+    expect(chooseSchemas(schemas, [pattern('tenant_*.*'), pattern('billing.invoice_*')], [])).toEqual(['tenant_1', 'tenant_2']);
+    expect(chooseSchemas(schemas, [pattern('*.*')], [pattern('tenant_2.*'), pattern('app.audit_*')])).toEqual(['app', 'billing', 'reporting', 'tenant_1']);
   });
 
   it('takes out what exclude: matches, and says which pattern chose each table', () => {
