@@ -113,7 +113,9 @@ describe('database and callback faults', () => {
     const terminator = await BackendTerminator.start(
       [suite.dbs.names.a2_src, suite.dbs.names.a2_tgt],
       [
-        { label: 'copy', matches: FerryStatements.rangeCopy, times: 2, gapMs: 1000 },
+        // Either side of a batch of accounts' copy: the source's COPY is over as soon as its rows
+        // are in the socket's buffers, the target's goes on until they are written.
+        { label: 'copy', matches: (b) => FerryStatements.rangeCopy(b) || /^COPY "public"\."accounts" \(.*\) FROM STDIN/.test(b.query), times: 2, gapMs: 1000 },
         { label: 'sync', matches: FerryStatements.syncLog, times: 3, gapMs: 1500 },
         { label: 'validation', matches: FerryStatements.checksum, times: 2, gapMs: 300 },
       ],
@@ -131,11 +133,11 @@ describe('database and callback faults', () => {
           source: 'a2src',
           target: 'a2tgt',
           mode: 'online',
-          // One batch a chunk (30,000 rows, about 4 MB): each COPY, and each retry of one, runs
-          // long enough for the terminator's poll to catch it on a loaded machine. With batches
-          // of 20,000 the second round was missed now and then: the retries' last batches (10,000
-          // rows) were over between two polls.
-          batchRows: 30_000,
+          // Six batches a chunk, the throttle below between them: a dozen COPYs over about
+          // fifteen seconds, each caught on its target side for as long as its rows are written.
+          // Catching only the source's COPY (over in milliseconds) missed the second round now
+          // and then, alone and in CI.
+          batchRows: 5_000,
           tables: [{ name: 'public.accounts', chunks: 2 }, 'public.items'],
           cutover: { approval: 'manual', approvalTimeout: '10m' },
         },
@@ -143,7 +145,7 @@ describe('database and callback faults', () => {
       );
       // Slow the copy down until it has lost its sessions twice (a fast machine copies 60,000
       // rows before the second round), then let it run at full speed.
-      await suite.stack.ferry.throttle(id, { rowsPerSecond: 8000 });
+      await suite.stack.ferry.throttle(id, { rowsPerSecond: 3000 });
       await eventually(async () => terminator.count('copy') === 2, 120_000);
       await suite.stack.ferry.throttle(id, { rowsPerSecond: 0 });
       await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL', 180_000);
