@@ -262,13 +262,16 @@ export async function eventually<T>(fn: () => Promise<T | undefined | null | fal
 /** Waits until the migration reaches `phase`; on timeout the error carries its status document. */
 export async function waitForPhase(ferry: FerryClient, id: string, phase: string, timeoutMs = 90_000): Promise<void> {
   let last: unknown;
+  let ended: string | undefined;
   try {
+    // A migration that ended never reaches the phase: said at once, not after the whole timeout.
     await eventually(async () => {
       const status = await ferry.status(id);
       last = status;
-      if (status.endedAt) throw new Error(`migration ended in ${status.state}: ${JSON.stringify(status.error)}`);
-      return status.phase === phase;
+      if (status.endedAt) ended = `migration ended in ${status.state}: ${JSON.stringify(status.error)}`;
+      return ended !== undefined || status.phase === phase;
     }, timeoutMs);
+    if (ended) throw new Error(ended);
   } catch (err) {
     throw new Error(`${(err as Error).message}\nlast status: ${JSON.stringify(last, null, 1).slice(0, 6000)}`);
   }
