@@ -206,9 +206,10 @@ async function keyAndBlockRanges(
     const pipe = (first: number) =>
       Array.from({ length: batches }, (_, i) => i)
         .filter((i) => i % 2 === first)
-        .map((i) => `(${rawPipe(`(SELECT * FROM public.bench_rows WHERE ${range(i)})`)})`)
+        .map((i) => `( ${rawPipe(`(SELECT * FROM public.bench_rows WHERE ${range(i)})`)} )`)
         .join(' && ');
-    const r = await run('bash', ['-o', 'pipefail', '-c', `(${pipe(0)}) & first=$!; ${pipe(1)}; second=$?; wait $first && exit $second`]);
+    // Spaced: "((" would open an arithmetic command in bash (it did, with one batch a pipe).
+    const r = await run('bash', ['-o', 'pipefail', '-c', `( ${pipe(0)} ) & first=$!; ${pipe(1)}; second=$?; wait $first && exit $second`]);
     if (r.code !== 0) throw new Error(`copy by ranges failed: ${r.out}`);
   };
   for (const [label, range] of [['key', keyRange], ['block', blockRange]] as const) {

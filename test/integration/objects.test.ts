@@ -134,6 +134,17 @@ describe('objects: all', () => {
     await expect(
       ferry.preflight({ source: 'src', target: 'dst', objects: 'all', tables: [{ name: 'shop.orders', target: 'shop.orders_v2' }, 'shop.customer'] }, 'objects-renamed'),
     ).rejects.toThrow('shop.orders → shop.orders_v2 would break them');
+    // Workers without pg_dump (FERRY_PG_BIN naming a directory that has none; the in-process
+    // worker reads the test's environment) refuse with the fix named.
+    const dumpless = mkdtempSync(join(tmpdir(), 'ferry-no-pg-dump-'));
+    process.env.FERRY_PG_BIN = dumpless;
+    try {
+      await expect(ferry.preflight({ source: 'src', target: 'dst', objects: 'all', tables: ['shop.*'] }, 'objects-no-dump')).rejects.toThrow(
+        'install the PostgreSQL client tools on the workers (the worker image ships them) or point FERRY_PG_BIN at their directory',
+      );
+    } finally {
+      delete process.env.FERRY_PG_BIN;
+    }
     // The CLI prints what the plan brings, and refuses a missing role with exit 2, changing nothing.
     const dir = mkdtempSync(join(tmpdir(), 'ferry-objects-'));
     const spec = (name: string, text: string) => {
