@@ -139,3 +139,12 @@ export async function catalogSnapshot(dbs: TestDatabases, role: string): Promise
   );
   return rows.map((r) => r.o);
 }
+
+/** Roles on the shared server (global: every database sees them), created when missing. */
+export async function ensureRoles(...names: string[]): Promise<void> {
+  await withClient(adminUrl(), async (c) => {
+    for (const name of names) {
+      await c.query(`DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '${name.replace(/'/g, "''")}') THEN CREATE ROLE "${name.replace(/"/g, '""')}"; END IF; END $$`);
+    }
+  });
+}

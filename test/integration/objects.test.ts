@@ -16,20 +16,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Client } from 'pg';
-import { adminUrl, catalogSnapshot, TestDatabases } from '../helpers/databases';
+import { catalogSnapshot, ensureRoles, TestDatabases } from '../helpers/databases';
 import { PrivateCluster, startPrivateCluster } from '../helpers/private-cluster';
 import { expectCleanRun } from '../helpers/repairs';
 import { eventually, resultWithin, waitForPhase } from '../helpers/stack';
 import { stackSuite } from '../helpers/suite';
 
 const run = promisify(execFile);
-
-/** Global roles (the shared server's): one owns some objects, one is granted some. */
-const ROLES = `
-  DO $$ BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'ferry_objects_owner') THEN CREATE ROLE ferry_objects_owner; END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'ferry_objects_reader') THEN CREATE ROLE ferry_objects_reader; END IF;
-  END $$;`;
 
 const SHOP = `
   CREATE EXTENSION IF NOT EXISTS citext;
@@ -102,10 +95,8 @@ describe('objects: all', () => {
     await db.query(`CREATE ROLE ferry_ghost_role; CREATE ROLE ferry_ghost_owner; CREATE SCHEMA app; CREATE TABLE app.t (id int PRIMARY KEY);
                     CREATE VIEW app.v AS SELECT id FROM app.t; GRANT SELECT ON app.v TO ferry_ghost_role; ALTER VIEW app.v OWNER TO ferry_ghost_owner;`);
     await db.end();
-    const shared = new Client({ connectionString: adminUrl() });
-    await shared.connect();
-    await shared.query(ROLES);
-    await shared.end();
+    // Global roles on the shared server: one owns some objects, one is granted some.
+    await ensureRoles('ferry_objects_owner', 'ferry_objects_reader');
   }, 120_000);
   afterAll(async () => ghost?.stop());
 

@@ -12,20 +12,13 @@
  */
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { Client } from 'pg';
-import { adminUrl, TestDatabases } from '../helpers/databases';
+import { ensureRoles, TestDatabases } from '../helpers/databases';
 import { expectCleanRun } from '../helpers/repairs';
 import { eventually } from '../helpers/stack';
 import { stackSuite } from '../helpers/suite';
 import { approveUnderWriters, expectStoppedByFreeze, runWriters } from '../helpers/writers';
 
 const run = promisify(execFile);
-
-const ROLES = `
-  DO $$ BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'ferry_wd_reader') THEN CREATE ROLE ferry_wd_reader; END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'ferry_wd_writer') THEN CREATE ROLE ferry_wd_writer; END IF;
-  END $$;`;
 
 const DATABASE = `
   CREATE SCHEMA app; CREATE SCHEMA billing; CREATE SCHEMA reporting;
@@ -100,12 +93,7 @@ async function sequences(dbs: TestDatabases, role: string) {
 }
 
 describe('a whole database, online, under writers', () => {
-  beforeAll(async () => {
-    const admin = new Client({ connectionString: adminUrl() });
-    await admin.connect();
-    await admin.query(ROLES);
-    await admin.end();
-  });
+  beforeAll(() => ensureRoles('ferry_wd_reader', 'ferry_wd_writer'));
 
   const suite = stackSuite({
     name: 'wholedb',
