@@ -5,8 +5,9 @@
  */
 import { ClientBase } from 'pg';
 import { ObjectsPlan, TablePlan } from '../src/core/plan';
-import { lockBookkeeping } from '../src/db/bookkeeping';
 import { inTransaction } from '../src/db/connections';
+import { refusal } from '../src/db/errors';
+import { FAILURE } from '../src/core/failure-types';
 import { restorePass, sourceTables } from '../src/db/object-passes';
 import { entriesSql, tableOfContents, withDump } from '../src/db/schema-dump';
 import { materializedViews, ObjectAddress, objectPasses, tableOwnerStatements } from '../src/db/schema-objects';
@@ -36,7 +37,11 @@ export function createRestoreObjects({ connections, logger }: ActivityDeps) {
     return connections.withClient(input.source, (source) =>
       connections.withClient(input.target, (target) =>
         inTransaction(target, async () => {
-          await lockBookkeeping(target);
+          // This migration's row, not the bookkeeping's lock: a long refresh holds up no other
+          // migration's steps on this target, only a second attempt of this pass.
+          const own = await target.query('SELECT 1 FROM _ferry.migrations WHERE id = $1 FOR UPDATE', [input.migrationId]);
+          // Rolled back already (a cancel that overtook this attempt): create nothing it would not drop.
+          if (!own.rowCount) throw refusal(FAILURE.Refused, `migration ${input.migrationId} has no bookkeeping on the target any more (rolled back); nothing restored`);
           const done = await target.query(`SELECT 1 FROM _ferry.created_objects WHERE migration_id = $1 AND kind = $2`, [input.migrationId, RESTORED]);
           if (done.rowCount) return { created: 0, refreshed: [] }; // an earlier attempt committed
           return withDump(connections.url(input.source), input.objects, DEFAULT_TIMEOUTS.lockTimeoutMs, async (dump) => {
