@@ -15,7 +15,7 @@ import { markCompleted } from '../src/db/bookkeeping';
 import { readSourceTables, TableInfo } from '../src/db/catalog';
 import { inTransaction } from '../src/db/connections';
 import { addForeignKeySql, foreignKeyDefinition } from '../src/db/ddl';
-import { addOnLeaves, isPartitioned, validateOnLeavesAndAdopt } from '../src/db/partitioned-foreign-keys';
+import { addOnLeaves, validateOnLeavesAndAdopt } from '../src/db/partitioned-foreign-keys';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified, sameName } from '../src/core/identifiers';
 import { TablePlan } from '../src/core/plan';
 import { ActivityDeps } from './deps';
@@ -67,7 +67,8 @@ export function createForeignKeyActivities({ connections }: ActivityDeps) {
                 continue;
               }
               // A partitioned table's key goes on its partitions first (src/db/partitioned-foreign-keys.ts).
-              if (await isPartitioned(target, plan.target)) await addOnLeaves(target, plan.target, fk.name, foreignKeyDefinition(fk, mapped));
+              // Ferry made the target as the source is (only tables it created get keys here).
+              if (info.relkind === 'p') await addOnLeaves(target, plan.target, fk.name, foreignKeyDefinition(fk, mapped));
               else await target.query(addForeignKeySql(fk, plan.target, mapped));
             }
             foreignKeys.push({ table: plan.target, name: fk.name });

@@ -5,6 +5,7 @@
  */
 import { ClientBase } from 'pg';
 import { ObjectsPlan, TablePlan } from '../src/core/plan';
+import { createdObjectsRecorder } from '../src/db/bookkeeping';
 import { inTransaction } from '../src/db/connections';
 import { refusal } from '../src/db/errors';
 import { FAILURE } from '../src/core/failure-types';
@@ -15,7 +16,7 @@ import { DEFAULT_TIMEOUTS } from '../src/db/session';
 import { ActivityDeps } from './deps';
 
 /** The marker a finished second pass leaves in `_ferry.created_objects` (a retry finds it). */
-const RESTORED = 'objects-restored';
+const RESTORED = 'objects-restored' as const;
 
 export interface RestoreObjectsInput {
   migrationId: string;
@@ -62,11 +63,7 @@ export function createRestoreObjects({ connections, logger }: ActivityDeps) {
 
 /** Records a pass's objects after whatever the migration recorded before, and the pass as done. */
 async function recordObjects(db: ClientBase, migrationId: string, created: ObjectAddress[]): Promise<void> {
-  const { rows } = await db.query<{ n: number }>('SELECT coalesce(max(seq), 0)::int AS n FROM _ferry.created_objects WHERE migration_id = $1', [migrationId]);
-  let seq = rows[0].n;
-  for (const [kind, name] of [...created.map((a) => ['object', JSON.stringify(a)]), [RESTORED, RESTORED]]) {
-    seq += 1;
-    await db.query('INSERT INTO _ferry.created_objects (migration_id, seq, kind, name) VALUES ($1, $2, $3, $4)', [migrationId, seq, kind, name]);
-  }
+  const record = await createdObjectsRecorder(db, migrationId);
+  for (const address of created) await record('object', JSON.stringify(address));
+  await record(RESTORED, RESTORED);
 }
-

@@ -8,7 +8,7 @@
 import { ClientBase } from 'pg';
 import { readTables, readUserTypes, TableInfo, typeExists } from '../src/db/catalog';
 import { inTransaction } from '../src/db/connections';
-import { bookkeepingExists, ensureBookkeeping, lockBookkeeping, SYNC_CHUNK } from '../src/db/bookkeeping';
+import { bookkeepingExists, createdObjectsRecorder, CreatedKind, ensureBookkeeping, lockBookkeeping, SYNC_CHUNK } from '../src/db/bookkeeping';
 import { createSequenceSql, createTableSql, createTypeSql, SequenceNames, targetSequenceName } from '../src/db/ddl';
 import { createPartitionSql, readPartitions, targetPartitionName } from '../src/db/partitions';
 import { refusal } from '../src/db/errors';
@@ -45,7 +45,7 @@ export function createPrepareTarget({ connections, logger }: ActivityDeps) {
         const done = await target.query('SELECT 1 FROM _ferry.migrations WHERE id = $1', [input.migrationId]);
         if (done.rowCount) return { created: 0 }; // an earlier attempt committed; its result was lost
         await target.query('INSERT INTO _ferry.migrations (id, plan) VALUES ($1, $2)', [input.migrationId, JSON.stringify(input.plan)]);
-        const record = recorder(target, input.migrationId);
+        const record = await recorder(target, input.migrationId);
         await connections.withClient(input.source, async (source) => {
           // objects: all — what the tables may need, from the source's pg_dump, before them.
           if (input.plan.objects) {
@@ -149,21 +149,13 @@ export function createStoredPlan({ connections }: ActivityDeps) {
   };
 }
 
-/** `object`: an object a dump's pass created, by its address as JSON (activities/objects.ts). */
-type Recorder = (kind: 'schema' | 'type' | 'sequence' | 'table' | 'existing-table' | 'object', name: QualifiedName | string) => Promise<void>;
+/** `object`: an object a dump's pass created, by its address as JSON (src/db/object-passes.ts). */
+type Recorder = (kind: Exclude<CreatedKind, 'objects-restored'>, name: QualifiedName | string) => Promise<void>;
 
-function recorder(db: ClientBase, migrationId: string): Recorder {
-  let seq = 0;
-  return async (kind, name) => {
-    seq += 1;
-    const text = kind === 'object' ? (name as string) : typeof name === 'string' ? quoteIdent(name) : quoteQualified(name);
-    await db.query('INSERT INTO _ferry.created_objects (migration_id, seq, kind, name) VALUES ($1, $2, $3, $4)', [
-      migrationId,
-      seq,
-      kind,
-      text,
-    ]);
-  };
+/** Records names as Ferry quotes them (rollback looks them up in that form); an address as it is. */
+async function recorder(db: ClientBase, migrationId: string): Promise<Recorder> {
+  const record = await createdObjectsRecorder(db, migrationId);
+  return (kind, name) => record(kind, kind === 'object' ? (name as string) : typeof name === 'string' ? quoteIdent(name) : quoteQualified(name));
 }
 
 /** `wanted` when no relation has that name, else the first free `<name>_ferry_<n>`. */

@@ -171,3 +171,19 @@ export async function markCompleted(db: ClientBase, migrationId: string): Promis
   await ensureBookkeeping(db);
   await db.query('UPDATE _ferry.migrations SET completed_at = coalesce(completed_at, now()) WHERE id = $1', [migrationId]);
 }
+
+/** What a `_ferry.created_objects` row records (the table's CHECK): objects, and the mark of a finished second pass of `objects: all`. */
+export type CreatedKind = 'schema' | 'type' | 'sequence' | 'table' | 'existing-table' | 'object' | 'objects-restored';
+
+/**
+ * Appends a migration's rows to `_ferry.created_objects`, after any it has already (rollback
+ * drops them newest first); `name` is stored as given. For the caller's transaction.
+ */
+export async function createdObjectsRecorder(db: ClientBase, migrationId: string): Promise<(kind: CreatedKind, name: string) => Promise<void>> {
+  const { rows } = await db.query<{ n: number }>('SELECT coalesce(max(seq), 0)::int AS n FROM _ferry.created_objects WHERE migration_id = $1', [migrationId]);
+  let seq = rows[0].n;
+  return async (kind, name) => {
+    seq += 1;
+    await db.query('INSERT INTO _ferry.created_objects (migration_id, seq, kind, name) VALUES ($1, $2, $3, $4)', [migrationId, seq, kind, name]);
+  };
+}

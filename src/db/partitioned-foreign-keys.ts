@@ -18,12 +18,6 @@ async function leaves(db: ClientBase, table: QualifiedName): Promise<string[]> {
   return rows.map((r) => r.leaf);
 }
 
-/** Whether `table` is a partitioned table on this database. */
-export async function isPartitioned(db: ClientBase, table: QualifiedName): Promise<boolean> {
-  const { rows } = await db.query(`SELECT 1 FROM pg_catalog.pg_class WHERE oid = to_regclass($1) AND relkind = 'p'`, [quoteQualified(table)]);
-  return rows.length > 0;
-}
-
 /**
  * The first step: the key NOT VALID on every leaf that lacks it. `definition` is the key's
  * (`FOREIGN KEY (…) REFERENCES … NOT VALID`). A partitioned table without partitions gets it on

@@ -189,16 +189,21 @@ export function extensionsCreated(statements: Statement[]): string[] {
   return statements.filter((s) => s.tree.CreateExtensionStmt).map((s) => s.tree.CreateExtensionStmt.extname as string);
 }
 
-/** The moved tables' owners on the source (each partition its own), under their target names. */
-export async function tableOwnerStatements(source: ClientBase, tables: QualifiedName[]): Promise<string[]> {
-  const { rows } = await source.query<{ schema: string; name: string; owner: string }>(
+/** The moved tables' owners on the source (each partition its own), by name: the same on the target. */
+export async function tableOwners(source: ClientBase, tables: QualifiedName[]): Promise<(QualifiedName & { owner: string })[]> {
+  const { rows } = await source.query<QualifiedName & { owner: string }>(
     `WITH ${MOVED_CTE}
      SELECT n.nspname AS schema, c.relname AS name, pg_catalog.pg_get_userbyid(c.relowner) AS owner
        FROM moved m JOIN pg_catalog.pg_class c ON c.oid = m.oid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
       ORDER BY c.oid`,
     [tables.map(quoteQualified)],
   );
-  return rows.map((r) => `ALTER TABLE ${quoteQualified(r)} OWNER TO ${quoteIdent(r.owner)}`);
+  return rows;
+}
+
+/** Each moved table given its source owner on the target. */
+export async function tableOwnerStatements(source: ClientBase, tables: QualifiedName[]): Promise<string[]> {
+  return (await tableOwners(source, tables)).map((r) => `ALTER TABLE ${quoteQualified(r)} OWNER TO ${quoteIdent(r.owner)}`);
 }
 
 /** The materialized views among `entries`, by their source name (`"schema"."name"`), in dump order. */
