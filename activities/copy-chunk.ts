@@ -22,6 +22,7 @@ import { FAILURE } from '../src/core/failure-types';
 import { ActivityDeps, tableLabel } from './deps';
 import type { Logger } from '../src/logger';
 import { FinishTable, finishSmallTable } from '../src/db/index-build';
+import { copyInOneSnapshot } from '../src/db/keyless-sync';
 
 export interface CopyChunkInput {
   migrationId: string;
@@ -102,6 +103,7 @@ export function createCopyChunk({ connections, logger, metrics }: ActivityDeps) 
     try {
       return await withFencedSessions(connections, input, input.chunk.index, async ({ source, target, table, claimed, write }) => {
         const ref: ChunkRef = { migrationId: input.migrationId, tableIndex: table.index, chunkIndex: input.chunk.index };
+        if (table.copyBy === 'snapshot') return copySnapshot({ input, table, ref, claimed, source, target, write, started, metrics, log }, connections);
         if (copiesByBlocks(table)) return finishIfSmall(connections, input, table, await copyBlockSlice({ input, table, ref, claimed, source, target, write, started, metrics, log }), log);
         const chunk = { ...input, table };
         let checkpoint: ChunkCheckpoint = claimed;
@@ -196,6 +198,15 @@ interface BlockSlice {
   started: number;
   metrics: ActivityDeps['metrics'];
   log: Logger;
+}
+
+/** A table without a key, online: the whole of it in one snapshot at a known position (src/db/keyless-sync.ts). */
+async function copySnapshot(s: BlockSlice, connections: ActivityDeps['connections']): Promise<CopyChunkResult> {
+  const copied = await copyInOneSnapshot(connections, { ...s, sourceName: s.input.source });
+  s.metrics?.rowsCopied.inc({ table: tableLabel(s.input.table) }, copied.rows);
+  s.metrics?.bytesCopied.inc({ table: tableLabel(s.input.table) }, copied.bytes);
+  s.log.info({ rows: copied.rows, bytes: copied.bytes, ms: Date.now() - s.started }, 'table copied in one snapshot');
+  return copied;
 }
 
 /** Rows a block is taken to hold where the source's statistics do not say (about 130-byte rows). */

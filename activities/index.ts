@@ -25,7 +25,7 @@ import { createSyncActivities } from './sync-changes';
 import { createStreamActivities } from './stream-changes';
 import { createRewriteActivities } from './rewrite';
 import { createRewriteSwapActivities } from './rewrite-swap';
-import { createChecksumBlocks, createRepairRange, createValidateChunk } from './validate-chunk';
+import { createChecksumBlocks, createRepairRange, createValidateAtPosition, createValidateChunk } from './validate-chunk';
 
 export type { ActivityDeps };
 
@@ -37,6 +37,7 @@ export function createActivities(deps: ActivityDeps) {
     storedPlan: createStoredPlan(deps),
     copyChunk: createCopyChunk(deps),
     validateChunk: createValidateChunk(deps),
+    validateAtPosition: createValidateAtPosition(deps),
     repairRange: createRepairRange(deps),
     checksumBlocks: createChecksumBlocks(deps),
     finalizeTarget: createFinalizeTarget(deps),

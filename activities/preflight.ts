@@ -12,7 +12,7 @@ import { readPartitions, targetPartitionName } from '../src/db/partitions';
 import { keyAsText, keyFromRow, keyOrder, KeyShape } from '../src/db/ranges';
 import { displayQualified, quoteQualified, sameName } from '../src/core/identifiers';
 import { describeAction, onlineRefusal, readTargetActions, TargetRole } from '../src/db/target-actions';
-import { CapturePlan, ChunkPlan, KeyColumn, MigrationPlan, SMALL_TABLE_ROWS, TablePlan } from '../src/core/plan';
+import { CapturePlan, ChunkPlan, isKeyless, KeyColumn, MigrationPlan, SMALL_TABLE_ROWS, TablePlan } from '../src/core/plan';
 import { resolveCapture } from '../src/core/capture-mode';
 import { logicalCaptureProblems } from '../src/db/logical-check';
 import { MAX_TABLES, Spec, TableSpec } from '../src/core/spec';
@@ -137,6 +137,10 @@ async function planCapture(source: PoolClient, spec: Spec, tables: TablePlan[]):
   const problems = choice === 'trigger' ? [] : await logicalCaptureProblems(source, tables);
   const resolved = resolveCapture(choice, problems);
   if (!resolved.ok) throw refusal(FAILURE.LogicalCaptureUnavailable, `${resolved.reason} (source connection "${spec.source}")`);
+  const keyless = tables.find(isKeyless);
+  if (keyless && resolved.plan.mode !== 'logical') {
+    throw noKeyRefusal(displayQualified(keyless.source), `logical capture is not possible: ${problems.join('; ')}`);
+  }
   return resolved.plan;
 }
 
@@ -208,6 +212,12 @@ async function planTable(
 
 /** What the plan says of how a table is keyed and copied, where it is not by its primary key's ranges. */
 function keyNotes(info: TableInfo, copyBy: TablePlan['copyBy']): string[] {
+  if (!info.key && copyBy === 'snapshot') {
+    return [
+      'no key: copied whole in one snapshot at a known WAL position, its changes applied as whole rows (REPLICA IDENTITY FULL) exactly once from there, ' +
+        'validated whole at a position; a difference fails the table, as it cannot be repaired row by row',
+    ];
+  }
   if (!info.key) {
     return ['no key: copied by ranges of blocks and validated by a checksum of each whole side; a difference fails the table, as it cannot be repaired range by range'];
   }
@@ -254,16 +264,32 @@ async function checkSourceTable(source: PoolClient, spec: Spec, table: TableSpec
         `and the parent's rows after ALTER TABLE child NO INHERIT ${label}, or convert the tree to declarative partitioning`,
     );
   }
-  if (!info.key && spec.mode === 'online') {
-    throw refusal(
-      FAILURE.NoPrimaryKey,
-      `table ${label} has no primary key and no unique index over NOT NULL columns: an online migration applies each change by key; ` +
-        `add one (ALTER TABLE ${label} ADD PRIMARY KEY (…)), or move the table in full mode while its writers are stopped (it is then copied by ranges of blocks)`,
-    );
-  }
+  if (!info.key && spec.mode === 'online') await assertKeylessCapturable(source, spec, table, info);
   await assertReadable(source, info, label, spec.source);
   info.estimatedRows = await estimateRows(source, info);
   return info;
+}
+
+/** Online, a table without a key moves only with logical capture (checked here, where the refusal can name its field). */
+async function assertKeylessCapturable(source: PoolClient, spec: Spec, table: TableSpec, info: TableInfo): Promise<void> {
+  const label = displayQualified(table.source);
+  if (spec.capture === 'trigger') throw noKeyRefusal(label, 'capture: trigger logs keys');
+  if (info.relkind === 'p') throw noKeyRefusal(label, 'logical capture does not take partitioned tables yet');
+  const problems = await logicalCaptureProblems(source, [{ source: table.source, keyColumns: [] }]);
+  if (problems.length > 0) throw noKeyRefusal(label, `logical capture is not possible: ${problems.join('; ')}`);
+}
+
+/**
+ * An online migration of a table without a key needs logical capture with REPLICA IDENTITY FULL
+ * (its changes arrive as whole rows); `why` says why it cannot have it.
+ */
+function noKeyRefusal(label: string, why: string): Error {
+  return refusal(
+    FAILURE.NoPrimaryKey,
+    `table ${label} has no primary key and no unique index over NOT NULL columns: online, such a table moves only by logical capture of whole rows ` +
+      `(capture: logical or auto, and REPLICA IDENTITY FULL), and ${why}; or add a key (ALTER TABLE ${label} ADD PRIMARY KEY (…)), ` +
+      'or move the table in full mode while its writers are stopped (it is then copied by ranges of blocks)',
+  );
 }
 
 /** A target table Ferry creates: its partitions and types must be creatable, its index names free. */
@@ -391,6 +417,8 @@ async function planChunks(
   targetExists: boolean,
 ): Promise<Pick<TablePlan, 'chunks' | 'validationUnits' | 'copyBy'>> {
   const chunkCount = table.chunks ?? autoChunkCount(info.estimatedRows, spec.parallelism.chunks);
+  // Online, a table without a key is read whole in one snapshot at a known position (src/db/keyless-ops.ts).
+  if (!info.key && spec.mode === 'online') return { chunks: [{ index: 0, lower: null, upper: null }], copyBy: 'snapshot' };
   if (!info.key) return { chunks: blockChunks(await blockLayout(source, info.name), chunkCount), copyBy: 'blocks' };
   const layout = copiesByBlocks(spec, info, targetExists) ? await blockLayout(source, info.name) : null;
   const byBlocks = layout?.tidRanges === true;

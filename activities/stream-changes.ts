@@ -29,6 +29,8 @@ import { FAILURE } from '../src/core/failure-types';
 import type { CaptureTable } from '../src/core/capture-input';
 import { ActivityDeps } from './deps';
 import { enqueue } from '../src/db/change-log';
+import { enqueueOps, RowOp } from '../src/db/keyless-ops';
+import { displayQualified } from '../src/core/identifiers';
 
 export interface StreamInput {
   migrationId: string;
@@ -136,6 +138,37 @@ export function changedKeys(message: Pgoutput.Message, keyColumns: string[]): Ke
   return old && old.some((v, i) => v !== next[i]) ? [next, old] : [next];
 }
 
+/**
+ * The row changes one decoded change makes to a table without a key (src/db/keyless-ops.ts):
+ * the old row taken away, the new one added, numbered from `seq` within their transaction. Its
+ * replica identity FULL sends the whole old row with every update and delete; a column stored
+ * out of line that an update left unchanged comes as "unchanged" in the new row, and its value
+ * is the old row's (pg-logical-replication fills it from there).
+ */
+export function rowOps(message: Pgoutput.Message, lsn: string, seq: number, label: string): RowOp[] {
+  const image = (tuple: Record<string, unknown> | null | undefined, which: string): RowOp['image'] => {
+    if (!tuple) {
+      throw ApplicationFailure.nonRetryable(
+        `a change of ${label} arrived without its ${which} row: its replica identity is no longer FULL, so which row changed is unknown`,
+        FAILURE.CaptureLost,
+      );
+    }
+    for (const [column, value] of Object.entries(tuple)) {
+      if (value !== null && typeof value !== 'string') {
+        throw ApplicationFailure.nonRetryable(`a change of ${label} arrived without the value of column "${column}"; logical capture cannot tell the row`, FAILURE.CaptureLost);
+      }
+    }
+    return tuple as RowOp['image'];
+  };
+  if (message.tag === 'insert') return [{ lsn, seq, delta: 1, image: image(message.new, 'new') }];
+  if (message.tag === 'delete') return [{ lsn, seq, delta: -1, image: image(message.old, 'old') }];
+  if (message.tag !== 'update') return [];
+  return [
+    { lsn, seq, delta: -1, image: image(message.old, 'old') },
+    { lsn, seq: seq + 1, delta: 1, image: image(message.new, 'new') },
+  ];
+}
+
 export function createStreamActivities({ connections, logger, metrics }: ActivityDeps) {
   async function streamChanges(input: StreamInput): Promise<StreamResult> {
     const ctx = Context.current();
@@ -183,6 +216,8 @@ export async function confirmPosition(service: LogicalReplicationService, lsn: s
 
 /** Keys to re-sync by table index, each key under its JSON text. */
 type KeysByTable = Map<number, Map<string, Key>>;
+/** Row changes of tables without a key, by table index, in stream order. */
+type OpsByTable = Map<number, RowOp[]>;
 
 /**
  * One slice of the consumer: the slot's stream for `sliceMs`, the keys it brings, and the flush
@@ -201,8 +236,12 @@ class StreamSlice {
   private readonly byRelation = new WeakMap<Pgoutput.MessageRelation, CaptureTable | null>();
   /** Keys of the transaction being received; keys of committed ones waiting for the flush. */
   private current: KeysByTable = new Map();
+  private currentOps: OpsByTable = new Map();
   private currentKeys = 0;
+  /** The transaction being received: its commit position (begin's final LSN) and its row changes so far. */
+  private transaction = { lsn: '0/0', seq: 0 };
   private pending: KeysByTable = new Map();
+  private pendingOps: OpsByTable = new Map();
   private pendingKeys = 0;
   private pendingLsn: string | null = null;
   private lastFlush = Date.now();
@@ -303,25 +342,34 @@ class StreamSlice {
       switch (message.tag) {
         case 'begin':
           this.current = new Map();
+          this.currentOps = new Map();
           this.currentKeys = 0;
+          this.transaction = { lsn: message.commitLsn ?? '0/0', seq: 0 };
           return undefined;
         case 'insert':
         case 'update':
         case 'delete': {
           const table = this.tableOf(message.relation);
-          if (table) this.currentKeys += addKeys(this.current, table.index, changedKeys(message, table.keyColumns.map((k) => k.name)));
+          if (table) this.currentKeys += this.note(table, message);
           if (this.currentKeys < TRANSACTION_SPILL_KEYS) return undefined;
           const keys = this.current;
+          const ops = this.currentOps;
           this.current = new Map();
+          this.currentOps = new Map();
           this.currentKeys = 0;
-          return this.serial(() => this.spill(keys));
+          return this.serial(() => this.spill(keys, ops));
         }
         case 'commit':
           for (const [index, keys] of this.current) {
             addKeys(this.pending, index, keys.values());
             this.pendingKeys += keys.size;
           }
+          for (const [index, ops] of this.currentOps) {
+            addOps(this.pendingOps, index, ops);
+            this.pendingKeys += ops.length;
+          }
           this.current = new Map();
+          this.currentOps = new Map();
           this.currentKeys = 0;
           this.pendingLsn = message.commitEndLsn;
           return this.pendingKeys >= FLUSH_KEYS ? this.serial(() => this.flush()) : undefined;
@@ -344,6 +392,15 @@ class StreamSlice {
     }
   }
 
+  /** A change of one of our tables noted in the transaction's keys (or, without a key, its row changes); returns how many it added. */
+  private note(table: CaptureTable, message: Pgoutput.MessageInsert | Pgoutput.MessageUpdate | Pgoutput.MessageDelete): number {
+    if (table.keyColumns.length > 0) return addKeys(this.current, table.index, changedKeys(message, table.keyColumns.map((k) => k.name)));
+    const ops = rowOps(message, this.transaction.lsn, this.transaction.seq, displayQualified(table.source));
+    this.transaction.seq += ops.length;
+    addOps(this.currentOps, table.index, ops);
+    return ops.length;
+  }
+
   private tableOf(relation: Pgoutput.MessageRelation): CaptureTable | null {
     let table = this.byRelation.get(relation);
     if (table === undefined) {
@@ -358,12 +415,14 @@ class StreamSlice {
     if (this.pendingLsn === null) return;
     const lsn = this.pendingLsn;
     const batches = this.pending;
+    const ops = this.pendingOps;
     this.pending = new Map();
+    this.pendingOps = new Map();
     this.pendingKeys = 0;
     this.pendingLsn = null;
     const { db, input } = this;
     await inTransaction(db, async () => {
-      await this.enqueueKeys(batches);
+      await this.enqueueKeys(batches, ops);
       await db.query(`UPDATE ${SLOTS_TABLE} SET confirmed_lsn = $2::pg_lsn, confirmed_at = clock_timestamp() WHERE migration_id = $1`, [input.migrationId, lsn]);
     });
     // Only now: the slot may let go of what the logs hold.
@@ -373,15 +432,19 @@ class StreamSlice {
   }
 
   /** Keys of a transaction still arriving into the change logs, its position not confirmed (TRANSACTION_SPILL_KEYS). */
-  private async spill(batches: KeysByTable): Promise<void> {
-    await inTransaction(this.db, () => this.enqueueKeys(batches));
+  private async spill(batches: KeysByTable, ops: OpsByTable): Promise<void> {
+    await inTransaction(this.db, () => this.enqueueKeys(batches, ops));
   }
 
-  /** Writes keys into their tables' change logs, in the caller's transaction. */
-  private async enqueueKeys(batches: KeysByTable): Promise<void> {
+  /** Writes keys (and row changes) into their tables' change logs, in the caller's transaction. */
+  private async enqueueKeys(batches: KeysByTable, ops: OpsByTable): Promise<void> {
     for (const [index, keys] of batches) {
       await enqueue(this.db, quoteQualified(captureNames(this.input.migrationId, index).log), [...keys.values()]);
       this.queued += keys.size;
+    }
+    for (const [index, changes] of ops) {
+      await enqueueOps(this.db, quoteQualified(captureNames(this.input.migrationId, index).log), changes);
+      this.queued += changes.length;
     }
   }
 
@@ -407,6 +470,12 @@ function addKeys(into: KeysByTable, index: number, keys: Iterable<Key>): number 
   const before = set.size;
   for (const key of keys) set.set(key.length === 1 ? key[0] : JSON.stringify(key), key);
   return set.size - before;
+}
+
+function addOps(into: OpsByTable, index: number, ops: RowOp[]): void {
+  const list = into.get(index);
+  if (list) list.push(...ops);
+  else into.set(index, [...ops]);
 }
 
 /** Heartbeat messages on their way through the slot, and the commit-to-log lag they measure. */

@@ -16,7 +16,7 @@ import { SYNC_CHUNK } from '../src/db/bookkeeping';
 import { FencedLane, FencedSessions, withFencedSessions } from '../src/db/fenced';
 import { assertCaptureIntact, assertKeyIntact } from '../src/db/capture-check';
 import { captureNames, readFreezeState } from '../src/db/capture-sql';
-import { enqueue, keysFromJson } from '../src/db/change-log';
+import { enqueue, keysFromJson, logLag } from '../src/db/change-log';
 import { withCatalogKeyTypes } from '../src/db/catalog';
 import { copyStream, deleteKeys, selectColumns } from '../src/db/copy-stream';
 import type { CopyTable } from '../src/core/plan';
@@ -24,7 +24,8 @@ import { asActivityFailure } from '../src/db/errors';
 import { distinctKeys, keyAsText, keyFromRow, keyInList, keyOrder, keyPredicate, literalBinder, ParamBinder, rangeBounds } from '../src/db/ranges';
 import { evictConflictsSql, readUniqueKeys } from '../src/db/unique-keys';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified } from '../src/core/identifiers';
-import { INTEGER_TYPES, Key, KeyRange } from '../src/core/plan';
+import { INTEGER_TYPES, isKeyless, Key, KeyRange } from '../src/core/plan';
+import { syncKeylessSlice } from '../src/db/keyless-sync';
 import { ActivityDeps, tableLabel } from './deps';
 
 export interface SyncInput {
@@ -79,7 +80,6 @@ export interface EnqueueInput {
   ranges: KeyRange[];
 }
 
-const PENDING_COUNT_CAP = 1_000_000;
 export const POLL_MS = 500;
 
 /**
@@ -357,14 +357,6 @@ async function retireLogRows(source: ClientBase, log: string, rows: { id: unknow
   return 0;
 }
 
-/** What the log still holds (counted up to PENDING_COUNT_CAP) and the age of its oldest change. */
-async function logLag(source: ClientBase, log: string): Promise<{ pending: number; lagSeconds: number }> {
-  const lag = await source.query(
-    `SELECT (SELECT count(*) FROM (SELECT 1 FROM ${log} LIMIT ${PENDING_COUNT_CAP}) s)::int AS pending,
-            coalesce(extract(epoch FROM clock_timestamp() - (SELECT logged_at FROM ${log} ORDER BY id LIMIT 1)), 0)::float8 AS lag`,
-  );
-  return { pending: Number(lag.rows[0].pending), lagSeconds: Math.round(Number(lag.rows[0].lag) * 1000) / 1000 };
-}
 
 export function createSyncActivities({ connections, logger, metrics }: ActivityDeps) {
   async function syncChanges(input: SyncInput): Promise<SyncResult> {
@@ -385,6 +377,8 @@ export function createSyncActivities({ connections, logger, metrics }: ActivityD
       }
       return await withFencedSessions(connections, input, SYNC_CHUNK, async (sessions) => {
         await assertCaptureIntact(sessions.source, { ...input, table: sessions.table });
+        // A table without a key: its log holds row images, applied from a watermark (keyless-online.ts).
+        if (isKeyless(sessions.table)) return await syncKeylessSlice(input, sessions);
         await assertKeyIntact(sessions.source, sessions.table);
         return await syncSlice({ ...input, table: sessions.table }, sessions);
       });

@@ -10,14 +10,16 @@ import { Context } from '@temporalio/activity';
 import { Client, ClientBase } from 'pg';
 import { ConnectionRegistry, inTransaction } from '../src/db/connections';
 import { withCatalogKeyTypes } from '../src/db/catalog';
-import { copyRange, deleteRange, selectColumns } from '../src/db/copy-stream';
+import { copyRange, deleteRange } from '../src/db/copy-stream';
 import { withFencedSessions } from '../src/db/fenced';
 import type { CopyTable } from '../src/core/plan';
-import { blockPredicate, distinctKeys, keyAsText, keyFromRow, keyInList, keyOrder, keyPredicate, ParamBinder, rangeBounds } from '../src/db/ranges';
+import { distinctKeys, keyAsText, keyFromRow, keyInList, keyOrder, keyPredicate, ParamBinder, rangeBounds } from '../src/db/ranges';
 import { captureNames } from '../src/db/capture-sql';
 import { awaitConfirmed, isLogical } from '../src/db/logical-sql';
 import { displayQualified, QualifiedName, quoteQualified } from '../src/core/identifiers';
 import { Key, KeyRange } from '../src/core/plan';
+import { blockShareSql, RangeSummary, summarySql } from '../src/db/summaries';
+import { compareAtPosition, ValidateAtPositionInput, ValidateAtPositionResult } from '../src/db/keyless-sync';
 import { sameKey } from '../src/core/chunks';
 import { ActivityDeps, tableLabel } from './deps';
 
@@ -40,10 +42,6 @@ export interface ValidateChunkInput {
   live?: { migrationId: string };
 }
 
-export interface RangeSummary {
-  rows: number;
-  sum: string;
-}
 
 export interface ValidateChunkResult {
   match: boolean;
@@ -64,17 +62,6 @@ export interface RepairRangeInput {
   fence: number;
 }
 
-function summarySql(table: CopyTable, relation: QualifiedName, where: string, mode: 'count' | 'checksum'): string {
-  if (mode === 'count') return `SELECT count(*)::int8 AS rows, '' AS sum FROM ${quoteQualified(relation)} WHERE ${where}`;
-  // A 64-bit hash of each row's text form, summed (as numeric: no overflow). hashtextextended is
-  // the hash PostgreSQL's hash partitioning relies on, the same on every version since 11, and
-  // about twice as fast here as a 64-bit slice of md5 (which this sum used before): measured
-  // 0.65 s against 1.3–2.1 s for a million 150-byte rows. The rows' text, not the hash, carries
-  // the comparison; the database's default collation is always deterministic, so the bytes hash.
-  return `SELECT count(*)::int8 AS rows,
-                 coalesce(sum(hashtextextended(ROW(${selectColumns(table)})::text, 0)), 0)::text AS sum
-            FROM ${quoteQualified(relation)} WHERE ${where}`;
-}
 
 async function summarise(
   db: Client,
@@ -224,20 +211,6 @@ export interface ChecksumBlocksResult extends RangeSummary {
   blocks: [number, number | null] | null;
 }
 
-/**
- * The summary of one physical share of a relation: the rows in blocks
- * [unit·B/units, (unit+1)·B/units) of its B blocks now, the last share open-ended. Every row
- * lies in exactly one share, so the shares' counts and sums add up to the whole relation's, and
- * each side is read once, sequentially, in as many parallel pieces as wanted: a key range read
- * through the key's index cost its side nearly as much as a whole scan (README: Benchmarks).
- * A relation that is not a plain table (a partitioned one: its blocks are its partitions') or a
- * server before PostgreSQL 14 (no TID range scans: every share would read everything) is read
- * whole by unit 0, and the other units read nothing.
- */
-export function blockShareSql(table: CopyTable, relation: QualifiedName, mode: 'count' | 'checksum', blocks: [number, number | null] | null): string {
-  const where = blocks === null ? 'true' : blockPredicate(blocks[0], blocks[1]);
-  return summarySql(table, relation, where, mode);
-}
 
 /** Which blocks a unit reads; null: the whole relation (unit 0 only), undefined: nothing. */
 export function blockShare(totalBlocks: number, unit: number, units: number, splittable: boolean): [number, number | null] | null | undefined {
@@ -284,5 +257,14 @@ export function createRepairRange({ connections, logger }: ActivityDeps) {
       logger.info({ migrationId: input.migrationId, table: displayQualified(table.source), chunk: input.chunkIndex, ...result }, 'range repaired');
       return result;
     });
+  };
+}
+
+export type { ValidateAtPositionInput, ValidateAtPositionResult };
+
+/** Online, a table without a key: both sides compared whole at one position of the source (src/db/keyless-sync.ts). */
+export function createValidateAtPosition({ connections }: ActivityDeps) {
+  return async function validateAtPosition(input: ValidateAtPositionInput): Promise<ValidateAtPositionResult> {
+    return compareAtPosition(connections, input);
   };
 }

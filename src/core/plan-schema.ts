@@ -27,7 +27,7 @@ export const planSchema = z.strictObject({
         validationUnits: z.array(z.strictObject({ chunk: z.number().int().min(0).max(10_000), lower: key.nullable(), upper: key.nullable() })).max(100_000).optional(),
         notes: z.array(z.string().max(2000)).max(1000).optional(),
         targetNames: z.record(name, name).optional(),
-        copyBy: z.literal('blocks').optional(),
+        copyBy: z.enum(['blocks', 'snapshot']).optional(),
         targetExisted: z.boolean(),
         sourceWrites: z.number().min(0),
       }),

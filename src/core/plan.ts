@@ -61,9 +61,11 @@ export interface TablePlan {
   /**
    * `blocks`: the copy reads ranges of physical blocks (the chunks are block ranges, ChunkPlan),
    * not of the key — a table without a key, or a large keyed one in full mode (its validation
-   * units are then key ranges). Absent: key ranges (and in plans of an older Ferry).
+   * units are then key ranges). `snapshot`: a table without a key in online mode, read whole in
+   * one snapshot taken at a known WAL position, in one chunk (src/db/keyless-ops.ts). Absent: key
+   * ranges (and in plans of an older Ferry).
    */
-  copyBy?: 'blocks';
+  copyBy?: 'blocks' | 'snapshot';
   /** The target table existed before the migration (so rollback empties it instead of dropping it). */
   targetExisted: boolean;
   /** n_tup_ins + n_tup_upd + n_tup_del on the source at preflight; full mode warns when it moves. */
@@ -91,7 +93,7 @@ export function isKeyless(t: Pick<TablePlan, 'keyColumns'>): boolean {
 
 /** Whether the table's chunks are ranges of blocks (TablePlan.copyBy). */
 export function copiesByBlocks(t: Pick<TablePlan, 'keyColumns' | 'copyBy'>): boolean {
-  return t.copyBy === 'blocks' || isKeyless(t);
+  return t.copyBy === 'blocks' || (isKeyless(t) && t.copyBy !== 'snapshot');
 }
 
 /** The name an index or constraint of the source gets on the target (see TablePlan.targetNames). */

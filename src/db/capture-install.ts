@@ -111,7 +111,7 @@ async function captureTable(db: PoolClient, input: CaptureInput, table: CaptureT
     );
   }
   const [self, ...partitions] = await relationTree(db, Number(rel.rows[0].relid));
-  await db.query(createLogSql(names));
+  await db.query(createLogSql(names, table.keyColumns.length === 0));
   if (!input.logical) {
     await db.query(createCaptureFunctionSql(names, table.keyColumns));
     for (const sql of createCaptureTriggerSql(self.name, names, input.migrationId)) await db.query(sql);

@@ -145,12 +145,35 @@ CREATE TABLE ${CAPTURE_SCHEMA}.slots (
   ],
 };
 
-/** The queue of changed keys: consumed by id (read, apply, delete exactly those ids). */
-export function createLogSql(names: CaptureNames): string {
+/**
+ * The queue of changed keys: consumed by id (read, apply, delete exactly those ids). A table
+ * without a key (logical capture only) has a log of row images instead (createOpsLogSql).
+ */
+export function createLogSql(names: CaptureNames, keyless = false): string {
+  if (keyless) return createOpsLogSql(names);
   return `CREATE TABLE ${quoteQualified(names.log)} (
   id        bigserial PRIMARY KEY,
   pk        text[] NOT NULL,
   logged_at timestamptz NOT NULL DEFAULT clock_timestamp()
+)`;
+}
+
+/**
+ * The log of a table without a key (src/db/keyless-ops.ts): each change as whole rows, one row
+ * taken away (delta −1, the old image) or added (+1, the new one), at the position of its
+ * transaction's commit and its place in it. (lsn, seq) names a change for good: the consumer
+ * writes a change it receives again once only, and the apply's watermark on the target says
+ * which were applied. `id` and `logged_at` as in every log (the lag readings).
+ */
+function createOpsLogSql(names: CaptureNames): string {
+  return `CREATE TABLE ${quoteQualified(names.log)} (
+  id        bigserial PRIMARY KEY,
+  lsn       pg_lsn   NOT NULL,
+  seq       int      NOT NULL,
+  delta     smallint NOT NULL CHECK (delta IN (-1, 1)),
+  image     jsonb    NOT NULL,
+  logged_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+  UNIQUE (lsn, seq)
 )`;
 }
 

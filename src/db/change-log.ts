@@ -15,3 +15,14 @@ export async function enqueue(db: ClientBase, log: string, keys: Key[]): Promise
   if (keys.length === 0) return;
   await db.query(`INSERT INTO ${log} (pk) ${keysFromJson('$1')}`, [JSON.stringify(keys)]);
 }
+
+const PENDING_COUNT_CAP = 1_000_000;
+
+/** What a log still holds (counted up to PENDING_COUNT_CAP) and the age of its oldest change. */
+export async function logLag(source: ClientBase, log: string): Promise<{ pending: number; lagSeconds: number }> {
+  const lag = await source.query(
+    `SELECT (SELECT count(*) FROM (SELECT 1 FROM ${log} LIMIT ${PENDING_COUNT_CAP}) s)::int AS pending,
+            coalesce(extract(epoch FROM clock_timestamp() - (SELECT logged_at FROM ${log} ORDER BY id LIMIT 1)), 0)::float8 AS lag`,
+  );
+  return { pending: Number(lag.rows[0].pending), lagSeconds: Math.round(Number(lag.rows[0].lag) * 1000) / 1000 };
+}

@@ -66,6 +66,11 @@ export async function logicalCaptureProblems(db: ClientBase, tables: LogicalTabl
     for (const key of keys.filter((k) => generated.includes(k))) {
       problems.push(`${label}: key column "${key}" is a generated column, which logical decoding does not send`);
     }
+    if (keys.length === 0) {
+      // A table without a key: its changes are applied as whole rows, which only FULL sends.
+      if (t.identity !== 'f') problems.push(`${label} has no key, so its changes must carry whole rows: ALTER TABLE ${label} REPLICA IDENTITY FULL`);
+      continue;
+    }
     const identity: string[] = t.identity_columns ?? [];
     const carriesKey = t.identity === 'f' || ((t.identity === 'd' || t.identity === 'i') && keys.every((k) => identity.includes(k)));
     if (!carriesKey) {

@@ -84,6 +84,15 @@ export async function rowsAsText(dbs: TestDatabases, role: string, table: string
   return rows.map((x) => x.r);
 }
 
+/** A table's rows as a multiset (a table without a key): the count and a digest of every row's text in a stable order. */
+export async function rowMultiset(dbs: TestDatabases, role: string, table: string): Promise<{ table: string; rows: number; digest: string }> {
+  const [row] = await dbs.query<{ rows: number; digest: string }>(
+    role,
+    `SELECT count(*)::int AS rows, md5(coalesce(string_agg(t::text, E'\\n' ORDER BY t::text), '')) AS digest FROM ${table} t`,
+  );
+  return { table, ...row };
+}
+
 /** What a database holds besides its contents: schemas, tables, types, triggers, functions. */
 export async function objectInventory(dbs: TestDatabases, role: string): Promise<string[]> {
   const rows = await dbs.query<{ o: string }>(

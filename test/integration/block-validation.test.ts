@@ -5,7 +5,8 @@
  * PostgreSQL's own count and sum over the table, and on a target that differs by one value.
  */
 import { Client } from 'pg';
-import { blockShare, blockShareSql, ChecksumBlocksResult } from '../../activities/validate-chunk';
+import { blockShare, ChecksumBlocksResult } from '../../activities/validate-chunk';
+import { blockShareSql } from '../../src/db/summaries';
 import { copyTableOf, CopyTable, MigrationPlan } from '../../src/core/plan';
 import { parseSpec } from '../../src/core/spec';
 import { TestDatabases } from '../helpers/databases';

@@ -47,7 +47,7 @@ describe('failures and repairs', () => {
   });
 
   it.each([
-    ['public.no_key', 'NoPrimaryKey', /table public\.no_key has no primary key and no unique index over NOT NULL columns: an online migration applies each change by key; add one/],
+    ['public.no_key', 'NoPrimaryKey', /table public\.no_key has no primary key and no unique index over NOT NULL columns: online, such a table moves only by logical capture of whole rows \(capture: logical or auto, and REPLICA IDENTITY FULL\), and logical capture is not possible: wal_level is replica.*; or add a key/],
     ['public.missing', 'MissingTable', /table public\.missing does not exist on source connection "src"/],
     ['public.filled', 'TargetNotEmpty', /target table public\.filled already has rows: empty it, or set truncate: true/],
   ])('refuses %s at preflight, names the fix, and changes nothing', async (table, type, message) => {

@@ -13,7 +13,7 @@
 import type { CopyChunkInput, CopyChunkResult } from '../../activities/copy-chunk';
 import type { ChecksumBlocksInput } from '../../activities/validate-chunk';
 import { displayQualified } from '../../src/core/identifiers';
-import { objectInventory, TestDatabases } from '../helpers/databases';
+import { objectInventory, rowMultiset, TestDatabases } from '../helpers/databases';
 import { aroundActivities } from '../helpers/interceptors';
 import { expectCleanRun } from '../helpers/repairs';
 import { resultWithin } from '../helpers/stack';
@@ -49,15 +49,6 @@ const LEDGER = `
   INSERT INTO app.ledger SELECT g, g % 977, md5(g::text) FROM generate_series(1, 150000) g;
   CREATE INDEX ledger_account ON app.ledger (account);
   ANALYZE;`;
-
-/** A table's rows as a multiset: the count and a digest of every row's text in a stable order. */
-async function multiset(dbs: TestDatabases, role: string, table: string): Promise<{ table: string; rows: number; digest: string }> {
-  const [row] = await dbs.query<{ rows: number; digest: string }>(
-    role,
-    `SELECT count(*)::int AS rows, md5(coalesce(string_agg(t::text, E'\\n' ORDER BY t::text), '')) AS digest FROM ${table} t`,
-  );
-  return { table, ...row };
-}
 
 /** The table's indexes and constraints as the catalog prints them. */
 async function indexes(dbs: TestDatabases, role: string, table: string): Promise<string[]> {
@@ -100,7 +91,7 @@ describe('tables without a key', () => {
     },
   });
 
-  it('plans them by ranges of blocks and says so; online mode refuses them, naming the fix', async () => {
+  it('plans them by ranges of blocks and says so; online mode refuses them without logical capture, naming the fix', async () => {
     const plan = await suite.stack.ferry.preflight({ source: 'src', target: 'dst', tables: [{ name: 'app.events_raw', chunks: 3 }, 'app.loose'] }, 'keyless-plan');
     const [events, loose] = plan.tables;
     expect(events.keyColumns).toEqual([]);
@@ -116,8 +107,10 @@ describe('tables without a key', () => {
     ]);
     expect(loose.keyColumns).toEqual([]);
     await expect(suite.stack.ferry.preflight({ source: 'src', target: 'dst', mode: 'online', tables: ['app.loose'] }, 'keyless-online')).rejects.toThrow(
-      'table app.loose has no primary key and no unique index over NOT NULL columns: an online migration applies each change by key; ' +
-        'add one (ALTER TABLE app.loose ADD PRIMARY KEY (…)), or move the table in full mode while its writers are stopped (it is then copied by ranges of blocks)',
+      'table app.loose has no primary key and no unique index over NOT NULL columns: online, such a table moves only by logical capture of whole rows ' +
+        '(capture: logical or auto, and REPLICA IDENTITY FULL), and logical capture is not possible: wal_level is replica: set wal_level = logical in postgresql.conf and restart the server; ' +
+        'app.loose has no key, so its changes must carry whole rows: ALTER TABLE app.loose REPLICA IDENTITY FULL; ' +
+        'or add a key (ALTER TABLE app.loose ADD PRIMARY KEY (…)), or move the table in full mode while its writers are stopped (it is then copied by ranges of blocks)',
     );
   });
 
@@ -129,8 +122,8 @@ describe('tables without a key', () => {
     expect(result.state).toBe('SUCCEEDED');
     await expectCleanRun(ferry, result);
     for (const table of TABLES) {
-      const source = await multiset(suite.dbs, 'source', table);
-      expect(await multiset(suite.dbs, 'target', table)).toEqual(source);
+      const source = await rowMultiset(suite.dbs, 'source', table);
+      expect(await rowMultiset(suite.dbs, 'target', table)).toEqual(source);
       // Many batches of about 2,000 rows, by the source's rows per block.
     expect(batches.get('app.events_raw')).toBeGreaterThanOrEqual(15);
     expect(batches.get('app.events_raw')).toBeLessThanOrEqual(40);
@@ -138,7 +131,7 @@ describe('tables without a key', () => {
       expect({ table, rowsCopied: result.tables.find((t) => t.source === table)!.rowsCopied }).toEqual({ table, rowsCopied: source.rows });
       expect({ table, indexes: await indexes(suite.dbs, 'target', table) }).toEqual({ table, indexes: await indexes(suite.dbs, 'source', table) });
     }
-    expect(await multiset(suite.dbs, 'target', 'app.metrics_b')).toEqual(await multiset(suite.dbs, 'source', 'app.metrics_b'));
+    expect(await rowMultiset(suite.dbs, 'target', 'app.metrics_b')).toEqual(await rowMultiset(suite.dbs, 'source', 'app.metrics_b'));
     // Validation compared the whole sides, by blocks (the event says how many rows it vouched for).
     const passed = result.events.filter((e) => e.type === 'ValidationPassed').map((e) => (e.detail as { repairedRanges: number }).repairedRanges);
     expect(passed).toEqual([0, 0, 0]);
@@ -184,7 +177,7 @@ describe('tables without a key', () => {
     expect(result.error).toBeNull();
     expect(result.state).toBe('SUCCEEDED');
     await expectCleanRun(ferry, result);
-    expect(await multiset(suite.dbs, 'ledger_dst', 'app.ledger')).toEqual(await multiset(suite.dbs, 'ledger_src', 'app.ledger'));
+    expect(await rowMultiset(suite.dbs, 'ledger_dst', 'app.ledger')).toEqual(await rowMultiset(suite.dbs, 'ledger_src', 'app.ledger'));
     expect(result.tables[0].rowsCopied).toBe(150_000);
     expect(batches.get('app.ledger')).toBeGreaterThanOrEqual(20);
     expect(await indexes(suite.dbs, 'ledger_dst', 'app.ledger')).toEqual(await indexes(suite.dbs, 'ledger_src', 'app.ledger'));
@@ -211,7 +204,7 @@ describe('tables without a key', () => {
     expect(block).toBeGreaterThan(0);
     // Both copies of row 1 were dropped before the key was built, and validation brought it back.
     expect(keyBuilds).toEqual([{ built: true, twinsDropped: 2 }]);
-    expect(await multiset(suite.dbs, 'moved_dst', 'app.ledger')).toEqual(await multiset(suite.dbs, 'moved_src', 'app.ledger'));
+    expect(await rowMultiset(suite.dbs, 'moved_dst', 'app.ledger')).toEqual(await rowMultiset(suite.dbs, 'moved_src', 'app.ledger'));
     expect(await suite.dbs.query('moved_dst', `SELECT memo FROM app.ledger WHERE id = 1`)).toEqual([{ memo: 'moved' }]);
     const passed = result.events.filter((e) => e.type === 'ValidationPassed').map((e) => (e.detail as { repairedRanges: number }).repairedRanges);
     expect(passed).toEqual([1]);

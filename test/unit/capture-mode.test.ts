@@ -1,8 +1,10 @@
 /**
  * Logical capture's pure parts: which capture preflight resolves from the spec's choice and the
- * source's problems, and which keys one decoded change asks to re-sync.
+ * source's problems, which keys one decoded change asks to re-sync, and — for a table without a
+ * key — which rows it takes away and adds, and their net effect.
  */
-import { changedKeys } from '../../activities/stream-changes';
+import { changedKeys, rowOps } from '../../activities/stream-changes';
+import { netEffect } from '../../src/db/keyless-ops';
 import { resolveCapture } from '../../src/core/capture-mode';
 import type { StatusDocument } from '../../src/core/status';
 import { formatStatus } from '../../src/view/format';
@@ -63,6 +65,41 @@ describe('changedKeys', () => {
 
   it('asks nothing of other messages', () => {
     expect(changedKeys({ tag: 'commit', flags: 0, commitLsn: '0/1', commitEndLsn: '0/2', commitTime: BigInt(0) }, keys)).toEqual([]);
+  });
+});
+
+describe('rowOps (a table without a key)', () => {
+  const lsn = '0/16B3748';
+  it('adds the new row of an insert, takes away the old row of a delete, and both for an update, numbered in their transaction', () => {
+    expect(rowOps({ tag: 'insert', relation, new: { a: '1', b: null } }, lsn, 0, 'public.t')).toEqual([{ lsn, seq: 0, delta: 1, image: { a: '1', b: null } }]);
+    expect(rowOps({ tag: 'delete', relation, key: null, old: { a: '1', b: null } }, lsn, 3, 'public.t')).toEqual([{ lsn, seq: 3, delta: -1, image: { a: '1', b: null } }]);
+    expect(rowOps({ tag: 'update', relation, key: null, old: { a: '1', b: 'x' }, new: { a: '2', b: 'x' } }, lsn, 4, 'public.t')).toEqual([
+      { lsn, seq: 4, delta: -1, image: { a: '1', b: 'x' } },
+      { lsn, seq: 5, delta: 1, image: { a: '2', b: 'x' } },
+    ]);
+  });
+
+  it('refuses a change without its old row (the replica identity is no longer FULL) or with a value that did not come', () => {
+    expect(() => rowOps({ tag: 'delete', relation, key: { a: '1' }, old: null }, lsn, 0, 'public.t')).toThrow(
+      'a change of public.t arrived without its old row: its replica identity is no longer FULL',
+    );
+    expect(() => rowOps({ tag: 'update', relation, key: null, old: { a: '1' }, new: { a: '1', b: undefined } }, lsn, 0, 'public.t')).toThrow(
+      'a change of public.t arrived without the value of column "b"',
+    );
+  });
+
+  it('nets a stretch of changes per row image: equal rows add up, a row added and taken away is nothing', () => {
+    const ops = [
+      { delta: 1 as const, image: { a: '1' } },
+      { delta: 1 as const, image: { a: '1' } },
+      { delta: -1 as const, image: { a: '2' } },
+      { delta: 1 as const, image: { a: '3' } },
+      { delta: -1 as const, image: { a: '3' } },
+    ];
+    expect([...netEffect(ops)]).toEqual([
+      ['{"a":"1"}', 2],
+      ['{"a":"2"}', -1],
+    ]);
   });
 });
 

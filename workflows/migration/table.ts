@@ -267,8 +267,10 @@ class TableRun {
       if (this.historyFull()) return;
       chunk.status.state = 'COPYING';
       const notDone = this.chunks.filter((c) => c.status.state !== 'DONE').length;
+      // A table read whole in one snapshot (online, without a key) is one activity however long.
+      const acts = this.table.copyBy === 'snapshot' ? this.acts.build : this.acts.copy;
       const result = await this.slices.run('copy', () =>
-        this.acts.copy.copyChunk({
+        acts.copyChunk({
           migrationId: this.input.migrationId,
           source: this.input.source,
           target: this.input.target,
@@ -442,7 +444,8 @@ class TableRun {
       if (!result.caughtUp) continue;
       if (await this.stepTowardsReady()) continue;
       const recheck = !quiet || this.sync.dirtySinceRecheck !== false;
-      if (this.input.validation !== 'none' && recheck && now - this.sync.lastRecheckAt >= this.timings.recheckMs) {
+      // (A table without a key keeps no dirty set: its changes apply exactly once, from a watermark.)
+      if (this.input.validation !== 'none' && recheck && !isKeyless(this.table) && now - this.sync.lastRecheckAt >= this.timings.recheckMs) {
         this.sync.lastRecheckAt = now;
         await this.acts.check.checkDirtyKeys({ ...this.ref(), table: this.copyTable });
         if (quiet) this.sync.dirtySinceRecheck = false;
@@ -579,6 +582,7 @@ class TableRun {
   private async validateLive(): Promise<KeyRange[]> {
     const { input } = this;
     const mode = input.validation === 'count' ? 'count' : 'checksum';
+    if (isKeyless(this.table)) return this.validateKeylessLive(mode);
     const mismatches: KeyRange[] = [];
     await runBounded(validationRanges(input.table), input.chunkParallelism, async ({ range }) => {
       const result = await this.acts.check.validateChunk({
@@ -592,6 +596,21 @@ class TableRun {
       mismatches.push(...result.mismatches);
     });
     return mismatches;
+  }
+
+  /**
+   * A table without a key, compared whole at one position of the source (validateAtPosition).
+   * Nothing can narrow a difference to rows to apply again, so a difference fails the table.
+   */
+  private async validateKeylessLive(mode: 'count' | 'checksum'): Promise<KeyRange[]> {
+    const result = await this.acts.check.validateAtPosition({ ...this.ref(), table: this.copyTable, fence: nextFence(this.sync), mode });
+    if (result.match) return [];
+    await this.event('ConsistencyBreach', { ranges: 1, rounds: 0, source: result.source, target: result.target });
+    throw ApplicationFailure.nonRetryable(
+      `${this.label}: source and target differ at position ${result.position} (source ${result.source.rows} rows, target ${result.target.rows}); ` +
+        'a table without a key cannot be repaired row by row: cancel the migration and start it again',
+      FAILURE.ConsistencyBreach,
+    );
   }
 
   /** Capture removed behind Ferry's back fails the sync for good; the parent hears why first. */
