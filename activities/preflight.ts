@@ -264,17 +264,16 @@ async function checkSourceTable(source: PoolClient, spec: Spec, table: TableSpec
         `and the parent's rows after ALTER TABLE child NO INHERIT ${label}, or convert the tree to declarative partitioning`,
     );
   }
-  if (!info.key && spec.mode === 'online') await assertKeylessCapturable(source, spec, table, info);
+  if (!info.key && spec.mode === 'online') await assertKeylessCapturable(source, spec, table);
   await assertReadable(source, info, label, spec.source);
   info.estimatedRows = await estimateRows(source, info);
   return info;
 }
 
 /** Online, a table without a key moves only with logical capture (checked here, where the refusal can name its field). */
-async function assertKeylessCapturable(source: PoolClient, spec: Spec, table: TableSpec, info: TableInfo): Promise<void> {
+async function assertKeylessCapturable(source: PoolClient, spec: Spec, table: TableSpec): Promise<void> {
   const label = displayQualified(table.source);
   if (spec.capture === 'trigger') throw noKeyRefusal(label, 'capture: trigger logs keys');
-  if (info.relkind === 'p') throw noKeyRefusal(label, 'logical capture does not take partitioned tables yet');
   const problems = await logicalCaptureProblems(source, [{ source: table.source, keyColumns: [] }]);
   if (problems.length > 0) throw noKeyRefusal(label, `logical capture is not possible: ${problems.join('; ')}`);
 }

@@ -81,7 +81,8 @@ export async function installCaptureIn(db: PoolClient, input: CaptureInput, { gu
   if (input.logical) {
     const logical = logicalNames(input.migrationId);
     // Committed before the slot exists: the stream decodes with the publication in place.
-    await db.query(createPublicationSql(logical, input.tables.map((t) => t.source)));
+    const partitioned = await db.query(`SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE oid = ANY ($1::oid[]) AND relkind = 'p') AS any`, [relids]);
+    await db.query(createPublicationSql(logical, input.tables.map((t) => t.source), partitioned.rows[0].any));
     await db.query(`INSERT INTO ${SLOTS_TABLE} (migration_id, slot, publication) VALUES ($1, $2, $3)`, [input.migrationId, logical.slot, logical.publication]);
   }
   return { ddlGuard };

@@ -140,12 +140,14 @@ export async function applyOps(target: ClientBase, table: CopyTable, ops: Pick<R
   if (wanted > 0) {
     const asText = (alias: string) => `ARRAY[${table.columns.map((c) => `${alias}.${quoteIdent(c)}::text`).join(', ')}]`;
     const imageText = `ARRAY[${table.columns.map((c) => `s.image->>${escapeLiteral(c)}`).join(', ')}]`;
+    // A row is its partition and its ctid (a partitioned table's partitions each number their own).
     const { rowCount } = await target.query(
-      `DELETE FROM ${relation} WHERE ctid = ANY (ARRAY(
-         SELECT m.ctid FROM (
-           SELECT t.ctid, -s.n AS n, row_number() OVER (PARTITION BY s.image ORDER BY t.ctid) AS rn
+      `WITH doomed AS (
+         SELECT m.rel, m.ctid FROM (
+           SELECT t.tableoid AS rel, t.ctid, -s.n AS n, row_number() OVER (PARTITION BY s.image ORDER BY t.tableoid, t.ctid) AS rn
              FROM ${relation} AS t JOIN ${quoteQualified(stage)} AS s ON s.n < 0 AND ${asText('t')} = ${imageText}
-         ) m WHERE m.rn <= m.n))`,
+         ) m WHERE m.rn <= m.n)
+       DELETE FROM ${relation} WHERE ctid = ANY (ARRAY(SELECT ctid FROM doomed)) AND (tableoid, ctid) IN (SELECT rel, ctid FROM doomed)`,
     );
     if ((rowCount ?? 0) !== wanted) {
       throw ApplicationFailure.nonRetryable(
@@ -154,11 +156,22 @@ export async function applyOps(target: ClientBase, table: CopyTable, ops: Pick<R
       );
     }
   }
+  // Each value from its text by its type's input function, as COPY reads it (the target's types).
+  const types = await columnTypes(target, relation);
   await target.query(
     `INSERT INTO ${relation} (${selectColumns(table)}) OVERRIDING SYSTEM VALUE
-     SELECT ${table.columns.map((c) => `r.${quoteIdent(c)}`).join(', ')}
+     SELECT ${table.columns.map((c) => `(s.image->>${escapeLiteral(c)})::${types.get(c)}`).join(', ')}
        FROM ${quoteQualified(stage)} AS s CROSS JOIN generate_series(1, s.n) AS g
-       CROSS JOIN LATERAL jsonb_populate_record(NULL::${relation}, s.image) AS r
       WHERE s.n > 0`,
   );
+}
+
+/** Each column's type as SQL (qualified: Ferry's sessions have an empty search_path). */
+async function columnTypes(db: ClientBase, relation: string): Promise<Map<string, string>> {
+  const { rows } = await db.query(
+    `SELECT a.attname AS name, pg_catalog.format_type(a.atttypid, a.atttypmod) AS type FROM pg_catalog.pg_attribute a
+      WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped`,
+    [relation],
+  );
+  return new Map(rows.map((r) => [r.name as string, r.type as string]));
 }

@@ -1,8 +1,10 @@
 /**
  * What logical capture needs from a source, each missing piece with its fix: wal_level=logical,
  * a free replication slot and WAL sender, a role that may replicate (REPLICATION or superuser)
- * and publish the tables (their owner, or superuser), plain tables, and a replica identity that
- * carries the key (the old key of a delete or key change comes from it).
+ * and publish the tables (their owner, or superuser), a partitioned table only from PostgreSQL 13
+ * (published through its root), and a replica identity that carries the key (the old key of a
+ * delete or key change comes from it; each partition's own for a partitioned table), or for a
+ * table without a key the whole row (FULL).
  */
 import { ClientBase } from 'pg';
 import { displayQualified, QualifiedName, quoteQualified } from '../core/identifiers';
@@ -20,7 +22,8 @@ SELECT current_setting('wal_level') AS wal_level,
        current_setting('max_wal_senders')::int AS max_senders,
        (SELECT count(*) FROM pg_catalog.pg_stat_replication)::int AS senders,
        r.rolsuper AS superuser, r.rolreplication AS replication,
-       has_database_privilege(current_database(), 'CREATE') AS can_create
+       has_database_privilege(current_database(), 'CREATE') AS can_create,
+       current_setting('server_version_num')::int AS version
   FROM pg_catalog.pg_roles r WHERE r.rolname = current_user`;
 
 const TABLE_SQL = `
@@ -40,6 +43,20 @@ SELECT c.relkind::text AS relkind, c.relreplident::text AS identity,
        EXISTS (SELECT 1 FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND i.indisprimary) AS has_primary_key
   FROM pg_catalog.pg_class c WHERE c.oid = $1::regclass`;
 
+/** Why a relation's replica identity would not say which row a change is about; null when it does. */
+function identityProblem(label: string, t: { identity: string; identity_columns: string[] | null; has_primary_key: boolean; key_index: string | null }, keys: string[]): string | null {
+  if (keys.length === 0) {
+    // A table without a key: its changes are applied as whole rows, which only FULL sends.
+    return t.identity === 'f' ? null : `${label} has no key, so its changes must carry whole rows: ALTER TABLE ${label} REPLICA IDENTITY FULL`;
+  }
+  const identity = t.identity_columns ?? [];
+  const carriesKey = t.identity === 'f' || ((t.identity === 'd' || t.identity === 'i') && keys.every((k) => identity.includes(k)));
+  if (carriesKey) return null;
+  const what = t.identity === 'n' ? 'REPLICA IDENTITY NOTHING' : 'a replica identity without its key columns';
+  const fix = t.has_primary_key || !t.key_index ? 'REPLICA IDENTITY DEFAULT' : `REPLICA IDENTITY USING INDEX ${t.key_index}`;
+  return `${label} has ${what}, so a delete or key change would not carry the old key: ALTER TABLE ${label} ${fix} (or FULL)`;
+}
+
 export async function logicalCaptureProblems(db: ClientBase, tables: LogicalTable[]): Promise<string[]> {
   const problems: string[] = [];
   const s = (await db.query(SERVER_SQL)).rows[0];
@@ -52,31 +69,34 @@ export async function logicalCaptureProblems(db: ClientBase, tables: LogicalTabl
   if (!s.superuser && !s.can_create) problems.push(`Ferry's role may not create a publication in this database: GRANT CREATE ON DATABASE … TO …`);
   for (const table of tables) {
     const label = displayQualified(table.source);
-    const { rows } = await db.query(TABLE_SQL, [quoteQualified(table.source), table.keyColumns.map((k) => k.name)]);
+    const keys = table.keyColumns.map((k) => k.name);
+    const { rows } = await db.query(TABLE_SQL, [quoteQualified(table.source), keys]);
     if (rows.length === 0) continue;
     const t = rows[0];
-    if (t.relkind !== 'r') {
-      problems.push(`${label} is partitioned, which Ferry's logical capture does not handle yet`);
-      continue;
-    }
     if (!s.superuser && !t.owned) problems.push(`${label} is not owned by Ferry's role, which a publication needs: run Ferry as its owner or a superuser`);
-    const keys = table.keyColumns.map((k) => k.name);
     // pgoutput sends no generated column: a change would arrive without its key.
     const generated: string[] = t.generated_columns ?? [];
     for (const key of keys.filter((k) => generated.includes(k))) {
       problems.push(`${label}: key column "${key}" is a generated column, which logical decoding does not send`);
     }
-    if (keys.length === 0) {
-      // A table without a key: its changes are applied as whole rows, which only FULL sends.
-      if (t.identity !== 'f') problems.push(`${label} has no key, so its changes must carry whole rows: ALTER TABLE ${label} REPLICA IDENTITY FULL`);
+    if (t.relkind !== 'p') {
+      const problem = identityProblem(label, t, keys);
+      if (problem) problems.push(problem);
       continue;
     }
-    const identity: string[] = t.identity_columns ?? [];
-    const carriesKey = t.identity === 'f' || ((t.identity === 'd' || t.identity === 'i') && keys.every((k) => identity.includes(k)));
-    if (!carriesKey) {
-      const what = t.identity === 'n' ? 'REPLICA IDENTITY NOTHING' : 'a replica identity without its key columns';
-      const fix = t.has_primary_key || !t.key_index ? 'REPLICA IDENTITY DEFAULT' : `REPLICA IDENTITY USING INDEX ${t.key_index}`;
-      problems.push(`${label} has ${what}, so a delete or key change would not carry the old key: ALTER TABLE ${label} ${fix} (or FULL)`);
+    // A partitioned table is published through its root (publish_via_partition_root, PostgreSQL
+    // 13): its changes come as the root's, each with the replica identity of its partition — and
+    // with the old row cut to the root's identity: both must carry the key (or the whole row).
+    if (s.version < 130000) {
+      problems.push(`${label} is partitioned: logical capture publishes it through its root, which needs PostgreSQL 13 or later`);
+      continue;
+    }
+    const root = identityProblem(label, t, keys);
+    if (root) problems.push(root);
+    const leaves = await db.query(`SELECT relid::regclass::text AS leaf FROM pg_catalog.pg_partition_tree($1::regclass) WHERE isleaf ORDER BY 1`, [quoteQualified(table.source)]);
+    for (const { leaf } of leaves.rows) {
+      const problem = identityProblem(leaf, (await db.query(TABLE_SQL, [leaf, keys])).rows[0], keys);
+      if (problem) problems.push(problem);
     }
   }
   return problems;

@@ -21,9 +21,15 @@ export function logicalNames(migrationId: string): LogicalNames {
 
 export const SLOTS_TABLE = `${CAPTURE_SCHEMA}.slots`;
 
-export function createPublicationSql(names: LogicalNames, tables: QualifiedName[]): string {
-  // No TRUNCATE: capture refuses it on the migrated tables anyway.
-  return `CREATE PUBLICATION ${quoteIdent(names.publication)} FOR TABLE ${tables.map(quoteQualified).join(', ')} WITH (publish = 'insert, update, delete')`;
+/**
+ * The migration's publication. No TRUNCATE: capture refuses it on the migrated tables anyway. With
+ * a partitioned table among them (`viaRoot`), changes are published as the root's
+ * (publish_via_partition_root, PostgreSQL 13), so the consumer sees the table it moves, a row
+ * moved between partitions as a delete and an insert.
+ */
+export function createPublicationSql(names: LogicalNames, tables: QualifiedName[], viaRoot = false): string {
+  const options = `publish = 'insert, update, delete'${viaRoot ? ', publish_via_partition_root = true' : ''}`;
+  return `CREATE PUBLICATION ${quoteIdent(names.publication)} FOR TABLE ${tables.map(quoteQualified).join(', ')} WITH (${options})`;
 }
 
 /** Whether the migration captures logically (its slot is registered). */

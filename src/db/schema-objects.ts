@@ -190,10 +190,12 @@ export function extensionsCreated(statements: Statement[]): string[] {
 }
 
 /** The moved tables' owners on the source (each partition its own), by name: the same on the target. */
-export async function tableOwners(source: ClientBase, tables: QualifiedName[]): Promise<(QualifiedName & { owner: string })[]> {
-  const { rows } = await source.query<QualifiedName & { owner: string }>(
+export async function tableOwners(source: ClientBase, tables: QualifiedName[]): Promise<(QualifiedName & { owner: string; identity: string; identityIndex: string | null })[]> {
+  const { rows } = await source.query<QualifiedName & { owner: string; identity: string; identityIndex: string | null }>(
     `WITH ${MOVED_CTE}
-     SELECT n.nspname AS schema, c.relname AS name, pg_catalog.pg_get_userbyid(c.relowner) AS owner
+     SELECT n.nspname AS schema, c.relname AS name, pg_catalog.pg_get_userbyid(c.relowner) AS owner, c.relreplident::text AS identity,
+            (SELECT ci.relname FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class ci ON ci.oid = i.indexrelid
+              WHERE i.indrelid = c.oid AND i.indisreplident) AS "identityIndex"
        FROM moved m JOIN pg_catalog.pg_class c ON c.oid = m.oid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
       ORDER BY c.oid`,
     [tables.map(quoteQualified)],
@@ -201,9 +203,18 @@ export async function tableOwners(source: ClientBase, tables: QualifiedName[]): 
   return rows;
 }
 
-/** Each moved table given its source owner on the target. */
+/**
+ * Each moved table (and partition) given its source owner on the target, and its replica
+ * identity where it is not the default (FULL, NOTHING, USING INDEX): both are the table's own
+ * properties, which the dump's entries for the table (left out: Ferry made it) would have set.
+ */
 export async function tableOwnerStatements(source: ClientBase, tables: QualifiedName[]): Promise<string[]> {
-  return (await tableOwners(source, tables)).map((r) => `ALTER TABLE ${quoteQualified(r)} OWNER TO ${quoteIdent(r.owner)}`);
+  const identity = (r: { identity: string; identityIndex: string | null }) =>
+    r.identity === 'f' ? 'FULL' : r.identity === 'n' ? 'NOTHING' : r.identity === 'i' && r.identityIndex ? `USING INDEX ${quoteIdent(r.identityIndex)}` : null;
+  return (await tableOwners(source, tables)).flatMap((r) => [
+    `ALTER TABLE ${quoteQualified(r)} OWNER TO ${quoteIdent(r.owner)}`,
+    ...(identity(r) ? [`ALTER TABLE ${quoteQualified(r)} REPLICA IDENTITY ${identity(r)}`] : []),
+  ]);
 }
 
 /** The materialized views among `entries`, by their source name (`"schema"."name"`), in dump order. */
