@@ -16,7 +16,8 @@ import type { CopyTable } from '../src/core/plan';
 import { asActivityFailure } from '../src/db/errors';
 import { blockPredicate, Bound, keyAsText, keyFromRow, keyOrder, keyPredicate, literalBinder, ParamBinder } from '../src/db/ranges';
 import { displayQualified, quoteQualified } from '../src/core/identifiers';
-import { ChunkCheckpoint, ChunkPlan, copiesByBlocks, isKeyless, Key, SMALL_TABLE_ROWS } from '../src/core/plan';
+import { ChunkCheckpoint, ChunkPlan, copiesByBlocks, copyTableOf, isKeyless, Key, SMALL_TABLE_ROWS, TablePlan } from '../src/core/plan';
+import { blockShareSql } from '../src/db/summaries';
 import { blockLayout, hasUniqueIndexOver } from '../src/db/catalog';
 import { FAILURE } from '../src/core/failure-types';
 import { ActivityDeps, tableLabel } from './deps';
@@ -354,4 +355,76 @@ async function sampleWidth(source: Pool, input: CopyChunkInput, lastKey: Key | n
     binder.params,
   );
   return rows[0].width === null ? null : Number(rows[0].width);
+}
+
+export interface SmallTablesInput {
+  migrationId: string;
+  source: string;
+  target: string;
+  /** Small tables (isSmallTable): one chunk each. */
+  tables: TablePlan[];
+  batchRows?: number;
+  validation: 'none' | 'count' | 'checksum';
+  /** The group's fence, taken by each table's chunk in turn. */
+  fence: number;
+  /** The tables were created without their primary key (it is built once each is loaded). */
+  primaryKey: boolean;
+  /** Each table's copy rate cap, if any. */
+  rowsPerSecond?: number;
+}
+
+export interface SmallTableOutcome {
+  index: number;
+  rows: number;
+  bytes: number;
+  /** Its key, indexes and ANALYZE done (absent: it turned out larger than a small table, and was only copied). */
+  finished?: { built: number; evicted: number };
+  /** Source and target summed the same (null: not validated, `validation: none` or not finished). */
+  match: boolean | null;
+}
+
+/**
+ * A group of small tables in one activity (full mode, many tables: workflows/migration/full-load.ts):
+ * each one after the other, as its own copy activity would — its chunk claimed with the group's
+ * fence, copied, its key, indexes and ANALYZE done — then, under validation, both sides counted
+ * and summed whole. What the workflow does per table is then a few lines of its state, not a
+ * child workflow and its activities. A retry finds the tables done before (their chunks are) and
+ * goes on; a table that differs, or was not small after all, is left for a table workflow of its own.
+ */
+export function createCopySmallTables(deps: ActivityDeps) {
+  const copyChunk = createCopyChunk(deps);
+  return async function copySmallTables(input: SmallTablesInput): Promise<{ tables: SmallTableOutcome[] }> {
+    const ctx = Context.current();
+    const outcomes: SmallTableOutcome[] = [];
+    for (const table of input.tables) {
+      const copyTable = copyTableOf(table);
+      const copied = await copyChunk({
+        migrationId: input.migrationId,
+        source: input.source,
+        target: input.target,
+        table: copyTable,
+        chunk: table.chunks[0],
+        batchRows: input.batchRows,
+        fence: input.fence,
+        sliceMs: Number.MAX_SAFE_INTEGER,
+        ...(input.rowsPerSecond ? { rowsPerSecond: input.rowsPerSecond } : {}),
+        finish: { table, primaryKey: input.primaryKey },
+      });
+      const match = input.validation === 'none' || !copied.finished ? null : await sidesMatch(deps.connections, input, copyTable);
+      outcomes.push({ index: table.index, rows: copied.checkpoint.rowsCopied, bytes: copied.bytes, ...(copied.finished ? { finished: copied.finished } : {}), match });
+      ctx.heartbeat({ tables: outcomes.length });
+    }
+    return { tables: outcomes };
+  };
+}
+
+/** Both sides of a small table counted (and summed) whole, each in one statement. */
+async function sidesMatch(connections: ActivityDeps['connections'], input: SmallTablesInput, table: CopyTable): Promise<boolean> {
+  const mode = input.validation === 'count' ? 'count' : 'checksum';
+  const [theirs, ours] = await Promise.all(
+    ([[input.source, table.source], [input.target, table.target]] as const).map(([connection, relation]) =>
+      connections.withClient(connection, async (db) => (await db.query(blockShareSql(table, relation, mode, null))).rows[0]),
+    ),
+  );
+  return String(theirs.rows) === String(ours.rows) && (mode === 'count' || theirs.sum === ours.sum);
 }

@@ -11,7 +11,7 @@ import { createChangePreflight } from './change-preflight';
 import { createChangeSqlActivities } from './change-sql';
 import { classified } from './classified';
 import { createCleanupActivities } from './cleanup';
-import { createCopyChunk } from './copy-chunk';
+import { createCopyChunk, createCopySmallTables } from './copy-chunk';
 import { ActivityDeps } from './deps';
 import { createFinalizeTarget } from './legacy/finalize-target';
 import { createForeignKeyActivities } from './foreign-keys';
@@ -36,6 +36,7 @@ export function createActivities(deps: ActivityDeps) {
     restoreObjects: createRestoreObjects(deps),
     storedPlan: createStoredPlan(deps),
     copyChunk: createCopyChunk(deps),
+    copySmallTables: createCopySmallTables(deps),
     validateChunk: createValidateChunk(deps),
     validateAtPosition: createValidateAtPosition(deps),
     repairRange: createRepairRange(deps),

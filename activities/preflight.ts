@@ -15,7 +15,7 @@ import { describeAction, onlineRefusal, readTargetActions, TargetRole } from '..
 import { CapturePlan, ChunkPlan, isKeyless, KeyColumn, MigrationPlan, SMALL_TABLE_ROWS, TablePlan } from '../src/core/plan';
 import { resolveCapture } from '../src/core/capture-mode';
 import { logicalCaptureProblems } from '../src/db/logical-check';
-import { MAX_TABLES, Spec, TableSpec } from '../src/core/spec';
+import { MAX_ONLINE_TABLES, MAX_TABLES, Spec, TableSpec } from '../src/core/spec';
 import { ActivityDeps } from './deps';
 import { planObjects } from '../src/db/object-passes';
 import { FAILURE, failureTypeOf } from '../src/core/failure-types';
@@ -109,7 +109,10 @@ async function planMigration(source: PoolClient, target: PoolClient, spec: Spec)
  */
 async function chosenTables(source: PoolClient, spec: Spec): Promise<TableSpec[]> {
   const { selection } = spec;
-  if (!selection) return spec.tables;
+  if (!selection) {
+    assertTableCount(spec, spec.tables.length, 'the spec names');
+    return spec.tables;
+  }
   const named = new Set(spec.tables.map((t) => displayQualified(t.source)));
   const candidates = (await listTables(source)).filter((t) => !named.has(displayQualified(t)));
   const chosen = chooseTables(
@@ -122,13 +125,19 @@ async function chosenTables(source: PoolClient, spec: Spec): Promise<TableSpec[]
   if (tables.length === 0) {
     throw refusal(FAILURE.MissingTable, `tables: ${patterns} chose no table of the source${selection.exclude.length ? ' (after exclude)' : ''}; check the patterns against the source's schemas`);
   }
-  if (tables.length > MAX_TABLES) {
-    throw refusal(
-      FAILURE.Refused,
-      `tables: ${patterns} chose ${tables.length} tables; one migration moves at most ${MAX_TABLES} today: split it into several specs (by schema, or with exclude:)`,
-    );
-  }
+  assertTableCount(spec, tables.length, `${patterns} chose`);
   return tables;
+}
+
+/** At most MAX_TABLES tables in full mode, MAX_ONLINE_TABLES online. */
+function assertTableCount(spec: Spec, count: number, how: string): void {
+  const limit = spec.mode === 'online' ? MAX_ONLINE_TABLES : MAX_TABLES;
+  if (count <= limit) return;
+  throw refusal(
+    FAILURE.Refused,
+    `tables: ${how} ${count} tables; one ${spec.mode} migration moves at most ${limit} today (${MAX_TABLES} in full mode, ${MAX_ONLINE_TABLES} online): ` +
+      'split it into several specs (by schema, or with exclude:)',
+  );
 }
 
 /** The spec's capture against what the source allows (docs/architecture.md §6). */

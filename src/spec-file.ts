@@ -3,7 +3,7 @@ import { readFileSync, statSync } from 'node:fs';
 import { ChangePlan, isChangePlanInput, parseChangePlan } from './core/change-plan';
 import { parseSpec, Spec, SpecError } from './core/spec';
 
-/** A real spec is a few KB (500 tables and 16 KB of metadata stay far below this). */
+/** A real spec is a few KB (2,000 tables and 16 KB of metadata stay far below this). */
 export const MAX_SPEC_FILE_BYTES = 1024 * 1024;
 
 export interface LoadedSpec {

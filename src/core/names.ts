@@ -128,6 +128,13 @@ export const PATCHES = {
    */
   smallTableReportsInResult: 'small-table-reports-in-result',
   /**
+   * Full mode, a migration of many small tables (at least SMALL_GROUP_FROM): they are copied in
+   * groups, each group by one activity of the parent's (copySmallTables: copy, key, indexes,
+   * ANALYZE and validation of each of its tables) instead of a table workflow per table — whose
+   * start, activities and end cost Temporal more than 50 small tables' copies cost the databases.
+   */
+  smallTableGroups: 'small-table-groups',
+  /**
    * Online, a table ready for the cutover: its sync activity keeps polling while its rounds find
    * changes, for up to BUSY_DWELL_MS (SyncInput.busyDwellMs), instead of returning after each
    * round that caught up — a busy table took an activity, two new sessions and a fence every

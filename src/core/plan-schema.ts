@@ -7,6 +7,7 @@
  * src/core/spec-schema.ts gives.
  */
 import { z } from 'zod';
+import { MAX_TABLES } from './spec-limits';
 
 const name = z.string().min(1).max(200);
 const qualified = z.strictObject({ schema: name, name });
@@ -33,7 +34,7 @@ export const planSchema = z.strictObject({
       }),
     )
     .min(1)
-    .max(500),
+    .max(MAX_TABLES),
   sourceServer: z.string().max(200),
   targetServer: z.string().max(200),
   targetReplicaRole: z.boolean().optional(),

@@ -16,7 +16,13 @@ export const PARALLELISM = { tables: 2, chunks: 2, indexes: 2, apply: 1, max: 64
 /** Sessions applying one table's changes at once: each lane holds one on each side. */
 export const MAX_APPLY_LANES = 16;
 export const MAX_METADATA_BYTES = 16 * 1024;
-export const MAX_TABLES = 500;
+/**
+ * Tables one migration moves: full mode copies many small tables in groups (one activity a group,
+ * workflows/migration/full-load.ts), measured at 2,000; online, every table has a workflow of its
+ * own until the cutover. Beyond these, the plan outgrows what one Temporal payload carries.
+ */
+export const MAX_TABLES = 2000;
+export const MAX_ONLINE_TABLES = 500;
 /**
  * Callback secrets are read only from worker variables with this prefix: a spec must not make
  * the workers sign a body it knows with FERRY_CONN_… or TEMPORAL_API_KEY (an HMAC oracle).

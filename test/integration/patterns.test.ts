@@ -116,12 +116,18 @@ describe('tables chosen by pattern', () => {
 
   it('refuses patterns that choose more tables than one migration holds, with the count', async () => {
     await suite.dbs.exec('source', `CREATE SCHEMA crowd; DO $$ BEGIN FOR i IN 1..501 LOOP EXECUTE format('CREATE TABLE crowd.t%s (id int PRIMARY KEY)', i); END LOOP; END $$`);
-    const crowd = file('crowd.yaml', 'id: patterns-crowd\nsource: legacy\ntarget: v2\ntables: ["crowd.*"]\n');
+    const crowd = file('crowd.yaml', 'id: patterns-crowd\nsource: legacy\ntarget: v2\nmode: online\ntables: ["crowd.*"]\n');
     const run = await suite.stack.runCli(['validate', crowd, '--connect']);
     expect({ code: run.code, stdout: run.stdout }).toEqual({ code: 2, stdout: '' });
-    expect(run.stderr).toContain('tables: crowd.* chose 501 tables; one migration moves at most 500 today: split it into several specs (by schema, or with exclude:)');
-    // One fewer is taken.
-    const fewer = file('fewer.yaml', 'id: patterns-fewer\nsource: legacy\ntarget: v2\ntables: ["crowd.*"]\nexclude: ["crowd.t501"]\n');
+    expect(run.stderr).toContain(
+      'tables: crowd.* chose 501 tables; one online migration moves at most 500 today (2000 in full mode, 500 online): split it into several specs (by schema, or with exclude:)',
+    );
+    // One fewer is taken; in full mode all of them.
+    const full = file('full.yaml', 'id: patterns-full\nsource: legacy\ntarget: v2\ntables: ["crowd.*"]\n');
+    const taken = await suite.stack.runCli(['validate', full, '--connect']);
+    expect(taken.code).toBe(0);
+    expect(taken.stdout).toContain('501 table(s): 0 named, the rest chosen by crowd.*');
+    const fewer = file('fewer.yaml', 'id: patterns-fewer\nsource: legacy\ntarget: v2\nmode: online\ntables: ["crowd.*"]\nexclude: ["crowd.t501"]\n');
     const accepted = await suite.stack.runCli(['validate', fewer, '--connect']);
     expect(accepted.code).toBe(0);
     expect(accepted.stdout).toContain('500 table(s): 0 named, the rest chosen by crowd.*, not crowd.t501');

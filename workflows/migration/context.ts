@@ -96,7 +96,7 @@ export function objectSequences({ plan }: Pick<MigrationContext, 'plan'>): { seq
 const EARLIER_DEFAULT_BATCH_ROWS = 50_000;
 
 /** The spec's batchRows; without one, none (batches sized by bytes), unless the migration began before that. */
-function batchRowsOf(spec: Spec): number | undefined {
+export function batchRowsOf(spec: Spec): number | undefined {
   if (spec.batchRows !== undefined) return spec.batchRows;
   return flags.batchesByBytes ? undefined : EARLIER_DEFAULT_BATCH_ROWS;
 }

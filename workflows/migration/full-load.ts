@@ -1,18 +1,27 @@
 /**
  * mode: full — prepareTarget → one tableMigrationWorkflow per table (at most
- * parallelism.tables at once, small tables four to a slot), each copying, validating and
- * building its indexes → foreign keys (added NOT VALID, then validated, parallelism.indexes at a
+ * parallelism.tables at once, small tables four to a slot, or — many of them — in groups of one
+ * activity each), each copying, validating and building its indexes → foreign keys (added NOT VALID, then validated, parallelism.indexes at a
  * time) and sequence positions.
  * Executions begun by an older Ferry build every index at the end instead (finalizeTarget).
  */
 import { runBounded, runWeighted } from './bounded';
 import { isSmallTable, TablePlan } from '../../src/core/plan';
-import { derivePhase, MigrationContext, objectSequences, prepareTarget, restoreObjects, startTable } from './context';
+import { chunkRateCap } from '../../src/core/rate';
+import type { TableProgress } from '../definitions';
+import { batchRowsOf, derivePhase, MigrationContext, objectSequences, prepareTarget, restoreObjects, startTable } from './context';
 import { legacyFinalizeAtTheEnd } from '../legacy/full-load-v1';
 import { flags } from '../patches';
 
 /** Small tables (isSmallTable) that copy at once in one `parallelism.tables` slot. */
 const SMALL_PER_SLOT = 4;
+/** From this many small tables on, they are copied in groups (PATCHES.smallTableGroups)… */
+export const SMALL_GROUP_FROM = 20;
+/** …of at most this many tables, a group taking one slot. */
+const SMALL_GROUP_MAX = 50;
+
+/** What one slot of the load runs: a table's workflow, or a group of small tables' activity. */
+type Work = { table: TablePlan } | { group: TablePlan[] };
 
 export async function runFullLoad(ctx: MigrationContext): Promise<void> {
   const { spec, plan, tracker } = ctx;
@@ -32,8 +41,14 @@ export async function runFullLoad(ctx: MigrationContext): Promise<void> {
   if (flags.smallTablesShareSlots) {
     // A small table (one chunk, at most 100,000 estimated rows; its copy activity also builds
     // its key and indexes) takes a quarter of a slot: for such tables the round trips through
-    // Temporal, not the databases, are what takes the time.
-    await runWeighted(plan.tables, spec.parallelism.tables * SMALL_PER_SLOT, (t) => (isSmallTable(t) ? 1 : SMALL_PER_SLOT), copyTable);
+    // Temporal, not the databases, are what takes the time. Many of them go in groups, a group
+    // a slot (PATCHES.smallTableGroups).
+    const work = planWork(plan.tables, spec.parallelism.tables);
+    const weight = (w: Work) => ('group' in w || !isSmallTable(w.table) ? SMALL_PER_SLOT : 1);
+    await runWeighted(work, spec.parallelism.tables * SMALL_PER_SLOT, weight, async (w) => {
+      if ('table' in w) return copyTable(w.table);
+      for (const table of await copyGroup(ctx, w.group)) await copyTable(table);
+    });
   } else {
     await runBounded(plan.tables, spec.parallelism.tables, copyTable);
   }
@@ -48,6 +63,59 @@ export async function runFullLoad(ctx: MigrationContext): Promise<void> {
   for (const fk of skippedForeignKeys) {
     tracker.warnings.push(`foreign key ${fk} not created: the referenced table is not on the target`);
   }
+}
+
+/**
+ * The load's work: a table workflow per table, or — from SMALL_GROUP_FROM small tables on, in
+ * executions begun after PATCHES.smallTableGroups — the large tables first, each with its
+ * workflow, then the small ones in groups of up to SMALL_GROUP_MAX, sized so that every slot gets
+ * a few groups.
+ */
+function planWork(tables: TablePlan[], slots: number): Work[] {
+  const small = tables.filter(isSmallTable);
+  if (small.length < SMALL_GROUP_FROM || !flags.smallTableGroups) return tables.map((table) => ({ table }));
+  const size = Math.min(SMALL_GROUP_MAX, Math.max(5, Math.ceil(small.length / (slots * 2))));
+  const groups: Work[] = [];
+  for (let i = 0; i < small.length; i += size) groups.push({ group: small.slice(i, i + size) });
+  return [...tables.filter((t) => !isSmallTable(t)).map((table) => ({ table })), ...groups];
+}
+
+/**
+ * A group of small tables copied, keyed, indexed, analyzed and validated by one activity
+ * (copySmallTables); each done table's milestones applied as its workflow would have reported
+ * them. Returns the tables it left — one that differed between the sides (its workflow
+ * validates and repairs it) or was not small after all (its workflow builds the rest).
+ */
+async function copyGroup(ctx: MigrationContext, group: TablePlan[]): Promise<TablePlan[]> {
+  const { id, spec, tracker } = ctx;
+  for (const t of group) tracker.applyProgress({ tableIndex: t.index, phase: 'FULL_MIGRATING' });
+  const { tables } = await ctx.acts.steps.copySmallTables({
+    migrationId: id,
+    source: spec.source,
+    target: spec.target,
+    tables: group,
+    batchRows: batchRowsOf(spec),
+    validation: spec.validation,
+    fence: Date.now(),
+    primaryKey: ctx.primaryKeyAfterLoad,
+    rowsPerSecond: chunkRateCap(ctx.control(), 1, 1),
+  });
+  const left: TablePlan[] = [];
+  for (const outcome of tables) {
+    const table = group.find((t) => t.index === outcome.index)!;
+    if (!outcome.finished || outcome.match === false) {
+      left.push(table);
+      continue;
+    }
+    const events: NonNullable<TableProgress['events']> = [
+      { type: 'SliceMigrated', detail: { chunk: 0, rows: outcome.rows, bytes: outcome.bytes, done: true } },
+      { type: 'TableCopied', detail: { rows: outcome.rows } },
+      ...(outcome.match ? [{ type: 'ValidationPassed' as const, detail: { mode: spec.validation, rows: outcome.rows, repairedRanges: 0 } }] : []),
+      { type: 'IndexesBuilt', detail: outcome.finished },
+    ];
+    ctx.progress({ tableIndex: table.index, phase: 'COMPLETED', chunk: { index: 0, state: 'DONE', rowsCopied: outcome.rows, checkpoint: null }, events });
+  }
+  return left;
 }
 
 /**
