@@ -395,6 +395,21 @@ ANALYZE;`,
     run: fullLoad(() => ({ source: 'src', target: 'dst', batchRows: 100, validation: 'checksum', tables: ['public.customers', 'public.orders'] })),
   },
   {
+    name: 'full-small-table-groups',
+    description:
+      'full load after patch small-table-groups: FULL_SCHEMA and 24 small tables more (26 small tables in all), copied in groups, ' +
+      'each group one copySmallTables activity of the parent (copy, key, indexes, ANALYZE, validation per table): no table workflow; checksum validation',
+    schema: `${FULL_SCHEMA}
+CREATE SCHEMA crowd;
+DO $$ BEGIN FOR i IN 1..24 LOOP
+  EXECUTE format('CREATE TABLE crowd.t%s (id int PRIMARY KEY, v text)', i);
+  EXECUTE format('INSERT INTO crowd.t%s SELECT g, md5(g::text) FROM generate_series(1, 20 + %s) g', i, i);
+END LOOP; END $$;
+ANALYZE;`,
+    expected: 'SUCCEEDED',
+    run: fullLoad(() => ({ source: 'src', target: 'dst', validation: 'checksum', tables: ['public.customers', 'public.orders', 'crowd.*'] })),
+  },
+  {
     name: 'online-batched-reports',
     description: 'online after patch batched-reports (the last chunk, FULL_DONE and TableCopied in one signal), manual approval, writes during sync, approve',
     schema: ONLINE_SCHEMA,
