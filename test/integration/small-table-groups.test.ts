@@ -79,6 +79,18 @@ describe(`${TABLES} small tables in full mode`, () => {
 
   const spec = { source: 'src', target: 'dst', tables: ['many.*'], validation: 'checksum', parallelism: { tables: 2 } };
 
+  /** Started and ended: SUCCEEDED, nothing repaired, every table equal on both sides and analyzed. */
+  async function movedClean(id: string) {
+    await suite.stack.ferry.start(spec, { id });
+    const result = await resultWithin(suite.stack.ferry, id, 120_000);
+    expect(result.error).toBeNull();
+    expect(result.state).toBe('SUCCEEDED');
+    await expectCleanRun(suite.stack.ferry, result);
+    expect(await tables(suite.dbs, 'target')).toEqual(await tables(suite.dbs, 'source'));
+    expect(await analyzed(suite.dbs)).toEqual(everyTable(rowsOf));
+    return { id, result };
+  }
+
   /** The parent's child workflows (each a table's own) and activities by type. */
   async function parentHistory(id: string): Promise<{ events: number; children: number; groups: number }> {
     const history = await suite.stack.ferry.client.workflow.getHandle(id).fetchHistory();
@@ -92,13 +104,7 @@ describe(`${TABLES} small tables in full mode`, () => {
   }
 
   it('copies them in groups, one activity a group: every table equal, keyed, indexed, analyzed, validated, nothing repaired', async () => {
-    const { id } = await suite.stack.ferry.start(spec, { id: 'small-groups' });
-    const result = await resultWithin(suite.stack.ferry, id, 120_000);
-    expect(result.error).toBeNull();
-    expect(result.state).toBe('SUCCEEDED');
-    await expectCleanRun(suite.stack.ferry, result);
-    expect(await tables(suite.dbs, 'target')).toEqual(await tables(suite.dbs, 'source'));
-    expect(await analyzed(suite.dbs)).toEqual(everyTable(rowsOf));
+    const { id, result } = await movedClean('small-groups');
     // Four groups of 15 (60 small tables over 2 slots, two groups a slot), no table workflow.
     expect(await parentHistory(id)).toEqual({ events: expect.any(Number), children: 0, groups: 4 });
     expect((await parentHistory(id)).events).toBeLessThan(120);
@@ -121,13 +127,7 @@ describe(`${TABLES} small tables in full mode`, () => {
       setTimeout(() => void held?.query('ROLLBACK').catch(() => undefined), 6_500);
     };
     try {
-      const { id } = await suite.stack.ferry.start(spec, { id: 'small-groups-retried' });
-      const result = await resultWithin(suite.stack.ferry, id, 120_000);
-      expect(result.error).toBeNull();
-      expect(result.state).toBe('SUCCEEDED');
-      await expectCleanRun(suite.stack.ferry, result);
-      expect(await tables(suite.dbs, 'target')).toEqual(await tables(suite.dbs, 'source'));
-      expect(await analyzed(suite.dbs)).toEqual(everyTable(rowsOf));
+      const { id } = await movedClean('small-groups-retried');
       // Four groups, one of which needed more than one attempt.
       expect((await parentHistory(id)).groups).toBe(4);
       const retried = (await suite.stack.ferry.client.workflow.getHandle(id).fetchHistory()).events?.filter((e) => (e.activityTaskStartedEventAttributes?.attempt ?? 1) > 1);
