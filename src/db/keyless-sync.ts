@@ -41,9 +41,12 @@ export async function copyInOneSnapshot(
   const ctx = Context.current();
   const { table, target } = s;
   const copied = await s.write(async () => {
+    // One statement reads the whole table: it takes as long as it takes (heartbeats run meanwhile).
+    await target.query('SET LOCAL statement_timeout = 0');
     await target.query(`DELETE FROM ${quoteQualified(table.target)}`);
     const position = await connections.withClient(s.sourceName, (locker) => snapshotAtPosition(locker, s.source, table.source));
     try {
+      await s.source.query('SET LOCAL statement_timeout = 0');
       const stats = await copyStream(s.source, target, table, `SELECT ${selectColumns(table)} FROM ${quoteQualified(table.source)}`, (bytes) =>
         ctx.heartbeat({ chunk: s.ref.chunkIndex, rowsCopied: 0, bytes }),
       );
