@@ -11,6 +11,7 @@ import { ClientBase } from 'pg';
 import { BOOKKEEPING, BOOKKEEPING_TABLES, bookkeepingExists, lockBookkeeping } from '../src/db/bookkeeping';
 import { dropSchemaIfEmpty } from '../src/db/schema-versions';
 import { inTransaction } from '../src/db/connections';
+import { sqlState } from '../src/db/errors';
 import { parseQualifiedName, quoteQualified } from '../src/core/identifiers';
 import { ActivityDeps } from './deps';
 
@@ -91,38 +92,66 @@ async function forgetMigration(db: ClientBase, migrationId: string): Promise<voi
   if (others.rowCount === 0) await dropSchemaIfEmpty(db, BOOKKEEPING.schema, BOOKKEEPING_TABLES);
 }
 
+/** Objects a rollback drops in one transaction at first (halved while the server's lock table cannot hold them). */
+const ROLLBACK_BATCH = 500;
+
+/**
+ * Drops up to `batch` of the migration's recorded objects, newest first, and forgets their rows,
+ * in the caller's transaction; forgets the migration when none is left. True while more remain.
+ */
+async function dropBatch(db: ClientBase, migrationId: string, batch: number, dropped: string[]): Promise<boolean> {
+  await lockBookkeeping(db);
+  if (!(await bookkeepingExists(db))) return false;
+  const { rows } = await db.query('SELECT seq, kind, name FROM _ferry.created_objects WHERE migration_id = $1 ORDER BY seq DESC LIMIT $2', [migrationId, batch]);
+  for (const { kind, name } of rows) {
+    if (kind === 'object') {
+      const object = await dropObject(db, name);
+      if (object) dropped.push(object);
+      continue;
+    }
+    if (!UNDO[kind]) continue; // a mark, not an object (objects-restored)
+    // A name that is not a qualified identifier names nothing Ferry created: skip it.
+    const parsed = kind === 'schema' ? name : parseQualifiedName(name);
+    if (typeof parsed === 'string' && kind !== 'schema') continue;
+    const lookup = typeof parsed === 'string' ? parsed : quoteQualified(parsed);
+    const found = await db.query<{ q: string | null }>(UNDO[kind].find, [lookup]);
+    const quoted = found.rows[0]?.q;
+    if (!quoted) continue; // already gone: rollback is idempotent
+    await db.query(UNDO[kind].undo(quoted));
+    dropped.push(`${kind} ${quoted}`);
+  }
+  if (rows.length === batch) {
+    await db.query('DELETE FROM _ferry.created_objects WHERE migration_id = $1 AND seq >= $2', [migrationId, rows[rows.length - 1].seq]);
+    return true;
+  }
+  await forgetMigration(db, migrationId);
+  return false;
+}
+
 export function createRollbackTarget({ connections, logger }: ActivityDeps) {
+  /**
+   * In transactions of up to ROLLBACK_BATCH objects, each dropping its objects and forgetting
+   * their rows together: a drop takes a lock per relation (a table's indexes and TOAST table
+   * too) until its transaction ends, and the server's lock table (max_locks_per_transaction ×
+   * connections) held about 1,500 tables' drops here. A batch the lock table cannot hold
+   * ("out of shared memory", 53200) is tried again at half the size.
+   */
   async function dropTargetObjects({ migrationId, target }: TargetRef): Promise<{ dropped: string[] }> {
     const dropped: string[] = [];
-    await connections.withClient(target, (db) =>
-      inTransaction(db, async () => {
-        await lockBookkeeping(db);
-        if (!(await bookkeepingExists(db))) return;
-        const { rows } = await db.query(
-          'SELECT kind, name FROM _ferry.created_objects WHERE migration_id = $1 ORDER BY seq DESC',
-          [migrationId],
-        );
-        for (const { kind, name } of rows) {
-          if (kind === 'object') {
-            const object = await dropObject(db, name);
-            if (object) dropped.push(object);
-            continue;
-          }
-          if (!UNDO[kind]) continue; // a mark, not an object (objects-restored)
-          // A name that is not a qualified identifier names nothing Ferry created: skip it.
-          const parsed = kind === 'schema' ? name : parseQualifiedName(name);
-          if (typeof parsed === 'string' && kind !== 'schema') continue;
-          const lookup = typeof parsed === 'string' ? parsed : quoteQualified(parsed);
-          const found = await db.query<{ q: string | null }>(UNDO[kind].find, [lookup]);
-          const quoted = found.rows[0]?.q;
-          if (!quoted) continue; // already gone: rollback is idempotent
-          await db.query(UNDO[kind].undo(quoted));
-          dropped.push(`${kind} ${quoted}`);
+    await connections.withClient(target, async (db) => {
+      for (let batch = ROLLBACK_BATCH; ; ) {
+        const done: string[] = [];
+        try {
+          const more = await inTransaction(db, () => dropBatch(db, migrationId, batch, done));
+          dropped.push(...done);
+          if (!more) return;
+        } catch (err) {
+          if (sqlState(err) !== '53200' || batch === 1) throw err;
+          batch = Math.max(1, Math.floor(batch / 2));
         }
-        await forgetMigration(db, migrationId);
-      }),
-    );
-    logger.info({ migrationId, dropped }, 'target rolled back');
+      }
+    });
+    logger.info({ migrationId, dropped: dropped.length }, 'target rolled back');
     return { dropped };
   }
 
