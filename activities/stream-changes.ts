@@ -239,7 +239,7 @@ class StreamSlice {
   private currentOps: OpsByTable = new Map();
   private currentKeys = 0;
   /** The transaction being received: its commit position (begin's final LSN) and its row changes so far. */
-  private transaction = { lsn: '0/0', seq: 0 };
+  private transaction: { lsn: string | null; seq: number } = { lsn: null, seq: 0 };
   private pending: KeysByTable = new Map();
   private pendingOps: OpsByTable = new Map();
   private pendingKeys = 0;
@@ -344,7 +344,7 @@ class StreamSlice {
           this.current = new Map();
           this.currentOps = new Map();
           this.currentKeys = 0;
-          this.transaction = { lsn: message.commitLsn ?? '0/0', seq: 0 };
+          this.transaction = { lsn: message.commitLsn ?? null, seq: 0 };
           return undefined;
         case 'insert':
         case 'update':
@@ -395,6 +395,8 @@ class StreamSlice {
   /** A change of one of our tables noted in the transaction's keys (or, without a key, its row changes); returns how many it added. */
   private note(table: CaptureTable, message: Pgoutput.MessageInsert | Pgoutput.MessageUpdate | Pgoutput.MessageDelete): number {
     if (table.keyColumns.length > 0) return addKeys(this.current, table.index, changedKeys(message, table.keyColumns.map((k) => k.name)));
+    // Without its transaction's position a change could not be told from one the copy holds.
+    if (!this.transaction.lsn) throw ApplicationFailure.nonRetryable(`a change of ${displayQualified(table.source)} arrived without its transaction's commit position`, FAILURE.CaptureLost);
     const ops = rowOps(message, this.transaction.lsn, this.transaction.seq, displayQualified(table.source));
     this.transaction.seq += ops.length;
     addOps(this.currentOps, table.index, ops);
