@@ -17,7 +17,7 @@ import { asActivityFailure } from '../src/db/errors';
 import { blockPredicate, Bound, keyAsText, keyFromRow, keyOrder, keyPredicate, literalBinder, ParamBinder } from '../src/db/ranges';
 import { displayQualified, quoteQualified } from '../src/core/identifiers';
 import { ChunkCheckpoint, ChunkPlan, copiesByBlocks, copyTableOf, isKeyless, Key, SMALL_TABLE_ROWS, TablePlan } from '../src/core/plan';
-import { blockShareSql } from '../src/db/summaries';
+import { sameSummary, wholeSummary } from '../src/db/summaries';
 import { blockLayout, hasUniqueIndexOver } from '../src/db/catalog';
 import { FAILURE } from '../src/core/failure-types';
 import { ActivityDeps, tableLabel } from './deps';
@@ -423,8 +423,8 @@ async function sidesMatch(connections: ActivityDeps['connections'], input: Small
   const mode = input.validation === 'count' ? 'count' : 'checksum';
   const [theirs, ours] = await Promise.all(
     ([[input.source, table.source], [input.target, table.target]] as const).map(([connection, relation]) =>
-      connections.withClient(connection, async (db) => (await db.query(blockShareSql(table, relation, mode, null))).rows[0]),
+      connections.withClient(connection, (db) => wholeSummary(db, table, relation, mode)),
     ),
   );
-  return String(theirs.rows) === String(ours.rows) && (mode === 'count' || theirs.sum === ours.sum);
+  return sameSummary(theirs, ours);
 }

@@ -11,7 +11,7 @@ import { refusal } from '../src/db/errors';
 import { FAILURE } from '../src/core/failure-types';
 import { restorePass, sourceTables } from '../src/db/object-passes';
 import { entriesSql, tableOfContents, withDump } from '../src/db/schema-dump';
-import { materializedViews, ObjectAddress, objectPasses, tableOwnerStatements } from '../src/db/schema-objects';
+import { materializedViews, ObjectAddress, objectPasses, tablePropertyStatements } from '../src/db/schema-objects';
 import { DEFAULT_TIMEOUTS } from '../src/db/session';
 import { ActivityDeps } from './deps';
 
@@ -50,7 +50,7 @@ export function createRestoreObjects({ connections, logger }: ActivityDeps) {
             const refreshed = await materializedViews(source, passes.after);
             const refresh = refreshed.map((name) => `REFRESH MATERIALIZED VIEW ${name}`);
             await target.query('SET LOCAL statement_timeout = 0'); // a refresh runs its view's query in full
-            const created = await restorePass(target, await entriesSql(dump, passes.after), [...refresh, ...(await tableOwnerStatements(source, tables))]);
+            const created = await restorePass(target, await entriesSql(dump, passes.after), [...refresh, ...(await tablePropertyStatements(source, tables))]);
             await recordObjects(target, input.migrationId, created);
             logger.info({ migrationId: input.migrationId, created: created.length, refreshed }, 'objects restored after the load');
             return { created: created.length, refreshed };

@@ -16,7 +16,7 @@ import { SYNC_CHUNK } from '../src/db/bookkeeping';
 import { FencedLane, FencedSessions, withFencedSessions } from '../src/db/fenced';
 import { assertCaptureIntact, assertKeyIntact } from '../src/db/capture-check';
 import { captureNames, readFreezeState } from '../src/db/capture-sql';
-import { enqueue, keysFromJson, logLag } from '../src/db/change-log';
+import { enqueue, keysFromJson, logLag, POLL_MS, vacuumLogWhenDue } from '../src/db/change-log';
 import { withCatalogKeyTypes } from '../src/db/catalog';
 import { copyStream, deleteKeys, selectColumns } from '../src/db/copy-stream';
 import type { CopyTable } from '../src/core/plan';
@@ -80,16 +80,7 @@ export interface EnqueueInput {
   ranges: KeyRange[];
 }
 
-export const POLL_MS = 500;
-
-/**
- * Log rows a slice deletes before it vacuums the log itself. Every round reads the oldest rows
- * through the log's key, so the index entries of rows already applied and deleted lie in front
- * of it until a vacuum removes them: after a drained backlog of half a million rows, rounds read
- * about 1,600 index pages to find a few hundred rows (60 ms a round), and the lag readings and
- * pending counts paid the same, until autovacuum came round to the table.
- */
-const VACUUM_LOG_AFTER = 50_000;
+export { POLL_MS };
 
 /** Rounds of eviction inside one batch before the rest goes back to the log. */
 const MAX_EVICTION_ROUNDS = 8;
@@ -344,17 +335,13 @@ async function syncSlice(input: SyncInput, { source, target, write, lanes: openL
 
 /**
  * Only after the target committed: the keys it evicted back into the log, then exactly the log
- * rows that were applied deleted, and the log vacuumed every VACUUM_LOG_AFTER deleted rows.
+ * rows that were applied deleted, and the log vacuumed when due (vacuumLogWhenDue).
  * Returns the rows deleted since the last vacuum.
  */
 async function retireLogRows(source: ClientBase, log: string, rows: { id: unknown }[], requeue: Key[], deletedSinceVacuum: number): Promise<number> {
   await enqueue(source, log, requeue);
   await source.query(`DELETE FROM ${log} WHERE id = ANY ($1::int8[])`, [rows.map((r) => r.id)]);
-  const deleted = deletedSinceVacuum + rows.length;
-  if (deleted < VACUUM_LOG_AFTER) return deleted;
-  // SKIP_LOCKED: never queue behind another vacuum of it (autovacuum, say).
-  await source.query(`VACUUM (SKIP_LOCKED) ${log}`);
-  return 0;
+  return vacuumLogWhenDue(source, log, deletedSinceVacuum + rows.length);
 }
 
 

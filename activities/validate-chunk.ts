@@ -18,7 +18,7 @@ import { captureNames } from '../src/db/capture-sql';
 import { awaitConfirmed, isLogical } from '../src/db/logical-sql';
 import { displayQualified, QualifiedName, quoteQualified } from '../src/core/identifiers';
 import { Key, KeyRange } from '../src/core/plan';
-import { blockShareSql, RangeSummary, summarySql } from '../src/db/summaries';
+import { blockShareSql, RangeSummary, sameSummary, summarySql } from '../src/db/summaries';
 import { compareAtPosition, ValidateAtPositionInput, ValidateAtPositionResult } from '../src/db/keyless-sync';
 import { sameKey } from '../src/core/chunks';
 import { ActivityDeps, tableLabel } from './deps';
@@ -78,10 +78,6 @@ async function summarise(
   return { rows: Number(rows[0].rows), sum: rows[0].sum };
 }
 
-function same(a: RangeSummary, b: RangeSummary): boolean {
-  return a.rows === b.rows && a.sum === b.sum;
-}
-
 export function createValidateChunk({ connections, metrics }: ActivityDeps) {
   return async function validateChunk(input: ValidateChunkInput): Promise<ValidateChunkResult> {
     const result = await compareRange(connections, input);
@@ -101,7 +97,7 @@ async function compareRange(connections: ActivityDeps['connections'], input: Val
     const logical = input.live ? await isLogical(source, input.live.migrationId) : false;
     const comparison = new RangeComparison(connections, ctx, input, source, target, logical, limits);
     const [s, t] = await comparison.compare(input.range);
-    if (same(s, t)) return { match: true, sourceRows: s.rows, targetRows: t.rows, mismatches: [], excluded: comparison.excluded };
+    if (sameSummary(s, t)) return { match: true, sourceRows: s.rows, targetRows: t.rows, mismatches: [], excluded: comparison.excluded };
     if (input.compareOnly) return { match: false, sourceRows: s.rows, targetRows: t.rows, mismatches: [], excluded: comparison.excluded };
     const mismatches = await comparison.narrow(input.range, s, t);
     const tooMany = mismatches.length >= limits.maxRanges;
@@ -158,7 +154,7 @@ class RangeComparison {
 
   /** The differing pieces of a range: bisected at the median key of the fuller side until they are small. */
   async narrow(range: KeyRange, a: RangeSummary, b: RangeSummary, depth = 0, mismatches: KeyRange[] = []): Promise<KeyRange[]> {
-    if (same(a, b)) return mismatches;
+    if (sameSummary(a, b)) return mismatches;
     if (Math.max(a.rows, b.rows) <= this.limits.leafRows || depth >= 32 || mismatches.length >= this.limits.maxRanges) {
       mismatches.push(range);
       return mismatches;

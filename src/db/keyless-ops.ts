@@ -85,9 +85,9 @@ export function copiedAt(position: string): string[] {
 }
 
 /** The changes of one round: in position order, after the watermark, of transactions wholly in the log, before `until`. */
-export async function readOps(source: ClientBase, log: string, migrationId: string, after: Watermark, limit: number, until?: string): Promise<(RowOp & { id: string })[]> {
+export async function readOps(source: ClientBase, log: string, migrationId: string, after: Watermark, limit: number, until?: string): Promise<RowOp[]> {
   const { rows } = await source.query(
-    `SELECT id::text, lsn::text, seq, delta, image FROM ${log}
+    `SELECT lsn::text, seq, delta, image FROM ${log}
       WHERE (lsn, seq) > ($1::pg_lsn, $2::int)
         AND lsn < (SELECT confirmed_lsn FROM ${SLOTS_TABLE} WHERE migration_id = $3)
         AND ($4::pg_lsn IS NULL OR lsn < $4::pg_lsn)

@@ -6,26 +6,22 @@
  */
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
-import { ClientBase } from 'pg';
 import { advanceCheckpoint, ChunkRef, SYNC_CHUNK } from './bookkeeping';
 import { captureNames } from './capture-sql';
-import { logLag } from './change-log';
+import { logLag, POLL_MS, vacuumLogWhenDue } from './change-log';
 import { ConnectionRegistry } from './connections';
 import { copyStream, selectColumns } from './copy-stream';
 import { FencedSessions, withFencedSessions } from './fenced';
 import { applyOps, copiedAt, readOps, retireOps, snapshotAtPosition, Watermark, watermarkOf } from './keyless-ops';
 import { awaitConfirmed } from './logical-sql';
-import { blockShareSql, RangeSummary } from './summaries';
+import { RangeSummary, sameSummary, wholeSummary } from './summaries';
 import { displayQualified, quoteQualified } from '../core/identifiers';
 import type { ChunkCheckpoint, CopyTable } from '../core/plan';
 import { FAILURE } from '../core/failure-types';
 
-/** Changes applied per round, the wait between looks at an empty log, and how long the consumer may take to reach a validation's position. */
+/** Changes applied per round, and how long the consumer may take to reach a validation's position. */
 const ROUND_OPS = 5_000;
-const POLL_MS = 500;
 const CAPTURE_WAIT_MS = 60_000;
-/** Log rows deleted before the log is vacuumed (as a keyed table's log, sync-changes.ts). */
-const VACUUM_LOG_AFTER = 50_000;
 
 /**
  * The whole table copied in one source snapshot at a known position (snapshotAtPosition), into
@@ -120,11 +116,7 @@ export async function syncKeylessSlice(input: KeylessSlice, sessions: Pick<Fence
     applied += ops.length;
     rounds += 1;
     ctx.heartbeat({ applied });
-    deleted += await retireOps(source, log, mark);
-    if (deleted >= VACUUM_LOG_AFTER) {
-      await source.query(`VACUUM (SKIP_LOCKED) ${log}`);
-      deleted = 0;
-    }
+    deleted = await vacuumLogWhenDue(source, log, deleted + (await retireOps(source, log, mark)));
     caughtUp = ops.length < ROUND_OPS / 2;
   }
   return { applied, rounds, caughtUp, ...(await logLag(source, log)) };
@@ -147,11 +139,6 @@ export interface ValidateAtPositionResult {
   target: RangeSummary;
 }
 
-async function summary(db: ClientBase, table: CopyTable, relation: CopyTable['source'], mode: 'count' | 'checksum'): Promise<RangeSummary> {
-  const { rows } = await db.query(blockShareSql(table, relation, mode, null));
-  return { rows: Number(rows[0].rows), sum: mode === 'count' ? '0' : rows[0].sum };
-}
-
 /**
  * A table without a key compared whole at one position: a source snapshot at a known position
  * (snapshotAtPosition), the consumer waited for until it wrote every change committed before
@@ -171,9 +158,9 @@ export async function compareAtPosition(connections: ConnectionRegistry, input: 
         try {
           await awaitConfirmed(pooled, input.migrationId, CAPTURE_WAIT_MS, () => ctx.heartbeat());
           await syncKeylessSlice({ migrationId: input.migrationId, sliceMs: Number.MAX_SAFE_INTEGER, returnWhenCaughtUp: true }, { ...sessions, source: pooled }, position);
-          const theirs = await summary(sessions.source, sessions.table, sessions.table.source, input.mode);
-          const ours = await summary(sessions.target, sessions.table, sessions.table.target, input.mode);
-          return { match: theirs.rows === ours.rows && theirs.sum === ours.sum, position, source: theirs, target: ours };
+          const theirs = await wholeSummary(sessions.source, sessions.table, sessions.table.source, input.mode);
+          const ours = await wholeSummary(sessions.target, sessions.table, sessions.table.target, input.mode);
+          return { match: sameSummary(theirs, ours), position, source: theirs, target: ours };
         } finally {
           await sessions.source.query('COMMIT');
         }

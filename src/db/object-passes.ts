@@ -23,7 +23,7 @@ import {
   scriptStatements,
   standaloneSequences,
   Statement,
-  tableOwners,
+  tableProperties,
 } from './schema-objects';
 import { DEFAULT_TIMEOUTS } from './session';
 
@@ -97,7 +97,7 @@ async function dumpScope(source: ClientBase, spec: Spec, tables: TablePlan[]): P
  */
 async function assertRoles(source: ClientBase, target: ClientBase, statements: Statement[], tables: QualifiedName[]): Promise<void> {
   const named = rolesNamed(statements);
-  for (const { owner } of await tableOwners(source, tables)) named.add(owner);
+  for (const { owner } of await tableProperties(source, tables)) named.add(owner);
   const { rows } = await target.query<{ name: string; present: boolean; member: boolean }>(
     `SELECT r.name, a.oid IS NOT NULL AS present, a.oid IS NOT NULL AND pg_catalog.pg_has_role(current_user, a.oid, 'MEMBER') AS member
        FROM unnest($1::text[]) AS r(name) LEFT JOIN pg_catalog.pg_roles a ON a.rolname = r.name ORDER BY r.name`,

@@ -189,8 +189,8 @@ export function extensionsCreated(statements: Statement[]): string[] {
   return statements.filter((s) => s.tree.CreateExtensionStmt).map((s) => s.tree.CreateExtensionStmt.extname as string);
 }
 
-/** The moved tables' owners on the source (each partition its own), by name: the same on the target. */
-export async function tableOwners(source: ClientBase, tables: QualifiedName[]): Promise<(QualifiedName & { owner: string; identity: string; identityIndex: string | null })[]> {
+/** The moved tables' owners and replica identities on the source (each partition its own), by name: the same on the target. */
+export async function tableProperties(source: ClientBase, tables: QualifiedName[]): Promise<(QualifiedName & { owner: string; identity: string; identityIndex: string | null })[]> {
   const { rows } = await source.query<QualifiedName & { owner: string; identity: string; identityIndex: string | null }>(
     `WITH ${MOVED_CTE}
      SELECT n.nspname AS schema, c.relname AS name, pg_catalog.pg_get_userbyid(c.relowner) AS owner, c.relreplident::text AS identity,
@@ -208,10 +208,10 @@ export async function tableOwners(source: ClientBase, tables: QualifiedName[]): 
  * identity where it is not the default (FULL, NOTHING, USING INDEX): both are the table's own
  * properties, which the dump's entries for the table (left out: Ferry made it) would have set.
  */
-export async function tableOwnerStatements(source: ClientBase, tables: QualifiedName[]): Promise<string[]> {
+export async function tablePropertyStatements(source: ClientBase, tables: QualifiedName[]): Promise<string[]> {
   const identity = (r: { identity: string; identityIndex: string | null }) =>
     r.identity === 'f' ? 'FULL' : r.identity === 'n' ? 'NOTHING' : r.identity === 'i' && r.identityIndex ? `USING INDEX ${quoteIdent(r.identityIndex)}` : null;
-  return (await tableOwners(source, tables)).flatMap((r) => [
+  return (await tableProperties(source, tables)).flatMap((r) => [
     `ALTER TABLE ${quoteQualified(r)} OWNER TO ${quoteIdent(r.owner)}`,
     ...(identity(r) ? [`ALTER TABLE ${quoteQualified(r)} REPLICA IDENTITY ${identity(r)}`] : []),
   ]);

@@ -2,6 +2,7 @@
  * Validation's summaries of a relation's rows — a count, and a checksum of every row's text —
  * whether of a key range, a share of its blocks, or the whole relation.
  */
+import type { ClientBase } from 'pg';
 import type { CopyTable } from '../core/plan';
 import { QualifiedName, quoteQualified } from '../core/identifiers';
 import { selectColumns } from './copy-stream';
@@ -37,4 +38,15 @@ export function summarySql(table: CopyTable, relation: QualifiedName, where: str
 export function blockShareSql(table: CopyTable, relation: QualifiedName, mode: 'count' | 'checksum', blocks: [number, number | null] | null): string {
   const where = blocks === null ? 'true' : blockPredicate(blocks[0], blocks[1]);
   return summarySql(table, relation, where, mode);
+}
+
+/** The summary of a whole relation, read on `db` in one statement (in whatever snapshot its session holds). */
+export async function wholeSummary(db: ClientBase, table: CopyTable, relation: QualifiedName, mode: 'count' | 'checksum'): Promise<RangeSummary> {
+  const { rows } = await db.query(blockShareSql(table, relation, mode, null));
+  return { rows: Number(rows[0].rows), sum: mode === 'count' ? '0' : rows[0].sum };
+}
+
+/** Whether two summaries say the same rows. */
+export function sameSummary(a: RangeSummary, b: RangeSummary): boolean {
+  return a.rows === b.rows && a.sum === b.sum;
 }
