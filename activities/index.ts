@@ -19,7 +19,7 @@ import { createFreezeActivities } from './freeze';
 import { createIndexActivities } from './indexes';
 import { createPreflight } from './preflight';
 import { createRestoreObjects } from './objects';
-import { createPrepareTarget, createStoredPlan } from './prepare-target';
+import { createPlanTables, createPrepareTarget, createStoredPlan } from './prepare-target';
 import { createRollbackTarget } from './rollback-target';
 import { createSyncActivities } from './sync-changes';
 import { createStreamActivities } from './stream-changes';
@@ -35,6 +35,7 @@ export function createActivities(deps: ActivityDeps) {
     prepareTarget: createPrepareTarget(deps),
     restoreObjects: createRestoreObjects(deps),
     storedPlan: createStoredPlan(deps),
+    planTables: createPlanTables(deps),
     copyChunk: createCopyChunk(deps),
     copySmallTables: createCopySmallTables(deps),
     validateChunk: createValidateChunk(deps),

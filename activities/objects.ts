@@ -4,6 +4,7 @@
  * creates it.
  */
 import { ClientBase } from 'pg';
+import { storedTables } from '../src/db/stored-plan';
 import { ObjectsPlan, TablePlan } from '../src/core/plan';
 import { createdObjectsRecorder } from '../src/db/bookkeeping';
 import { inTransaction } from '../src/db/connections';
@@ -23,6 +24,8 @@ export interface RestoreObjectsInput {
   source: string;
   target: string;
   tables: Pick<TablePlan, 'source'>[];
+  /** A stored plan's migration (MigrationPlan.stored): its tables are read on the target, `tables` is empty. */
+  storedFor?: string;
   objects: ObjectsPlan;
 }
 
@@ -34,10 +37,10 @@ export interface RestoreObjectsInput {
  */
 export function createRestoreObjects({ connections, logger }: ActivityDeps) {
   return async function restoreObjects(input: RestoreObjectsInput): Promise<{ created: number; refreshed: string[] }> {
-    const tables = sourceTables(input.tables);
     return connections.withClient(input.source, (source) =>
       connections.withClient(input.target, (target) =>
         inTransaction(target, async () => {
+          const tables = sourceTables(input.storedFor ? await storedTables(target, input.storedFor) : input.tables);
           // This migration's row, not the bookkeeping's lock: a long refresh holds up no other
           // migration's steps on this target, only a second attempt of this pass.
           const own = await target.query('SELECT 1 FROM _ferry.migrations WHERE id = $1 FOR UPDATE', [input.migrationId]);

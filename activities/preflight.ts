@@ -12,10 +12,11 @@ import { readPartitions, targetPartitionName } from '../src/db/partitions';
 import { keyAsText, keyFromRow, keyOrder, KeyShape } from '../src/db/ranges';
 import { displayQualified, quoteQualified, sameName } from '../src/core/identifiers';
 import { describeAction, onlineRefusal, readTargetActions, TargetRole } from '../src/db/target-actions';
-import { CapturePlan, ChunkPlan, isKeyless, KeyColumn, MigrationPlan, SMALL_TABLE_ROWS, TablePlan } from '../src/core/plan';
+import { CapturePlan, ChunkPlan, isKeyless, KeyColumn, MigrationPlan, PLAN_PAGE, SMALL_TABLE_ROWS, TablePlan } from '../src/core/plan';
+import { outgrowsPayload, storedHeader, storePlan } from '../src/db/stored-plan';
 import { resolveCapture } from '../src/core/capture-mode';
 import { logicalCaptureProblems } from '../src/db/logical-check';
-import { MAX_ONLINE_TABLES, MAX_TABLES, Spec, TableSpec } from '../src/core/spec';
+import { MAX_OBJECTS_TABLES, MAX_ONLINE_TABLES, MAX_TABLES, Spec, TableSpec } from '../src/core/spec';
 import { ActivityDeps } from './deps';
 import { planObjects } from '../src/db/object-passes';
 import { FAILURE, failureTypeOf } from '../src/core/failure-types';
@@ -25,6 +26,12 @@ import { chooseIndexNames, RelationNames } from '../src/db/target-names';
 export interface PreflightInput {
   migrationId: string;
   spec: Spec;
+  /**
+   * The migration's own preflight: a plan of more than PLAN_PAGE tables is stored on the target
+   * and returned without its tables (MigrationPlan.stored). Without it (the preflight helper,
+   * which changes nothing) such a plan lists only its first PLAN_PAGE tables (moreTables).
+   */
+  store?: boolean;
 }
 
 const SERVER_IDENTITY_SQL = `
@@ -43,7 +50,7 @@ function atField(err: unknown, field: string): unknown {
 }
 
 export function createPreflight({ connections }: ActivityDeps) {
-  return async function preflight({ spec }: PreflightInput): Promise<MigrationPlan> {
+  return async function preflight({ migrationId, spec, store }: PreflightInput): Promise<MigrationPlan> {
     for (const field of ['source', 'target'] as const) {
       try {
         connections.url(spec[field]);
@@ -55,9 +62,12 @@ export function createPreflight({ connections }: ActivityDeps) {
     // mid-preflight is noticed within the heartbeat timeout, not the start-to-close timeout.
     return await connections.withClient(spec.source, (source) =>
       connections.withClient(spec.target, async (target) => {
-        const plan = await planMigration(source, target, spec);
-        if (spec.objects !== 'all') return plan;
-        return { ...plan, objects: await planObjects(source, target, connections.url(spec.source), spec, plan) };
+        const tables = await planMigration(source, target, spec);
+        const plan = spec.objects === 'all' ? { ...tables, objects: await planObjects(source, target, connections.url(spec.source), spec, tables) } : tables;
+        if (!outgrowsPayload(plan)) return plan;
+        if (!store) return { ...plan, tables: plan.tables.slice(0, PLAN_PAGE), moreTables: plan.tables.length - PLAN_PAGE };
+        await storePlan(target, migrationId, plan);
+        return storedHeader(plan, plan.tables.length);
       }),
     );
   };
@@ -129,15 +139,23 @@ async function chosenTables(source: PoolClient, spec: Spec): Promise<TableSpec[]
   return tables;
 }
 
-/** At most MAX_TABLES tables in full mode, MAX_ONLINE_TABLES online. */
+/** At most MAX_TABLES tables in full mode, MAX_ONLINE_TABLES online, MAX_OBJECTS_TABLES with `objects: all`. */
 function assertTableCount(spec: Spec, count: number, how: string): void {
   const limit = spec.mode === 'online' ? MAX_ONLINE_TABLES : MAX_TABLES;
-  if (count <= limit) return;
-  throw refusal(
-    FAILURE.Refused,
-    `tables: ${how} ${count} tables; one ${spec.mode} migration moves at most ${limit} today (${MAX_TABLES} in full mode, ${MAX_ONLINE_TABLES} online): ` +
-      'split it into several specs (by schema, or with exclude:)',
-  );
+  if (count > limit) {
+    throw refusal(
+      FAILURE.Refused,
+      `tables: ${how} ${count} tables; one ${spec.mode} migration moves at most ${limit} today (${MAX_TABLES} in full mode, ${MAX_ONLINE_TABLES} online): ` +
+        'split it into several specs (by schema, or with exclude:)',
+    );
+  }
+  if (spec.objects === 'all' && count > MAX_OBJECTS_TABLES) {
+    throw refusal(
+      FAILURE.Refused,
+      `objects: all moves the objects of at most ${MAX_OBJECTS_TABLES} tables today (its pass after the load is one target transaction), and tables: ${how} ${count}: ` +
+        'split it into several specs (by schema, or with exclude:), or use objects: tables',
+    );
+  }
 }
 
 /** The spec's capture against what the source allows (docs/architecture.md §6). */

@@ -3,7 +3,8 @@
  * schemas, user types, sequences and tables (columns, NOT NULL, defaults, CHECKs, primary key;
  * a partitioned table with every partition under it) and one checkpoint row per chunk. Every
  * object it creates is recorded for rollback. With `objects: all`, the first pass of the source's
- * other objects (activities/objects.ts) comes first, in the same transaction.
+ * other objects (activities/objects.ts) comes first, in the same transaction. A stored plan's
+ * thousands of tables (MigrationPlan.stored) go in batches, a transaction each.
  */
 import { ClientBase } from 'pg';
 import { readTables, readUserTypes, TableInfo, typeExists } from '../src/db/catalog';
@@ -14,7 +15,8 @@ import { createPartitionSql, readPartitions, targetPartitionName } from '../src/
 import { refusal } from '../src/db/errors';
 import { keyOfPlan, keySql } from '../src/db/index-build';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified, withSuffix } from '../src/core/identifiers';
-import { checkPlan, isKeyless, MigrationPlan, TablePlan, targetIndexName } from '../src/core/plan';
+import { isKeyless, MigrationPlan, TablePlan, targetIndexName } from '../src/core/plan';
+import { readStoredPlan, storedTables } from '../src/db/stored-plan';
 import { ActivityDeps } from './deps';
 import { restoreBefore } from '../src/db/object-passes';
 import { FAILURE } from '../src/core/failure-types';
@@ -35,6 +37,7 @@ export interface PrepareTargetInput {
 
 export function createPrepareTarget({ connections, logger }: ActivityDeps) {
   return async function prepareTarget(input: PrepareTargetInput): Promise<{ created: number }> {
+    if (input.plan.stored) return await prepareStored({ connections, logger }, input);
     // A session of the worker's pool (one that fails mid-transaction is ended, not lent again):
     // the preflight that ran just before left one open, so the transaction starts without a new
     // session's start-up and cold catalog cache (63-75 ms → 30-44 ms for one table here).
@@ -48,33 +51,80 @@ export function createPrepareTarget({ connections, logger }: ActivityDeps) {
         const record = await recorder(target, input.migrationId);
         await connections.withClient(input.source, async (source) => {
           // objects: all — what the tables may need, from the source's pg_dump, before them.
-          if (input.plan.objects) {
-            for (const address of await restoreBefore(source, target, connections.url(input.source), input.plan)) await record('object', JSON.stringify(address));
-          }
-          // The tables Ferry creates, read from the source in a few statements (readTables).
-          const created = input.plan.tables.filter((t) => !t.targetExisted);
-          const infos = new Map((await readTables(source, created.map((t) => t.source))).map((info, i) => [created[i].index, info]));
-          const schemas = new Set<string>();
-          for (const table of input.plan.tables) {
-            if (table.targetExisted) {
-              if (input.truncate) await target.query(`TRUNCATE ${quoteQualified(table.target)}`);
-              await record('existing-table', table.target);
-            } else {
-              await createTargetTable(source, target, table, infos.get(table.index) ?? null, schemas, input.primaryKeyAfterLoad, record);
-            }
-            for (const chunk of [...table.chunks.map((c) => c.index), SYNC_CHUNK]) {
-              await target.query(
-                `INSERT INTO _ferry.checkpoints (migration_id, table_index, chunk_index) VALUES ($1, $2, $3)`,
-                [input.migrationId, table.index, chunk],
-              );
-            }
-            logger.info({ migrationId: input.migrationId, table: displayQualified(table.source) }, 'target table prepared');
-          }
+          if (input.plan.objects) await restoreObjectsBefore(source, target, connections.url(input.source), input.plan, record);
+          await prepareTables(source, target, input, input.plan.tables, { record, logger, schemas: new Set() });
         });
-        return { created: (await target.query('SELECT count(*)::int AS n FROM _ferry.created_objects WHERE migration_id = $1', [input.migrationId])).rows[0].n };
+        return { created: await createdCount(target, input.migrationId) };
       }),
     );
   };
+}
+
+/** Tables of a stored plan a target transaction prepares: thousands in one would outgrow the server's lock table. */
+const PREPARE_BATCH = 200;
+
+/**
+ * A stored plan (MigrationPlan.stored; preflight made the bookkeeping and its row): its tables,
+ * read from the target, prepared PREPARE_BATCH to a transaction, each committed with its tables'
+ * checkpoint rows — a retry skips the batches it finds done. `objects: all`'s first pass goes
+ * with the first batch.
+ */
+async function prepareStored({ connections, logger }: Pick<ActivityDeps, 'connections' | 'logger'>, input: PrepareTargetInput): Promise<{ created: number }> {
+  return connections.withClient(input.target, (target) =>
+    connections.withClient(input.source, async (source) => {
+      const plan = { ...input.plan, tables: await storedTables(target, input.migrationId) };
+      const schemas = new Set<string>();
+      for (let first = 0; first < plan.tables.length; first += PREPARE_BATCH) {
+        const batch = plan.tables.slice(first, first + PREPARE_BATCH);
+        await inTransaction(target, async () => {
+          await lockBookkeeping(target);
+          const last = batch[batch.length - 1].index;
+          const done = await target.query('SELECT 1 FROM _ferry.checkpoints WHERE migration_id = $1 AND table_index = $2 AND chunk_index = $3', [input.migrationId, last, SYNC_CHUNK]);
+          if (done.rowCount) return;
+          const record = await recorder(target, input.migrationId);
+          if (first === 0 && plan.objects) await restoreObjectsBefore(source, target, connections.url(input.source), plan, record);
+          await prepareTables(source, target, input, batch, { record, logger, schemas });
+        });
+      }
+      return { created: await createdCount(target, input.migrationId) };
+    }),
+  );
+}
+
+/** objects: all — what the tables may need, from the source's pg_dump, before them; each created object recorded. */
+async function restoreObjectsBefore(source: ClientBase, target: ClientBase, sourceUrl: string, plan: MigrationPlan, record: Recorder): Promise<void> {
+  for (const address of await restoreBefore(source, target, sourceUrl, plan)) await record('object', JSON.stringify(address));
+}
+
+/**
+ * The tables: those Ferry creates, read from the source in a few statements (readTables); those
+ * the target had, emptied when the spec says truncate; each table's checkpoint rows.
+ */
+async function prepareTables(
+  source: ClientBase,
+  target: ClientBase,
+  input: PrepareTargetInput,
+  tables: TablePlan[],
+  { record, logger, schemas }: { record: Recorder; logger: ActivityDeps['logger']; schemas: Set<string> },
+): Promise<void> {
+  const created = tables.filter((t) => !t.targetExisted);
+  const infos = new Map((await readTables(source, created.map((t) => t.source))).map((info, i) => [created[i].index, info]));
+  for (const table of tables) {
+    if (table.targetExisted) {
+      if (input.truncate) await target.query(`TRUNCATE ${quoteQualified(table.target)}`);
+      await record('existing-table', table.target);
+    } else {
+      await createTargetTable(source, target, table, infos.get(table.index) ?? null, schemas, input.primaryKeyAfterLoad, record);
+    }
+    for (const chunk of [...table.chunks.map((c) => c.index), SYNC_CHUNK]) {
+      await target.query(`INSERT INTO _ferry.checkpoints (migration_id, table_index, chunk_index) VALUES ($1, $2, $3)`, [input.migrationId, table.index, chunk]);
+    }
+    logger.info({ migrationId: input.migrationId, table: displayQualified(table.source) }, 'target table prepared');
+  }
+}
+
+async function createdCount(target: ClientBase, migrationId: string): Promise<number> {
+  return (await target.query('SELECT count(*)::int AS n FROM _ferry.created_objects WHERE migration_id = $1', [migrationId])).rows[0].n;
 }
 
 /**
@@ -126,13 +176,13 @@ async function createTargetTable(
   if (primaryKey && !info.primaryKey && !isKeyless(table)) for (const sql of keySql(info, keyOfPlan(info, table), table)) await target.query(sql);
 }
 
-/** The plan a migration's checkpoints refer to, when its bookkeeping is still on the target. */
+/** The plan a migration's checkpoints refer to, when its bookkeeping is still on the target (a large one without its tables: MigrationPlan.stored). */
 export function createStoredPlan({ connections }: ActivityDeps) {
   return async function storedPlan({ migrationId, target }: { migrationId: string; target: string }): Promise<MigrationPlan | null> {
     return await connections.withClient(target, async (db) => {
       if (!(await bookkeepingExists(db))) return null;
-      const { rows } = await db.query('SELECT plan FROM _ferry.migrations WHERE id = $1', [migrationId]);
-      if (rows.length > 0 && rows[0].plan === null) {
+      const plan = await readStoredPlan(db, migrationId);
+      if (plan === 'without plan') {
         // Checkpoints without the plan they index: a fresh plan could cut other chunks and skip rows.
         throw refusal(
           FAILURE.PlanNotStored,
@@ -140,12 +190,15 @@ export function createStoredPlan({ connections }: ActivityDeps) {
             'roll its target back (drop the tables it created and its _ferry rows) and start it again',
         );
       }
-      if (rows.length === 0) return null;
-      // A bookkeeping row is data anyone with write access to the target could have changed.
-      const checked = checkPlan(rows[0].plan);
-      if (!checked.ok) throw refusal(FAILURE.InvalidPlan, `the plan stored for migration ${migrationId} on the target is not one preflight makes (${checked.reason}); it cannot be resumed`);
-      return checked.plan;
+      return plan;
     });
+  };
+}
+
+/** A page of a stored plan's tables (MigrationPlan.stored), [from, to) in plan order. */
+export function createPlanTables({ connections }: ActivityDeps) {
+  return async function planTables({ migrationId, target, from, to }: { migrationId: string; target: string; from: number; to: number }): Promise<TablePlan[]> {
+    return await connections.withClient(target, (db) => storedTables(db, migrationId, from, to));
   };
 }
 

@@ -410,6 +410,21 @@ ANALYZE;`,
     run: fullLoad(() => ({ source: 'src', target: 'dst', validation: 'checksum', tables: ['public.customers', 'public.orders', 'crowd.*'] })),
   },
   {
+    name: 'full-stored-plan',
+    description:
+      'full load of FULL_SCHEMA and 505 small tables more (more than a plan page, PLAN_PAGE): preflight stores the plan on the target and returns it without its tables, ' +
+      'the parent loads it in two pages (planTables), prepareTarget, addForeignKeys and finishTarget read it there (storedFor); small tables in groups',
+    schema: `${FULL_SCHEMA}
+CREATE SCHEMA crowd;
+DO $$ BEGIN FOR i IN 1..505 LOOP
+  EXECUTE format('CREATE TABLE crowd.t%s (id int PRIMARY KEY, v text)', i);
+  EXECUTE format('INSERT INTO crowd.t%s SELECT g, md5(g::text) FROM generate_series(1, 3) g', i);
+END LOOP; END $$;
+ANALYZE;`,
+    expected: 'SUCCEEDED',
+    run: fullLoad(() => ({ source: 'src', target: 'dst', validation: 'checksum', tables: ['public.customers', 'public.orders', 'crowd.*'] })),
+  },
+  {
     name: 'online-batched-reports',
     description: 'online after patch batched-reports (the last chunk, FULL_DONE and TableCopied in one signal), manual approval, writes during sync, approve',
     schema: ONLINE_SCHEMA,

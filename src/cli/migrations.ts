@@ -188,7 +188,7 @@ function preflightText(spec: Spec, plan: MigrationPlan): string {
   const lines = [`preflight ok: ${spec.source} (${plan.sourceServer}) → ${spec.target} (${plan.targetServer})`];
   if (spec.selection) {
     const excluded = spec.selection.exclude.length ? `, not ${spec.selection.exclude.map((p) => p.text).join(', ')}` : '';
-    lines.push(`  ${plan.tables.length} table(s): ${spec.tables.length} named, the rest chosen by ${spec.selection.include.map((i) => i.pattern.text).join(', ')}${excluded}`);
+    lines.push(`  ${plan.tables.length + (plan.moreTables ?? 0)} table(s): ${spec.tables.length} named, the rest chosen by ${spec.selection.include.map((i) => i.pattern.text).join(', ')}${excluded}`);
   }
   for (const t of plan.tables) {
     lines.push(
@@ -198,6 +198,7 @@ function preflightText(spec: Spec, plan: MigrationPlan): string {
     );
     for (const note of t.notes ?? []) lines.push(`    note: ${note}`);
   }
+  if (plan.moreTables) lines.push(`  … and ${plan.moreTables} more table(s), checked like these (a plan lists its first ${plan.tables.length} here)`);
   if (plan.capture) lines.push(`  capture: ${plan.capture.mode} (${plan.capture.reason})`);
   if (plan.objects) lines.push(...objectsText(plan.objects));
   return lines.join('\n');

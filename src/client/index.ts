@@ -182,7 +182,9 @@ export class FerryClient {
     try {
       const handle = await this.client.workflow.start(MIGRATION_WORKFLOW, {
         ...this.startOptions(id, spec, input),
-        args: [input, { plan, tableHistoryLimit: options.tableHistoryLimit, ...timed, ...startedBy(options.audit) }],
+        // A plan of thousands of tables comes from preflight as its first page (moreTables): the
+        // migration runs its own preflight, which stores the whole plan on the target.
+        args: [input, { plan: plan?.moreTables ? undefined : plan, tableHistoryLimit: options.tableHistoryLimit, ...timed, ...startedBy(options.audit) }],
         workflowIdConflictPolicy: WorkflowIdConflictPolicy.USE_EXISTING,
       });
       return { id, runId: handle.firstExecutionRunId, plan, started: true };

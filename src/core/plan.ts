@@ -146,7 +146,27 @@ export interface MigrationPlan {
   capture?: CapturePlan;
   /** `objects: all`: what the target gets besides the tables (absent otherwise). */
   objects?: ObjectsPlan;
+  /**
+   * A plan of more than PLAN_PAGE tables, as the migration's own preflight returns it: the whole
+   * plan is stored on the target (the migration's `_ferry.migrations` row) and `tables` is empty
+   * here; the workflow loads them page by page (planTables), and the activities that take every
+   * table read them there (src/db/stored-plan.ts). `tables` counts them.
+   */
+  stored?: { tables: number };
+  /**
+   * The preflight helper's plan of more than PLAN_PAGE tables: `tables` lists the first
+   * PLAN_PAGE of them, and this many more were chosen. Not a plan to start from: the migration
+   * runs its own preflight, which stores the whole plan.
+   */
+  moreTables?: number;
 }
+
+/**
+ * Tables a Temporal payload carries at once: a plan of more is stored on the target and travels
+ * by reference (MigrationPlan.stored), its tables loaded this many at a time (about 360 bytes a
+ * table of a typical plan: 180 KB a page, far from the 2 MB a payload may have).
+ */
+export const PLAN_PAGE = 500;
 
 /**
  * The chosen schemas' other objects (`objects: all`), as preflight found them in the source's
@@ -200,4 +220,12 @@ export function checkPlan(input: unknown): { ok: true; plan: MigrationPlan } | {
   if (result.success) return { ok: true, plan: result.data };
   const issue = result.error.issues[0];
   return { ok: false, reason: `plan.${issue.path.join('.')}: ${issue.message}` };
+}
+
+/** A stored plan's tables (MigrationPlan.stored), or a message naming what is wrong with them. */
+export function checkTables(input: unknown): { ok: true; tables: TablePlan[] } | { ok: false; reason: string } {
+  const result = schemas().planTablesSchema.safeParse(input);
+  if (result.success) return { ok: true, tables: result.data };
+  const issue = result.error.issues[0];
+  return { ok: false, reason: `plan.tables${issue.path.map((p) => `.${String(p)}`).join('')}: ${issue.message}` };
 }

@@ -18,11 +18,18 @@ export const MAX_APPLY_LANES = 16;
 export const MAX_METADATA_BYTES = 16 * 1024;
 /**
  * Tables one migration moves: full mode copies many small tables in groups (one activity a group,
- * workflows/migration/full-load.ts), measured at 2,000; online, every table has a workflow of its
- * own until the cutover. Beyond these, the plan outgrows what one Temporal payload carries.
+ * workflows/migration/full-load.ts) and keeps a plan of more than a page on the target
+ * (MigrationPlan.stored), measured at 10,000; online, every table has a workflow of its own until
+ * the cutover.
  */
-export const MAX_TABLES = 2000;
+export const MAX_TABLES = 10_000;
 export const MAX_ONLINE_TABLES = 500;
+/**
+ * Tables whose schemas' other objects one migration moves (`objects: all`): its pass after the
+ * load — views, triggers, grants, each table's owner — is one target transaction, whose locks
+ * outgrow the server's lock table (max_locks_per_transaction × max_connections) past a few thousand.
+ */
+export const MAX_OBJECTS_TABLES = 2000;
 /**
  * Callback secrets are read only from worker variables with this prefix: a spec must not make
  * the workers sign a body it knows with FERRY_CONN_… or TEMPORAL_API_KEY (an HMAC oracle).

@@ -73,6 +73,8 @@ const SCENARIOS: Record<string, { failureType?: string; change?: boolean; runs?:
   // Many small tables copied in groups, one activity of the parent's each, behind
   // patched('small-table-groups').
   'full-small-table-groups': { noTableWorkflows: true },
+  // More than a plan page of tables: the plan stored on the target, loaded in pages (planTables).
+  'full-stored-plan': { noTableWorkflows: true },
   // Recorded under the callback.secret rule before FERRY_SECRET_* names (any variable name, here
   // HOOK_SECRET), which the spec now refuses: it replays only because executions without the
   // ferry-secret-names patch marker keep the old rule (workflows/migration/spec-input.ts).
@@ -170,7 +172,7 @@ describe('recorded workflow histories', () => {
 
     const all = [...fixtures.values()].flat();
     // The README's determinism row counts them.
-    expect(all).toHaveLength(114);
+    expect(all).toHaveLength(116);
     expect([...new Set(all.map((f) => f.workflowType))].sort()).toEqual([MIGRATION_WORKFLOW, TABLE_WORKFLOW, CHANGE_WORKFLOW, ...HELPER_WORKFLOW_TYPES].sort());
     expect(fixtures.get('online')!.map((f) => f.workflowType)).toContain(UNFREEZE_WORKFLOW);
     expect(fixtures.get('online-armed-freeze')!.map((f) => f.workflowType)).toContain(CLEANUP_WORKFLOW);

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import Ajv2020 from 'ajv/dist/2020';
 import type { MigrationSummary } from '../../src/client';
 import { changeResultDocument, ChangeStatusDocument } from '../../src/core/change-status';
-import { currentResultNames, resultDocument, StatusDocument } from '../../src/core/status';
+import { currentResultNames, RESULT_TABLES_LISTED, resultDocument, StatusDocument } from '../../src/core/status';
 
 const schema = JSON.parse(readFileSync(join(__dirname, '..', '..', 'schema', 'ferry-result.schema.json'), 'utf8'));
 const CONTRACT = ['task_id', 'state', 'start_time', 'end_time', 'duration', 'duration_ms', 'error', 'metadata'];
@@ -80,6 +80,25 @@ describe('the result document and list entries', () => {
     expect(validate('listEntry', entry)).toEqual([]);
     // A field the schema does not know is refused: a new name has to be added there, in its style.
     expect(validate('migrationResult', { ...resultDocument(status, undefined), rows_copied: 10 })).not.toEqual([]);
+  });
+
+  it('lists the tables that did not complete, past RESULT_TABLES_LISTED tables, and counts the rest by phase', () => {
+    const table = status.tables[0];
+    const many: StatusDocument = {
+      ...status,
+      state: 'FAILED',
+      tables: Array.from({ length: RESULT_TABLES_LISTED + 300 }, (_, i) => ({ ...table, source: `public.t${i}`, target: `public.t${i}`, phase: i % 400 === 7 ? 'FAILED' : 'COMPLETED' })),
+    };
+    const doc = resultDocument(many, undefined);
+    expect(doc.tables.map((t) => t.source)).toEqual(['public.t7', 'public.t407', 'public.t807', 'public.t1207']);
+    expect(doc.tablesOmitted).toEqual({ count: RESULT_TABLES_LISTED + 296, byPhase: { COMPLETED: RESULT_TABLES_LISTED + 296 } });
+    expect(doc.rowsCopied).toBe((RESULT_TABLES_LISTED + 300) * table.rowsCopied);
+    expect(validate('migrationResult', doc)).toEqual([]);
+    // Past the limit even among those that did not complete: the first RESULT_TABLES_LISTED, the rest counted.
+    const failed = resultDocument({ ...many, tables: many.tables.map((t) => ({ ...t, phase: 'PENDING' as const })) }, undefined);
+    expect([failed.tables.length, failed.tablesOmitted]).toEqual([RESULT_TABLES_LISTED, { count: 300, byPhase: { PENDING: 300 } }]);
+    // Up to the limit, every table and nothing omitted.
+    expect(resultDocument({ ...many, tables: many.tables.slice(0, RESULT_TABLES_LISTED) }, undefined)).not.toHaveProperty('tablesOmitted');
   });
 
   it('name every field camelCase but the callback contract\'s, at any depth', () => {

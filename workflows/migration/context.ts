@@ -63,12 +63,14 @@ export interface MigrationContext {
 export async function prepareTarget(ctx: MigrationContext): Promise<void> {
   const { id, spec, plan, saga } = ctx;
   const { steps } = ctx.acts;
-  if (spec.onFailure === 'rollback') saga.push('dropTargetObjects', () => steps.dropTargetObjects({ migrationId: id, target: spec.target }));
+  // (A stored plan's undo was pushed when preflight stored it: workflows/migration/migration.ts.)
+  if (spec.onFailure === 'rollback' && !plan.stored) saga.push('dropTargetObjects', () => steps.dropTargetObjects({ migrationId: id, target: spec.target }));
   await steps.prepareTarget({
     migrationId: id,
     source: spec.source,
     target: spec.target,
-    plan,
+    // A stored plan's tables are read on the target, not carried (MigrationPlan.stored).
+    plan: plan.stored ? { ...plan, tables: [] } : plan,
     truncate: spec.truncate,
     ...(ctx.primaryKeyAfterLoad ? { primaryKeyAfterLoad: true } : {}),
   });
@@ -83,8 +85,16 @@ export async function restoreObjects(ctx: MigrationContext): Promise<void> {
   const { id, spec, plan, tracker } = ctx;
   if (!plan.objects) return;
   tracker.step('objects');
-  const { created, refreshed } = await ctx.acts.steps.restoreObjects({ migrationId: id, source: spec.source, target: spec.target, tables: plan.tables, objects: plan.objects });
+  const { created, refreshed } = await ctx.acts.steps.restoreObjects({ migrationId: id, source: spec.source, target: spec.target, ...everyTable(ctx), objects: plan.objects });
   tracker.event('ObjectsRestored', undefined, { created, refreshed: refreshed.length });
+}
+
+/**
+ * What an activity that takes every table gets: the tables, or — a stored plan's, thousands of
+ * them (MigrationPlan.stored) — the migration whose stored plan it reads them from.
+ */
+export function everyTable({ id, plan }: Pick<MigrationContext, 'id' | 'plan'>): { tables: TablePlan[]; storedFor?: string } {
+  return plan.stored ? { tables: [], storedFor: id } : { tables: plan.tables };
 }
 
 /** finishTarget's standalone sequences (`objects: all`); nothing otherwise. */

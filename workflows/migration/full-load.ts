@@ -9,7 +9,7 @@ import { runBounded, runWeighted } from './bounded';
 import { isSmallTable, TablePlan } from '../../src/core/plan';
 import { chunkRateCap } from '../../src/core/rate';
 import type { TableProgress } from '../definitions';
-import { batchRowsOf, derivePhase, MigrationContext, objectSequences, prepareTarget, restoreObjects, startTable } from './context';
+import { batchRowsOf, derivePhase, everyTable, MigrationContext, objectSequences, prepareTarget, restoreObjects, startTable } from './context';
 import { legacyFinalizeAtTheEnd } from '../legacy/full-load-v1';
 import { flags } from '../patches';
 
@@ -123,8 +123,8 @@ async function copyGroup(ctx: MigrationContext, group: TablePlan[]): Promise<Tab
  * `objects: all` (views, triggers, grants, owners, …), then the target's sequences and completion mark.
  */
 async function addForeignKeysAndFinish(ctx: MigrationContext) {
-  const { id, spec, plan, acts: { steps } } = ctx;
-  const tables = { source: spec.source, target: spec.target, tables: plan.tables };
+  const { id, spec, acts: { steps } } = ctx;
+  const tables = { source: spec.source, target: spec.target, ...everyTable(ctx) };
   const { foreignKeys, skipped } = await steps.addForeignKeys(tables);
   await runBounded(foreignKeys, spec.parallelism.indexes, async (foreignKey) => {
     await steps.validateForeignKey({ target: spec.target, foreignKey });

@@ -9,7 +9,7 @@ import { endingMessage } from '../../src/core/details';
 import { innermostApplicationFailure, rootMessage } from '../../src/core/failures';
 import { FerrySourceKey, FerryTargetKey } from '../../src/core/names';
 import { Spec, SpecError } from '../../src/core/spec';
-import { checkPlan, MigrationPlan } from '../../src/core/plan';
+import { checkPlan, MigrationPlan, PLAN_PAGE, TablePlan } from '../../src/core/plan';
 import { checkedAudit, ErrorInfo, resultDocument, ResultDocument } from '../../src/core/status';
 import { timingProblems, timingsOf } from '../../src/core/timings';
 import { MigrationActivities, migrationActivities } from '../activity-options';
@@ -127,13 +127,12 @@ class MigrationRun {
   /** The mode's chain, then the bookkeeping released; or, on failure, the compensations. */
   private async execute(spec: Spec, desk: MigrationDesk, progress: (p: TableProgress) => void): Promise<{ outcome: Outcome; failure?: unknown }> {
     const { tracker, saga, options, acts } = this;
-    const { steps, checks } = acts;
+    const { steps } = acts;
     const id = this.info.workflowId;
     try {
       await this.main.run(async () => {
         tracker.step('preflight');
-        const stored = options.resume ? await steps.storedPlan({ migrationId: id, target: spec.target }) : null;
-        const plan = stored ?? givenPlan(options.plan) ?? (await checks.preflight({ migrationId: id, spec }));
+        const plan = await this.plan(spec);
         tracker.addTables(plan.tables);
         upsertMemo({ source: spec.source, target: spec.target, tables: tracker.tables.map((t) => `${t.source} → ${t.target}`) });
         tracker.event('MigrationStarted', undefined, { mode: spec.mode, tables: plan.tables.length });
@@ -168,6 +167,29 @@ class MigrationRun {
       await this.compensate(spec, outcome, failure);
       return { outcome, failure };
     }
+  }
+
+  /**
+   * The plan: the one an earlier run stored (`ferry retry`), the one `ferry start` got, or
+   * preflight's. A stored plan of thousands of tables (MigrationPlan.stored) has its bookkeeping
+   * row on the target already — rollback's undo goes first — and is loaded a page at a time.
+   */
+  private async plan(spec: Spec): Promise<MigrationPlan> {
+    const { options, saga } = this;
+    const { steps, checks } = this.acts;
+    const id = this.info.workflowId;
+    const stored = options.resume ? await steps.storedPlan({ migrationId: id, target: spec.target }) : null;
+    const plan = stored ?? givenPlan(options.plan) ?? (await checks.preflight({ migrationId: id, spec, store: true }));
+    if (!plan.stored) return plan;
+    if (spec.onFailure === 'rollback') saga.push('dropTargetObjects', () => steps.dropTargetObjects({ migrationId: id, target: spec.target }));
+    const tables: TablePlan[] = [];
+    for (let from = 0; from < plan.stored.tables; from += PLAN_PAGE) {
+      tables.push(...(await steps.planTables({ migrationId: id, target: spec.target, from, to: from + PLAN_PAGE })));
+    }
+    if (tables.length !== plan.stored.tables) {
+      throw ApplicationFailure.nonRetryable(`the plan stored on the target lists ${tables.length} tables, not the ${plan.stored.tables} preflight planned`, FAILURE.InvalidPlan);
+    }
+    return { ...plan, tables };
   }
 
   private async compensate(spec: Spec, outcome: Outcome, failure: unknown): Promise<void> {
@@ -252,5 +274,9 @@ function givenPlan(input: unknown): MigrationPlan | undefined {
   if (input === undefined) return undefined;
   const checked = checkPlan(input);
   if (!checked.ok) throw ApplicationFailure.nonRetryable(`the plan given to the workflow is not one preflight makes: ${checked.reason}`, FAILURE.InvalidPlan);
+  // Part of a plan (the helper's first page, or a stored plan's header): the migration plans itself.
+  if (checked.plan.moreTables || checked.plan.stored) {
+    throw ApplicationFailure.nonRetryable('the plan given to the workflow does not list all its tables; start the migration without a plan, it runs its own preflight', FAILURE.InvalidPlan);
+  }
   return checked.plan;
 }
