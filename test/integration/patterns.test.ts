@@ -120,16 +120,27 @@ describe('tables chosen by pattern', () => {
     const run = await suite.stack.runCli(['validate', crowd, '--connect']);
     expect({ code: run.code, stdout: run.stdout }).toEqual({ code: 2, stdout: '' });
     expect(run.stderr).toContain(
-      'tables: crowd.* chose 501 tables; one online migration moves at most 500 today (2000 in full mode, 500 online): split it into several specs (by schema, or with exclude:)',
+      'tables: crowd.* chose 501 tables; one online migration moves at most 500 today (10000 in full mode, 500 online): split it into several specs (by schema, or with exclude:)',
     );
     // One fewer is taken; in full mode all of them.
     const full = file('full.yaml', 'id: patterns-full\nsource: legacy\ntarget: v2\ntables: ["crowd.*"]\n');
     const taken = await suite.stack.runCli(['validate', full, '--connect']);
     expect(taken.code).toBe(0);
     expect(taken.stdout).toContain('501 table(s): 0 named, the rest chosen by crowd.*');
+    // More than a page of tables: the helper's plan lists the first 500 and counts the rest.
+    expect(taken.stdout).toContain('  … and 1 more table(s), checked like these (a plan lists its first 500 here)');
+    expect(taken.stdout).not.toContain('crowd.t99 →');
     const fewer = file('fewer.yaml', 'id: patterns-fewer\nsource: legacy\ntarget: v2\nmode: online\ntables: ["crowd.*"]\nexclude: ["crowd.t501"]\n');
     const accepted = await suite.stack.runCli(['validate', fewer, '--connect']);
     expect(accepted.code).toBe(0);
     expect(accepted.stdout).toContain('500 table(s): 0 named, the rest chosen by crowd.*, not crowd.t501');
+    // objects: all takes at most 2,000 tables.
+    await suite.dbs.exec('source', `DO $$ BEGIN FOR i IN 502..2001 LOOP EXECUTE format('CREATE TABLE crowd.t%s (id int PRIMARY KEY)', i); END LOOP; END $$`);
+    const objects = file('objects.yaml', 'id: patterns-objects\nsource: legacy\ntarget: v2\nobjects: all\ntables: ["crowd.*"]\n');
+    const refused = await suite.stack.runCli(['validate', objects, '--connect']);
+    expect({ code: refused.code, stdout: refused.stdout }).toEqual({ code: 2, stdout: '' });
+    expect(refused.stderr).toContain(
+      'objects: all moves the objects of at most 2000 tables today (its pass after the load is one target transaction), and tables: crowd.* chose 2001: split it into several specs (by schema, or with exclude:), or use objects: tables',
+    );
   });
 });
