@@ -29,15 +29,19 @@
  *       and the preflight helper workflow on the large table), what a run spends outside it;
  *       with (a')/(a2) and (a''), the floors no Ferry run can go below here (PostgreSQL's, and
  *       with the CLI starting), against (a') and pgcopydb;
- *   (m) orchestration: ferry (validation none) over 50 tables of 40,000 rows, 500 tables of 100
- *       rows and 2,000 tables of 50 rows (small tables copied in groups), with parallelism.tables at its default (2) and at
- *       --many-parallelism (8), and at that with `objects: all` (each table has a view and a
- *       comment, which pgcopydb moves too), against pgcopydb on the same tables (skip with --no-many).
+ *   (m) orchestration: ferry (validation none, the tables chosen by pattern) over 50 tables of
+ *       40,000 rows, 500 tables of 100 rows, 2,000 tables of 50 rows and 10,000 tables of 50 rows
+ *       (small tables copied in groups; past 500 tables the plan is stored on the target), with
+ *       parallelism.tables at its default (2) and at --many-parallelism (8), and at that with
+ *       `objects: all` (each table has a view and a comment, which pgcopydb moves too; not for
+ *       10,000 tables, past its limit), against pgcopydb on the same tables, with the parent's
+ *       history (events, bytes) after each kind of run; 10,000 tables once each, not --repeat
+ *       times (skip them all with --no-many; --shapes 2000,10000 picks some).
  * Each is run --repeat times (default 3) into a fresh target; the median is reported with the
  * range. Prints rows/s and the ratios ferry/raw, ferry/index-free raw and ferry/pgcopydb.
  * Figures, never assertions.
  *
- * Options: --rows N (default 2000000), --repeat N (3), --pg URL (admin URL), --keep, --no-many,
+ * Options: --rows N (default 2000000), --repeat N (3), --pg URL (admin URL), --keep, --no-many, --shapes N,N,
  * --ranges-only, --shuffled,
  * --many-parallelism N (8), --temporal-defaults (the dev server with Temporal's own task-queue
  * read rates instead of Ferry's, to see what those cost).
@@ -52,6 +56,8 @@ import { databaseUrl, DEFAULT_TEST_PG, ensurePostgres, runSql } from '../src/dev
 import { startDevServer, TEMPORAL_DEFAULT_DYNAMIC_CONFIG } from '../src/dev/dev-server';
 import { WORKER_PROCESS_ENV } from '../src/config';
 import { connectionEnvVar } from '../src/core/names';
+import { MAX_OBJECTS_TABLES } from '../src/core/spec-limits';
+import { Client, Connection } from '@temporalio/client';
 
 const args = process.argv.slice(2);
 const arg = (name: string, fallback: string) => (args.includes(name) ? args[args.indexOf(name) + 1] : fallback);
@@ -70,12 +76,16 @@ const BATCH_ROWS = 250_000;
 const DEV_SERVER = args.includes('--temporal-defaults') ? { dynamicConfig: TEMPORAL_DEFAULT_DYNAMIC_CONFIG } : {};
 /** parallelism.tables of the second Ferry run over many tables (the first runs at the default). */
 const MANY_PARALLELISM = Number(arg('--many-parallelism', '8'));
-/** The orchestration runs: tables × rows each. */
-const MANY_SHAPES = [
+/**
+ * The orchestration runs: tables × rows each. 10,000 tables run once (not --repeat times) and
+ * without `objects: all` (which takes at most MAX_OBJECTS_TABLES): pgcopydb alone takes minutes.
+ */
+const MANY_SHAPES: readonly { tables: number; rows: number; once?: boolean }[] = [
   { tables: 50, rows: 40_000 },
   { tables: 500, rows: 100 },
   { tables: 2000, rows: 50 },
-] as const;
+  { tables: 10_000, rows: 50, once: true },
+].filter((shape) => !args.includes('--shapes') || arg('--shapes', '').split(',').map(Number).includes(shape.tables));
 const ROOT = join(__dirname, '..');
 const PSQL = findOnPath('psql') ?? '/usr/bin/psql';
 
@@ -103,9 +113,9 @@ interface Sample {
 }
 
 /** Runs `fresh` (untimed set-up), `fn` (timed) and `check` (untimed) REPEAT times. */
-async function repeated(fresh: () => Promise<void>, fn: () => Promise<void>, check: () => Promise<void> = async () => undefined): Promise<Sample> {
+async function repeated(fresh: () => Promise<void>, fn: () => Promise<void>, check: () => Promise<void> = async () => undefined, rounds = REPEAT): Promise<Sample> {
   const times: number[] = [];
-  for (let i = 0; i < REPEAT; i += 1) {
+  for (let i = 0; i < rounds; i += 1) {
     await fresh();
     await sql(ADMIN, 'CHECKPOINT');
     times.push(await timed(fn));
@@ -471,13 +481,17 @@ async function main(): Promise<void> {
       );
     }
     for (const m of many) {
+      const history = (h?: { events: number; bytes: number }) => (h ? ` [history ${h.events} events, ${(h.bytes / 1e6).toFixed(1)} MB]` : '');
       process.stdout.write(
-        `${`${m.tables} tables × ${m.rows.toLocaleString('en-US')} rows`.padEnd(24)} ferry ${seconds(m.ferry.median)}, ` +
-          `with ${MANY_PARALLELISM} tables at once ${seconds(m.ferryWide.median)}, and objects: all ${seconds(m.ferryObjects.median)} ` +
-          `(${(m.ferryObjects.median / m.ferryWide.median).toFixed(2)}×)` +
+        `${`${m.tables} tables × ${m.rows.toLocaleString('en-US')} rows`.padEnd(24)} ferry ${seconds(m.ferry.median)}${history(m.histories.ferry)}, ` +
+          `with ${MANY_PARALLELISM} tables at once ${seconds(m.ferryWide.median)}${history(m.histories.ferryWide)}` +
+          (m.ferryObjects
+            ? `, and objects: all ${seconds(m.ferryObjects.median)} (${(m.ferryObjects.median / m.ferryWide.median).toFixed(2)}×)${history(m.histories.ferryObjects)}`
+            : '') +
           (m.pgcopydb
             ? `, pgcopydb ${seconds(m.pgcopydb.median)} (ferry ${(m.pgcopydb.median / m.ferry.median).toFixed(2)}× / ${(m.pgcopydb.median / m.ferryWide.median).toFixed(2)}× its speed)`
             : '') +
+          (m.once ? ' (one run each)' : '') +
           '\n',
       );
     }
@@ -490,12 +504,27 @@ async function main(): Promise<void> {
 interface ManyResult {
   tables: number;
   rows: number;
+  once?: boolean;
   ferry: Sample;
   /** With parallelism.tables = MANY_PARALLELISM. */
   ferryWide: Sample;
-  /** Likewise, with objects: all (each table's view and comment too, from pg_dump). */
-  ferryObjects: Sample;
+  /** Likewise, with objects: all (each table's view and comment too, from pg_dump); not past MAX_OBJECTS_TABLES. */
+  ferryObjects?: Sample;
   pgcopydb?: Sample;
+  /** The migration workflow's history after the last run of each. */
+  histories: Partial<Record<'ferry' | 'ferryWide' | 'ferryObjects', { events: number; bytes: number }>>;
+}
+
+/** A migration workflow's history: its events and their bytes, as the server counts them. */
+async function historyOf(env: NodeJS.ProcessEnv, id: string): Promise<{ events: number; bytes: number }> {
+  const connection = await Connection.connect({ address: env.TEMPORAL_ADDRESS });
+  try {
+    const { raw } = await new Client({ connection }).workflow.getHandle(id).describe();
+    const info = raw.workflowExecutionInfo;
+    return { events: Number(info?.historyLength ?? 0), bytes: Number(info?.historySizeBytes ?? 0) };
+  } finally {
+    await connection.close();
+  }
 }
 
 /**
@@ -511,6 +540,8 @@ async function manyTables(
   peak: (label?: string) => void,
 ): Promise<ManyResult[]> {
   const out: ManyResult[] = [];
+  /** Ferry runs so far: each has an id of its own, to read its history by. */
+  let runs = 0;
   for (const shape of MANY_SHAPES) {
     const schema = `m${shape.tables}`;
     await sql(url(source), `CREATE SCHEMA ${schema}`);
@@ -528,23 +559,30 @@ async function manyTables(
       );
     }
     await sql(url(source), 'VACUUM ANALYZE');
-    const tables = Array.from({ length: shape.tables }, (_, i) => `${schema}.t${i + 1}`);
-    const ferryRun = (parallelism?: number, objects?: 'all') => {
+    const rounds = shape.once ? 1 : REPEAT;
+    /** The parent's history of the last run of each kind: its events and bytes. */
+    const histories: ManyResult['histories'] = {};
+    const ferryRun = (kind: keyof ManyResult['histories'], parallelism?: number, objects?: 'all') => {
       const specFile = join(tmpdir(), `ferry-bench-${schema}-${Date.now()}.json`);
-      writeFileSync(
-        specFile,
-        JSON.stringify({
-          source: 'bench_many',
-          target: 'bench_many_t',
-          validation: 'none',
-          tables,
-          ...(parallelism ? { parallelism: { tables: parallelism } } : {}),
-          ...(objects ? { objects } : {}),
-        }),
-      );
+      const id = () => `bench-${schema}-${kind}-${(runs += 1)}`;
+      let last = '';
       return repeated(
         () => recreate(target),
         async () => {
+          last = id();
+          // All of the schema's tables, by pattern: the plan of thousands is stored on the target.
+          writeFileSync(
+            specFile,
+            JSON.stringify({
+              id: last,
+              source: 'bench_many',
+              target: 'bench_many_t',
+              validation: 'none',
+              tables: [`${schema}.t*`],
+              ...(parallelism ? { parallelism: { tables: parallelism } } : {}),
+              ...(objects ? { objects } : {}),
+            }),
+          );
           const r = await run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'start', specFile, '--wait'], env);
           if (r.code !== 0) throw new Error(`ferry (${schema}) failed: ${r.out.slice(-2000)}`);
         },
@@ -553,13 +591,15 @@ async function manyTables(
           if (n.n !== shape.tables) throw new Error(`ferry (${schema}) created ${n.n} tables, expected ${shape.tables}`);
           const [v] = await sql(url(target), `SELECT count(*)::int AS n FROM pg_views WHERE schemaname = '${schema}'`);
           if (v.n !== (objects ? shape.tables : 0)) throw new Error(`ferry (${schema}) created ${v.n} views, expected ${objects ? shape.tables : 0}`);
+          histories[kind] = await historyOf(env, last);
         },
+        rounds,
       );
     };
     peak();
-    const ferry = await ferryRun();
-    const ferryWide = await ferryRun(MANY_PARALLELISM);
-    const ferryObjects = await ferryRun(MANY_PARALLELISM, 'all');
+    const ferry = await ferryRun('ferry');
+    const ferryWide = await ferryRun('ferryWide', MANY_PARALLELISM);
+    const ferryObjects = shape.tables <= MAX_OBJECTS_TABLES ? await ferryRun('ferryObjects', MANY_PARALLELISM, 'all') : undefined;
     peak(`${shape.tables} tables × ${shape.rows.toLocaleString('en-US')} rows`);
     let copydb: Sample | undefined;
     if (pgcopydb) {
@@ -572,9 +612,11 @@ async function manyTables(
           const r = await run(pgcopydb, ['clone', '--source', url(source), '--target', url(target), '--table-jobs', '2', '--index-jobs', '2', '--dir', work, '--no-owner', '--no-acl', '--skip-extensions', '--restart', '--filters', filter]);
           if (r.code !== 0) throw new Error(`pgcopydb (${schema}) failed: ${r.out.slice(-2000)}`);
         },
+        async () => undefined,
+        rounds,
       );
     }
-    out.push({ ...shape, ferry, ferryWide, ferryObjects, pgcopydb: copydb });
+    out.push({ ...shape, ferry, ferryWide, ferryObjects, pgcopydb: copydb, histories });
     // Dropped 250 tables a transaction too: 2,000 tables and their views at once outgrow the lock table.
     for (let first = 1; first <= shape.tables; first += 250) {
       await sql(url(source), `DO $$ BEGIN FOR i IN ${first}..${Math.min(shape.tables, first + 249)} LOOP EXECUTE format('DROP TABLE ${schema}.t%s CASCADE', i); END LOOP; END $$`);
