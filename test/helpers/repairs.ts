@@ -47,22 +47,31 @@ export async function scheduledActivities(client: Client, workflowId: string): P
 export async function repairsFound(ferry: FerryClient, result: ResultDocument): Promise<string[]> {
   const found = result.events.filter((e) => e.type === 'ValidationPassed' && e.detail?.repairedRanges !== 0).map((e) => `${e.table}: ValidationPassed ${JSON.stringify(e.detail)}`);
   const id = result.task_id;
-  for (const [index, table] of result.tables.entries()) {
-    const workflowId = `${id}/table-${index}`;
-    // A small table copied in a group (full mode, many tables) has no workflow of its own: its
-    // group's activity repairs nothing (a table that differs gets its workflow, checked here).
+  // Every table's workflow (a small table copied in a group has none: its group's activity
+  // repairs nothing, and a table that differs gets its workflow, checked here): by the result's
+  // tables, and — since a result of thousands lists only some (tablesOmitted) — those the
+  // parent's history started.
+  const listed = result.tablesOmitted ? [] : result.tables.map((_, index) => `${id}/table-${index}`);
+  for (const workflowId of new Set([...listed, ...(await tableWorkflows(ferry.client, id))])) {
     const own = (await ferry.client.workflow
       .getHandle(workflowId)
       .result()
       .catch((err: unknown) => (err instanceof WorkflowNotFoundError ? null : Promise.reject(err)))) as TableWorkflowResult | null;
     if (own === null) continue;
-    if (own.repairedRanges !== 0) found.push(`${table.source}: ${own.repairedRanges} range(s) repaired`);
+    const table = result.tablesOmitted ? workflowId : (result.tables[Number(workflowId.slice(`${id}/table-`.length))]?.source ?? workflowId);
+    if (own.repairedRanges !== 0) found.push(`${table}: ${own.repairedRanges} range(s) repaired`);
     const repairs = (await scheduledActivities(ferry.client, workflowId)).filter((a) => REPAIR_ACTIVITIES.includes(a));
-    if (repairs.length > 0) found.push(`${table.source}: ${repairs.join(', ')} scheduled`);
+    if (repairs.length > 0) found.push(`${table}: ${repairs.join(', ')} scheduled`);
   }
   const parent = (await scheduledActivities(ferry.client, id)).filter((a) => REPAIR_ACTIVITIES.includes(a));
   if (parent.length > 0) found.push(`${id}: ${parent.join(', ')} scheduled`);
   return found;
+}
+
+/** The table workflows (`<id>/table-<n>`) a migration's parent started. */
+async function tableWorkflows(client: Client, id: string): Promise<string[]> {
+  const events = (await client.workflow.getHandle(id).fetchHistory()).events ?? [];
+  return events.map((e) => e.startChildWorkflowExecutionInitiatedEventAttributes?.workflowId ?? '').filter((w) => w.startsWith(`${id}/table-`));
 }
 
 /** A run that needed no repair, by every account of it (repairsFound). */
