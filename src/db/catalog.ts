@@ -474,6 +474,24 @@ export async function listTables(db: ClientBase): Promise<QualifiedName[]> {
   return rows;
 }
 
+/** The partitions, at every level, of the partitioned tables among `tables`, by schema and name. */
+export async function partitionsOf(db: ClientBase, tables: QualifiedName[]): Promise<QualifiedName[]> {
+  if (tables.length === 0) return [];
+  const { rows } = await db.query<{ schema: string; name: string }>(
+    `WITH RECURSIVE tree AS (
+       SELECT i.inhrelid AS oid FROM pg_catalog.pg_inherits i
+        WHERE i.inhparent = ANY (SELECT to_regclass(quote_ident(t.schema) || '.' || quote_ident(t.name)) FROM jsonb_to_recordset($1::jsonb) AS t(schema text, name text))
+       UNION
+       SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN tree ON i.inhparent = tree.oid)
+     SELECT n.nspname AS schema, c.relname AS name
+       FROM tree JOIN pg_catalog.pg_class c ON c.oid = tree.oid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+      WHERE c.relispartition
+      ORDER BY n.nspname COLLATE "C", c.relname COLLATE "C"`,
+    [JSON.stringify(tables)],
+  );
+  return rows;
+}
+
 /** A valid unique index, not partial, whose key columns (by name, sorted: any order) are $2. */
 const UNIQUE_INDEX_OVER_SQL = `
 SELECT 1 FROM pg_catalog.pg_index i

@@ -9,7 +9,7 @@ import { MigrationPlan, ObjectsPlan, TablePlan } from '../core/plan';
 import { FAILURE } from '../core/failure-types';
 import { Spec } from '../core/spec';
 import { chooseSchemas } from '../core/table-patterns';
-import { listTables } from './catalog';
+import { listTables, partitionsOf } from './catalog';
 import { refusal } from './errors';
 import { DumpScope, entriesSql, pgDumpMajor, tableOfContents, withDump } from './schema-dump';
 import {
@@ -78,16 +78,26 @@ async function assertDumpVersion(source: ClientBase): Promise<void> {
 
 /**
  * The schemas of the moved tables and those a pattern chooses whole (`all`, `app.*`), the
- * source's extensions, and the tables of those schemas that are not moved.
+ * source's extensions, and the tables of those schemas that are not moved — with the partitions
+ * of each partitioned one: pg_dump before 16 excludes a table without its partitions, and would
+ * dump them with their indexes, constraints and comments.
  */
 async function dumpScope(source: ClientBase, spec: Spec, tables: TablePlan[]): Promise<DumpScope> {
   const { rows: all } = await source.query<{ name: string }>('SELECT nspname AS name FROM pg_catalog.pg_namespace ORDER BY nspname COLLATE "C"');
   const whole = spec.selection ? chooseSchemas(all.map((r) => r.name), spec.selection.include.map((i) => i.pattern), spec.selection.exclude) : [];
   const schemas = [...new Set([...tables.map((t) => t.source.schema), ...whole])];
   const moved = new Set(tables.map((t) => displayQualified(t.source)));
-  const excludedTables = (await listTables(source)).filter((t) => schemas.includes(t.schema) && !moved.has(displayQualified(t)));
+  const notMoved = (await listTables(source)).filter((t) => schemas.includes(t.schema) && !moved.has(displayQualified(t)));
+  const excludedTables = [...notMoved, ...(await partitionsOf(source, notMoved))].sort(byName);
   const { rows } = await source.query<{ name: string }>(`SELECT extname AS name FROM pg_catalog.pg_extension WHERE extname <> 'plpgsql' ORDER BY extname`);
   return { schemas, extensions: rows.map((r) => r.name), excludedTables };
+}
+
+/** By schema, then name (JavaScript's string order). */
+function byName(a: QualifiedName, b: QualifiedName): number {
+  const x = `${a.schema}\0${a.name}`;
+  const y = `${b.schema}\0${b.name}`;
+  return x < y ? -1 : x > y ? 1 : 0;
 }
 
 /**
