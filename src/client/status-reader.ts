@@ -111,12 +111,15 @@ export class StatusReader {
     } catch {
       doc = this.fromVisibility(d);
     }
-    if (running) await this.withLiveProgress(id, doc);
+    // The tables whose workflows run now, as the parent's pending children: of thousands of
+    // tables copied in groups (which have no workflow) a few, so a status read stays a few calls.
+    const children = new Set((d.raw.pendingChildren ?? []).map((c) => c.workflowId));
+    const live = doc.tables.map((_, i) => i).filter((i) => children.has(workflowIds.table(id, i)));
+    if (running) await this.withLiveProgress(id, doc, live);
     if (running) await this.withCaptureLag(d, doc);
     if (running) await this.withCutoverBlockers(d, doc);
     if (running && doc.state === 'RUNNING') {
-      const open = doc.tables.map((t, i) => ({ t, i })).filter(({ t }) => !['COMPLETED', 'FAILED'].includes(t.phase)).map(({ i }) => i);
-      const retrying = await this.retryingActivity(id, open);
+      const retrying = await this.retryingActivity(id, live);
       if (retrying) {
         doc.state = 'RETRYING';
         doc.retrying = retrying;
@@ -130,8 +133,8 @@ export class StatusReader {
    * parent hears of milestones only, so its own history does not grow while a table copies or
    * syncs for hours. A table whose workflow does not answer keeps what the parent knows.
    */
-  private async withLiveProgress(id: string, doc: StatusDocument): Promise<void> {
-    const open = doc.tables.map((t, i) => ({ t, i })).filter(({ t }) => !['PENDING', 'COMPLETED', 'FAILED'].includes(t.phase));
+  private async withLiveProgress(id: string, doc: StatusDocument, running: number[]): Promise<void> {
+    const open = running.map((i) => ({ t: doc.tables[i], i })).filter(({ t }) => !['PENDING', 'COMPLETED', 'FAILED'].includes(t.phase));
     for (let at = 0; at < open.length; at += 16) {
       await Promise.all(
         open.slice(at, at + 16).map(async ({ t, i }) => {
@@ -200,7 +203,7 @@ export class StatusReader {
     return (page.history?.events ?? []).some((e) => e.workflowTaskCompletedEventAttributes);
   }
 
-  /** The first activity past its first attempt, in the migration or one of its unfinished tables. */
+  /** The first activity past its first attempt, in the migration or one of its running table workflows. */
   private async retryingActivity(id: string, tableIndexes: number[]): Promise<StatusDocument['retrying']> {
     const ids = [id, ...tableIndexes.map((i) => workflowIds.table(id, i))];
     // Described in parallel, a few at a time: a status read stays a handful of round trips.

@@ -4,6 +4,7 @@
  * from the result and, where the event list may be capped, from the table workflows themselves.
  */
 import { Client, WorkflowNotFoundError } from '@temporalio/client';
+import { temporal } from '@temporalio/proto';
 import type { FerryClient } from '../../src/client';
 import type { ResultDocument } from '../../src/core/status';
 import type { TableWorkflowResult } from '../../workflows/migration/table';
@@ -22,13 +23,32 @@ export function expectNothingRepaired(result: ResultDocument): void {
   expect(passed.map((e) => ({ table: e.table, repairedRanges: e.detail?.repairedRanges }))).toEqual(passed.map((e) => ({ table: e.table, repairedRanges: 0 })));
 }
 
+/**
+ * A run's history, read a hundred events a page: a page of fetchHistory's default size outgrows
+ * the client's 4 MB message limit in a migration of thousands of tables (planTables pages, groups).
+ */
+export async function historyEvents(client: Client, workflowId: string, runId?: string): Promise<temporal.api.history.v1.IHistoryEvent[]> {
+  const events: temporal.api.history.v1.IHistoryEvent[] = [];
+  let nextPageToken: Uint8Array | undefined;
+  do {
+    const page = await client.workflowService.getWorkflowExecutionHistory({
+      namespace: client.options.namespace,
+      execution: { workflowId, runId },
+      maximumPageSize: 100,
+      nextPageToken,
+    });
+    events.push(...(page.history?.events ?? []));
+    nextPageToken = page.nextPageToken?.length ? page.nextPageToken : undefined;
+  } while (nextPageToken);
+  return events;
+}
+
 /** The activity types a workflow scheduled, over every run of it (continue-as-new included), newest run first. */
 export async function scheduledActivities(client: Client, workflowId: string): Promise<string[]> {
   const types: string[] = [];
   let runId: string | undefined;
   for (;;) {
-    const history = await client.workflow.getHandle(workflowId, runId).fetchHistory();
-    const events = history.events ?? [];
+    const events = await historyEvents(client, workflowId, runId);
     for (const event of events) {
       const name = event.activityTaskScheduledEventAttributes?.activityType?.name;
       if (name) types.push(name);
@@ -70,7 +90,7 @@ export async function repairsFound(ferry: FerryClient, result: ResultDocument): 
 
 /** The table workflows (`<id>/table-<n>`) a migration's parent started. */
 async function tableWorkflows(client: Client, id: string): Promise<string[]> {
-  const events = (await client.workflow.getHandle(id).fetchHistory()).events ?? [];
+  const events = await historyEvents(client, id);
   return events.map((e) => e.startChildWorkflowExecutionInitiatedEventAttributes?.workflowId ?? '').filter((w) => w.startsWith(`${id}/table-`));
 }
 
