@@ -413,7 +413,7 @@ ANALYZE;`,
     name: 'full-stored-plan',
     description:
       'full load of FULL_SCHEMA and 505 small tables more (more than a plan page, PLAN_PAGE): preflight stores the plan on the target and returns it without its tables, ' +
-      'the parent loads it in two pages (planTables), prepareTarget, addForeignKeys and finishTarget read it there (storedFor); small tables in groups',
+      'the parent loads it a hundred tables at a time (planTables), prepareTarget, addForeignKeys and finishTarget read it there (storedFor); small tables in groups',
     schema: `${FULL_SCHEMA}
 CREATE SCHEMA crowd;
 DO $$ BEGIN FOR i IN 1..505 LOOP

@@ -162,11 +162,18 @@ export interface MigrationPlan {
 }
 
 /**
- * Tables a Temporal payload carries at once: a plan of more is stored on the target and travels
- * by reference (MigrationPlan.stored), its tables loaded this many at a time (about 360 bytes a
- * table of a typical plan: 180 KB a page, far from the 2 MB a payload may have).
+ * Tables up to which a plan travels whole: a plan of more is stored on the target and travels by
+ * reference (MigrationPlan.stored), and the preflight helper lists this many of them (about 360
+ * bytes a table of a typical plan: 180 KB, where a Temporal payload may have 2 MB).
  */
 export const PLAN_PAGE = 500;
+
+/**
+ * Tables of a stored plan the workflow loads at a time (planTables): about 40 KB an event. At 500
+ * a table, twenty pages' results in a row made a hundred history events of 4.3 MB, more than a
+ * gRPC client takes in one message by default (4 MB): reading the parent's history failed.
+ */
+export const PLAN_LOAD_PAGE = 100;
 
 /**
  * The chosen schemas' other objects (`objects: all`), as preflight found them in the source's

@@ -1,12 +1,12 @@
 /**
  * A plan of more than a page of tables (PLAN_PAGE, 500) never travels whole through Temporal:
- * the migration's preflight stores it on the target, the workflow loads it a page at a time, and
+ * the migration's preflight stores it on the target, the workflow loads it a hundred tables at a time, and
  * prepareTarget, the foreign keys and the finish read it there (MigrationPlan.stored). Checked
  * against the databases: every table's rows, a foreign key and a serial sequence across the
  * pages; no activity of the parent's is given or returns the whole plan; `ferry start`'s preflight lists the first
  * page; a cancelled move with `onFailure: rollback` leaves the target as empty as it was.
  */
-import { PLAN_PAGE } from '../../src/core/plan';
+import { PLAN_LOAD_PAGE, PLAN_PAGE } from '../../src/core/plan';
 import { TestDatabases } from '../helpers/databases';
 import { aroundActivities } from '../helpers/interceptors';
 import { expectCleanRun, scheduledActivities } from '../helpers/repairs';
@@ -121,13 +121,14 @@ describe(`a plan of ${TABLES} tables, stored on the target`, () => {
     const [next] = await suite.dbs.query<{ id: number }>('target', `INSERT INTO many.t${TABLES} (t3, label) VALUES (1, 'new') RETURNING id`);
     expect(next.id).toBe(41);
 
-    // The plan came as two pages: preflight returned it without its tables, and the steps that
-    // take every table were given none, only where to read them.
+    // The plan came in pages of PLAN_LOAD_PAGE: preflight returned it without its tables, and the
+    // steps that take every table were given none, only where to read them.
+    const pages = Math.ceil(TABLES / PLAN_LOAD_PAGE);
     const activities = await scheduledActivities(suite.stack.ferry.client, id);
-    expect(activities.filter((a) => a === 'planTables')).toHaveLength(2);
+    expect(activities.filter((a) => a === 'planTables')).toHaveLength(pages);
     const { inputs, results } = await parentPayloads(id);
     expect(results.preflight.map((plan) => [plan.tables.length, plan.stored])).toEqual([[0, { tables: TABLES }]]);
-    expect(results.planTables.map((page) => page.length)).toEqual([PLAN_PAGE, TABLES - PLAN_PAGE]);
+    expect(results.planTables.map((page) => page.length)).toEqual(Array.from({ length: pages }, (_, i) => Math.min(PLAN_LOAD_PAGE, TABLES - i * PLAN_LOAD_PAGE)));
     expect(inputs.prepareTarget.map((input) => [input.plan.tables.length, input.plan.stored])).toEqual([[0, { tables: TABLES }]]);
     for (const step of ['addForeignKeys', 'finishTarget']) expect(inputs[step].map((input) => [input.tables.length, input.storedFor])).toEqual([[0, id]]);
     // The bookkeeping, the stored plan with it, is gone from the target.

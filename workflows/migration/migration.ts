@@ -9,7 +9,7 @@ import { endingMessage } from '../../src/core/details';
 import { innermostApplicationFailure, rootMessage } from '../../src/core/failures';
 import { FerrySourceKey, FerryTargetKey } from '../../src/core/names';
 import { Spec, SpecError } from '../../src/core/spec';
-import { checkPlan, MigrationPlan, PLAN_PAGE, TablePlan } from '../../src/core/plan';
+import { checkPlan, MigrationPlan, PLAN_LOAD_PAGE, TablePlan } from '../../src/core/plan';
 import { checkedAudit, ErrorInfo, resultDocument, ResultDocument } from '../../src/core/status';
 import { timingProblems, timingsOf } from '../../src/core/timings';
 import { MigrationActivities, migrationActivities } from '../activity-options';
@@ -183,8 +183,8 @@ class MigrationRun {
     if (!plan.stored) return plan;
     if (spec.onFailure === 'rollback') saga.push('dropTargetObjects', () => steps.dropTargetObjects({ migrationId: id, target: spec.target }));
     const tables: TablePlan[] = [];
-    for (let from = 0; from < plan.stored.tables; from += PLAN_PAGE) {
-      tables.push(...(await steps.planTables({ migrationId: id, target: spec.target, from, to: from + PLAN_PAGE })));
+    for (let from = 0; from < plan.stored.tables; from += PLAN_LOAD_PAGE) {
+      tables.push(...(await steps.planTables({ migrationId: id, target: spec.target, from, to: from + PLAN_LOAD_PAGE })));
     }
     if (tables.length !== plan.stored.tables) {
       throw ApplicationFailure.nonRetryable(`the plan stored on the target lists ${tables.length} tables, not the ${plan.stored.tables} preflight planned`, FAILURE.InvalidPlan);
