@@ -153,6 +153,11 @@ function run(command: string, argv: string[], env: NodeJS.ProcessEnv = process.e
   return runProcess(command, argv, { env });
 }
 
+/** pgcopydb, in a process group of its own (ProcessOptions.ownGroup). */
+function runPgcopydb(pgcopydb: string, argv: string[]): Promise<ProcessResult> {
+  return runProcess(pgcopydb, argv, { ownGroup: true });
+}
+
 /**
  * From `ferry start --wait --json` output: the result's timeline (ms per step of the migration
  * workflow), and what the run spent outside it (CLI start, the preflight helper, the wait for the
@@ -340,7 +345,7 @@ async function main(): Promise<void> {
       copydb = await repeated(
         () => recreate(dbs.pgcopydb),
         async () => {
-          const r = await run(pgcopydb, ['clone', '--source', url(dbs.source), '--target', url(dbs.pgcopydb), '--table-jobs', '2', '--index-jobs', '2', '--dir', work, '--no-owner', '--no-acl', '--skip-extensions', '--restart']);
+          const r = await runPgcopydb(pgcopydb, ['clone', '--source', url(dbs.source), '--target', url(dbs.pgcopydb), '--table-jobs', '2', '--index-jobs', '2', '--dir', work, '--no-owner', '--no-acl', '--skip-extensions', '--restart']);
           if (r.code !== 0) throw new Error(`pgcopydb failed: ${r.out.slice(-2000)}`);
         },
       );
@@ -491,6 +496,7 @@ async function main(): Promise<void> {
           (m.pgcopydb
             ? `, pgcopydb ${seconds(m.pgcopydb.median)} (ferry ${(m.pgcopydb.median / m.ferry.median).toFixed(2)}× / ${(m.pgcopydb.median / m.ferryWide.median).toFixed(2)}× its speed)`
             : '') +
+          (m.pgcopydbFailed ? `, pgcopydb failed: ${m.pgcopydbFailed}` : '') +
           (m.once ? ' (one run each)' : '') +
           '\n',
       );
@@ -511,6 +517,8 @@ interface ManyResult {
   /** Likewise, with objects: all (each table's view and comment too, from pg_dump); not past MAX_OBJECTS_TABLES. */
   ferryObjects?: Sample;
   pgcopydb?: Sample;
+  /** How pgcopydb failed, when it did (its first error lines). */
+  pgcopydbFailed?: string;
   /** The migration workflow's history after the last run of each. */
   histories: Partial<Record<'ferry' | 'ferryWide' | 'ferryObjects', { events: number; bytes: number }>>;
 }
@@ -602,21 +610,24 @@ async function manyTables(
     const ferryObjects = shape.tables <= MAX_OBJECTS_TABLES ? await ferryRun('ferryObjects', MANY_PARALLELISM, 'all') : undefined;
     peak(`${shape.tables} tables × ${shape.rows.toLocaleString('en-US')} rows`);
     let copydb: Sample | undefined;
+    let copydbFailed: string | undefined;
     if (pgcopydb) {
       const work = join(tmpdir(), `ferry-bench-pgcopydb-${schema}-${Date.now()}`);
       const filter = join(tmpdir(), `ferry-bench-pgcopydb-${schema}.ini`);
       writeFileSync(filter, `[include-only-schema]\n${schema}\n`);
+      // A failed clone is a result here, not the bench's end: at 10,000 tables pgcopydb restores
+      // the schema in one transaction, which a server's lock table may not hold.
       copydb = await repeated(
         () => recreate(target),
         async () => {
-          const r = await run(pgcopydb, ['clone', '--source', url(source), '--target', url(target), '--table-jobs', '2', '--index-jobs', '2', '--dir', work, '--no-owner', '--no-acl', '--skip-extensions', '--restart', '--filters', filter]);
-          if (r.code !== 0) throw new Error(`pgcopydb (${schema}) failed: ${r.out.slice(-2000)}`);
+          const r = await runPgcopydb(pgcopydb, ['clone', '--source', url(source), '--target', url(target), '--table-jobs', '2', '--index-jobs', '2', '--dir', work, '--no-owner', '--no-acl', '--skip-extensions', '--restart', '--filters', filter]);
+          if (r.code !== 0) copydbFailed = (r.out.match(/ERROR {2}pg_restore: error: .*|ERROR .*/g) ?? [r.out.slice(-300)]).slice(0, 2).join(' / ');
         },
         async () => undefined,
         rounds,
-      );
+      ).then((s) => (copydbFailed ? undefined : s));
     }
-    out.push({ ...shape, ferry, ferryWide, ferryObjects, pgcopydb: copydb, histories });
+    out.push({ ...shape, ferry, ferryWide, ferryObjects, pgcopydb: copydb, pgcopydbFailed: copydbFailed, histories });
     // Dropped 250 tables a transaction too: 2,000 tables and their views at once outgrow the lock table.
     for (let first = 1; first <= shape.tables; first += 250) {
       await sql(url(source), `DO $$ BEGIN FOR i IN ${first}..${Math.min(shape.tables, first + 249)} LOOP EXECUTE format('DROP TABLE ${schema}.t%s CASCADE', i); END LOOP; END $$`);

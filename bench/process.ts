@@ -23,11 +23,16 @@ export interface ProcessOptions {
   cwd?: string;
   /** Keep only the last this many characters of `out` (a process that runs for long). */
   keep?: number;
+  /**
+   * In a process group of its own: pgcopydb ends a failed run by killing every process of its
+   * group ("Terminating all processes in our process group"), which would be the bench's.
+   */
+  ownGroup?: boolean;
 }
 
 /** Starts a command; `done` settles once it has ended and its output is read. */
 export function startProcess(command: string, argv: string[], options: ProcessOptions = {}): RunningProcess {
-  const child = spawn(command, argv, { env: options.env ?? process.env, cwd: options.cwd, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(command, argv, { env: options.env ?? process.env, cwd: options.cwd, stdio: ['ignore', 'pipe', 'pipe'], detached: options.ownGroup === true });
   const limit = (text: string) => (options.keep === undefined ? text : text.slice(-options.keep));
   let out = '';
   let stdout = '';
