@@ -8,7 +8,7 @@
 import { ClientBase } from 'pg';
 import { checkPlan, checkTables, MigrationPlan, PLAN_PAGE, TablePlan } from '../core/plan';
 import { FAILURE } from '../core/failure-types';
-import { ensureBookkeeping, lockBookkeeping } from './bookkeeping';
+import { bookkeepingExists, ensureBookkeeping, lockBookkeeping } from './bookkeeping';
 import { inTransaction } from './connections';
 import { refusal } from './errors';
 
@@ -40,14 +40,18 @@ export async function storePlan(db: ClientBase, migrationId: string, plan: Migra
   });
 }
 
-/** The stored plan's tables [from, to) in plan order, checked. */
+/** The stored plan's tables [from, to) in plan order, checked; refused when the migration has no row (rolled back). */
 export async function storedTables(db: ClientBase, migrationId: string, from = 0, to = Number.MAX_SAFE_INTEGER): Promise<TablePlan[]> {
+  const gone = () => refusal(FAILURE.PlanNotStored, `migration ${migrationId} has no plan stored on the target any more (rolled back or cleaned up); nothing to read`);
+  if (!(await bookkeepingExists(db))) throw gone();
   const { rows } = await db.query(
-    `SELECT coalesce(jsonb_agg(t.value ORDER BY t.ordinality), '[]') AS tables
-       FROM _ferry.migrations m, jsonb_array_elements(m.plan -> 'tables') WITH ORDINALITY t
-      WHERE m.id = $1 AND t.ordinality > $2 AND t.ordinality <= $3`,
-    [migrationId, from, Math.min(to, Number.MAX_SAFE_INTEGER)],
+    `SELECT EXISTS (SELECT 1 FROM _ferry.migrations WHERE id = $1 AND plan IS NOT NULL) AS present,
+            (SELECT coalesce(jsonb_agg(t.value ORDER BY t.ordinality), '[]')
+               FROM _ferry.migrations m, jsonb_array_elements(m.plan -> 'tables') WITH ORDINALITY t
+              WHERE m.id = $1 AND t.ordinality > $2 AND t.ordinality <= $3) AS tables`,
+    [migrationId, from, to],
   );
+  if (!rows[0].present) throw gone();
   const checked = checkTables(rows[0].tables);
   if (!checked.ok) throw refusal(FAILURE.InvalidPlan, `the plan stored for migration ${migrationId} on the target is not one preflight makes (${checked.reason})`);
   return checked.tables;

@@ -8,6 +8,7 @@
  */
 import { PLAN_LOAD_PAGE, PLAN_PAGE } from '../../src/core/plan';
 import { TestDatabases } from '../helpers/databases';
+import { directActivities } from '../helpers/direct-activities';
 import { aroundActivities } from '../helpers/interceptors';
 import { expectCleanRun, scheduledActivities } from '../helpers/repairs';
 import { eventually, resultWithin } from '../helpers/stack';
@@ -133,6 +134,18 @@ describe(`a plan of ${TABLES} tables, stored on the target`, () => {
     for (const step of ['addForeignKeys', 'finishTarget']) expect(inputs[step].map((input) => [input.tables.length, input.storedFor])).toEqual([[0, id]]);
     // The bookkeeping, the stored plan with it, is gone from the target.
     expect(await suite.dbs.query('target', `SELECT to_regclass('_ferry.migrations') AS t`)).toEqual([{ t: null }]);
+  });
+
+  it('refuses to read a stored plan that is not there (rolled back, or another migration\'s id), whether or not the bookkeeping is', async () => {
+    const direct = directActivities(suite.dbs);
+    try {
+      const read = () => direct.run(() => direct.activities.planTables({ migrationId: 'stored-plan-none', target: 'dst', from: 0, to: PLAN_LOAD_PAGE }));
+      await expect(read()).rejects.toThrow('migration stored-plan-none has no plan stored on the target any more (rolled back or cleaned up)');
+      await suite.dbs.exec('target', 'CREATE SCHEMA _ferry; CREATE TABLE _ferry.migrations (id text PRIMARY KEY, plan jsonb)');
+      await expect(read()).rejects.toThrow('migration stored-plan-none has no plan stored on the target any more (rolled back or cleaned up)');
+    } finally {
+      await direct.close();
+    }
   });
 
   it('rolls back a cancelled move: the target holds nothing it did not hold before, the stored plan gone too', async () => {
