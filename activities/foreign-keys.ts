@@ -18,7 +18,7 @@ import { addForeignKeySql, foreignKeyDefinition } from '../src/db/ddl';
 import { addOnLeaves, validateOnLeavesAndAdopt } from '../src/db/partitioned-foreign-keys';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified, sameName } from '../src/core/identifiers';
 import { TablePlan } from '../src/core/plan';
-import { storedTables } from '../src/db/stored-plan';
+import { tablesOrStored } from '../src/db/stored-plan';
 import { ActivityDeps } from './deps';
 import { copySequencePosition, copySequencePositions } from '../src/db/sequences';
 
@@ -32,10 +32,6 @@ export interface TargetTablesInput {
   storedFor?: string;
 }
 
-/** The input's tables, or its stored plan's. */
-async function tablesOf(target: ClientBase, input: TargetTablesInput): Promise<TableRef[]> {
-  return input.storedFor ? await storedTables(target, input.storedFor) : input.tables;
-}
 
 export interface FinishTargetInput extends TargetTablesInput {
   /** Absent in executions of an older Ferry (nothing is marked then). */
@@ -60,7 +56,7 @@ export function createForeignKeyActivities({ connections }: ActivityDeps) {
     const skipped: string[] = [];
     await connections.withClient(input.source, (source) =>
       connections.withClient(input.target, async (target) => {
-        const tables = await readAll(source, await tablesOf(target, input));
+        const tables = await readAll(source, await tablesOrStored(target, input));
         for (const { plan, info } of tables.filter((t) => !t.plan.targetExisted)) {
           for (const fk of info.foreignKeys) {
             const mapped = tables.find((t) => sameName(t.plan.source, fk.referenced))?.plan.target ?? fk.referenced;
@@ -113,7 +109,7 @@ export function createForeignKeyActivities({ connections }: ActivityDeps) {
     await connections.withClient(input.source, (source) =>
       connections.withClient(input.target, (target) =>
         inTransaction(target, async () => {
-          for (const { plan, info } of await readAll(source, await tablesOf(target, input))) {
+          for (const { plan, info } of await readAll(source, await tablesOrStored(target, input))) {
             // Table statistics count every insert, update and delete since the server started.
             if (info.writes > plan.sourceWrites) writtenDuringCopy.push({ table: displayQualified(plan.source), changes: info.writes - plan.sourceWrites });
             await copySequencePositions(source, target, info, plan.target);

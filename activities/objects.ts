@@ -4,7 +4,7 @@
  * creates it.
  */
 import { ClientBase } from 'pg';
-import { storedTables } from '../src/db/stored-plan';
+import { tablesOrStored } from '../src/db/stored-plan';
 import { ObjectsPlan, TablePlan } from '../src/core/plan';
 import { createdObjectsRecorder } from '../src/db/bookkeeping';
 import { inTransaction } from '../src/db/connections';
@@ -40,7 +40,7 @@ export function createRestoreObjects({ connections, logger }: ActivityDeps) {
     return connections.withClient(input.source, (source) =>
       connections.withClient(input.target, (target) =>
         inTransaction(target, async () => {
-          const tables = sourceTables(input.storedFor ? await storedTables(target, input.storedFor) : input.tables);
+          const tables = sourceTables(await tablesOrStored(target, input));
           // This migration's row, not the bookkeeping's lock: a long refresh holds up no other
           // migration's steps on this target, only a second attempt of this pass.
           const own = await target.query('SELECT 1 FROM _ferry.migrations WHERE id = $1 FOR UPDATE', [input.migrationId]);

@@ -57,6 +57,11 @@ export async function storedTables(db: ClientBase, migrationId: string, from = 0
   return checked.tables;
 }
 
+/** An activity's tables: its input's, or — given `storedFor`, a migration's id — its stored plan's. */
+export async function tablesOrStored<T>(db: ClientBase, input: { tables: T[]; storedFor?: string }): Promise<T[] | TablePlan[]> {
+  return input.storedFor ? await storedTables(db, input.storedFor) : input.tables;
+}
+
 /**
  * The plan stored for the migration (checked), or null when it has no row. One of more than
  * PLAN_PAGE tables comes without them (storedHeader).
