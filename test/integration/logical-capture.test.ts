@@ -97,6 +97,8 @@ describe('an online migration with logical capture', () => {
       // A change made now reaches the target through the stream, including a key whose text depends on settings.
       await suite.dbs.exec('source', `INSERT INTO public.stamps VALUES ('2030-06-01 12:00:00.5+02', -1); UPDATE public.stamps SET v = v + 1000 WHERE v = 7; DELETE FROM public.stamps WHERE v = 9;`);
       await eventually(async () => (await rowsAsText(suite.dbs, 'target', 'public.stamps', 'at')).join() === (await rowsAsText(suite.dbs, 'source', 'public.stamps', 'at')).join(), 30_000);
+      // Enough writes to be a real load on the stream before the cutover, however fast the phases before it ran.
+      await eventually(async () => writers.stats.operations > 100, 30_000);
       await suite.stack.ferry.approve(id);
       result = await resultWithin(suite.stack.ferry, id, 90_000);
     } finally {
