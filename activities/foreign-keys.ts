@@ -16,9 +16,9 @@ import { readSourceTables, TableInfo } from '../src/db/catalog';
 import { inTransaction } from '../src/db/connections';
 import { addForeignKeySql, foreignKeyDefinition } from '../src/db/ddl';
 import { addOnLeaves, validateOnLeavesAndAdopt } from '../src/db/partitioned-foreign-keys';
-import { displayQualified, QualifiedName, quoteIdent, quoteQualified, sameName } from '../src/core/identifiers';
+import { displayQualified, QualifiedName, quoteIdent, quoteQualified } from '../src/core/identifiers';
 import { TablePlan } from '../src/core/plan';
-import { tablesOrStored } from '../src/db/stored-plan';
+import { tablePages } from '../src/db/stored-plan';
 import { ActivityDeps } from './deps';
 import { copySequencePosition, copySequencePositions } from '../src/db/sequences';
 
@@ -50,32 +50,47 @@ async function readAll(db: ClientBase, tables: TableRef[]): Promise<{ plan: Tabl
   return tables.map((plan, i) => ({ plan, info: infos[i] }));
 }
 
+function nameKey(name: QualifiedName): string {
+  return JSON.stringify([name.schema, name.name]);
+}
+
+/** Where each moved table lands, by its source name: names only, however many tables. */
+async function targetsBySource(target: ClientBase, input: TargetTablesInput): Promise<Map<string, QualifiedName>> {
+  const movedTo = new Map<string, QualifiedName>();
+  for await (const page of tablePages(target, input)) for (const t of page) if (!movedTo.has(nameKey(t.source))) movedTo.set(nameKey(t.source), t.target);
+  return movedTo;
+}
+
+/**
+ * Adds one foreign key NOT VALID unless the target has it already; false (nothing added) when
+ * the table it references is neither moved nor on the target.
+ */
+async function addForeignKey(target: ClientBase, table: QualifiedName, info: TableInfo, fk: TableInfo['foreignKeys'][number], mapped: QualifiedName): Promise<boolean> {
+  const exists = await target.query('SELECT 1 FROM pg_catalog.pg_constraint WHERE conrelid = to_regclass($1) AND conname = $2', [quoteQualified(table), fk.name]);
+  if (exists.rowCount) return true;
+  const referenced = await target.query('SELECT to_regclass($1) IS NOT NULL AS present', [quoteQualified(mapped)]);
+  if (!referenced.rows[0].present) return false;
+  // A partitioned table's key goes on its partitions first (src/db/partitioned-foreign-keys.ts).
+  // Ferry made the target as the source is (only tables it created get keys here).
+  if (info.relkind === 'p') await addOnLeaves(target, table, fk.name, foreignKeyDefinition(fk, mapped));
+  else await target.query(addForeignKeySql(fk, table, mapped));
+  return true;
+}
+
 export function createForeignKeyActivities({ connections }: ActivityDeps) {
   async function addForeignKeys(input: TargetTablesInput): Promise<{ foreignKeys: ForeignKeyRef[]; skipped: string[] }> {
     const foreignKeys: ForeignKeyRef[] = [];
     const skipped: string[] = [];
     await connections.withClient(input.source, (source) =>
       connections.withClient(input.target, async (target) => {
-        const tables = await readAll(source, await tablesOrStored(target, input));
-        for (const { plan, info } of tables.filter((t) => !t.plan.targetExisted)) {
-          for (const fk of info.foreignKeys) {
-            const mapped = tables.find((t) => sameName(t.plan.source, fk.referenced))?.plan.target ?? fk.referenced;
-            const exists = await target.query('SELECT 1 FROM pg_catalog.pg_constraint WHERE conrelid = to_regclass($1) AND conname = $2', [
-              quoteQualified(plan.target),
-              fk.name,
-            ]);
-            if (!exists.rowCount) {
-              const referenced = await target.query('SELECT to_regclass($1) IS NOT NULL AS present', [quoteQualified(mapped)]);
-              if (!referenced.rows[0].present) {
-                skipped.push(`${displayQualified(plan.target)}.${fk.name} → ${displayQualified(mapped)}`);
-                continue;
-              }
-              // A partitioned table's key goes on its partitions first (src/db/partitioned-foreign-keys.ts).
-              // Ferry made the target as the source is (only tables it created get keys here).
-              if (info.relkind === 'p') await addOnLeaves(target, plan.target, fk.name, foreignKeyDefinition(fk, mapped));
-              else await target.query(addForeignKeySql(fk, plan.target, mapped));
+        const movedTo = await targetsBySource(target, input);
+        for await (const page of tablePages(target, input)) {
+          for (const { plan, info } of await readAll(source, page.filter((t) => !t.targetExisted))) {
+            for (const fk of info.foreignKeys) {
+              const mapped = movedTo.get(nameKey(fk.referenced)) ?? fk.referenced;
+              if (await addForeignKey(target, plan.target, info, fk, mapped)) foreignKeys.push({ table: plan.target, name: fk.name });
+              else skipped.push(`${displayQualified(plan.target)}.${fk.name} → ${displayQualified(mapped)}`);
             }
-            foreignKeys.push({ table: plan.target, name: fk.name });
           }
         }
       }),
@@ -109,10 +124,12 @@ export function createForeignKeyActivities({ connections }: ActivityDeps) {
     await connections.withClient(input.source, (source) =>
       connections.withClient(input.target, (target) =>
         inTransaction(target, async () => {
-          for (const { plan, info } of await readAll(source, await tablesOrStored(target, input))) {
-            // Table statistics count every insert, update and delete since the server started.
-            if (info.writes > plan.sourceWrites) writtenDuringCopy.push({ table: displayQualified(plan.source), changes: info.writes - plan.sourceWrites });
-            await copySequencePositions(source, target, info, plan.target);
+          for await (const page of tablePages(target, input)) {
+            for (const { plan, info } of await readAll(source, page)) {
+              // Table statistics count every insert, update and delete since the server started.
+              if (info.writes > plan.sourceWrites) writtenDuringCopy.push({ table: displayQualified(plan.source), changes: info.writes - plan.sourceWrites });
+              await copySequencePositions(source, target, info, plan.target);
+            }
           }
           for (const sequence of input.sequences ?? []) await copySequencePosition(source, target, sequence);
           if (input.migrationId) await markCompleted(target, input.migrationId);

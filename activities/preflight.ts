@@ -13,7 +13,7 @@ import { keyAsText, keyFromRow, keyOrder, KeyShape } from '../src/db/ranges';
 import { displayQualified, quoteQualified, sameName } from '../src/core/identifiers';
 import { describeAction, onlineRefusal, readTargetActions, TargetRole } from '../src/db/target-actions';
 import { CapturePlan, ChunkPlan, isKeyless, KeyColumn, MigrationPlan, PLAN_PAGE, SMALL_TABLE_ROWS, TablePlan } from '../src/core/plan';
-import { outgrowsPayload, storedHeader, storePlan } from '../src/db/stored-plan';
+import { outgrowsPayload, storedHeader, storePlan, TABLES_PAGE } from '../src/db/stored-plan';
 import { resolveCapture } from '../src/core/capture-mode';
 import { logicalCaptureProblems } from '../src/db/logical-check';
 import { MAX_OBJECTS_TABLES, MAX_ONLINE_TABLES, MAX_TABLES, Spec, TableSpec } from '../src/core/spec';
@@ -83,25 +83,7 @@ async function planMigration(source: PoolClient, target: PoolClient, spec: Spec)
     );
   }
   const role = await targetRole(target);
-  const tables: TablePlan[] = [];
-  const claimed = new RelationNames(target);
-  // Every table's catalog in a few statements on each side (readTables), then checked in order.
-  const chosen = await chosenTables(source, spec);
-  const [sourceInfos, targetInfos] = await Promise.all([readTables(source, chosen.map((t) => t.source)), readTables(target, chosen.map((t) => t.target))]);
-  for (const [index, table] of chosen.entries()) {
-    const field = table.field ?? `tables[${index}]`;
-    if (sameDatabase && sameName(table.source, table.target)) {
-      throw refusal(
-        FAILURE.SameTable,
-        `${field}: ${displayQualified(table.source)}: source and target are the same table in the same database; give it a different target name or connection`,
-      );
-    }
-    try {
-      tables.push(await planTable(source, target, spec, table, index, role, claimed, { source: sourceInfos[index], target: targetInfos[index] }));
-    } catch (err) {
-      throw atField(err, field);
-    }
-  }
+  const tables = await planTables(source, target, spec, await chosenTables(source, spec), role, sameDatabase);
   const capture = spec.mode === 'online' ? await planCapture(source, spec, tables) : undefined;
   return {
     tables,
@@ -110,6 +92,36 @@ async function planMigration(source: PoolClient, target: PoolClient, spec: Spec)
     targetReplicaRole: role.replica,
     ...(capture ? { capture } : {}),
   };
+}
+
+/**
+ * Each chosen table's plan, in order. The catalog is read TABLES_PAGE tables at a time, in a few
+ * statements on each side per page (readTables): read for 10,000 tables at once, it held the
+ * worker's heap at twice its size while they were planned.
+ */
+async function planTables(source: PoolClient, target: PoolClient, spec: Spec, chosen: TableSpec[], role: TargetRole, sameDatabase: boolean): Promise<TablePlan[]> {
+  const tables: TablePlan[] = [];
+  const claimed = new RelationNames(target);
+  for (let from = 0; from < chosen.length; from += TABLES_PAGE) {
+    const page = chosen.slice(from, from + TABLES_PAGE);
+    const [sourceInfos, targetInfos] = await Promise.all([readTables(source, page.map((t) => t.source)), readTables(target, page.map((t) => t.target))]);
+    for (const [i, table] of page.entries()) {
+      const index = from + i;
+      const field = table.field ?? `tables[${index}]`;
+      if (sameDatabase && sameName(table.source, table.target)) {
+        throw refusal(
+          FAILURE.SameTable,
+          `${field}: ${displayQualified(table.source)}: source and target are the same table in the same database; give it a different target name or connection`,
+        );
+      }
+      try {
+        tables.push(await planTable(source, target, spec, table, index, role, claimed, { source: sourceInfos[i], target: targetInfos[i] }));
+      } catch (err) {
+        throw atField(err, field);
+      }
+    }
+  }
+  return tables;
 }
 
 /**

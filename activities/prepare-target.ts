@@ -16,7 +16,7 @@ import { refusal } from '../src/db/errors';
 import { keyOfPlan, keySql } from '../src/db/index-build';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified, withSuffix } from '../src/core/identifiers';
 import { isKeyless, MigrationPlan, TablePlan, targetIndexName } from '../src/core/plan';
-import { readStoredPlan, storedTables } from '../src/db/stored-plan';
+import { readStoredPlan, storedTables, tablePages } from '../src/db/stored-plan';
 import { ActivityDeps } from './deps';
 import { restoreBefore } from '../src/db/object-passes';
 import { FAILURE } from '../src/core/failure-types';
@@ -72,19 +72,23 @@ const PREPARE_BATCH = 200;
 async function prepareStored({ connections, logger }: Pick<ActivityDeps, 'connections' | 'logger'>, input: PrepareTargetInput): Promise<{ created: number }> {
   return connections.withClient(input.target, (target) =>
     connections.withClient(input.source, async (source) => {
-      const plan = { ...input.plan, tables: await storedTables(target, input.migrationId) };
       const schemas = new Set<string>();
-      for (let first = 0; first < plan.tables.length; first += PREPARE_BATCH) {
-        const batch = plan.tables.slice(first, first + PREPARE_BATCH);
+      let first = true;
+      // A batch's tables read as it comes: 10,000 plans are not held at once.
+      for await (const batch of tablePages(target, { tables: [], storedFor: input.migrationId }, PREPARE_BATCH)) {
         await inTransaction(target, async () => {
           await lockBookkeeping(target);
           const last = batch[batch.length - 1].index;
           const done = await target.query('SELECT 1 FROM _ferry.checkpoints WHERE migration_id = $1 AND table_index = $2 AND chunk_index = $3', [input.migrationId, last, SYNC_CHUNK]);
           if (done.rowCount) return;
           const record = await recorder(target, input.migrationId);
-          if (first === 0 && plan.objects) await restoreObjectsBefore(source, target, connections.url(input.source), plan, record);
+          if (first && input.plan.objects) {
+            const plan = { ...input.plan, tables: await storedTables(target, input.migrationId) };
+            await restoreObjectsBefore(source, target, connections.url(input.source), plan, record);
+          }
           await prepareTables(source, target, input, batch, { record, logger, schemas });
         });
+        first = false;
       }
       return { created: await createdCount(target, input.migrationId) };
     }),

@@ -104,21 +104,39 @@ export function detailsOrFault(render: () => string): string {
   }
 }
 
+/** Tables the details list by name; past this many, only those under way (or stopped, or failed) are, and the rest counted. */
+export const DETAILS_TABLES = 100;
+
+/**
+ * The details' table of tables. A migration of thousands lists those that are neither waiting
+ * nor done (at most DETAILS_TABLES) and counts the rest by phase: a row for each of 10,000 tables
+ * is nothing a person reads, and rendering it on every change kept the worker's workflow heap busy.
+ */
+function tableRows(s: StatusDocument): string[] {
+  const ended = Boolean(s.endedAt) && s.state !== 'SUCCEEDED';
+  const many = s.tables.length > DETAILS_TABLES;
+  const listed = many ? s.tables.filter((t) => t.phase !== 'PENDING' && t.phase !== 'COMPLETED').slice(0, DETAILS_TABLES) : s.tables;
+  const rows = ['| table | phase | rows | lag |', '| --- | --- | ---: | --- |'];
+  for (const t of listed) {
+    const name = t.source === t.target ? t.source : `${t.source} → ${t.target}`;
+    const lag = t.lag ? `${n(t.lag.pendingChanges)} waiting (${t.lag.seconds.toFixed(1)} s)` : '';
+    const phase = ended && t.phase !== 'COMPLETED' && t.phase !== 'FAILED' ? `stopped in ${t.phase}` : t.phase;
+    rows.push(`| ${name} | ${phase} | ${n(t.rowsCopied)} / ~${n(t.rowsEstimated)} | ${lag} |`);
+  }
+  if (!many) return rows;
+  const byPhase = new Map<string, number>();
+  for (const t of s.tables) byPhase.set(t.phase, (byPhase.get(t.phase) ?? 0) + 1);
+  const counts = [...byPhase].map(([phase, count]) => `${n(count)} ${phase}`).join(', ');
+  const which = listed.length === DETAILS_TABLES ? `the first ${DETAILS_TABLES} of those` : 'those';
+  const note = `${n(s.tables.length)} tables (${counts}); listed below: ${which} neither waiting nor done — \`ferry status\` lists every one.`;
+  return listed.length ? [note, '', ...rows] : [note];
+}
+
 export function migrationDetails(s: StatusDocument, blockers: Blocker[] = []): string {
   const out = [headline(s), ''];
   const reason = why(s);
   if (reason) out.push(reason, '');
-  if (s.tables.length) {
-    const ended = Boolean(s.endedAt) && s.state !== 'SUCCEEDED';
-    out.push('| table | phase | rows | lag |', '| --- | --- | ---: | --- |');
-    for (const t of s.tables) {
-      const name = t.source === t.target ? t.source : `${t.source} → ${t.target}`;
-      const lag = t.lag ? `${n(t.lag.pendingChanges)} waiting (${t.lag.seconds.toFixed(1)} s)` : '';
-      const phase = ended && t.phase !== 'COMPLETED' && t.phase !== 'FAILED' ? `stopped in ${t.phase}` : t.phase;
-      out.push(`| ${name} | ${phase} | ${n(t.rowsCopied)} / ~${n(t.rowsEstimated)} | ${lag} |`);
-    }
-    out.push('');
-  }
+  if (s.tables.length) out.push(...tableRows(s), '');
   const next = nextAction(s);
   if (next) out.push(`**Next:** ${next}`, '');
   if (blockers.length) out.push('**The cutover waits for these write transactions, begun before the freeze:**', ...blockers.map(blockerLine), '');

@@ -62,6 +62,26 @@ export async function tablesOrStored<T>(db: ClientBase, input: { tables: T[]; st
   return input.storedFor ? await storedTables(db, input.storedFor) : input.tables;
 }
 
+/** How many tables an activity that goes over every table reads (with their catalog entries) at once. */
+export const TABLES_PAGE = 500;
+
+/**
+ * An activity's tables (as tablesOrStored) a page at a time, so that one going over 10,000 tables
+ * never holds every plan and every catalog entry at once: read whole, those took the worker's
+ * heap from about 40 MB to 100 MB at the end of such a migration.
+ */
+export async function* tablePages<T>(db: ClientBase, input: { tables: T[]; storedFor?: string }, size = TABLES_PAGE): AsyncGenerator<T[] | TablePlan[]> {
+  if (!input.storedFor) {
+    for (let from = 0; from < input.tables.length; from += size) yield input.tables.slice(from, from + size);
+    return;
+  }
+  for (let from = 0; ; from += size) {
+    const page = await storedTables(db, input.storedFor, from, from + size);
+    if (page.length > 0) yield page;
+    if (page.length < size) return;
+  }
+}
+
 /**
  * The plan stored for the migration (checked), or null when it has no row. One of more than
  * PLAN_PAGE tables comes without them (storedHeader).

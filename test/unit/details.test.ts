@@ -34,6 +34,23 @@ describe('current details (markdown for the Web UI)', () => {
     );
   });
 
+  it('past a hundred tables: those under way or failed listed, every table counted by phase', () => {
+    const table = (i: number, phase: StatusDocument['tables'][number]['phase']) => ({ source: `t.t${i}`, target: `t.t${i}`, phase, rowsCopied: 0, rowsEstimated: 50, chunks: [] });
+    const tables = Array.from({ length: 250 }, (_, i) => table(i, i < 200 ? 'COMPLETED' : 'PENDING'));
+    tables[7] = table(7, 'FAILED');
+    tables[210] = table(210, 'FULL_MIGRATING');
+    const text = migrationDetails({ ...base, tables });
+    expect(text).toContain('250 tables (199 COMPLETED, 1 FAILED, 49 PENDING, 1 FULL_MIGRATING); listed below: those neither waiting nor done');
+    expect(text.split('\n').filter((line) => line.startsWith('| t.'))).toEqual(['| t.t7 | FAILED | 0 / ~50 |  |', '| t.t210 | FULL_MIGRATING | 0 / ~50 |  |']);
+    // All of them under way: the first hundred.
+    const busy = migrationDetails({ ...base, phase: 'AWAITING_APPROVAL', tables: Array.from({ length: 101 }, (_, i) => table(i, 'AWAITING_APPROVAL')) });
+    expect(busy).toContain('101 tables (101 AWAITING_APPROVAL); listed below: the first 100 of those neither waiting nor done');
+    expect(busy.split('\n').filter((line) => line.startsWith('| t.'))).toHaveLength(100);
+    // Every one done: counted, no table of tables.
+    const done = migrationDetails({ ...base, tables: Array.from({ length: 101 }, (_, i) => table(i, 'COMPLETED')) });
+    expect(done).not.toContain('| table |');
+  });
+
   it('waiting for approval or paused: what to do next, with the command', () => {
     const waiting = migrationDetails({ ...base, phase: 'AWAITING_APPROVAL', tables: [{ ...base.tables[0], phase: 'AWAITING_APPROVAL', lag: { pendingChanges: 3, seconds: 0.4, changesApplied: 90 } }] });
     expect(waiting).toContain('| public.customers | AWAITING_APPROVAL | 12,000 / ~25,000 | 3 waiting (0.4 s) |');
