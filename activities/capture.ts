@@ -112,7 +112,7 @@ export function createCaptureActivities({ connections, logger }: ActivityDeps) {
           const others = await db.query(
             `SELECT 1 FROM ${CAPTURE_SCHEMA}.captures${logical.rows[0].present ? ` UNION ALL SELECT 1 FROM ${SLOTS_TABLE}` : ''} LIMIT 1`,
           );
-          if (others.rowCount === 0) await dropSchemaIfEmpty(db, CAPTURE_SCHEMA, ['captures', 'slots']);
+          if (others.rowCount === 0) await dropSchemaIfEmpty(db, CAPTURE_SCHEMA, ['captures', 'slots', 'marks']);
         });
       }
       if (input.freeze === 'remove') pending.push(...(await removeFreeze(db, migrationId)).pending);

@@ -20,8 +20,8 @@ import { LogicalReplicationService, Pgoutput, PgoutputPlugin } from 'pg-logical-
 import { ClientBase, PoolClient } from 'pg';
 import { inTransaction } from '../src/db/connections';
 import { captureNames } from '../src/db/capture-sql';
-import { sqlState } from '../src/db/errors';
-import { awaitConfirmed, emitMark, LogicalNames, logicalNames, SLOT_LAG_SQL, SLOTS_TABLE } from '../src/db/logical-sql';
+import { isTransientState, sqlState } from '../src/db/errors';
+import { awaitConfirmed, emitMark, LogicalNames, logicalNames, MARKS_TABLE, SLOT_LAG_SQL, SLOTS_TABLE, streamsMessages } from '../src/db/logical-sql';
 import { sessionConfig } from '../src/db/session';
 import { quoteQualified } from '../src/core/identifiers';
 import { Key } from '../src/core/plan';
@@ -95,10 +95,24 @@ const REPLY_MS = 1_000;
  * logs hold keys as text, cast back by the sync), never a JavaScript parse of it.
  */
 class RawPgoutputPlugin extends PgoutputPlugin {
+  constructor(private readonly stream: { publication: string; messages: boolean }) {
+    super({ protoVersion: 1, publicationNames: [stream.publication], messages: stream.messages });
+  }
+
   parse(buffer: Buffer): Pgoutput.Message {
     const message = super.parse(buffer);
     if (message.tag === 'relation') for (const column of message.columns) column.parser = (raw: unknown) => raw;
     return message;
+  }
+
+  /**
+   * The library names the `messages` option even when it is false, which pgoutput before
+   * PostgreSQL 14 refuses ("unrecognized pgoutput option: messages"): without messages, only the
+   * options every version knows. (Ferry's own names: nothing in them needs quoting.)
+   */
+  start(client: Parameters<PgoutputPlugin['start']>[0], slotName: string, lastLsn: string): ReturnType<PgoutputPlugin['start']> {
+    if (this.stream.messages) return super.start(client, slotName, lastLsn);
+    return client.query(`START_REPLICATION SLOT "${slotName}" LOGICAL ${lastLsn} (proto_version '1', publication_names '${this.stream.publication}')`);
   }
 }
 
@@ -181,7 +195,7 @@ export function createStreamActivities({ connections, logger, metrics }: Activit
       });
       const slice = new StreamSlice(db, service, input, names, ctx, metrics, slotPosition);
       await slice.run();
-      if (slice.failure !== undefined) throw asStreamFailure(slice.failure, names.slot);
+      if (slice.failure !== undefined) throw asStreamFailure(slice.failure, names.slot, slice.streaming);
       if (ctx.cancellationSignal.aborted) throw new CancelledFailure('capture stream cancelled');
       logger.info({ migrationId: input.migrationId, confirmedLsn: slice.confirmedLsn, queued: slice.queued }, 'capture stream slice done');
       return { confirmedLsn: slice.confirmedLsn, keys: slice.queued };
@@ -230,6 +244,8 @@ class StreamSlice {
   queued = 0;
   /** The first failure of the stream or of a step; nothing runs after it. */
   failure: unknown;
+  /** Whether the server began streaming (answered START_REPLICATION). */
+  streaming = false;
 
   private readonly tables: Map<string, CaptureTable>;
   /** The table each relation the stream announced stands for (null: not one of ours), looked up once per relation message. */
@@ -244,6 +260,8 @@ class StreamSlice {
   private pendingOps: OpsByTable = new Map();
   private pendingKeys = 0;
   private pendingLsn: string | null = null;
+  /** The content of the mark row the transaction being received inserted (a source before PostgreSQL 14). */
+  private transactionMark: string | undefined;
   private lastFlush = Date.now();
   private chain: Promise<void> = Promise.resolve();
   private readonly heartbeats = new HeartbeatClock();
@@ -265,6 +283,9 @@ class StreamSlice {
     service.on('error', (err: unknown) => {
       this.failure ??= err;
     });
+    service.on('start', () => {
+      this.streaming = true;
+    });
     // A keepalive that asks for an answer gets one at once (REPLY_MS answers the rest).
     service.on('heartbeat', (_lsn: string, _timestamp: number, shouldRespond: boolean) => {
       if (shouldRespond) this.answer();
@@ -285,7 +306,7 @@ class StreamSlice {
   /** Streams until the slice is over, cancelled or failed; flushes every FLUSH_MS and sends a heartbeat every IDLE_MARK_MS. */
   async run(): Promise<void> {
     const { ctx, input } = this;
-    const plugin = new RawPgoutputPlugin({ protoVersion: 1, publicationNames: [this.names.publication], messages: true });
+    const plugin = new RawPgoutputPlugin({ publication: this.names.publication, messages: await streamsMessages(this.db) });
     const started = Date.now();
     const streaming = this.service.subscribe(plugin, this.names.slot).then(
       () => {
@@ -341,6 +362,7 @@ class StreamSlice {
     try {
       switch (message.tag) {
         case 'begin':
+          this.transactionMark = undefined;
           this.current = new Map();
           this.currentOps = new Map();
           this.currentKeys = 0;
@@ -349,6 +371,11 @@ class StreamSlice {
         case 'insert':
         case 'update':
         case 'delete': {
+          if (message.tag === 'insert' && this.isMarks(message.relation)) {
+            // A source before PostgreSQL 14: a mark is a row, read as the message at its commit.
+            if (message.new.prefix === this.names.messagePrefix) this.transactionMark = String(message.new.content);
+            return undefined;
+          }
           const table = this.tableOf(message.relation);
           if (table) this.currentKeys += this.note(table, message);
           if (this.currentKeys < TRANSACTION_SPILL_KEYS) return undefined;
@@ -372,16 +399,17 @@ class StreamSlice {
           this.currentOps = new Map();
           this.currentKeys = 0;
           this.pendingLsn = message.commitEndLsn;
+          if (this.transactionMark !== undefined) {
+            const content = this.transactionMark;
+            this.transactionMark = undefined;
+            return this.serial(() => this.markReceived(content));
+          }
           return this.pendingKeys >= FLUSH_KEYS ? this.serial(() => this.flush()) : undefined;
         case 'message': {
-          // A mark or heartbeat: confirmed at once, since someone may be waiting for it.
           if (message.prefix !== this.names.messagePrefix) return undefined;
           this.pendingLsn = message.messageLsn;
           const content = Buffer.from(message.content).toString();
-          return this.serial(async () => {
-            await this.flush();
-            this.heartbeats.received(content);
-          });
+          return this.serial(() => this.markReceived(content));
         }
         default:
           return undefined;
@@ -401,6 +429,16 @@ class StreamSlice {
     this.transaction.seq += ops.length;
     addOps(this.currentOps, table.index, ops);
     return ops.length;
+  }
+
+  /** A mark or heartbeat: confirmed at once, since someone may be waiting for it. */
+  private async markReceived(content: string): Promise<void> {
+    await this.flush();
+    this.heartbeats.received(content);
+  }
+
+  private isMarks(relation: Pgoutput.MessageRelation): boolean {
+    return relation.schema === MARKS_TABLE.schema && relation.name === MARKS_TABLE.name;
   }
 
   private tableOf(relation: Pgoutput.MessageRelation): CaptureTable | null {
@@ -534,10 +572,25 @@ async function takeSlot(db: PoolClient, slot: string): Promise<string> {
   return rows[0].confirmed;
 }
 
-function asStreamFailure(err: unknown, slot: string): unknown {
+/**
+ * The stream's failure as the activity throws it. A server that refused to start the stream
+ * with an error no retry heals (an option or a feature its version lacks, a refused
+ * configuration — PostgreSQL reports some of these as internal errors, XX000) fails the
+ * migration at once with its words; a busy slot, a connection or resource error, a shutdown
+ * stay retryable.
+ */
+export function asStreamFailure(err: unknown, slot: string, streaming: boolean): unknown {
+  const code = sqlState(err);
   // 42704: the slot was dropped under the stream.
-  if (sqlState(err) === '42704') {
+  if (code === '42704') {
     return ApplicationFailure.nonRetryable(`replication slot ${slot} was dropped while streaming`, FAILURE.CaptureLost, err);
+  }
+  if (!streaming && code !== undefined && !isTransientState(code)) {
+    return ApplicationFailure.nonRetryable(
+      `the source refused to stream slot ${slot} (${code}: ${(err as Error).message}); no retry can change that: see the README's supported versions`,
+      FAILURE.LogicalCaptureUnavailable,
+      err,
+    );
   }
   return err;
 }

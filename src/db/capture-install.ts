@@ -25,7 +25,7 @@ import {
   ROW_FREEZE_SQL,
 } from './capture-sql';
 import { refusal, sqlState } from './errors';
-import { createPublicationSql, logicalNames, SLOTS_TABLE } from './logical-sql';
+import { createPublicationSql, logicalNames, SLOTS_TABLE, streamsMessages } from './logical-sql';
 import { displayQualified, quoteQualified } from '../core/identifiers';
 import { relationTree } from './triggers';
 import { migrateSchema } from './schema-versions';
@@ -82,7 +82,7 @@ export async function installCaptureIn(db: PoolClient, input: CaptureInput, { gu
     const logical = logicalNames(input.migrationId);
     // Committed before the slot exists: the stream decodes with the publication in place.
     const partitioned = await db.query(`SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE oid = ANY ($1::oid[]) AND relkind = 'p') AS any`, [relids]);
-    await db.query(createPublicationSql(logical, input.tables.map((t) => t.source), partitioned.rows[0].any));
+    await db.query(createPublicationSql(logical, input.tables.map((t) => t.source), partitioned.rows[0].any, !(await streamsMessages(db))));
     await db.query(`INSERT INTO ${SLOTS_TABLE} (migration_id, slot, publication) VALUES ($1, $2, $3)`, [input.migrationId, logical.slot, logical.publication]);
   }
   return { ddlGuard };

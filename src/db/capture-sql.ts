@@ -142,6 +142,18 @@ CREATE TABLE ${CAPTURE_SCHEMA}.slots (
   confirmed_at  timestamptz
 )`,
     },
+    {
+      version: 3,
+      name: 'marks in the stream before PostgreSQL 14',
+      // pgoutput streams logical messages from 14 on: an older source's marks are rows here,
+      // in each logical migration's publication (src/db/logical-sql.ts, emitMark).
+      sql: `
+CREATE TABLE ${CAPTURE_SCHEMA}.marks (
+  id      bigserial PRIMARY KEY,
+  prefix  text NOT NULL,
+  content text NOT NULL
+)`,
+    },
   ],
 };
 

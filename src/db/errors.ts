@@ -30,6 +30,14 @@ export function sqlState(err: unknown): string | undefined {
   return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) ? code : undefined;
 }
 
+/**
+ * Whether an error of this SQLSTATE may pass by itself: the retryable codes and classes, and a
+ * replication slot in use by another session (55006, which the next attempt takes over).
+ */
+export function isTransientState(code: string): boolean {
+  return RETRYABLE_CODES.has(code) || RETRYABLE_CLASSES.has(code.slice(0, 2)) || code === '55006';
+}
+
 export function classify(err: unknown): ErrorKind {
   const code = sqlState(err);
   if (code === undefined) return 'retryable'; // network errors, timeouts, terminated connections

@@ -22,14 +22,31 @@ export function logicalNames(migrationId: string): LogicalNames {
 export const SLOTS_TABLE = `${CAPTURE_SCHEMA}.slots`;
 
 /**
+ * Where a source older than PostgreSQL 14 puts its marks: its pgoutput has no `messages` option
+ * (it refuses one: "unrecognized pgoutput option: messages"), so a mark is a row inserted here,
+ * a table in the migration's publication, and the consumer reads its insert as the message.
+ */
+export const MARKS_TABLE = { schema: CAPTURE_SCHEMA, name: 'marks' } as const;
+
+/** The first PostgreSQL (server_version_num) whose pgoutput streams logical messages. */
+const MESSAGES_SINCE = 140000;
+
+/** Whether the server's pgoutput streams logical messages (PostgreSQL 14 and later). */
+export async function streamsMessages(db: ClientBase): Promise<boolean> {
+  const { rows } = await db.query(`SELECT pg_catalog.current_setting('server_version_num')::int >= $1 AS messages`, [MESSAGES_SINCE]);
+  return rows[0].messages;
+}
+
+/**
  * The migration's publication. No TRUNCATE: capture refuses it on the migrated tables anyway. With
  * a partitioned table among them (`viaRoot`), changes are published as the root's
  * (publish_via_partition_root, PostgreSQL 13), so the consumer sees the table it moves, a row
  * moved between partitions as a delete and an insert.
  */
-export function createPublicationSql(names: LogicalNames, tables: QualifiedName[], viaRoot = false): string {
+export function createPublicationSql(names: LogicalNames, tables: QualifiedName[], viaRoot = false, withMarks = false): string {
   const options = `publish = 'insert, update, delete'${viaRoot ? ', publish_via_partition_root = true' : ''}`;
-  return `CREATE PUBLICATION ${quoteIdent(names.publication)} FOR TABLE ${tables.map(quoteQualified).join(', ')} WITH (${options})`;
+  const published = withMarks ? [...tables, MARKS_TABLE] : tables;
+  return `CREATE PUBLICATION ${quoteIdent(names.publication)} FOR TABLE ${published.map(quoteQualified).join(', ')} WITH (${options})`;
 }
 
 /** Whether the migration captures logically (its slot is registered). */
@@ -74,9 +91,23 @@ export async function ensureSlot(db: ClientBase, names: LogicalNames): Promise<v
   }
 }
 
-/** Emits a logical message and returns its position: once the consumer confirmed past it, every change committed before it is in the logs. */
+/**
+ * Emits a mark and returns its position: once the consumer confirmed past it, every change
+ * committed before it is in the logs. A logical message; before PostgreSQL 14 a row of
+ * MARKS_TABLE (its insert committed at once, the migration's earlier marks deleted after it;
+ * the position is taken before its commit, which the consumer confirms past).
+ */
 export async function emitMark(db: ClientBase, names: LogicalNames, content: string): Promise<string> {
-  const { rows } = await db.query('SELECT pg_catalog.pg_logical_emit_message(false, $1, $2)::text AS lsn', [names.messagePrefix, content]);
+  if (await streamsMessages(db)) {
+    const { rows } = await db.query('SELECT pg_catalog.pg_logical_emit_message(false, $1, $2)::text AS lsn', [names.messagePrefix, content]);
+    return rows[0].lsn;
+  }
+  const marks = quoteQualified(MARKS_TABLE);
+  const { rows } = await db.query(`INSERT INTO ${marks} (prefix, content) VALUES ($1, $2) RETURNING id, pg_catalog.pg_current_wal_insert_lsn()::text AS lsn`, [
+    names.messagePrefix,
+    content,
+  ]);
+  await db.query(`DELETE FROM ${marks} WHERE prefix = $1 AND id < $2`, [names.messagePrefix, rows[0].id]);
   return rows[0].lsn;
 }
 

@@ -40,24 +40,32 @@ export class TestDatabases {
   private constructor(
     readonly suite: string,
     readonly admin: string,
+    /** Roles whose database is on another server than `admin` (a server of another version), with its admin URL. */
+    private readonly adminOf: Record<string, string> = {},
   ) {}
 
-  /** Creates one empty database per role (e.g. "source", "target"), on `server` (by default the test server). */
-  static async create(suite: string, roles: string[], server = adminUrl()): Promise<TestDatabases> {
-    const dbs = new TestDatabases(suite, server);
+  /**
+   * Creates one empty database per role (e.g. "source", "target"), on `server` (by default the
+   * test server), or for a role in `servers` on the server given there.
+   */
+  static async create(suite: string, roles: string[], server = adminUrl(), servers: Record<string, string> = {}): Promise<TestDatabases> {
+    const dbs = new TestDatabases(suite, server, servers);
     const tag = randomBytes(3).toString('hex');
-    await withClient(server, async (admin) => {
-      for (const role of roles) {
-        const name = `ferry_t_${suite}_${role}_${tag}`.toLowerCase().replace(/[^a-z0-9_]/g, '_');
-        await admin.query(`CREATE DATABASE "${name}"`);
-        dbs.names[role] = name;
-      }
-    });
+    for (const role of roles) {
+      const name = `ferry_t_${suite}_${role}_${tag}`.toLowerCase().replace(/[^a-z0-9_]/g, '_');
+      await withClient(dbs.serverOf(role), (admin) => admin.query(`CREATE DATABASE "${name}"`));
+      dbs.names[role] = name;
+    }
     return dbs;
   }
 
+  /** The admin URL of the server that holds a role's database. */
+  serverOf(role: string): string {
+    return this.adminOf[role] ?? this.admin;
+  }
+
   url(role: string): string {
-    return databaseUrl(this.names[role], this.admin);
+    return databaseUrl(this.names[role], this.serverOf(role));
   }
 
   async query<R extends Record<string, unknown> = Record<string, unknown>>(role: string, sql: string, params: unknown[] = []): Promise<R[]> {
@@ -72,9 +80,9 @@ export class TestDatabases {
   }
 
   async drop(): Promise<void> {
-    await withClient(this.admin, async (admin) => {
-      for (const name of Object.values(this.names)) await admin.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
-    });
+    for (const [role, name] of Object.entries(this.names)) {
+      await withClient(this.serverOf(role), (admin) => admin.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`));
+    }
   }
 }
 

@@ -42,6 +42,8 @@ export interface StackSuiteOptions {
   logical?: boolean;
   /** The databases on a server the suite starts itself, once (instead of `logical`). */
   server?: () => Promise<SuiteServer>;
+  /** Roles whose databases are on servers of their own (other PostgreSQL versions), each started once, all at once. */
+  serversByRole?: Record<string, () => Promise<SuiteServer>>;
   /** A Temporal server the test can stop and start again: a fixed port and a SQLite file, removed at the end. */
   restartableServer?: boolean;
   temporal?: DevServerOptions;
@@ -68,6 +70,8 @@ export interface StackSuiteOptions {
 
 export class StackSuite {
   cluster?: SuiteServer;
+  /** The servers of `serversByRole`, by role. */
+  roleServers: Record<string, SuiteServer> = {};
   dbs!: TestDatabases;
   stack!: TestStack;
   private dbFile?: string;
@@ -76,6 +80,10 @@ export class StackSuite {
 
   /** The suite's own database server, where it asked for one; once per suite. */
   async startCluster(): Promise<void> {
+    const byRole = Object.entries(this.options.serversByRole ?? {}).filter(([role]) => !this.roleServers[role]);
+    const started = await Promise.allSettled(byRole.map(async ([role, start]) => (this.roleServers[role] = await start())));
+    const failed = started.find((s): s is PromiseRejectedResult => s.status === 'rejected');
+    if (failed) throw failed.reason;
     if (this.cluster) return;
     if (this.options.server) this.cluster = await this.options.server();
     else if (this.options.logical) this.cluster = await startLogicalCluster();
@@ -110,11 +118,13 @@ export class StackSuite {
 
   async stopCluster(): Promise<void> {
     await this.cluster?.stop();
+    await Promise.all(Object.values(this.roleServers).map((server) => server.stop()));
   }
 
   private async createDatabases(): Promise<void> {
     const { options } = this;
-    this.dbs = await TestDatabases.create(options.name, Object.keys(options.databases), this.cluster?.url);
+    const servers = Object.fromEntries(Object.entries(this.roleServers).map(([role, server]) => [role, server.url]));
+    this.dbs = await TestDatabases.create(options.name, Object.keys(options.databases), this.cluster?.url, servers);
     await Promise.all(Object.entries(options.databases).map(([role, sql]) => (sql ? this.dbs.exec(role, sql) : undefined)));
     await options.seed?.(this.dbs);
   }
