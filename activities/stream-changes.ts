@@ -387,24 +387,7 @@ class StreamSlice {
           return this.serial(() => this.spill(keys, ops));
         }
         case 'commit':
-          for (const [index, keys] of this.current) {
-            addKeys(this.pending, index, keys.values());
-            this.pendingKeys += keys.size;
-          }
-          for (const [index, ops] of this.currentOps) {
-            addOps(this.pendingOps, index, ops);
-            this.pendingKeys += ops.length;
-          }
-          this.current = new Map();
-          this.currentOps = new Map();
-          this.currentKeys = 0;
-          this.pendingLsn = message.commitEndLsn;
-          if (this.transactionMark !== undefined) {
-            const content = this.transactionMark;
-            this.transactionMark = undefined;
-            return this.serial(() => this.markReceived(content));
-          }
-          return this.pendingKeys >= FLUSH_KEYS ? this.serial(() => this.flush()) : undefined;
+          return this.onCommit(message);
         case 'message': {
           if (message.prefix !== this.names.messagePrefix) return undefined;
           this.pendingLsn = message.messageLsn;
@@ -418,6 +401,28 @@ class StreamSlice {
       this.failure ??= err;
       return undefined;
     }
+  }
+
+  /** The transaction's keys wait for the flush, which runs when enough wait or its mark asks for it. */
+  private onCommit(message: Pgoutput.MessageCommit): Promise<void> | undefined {
+    for (const [index, keys] of this.current) {
+      addKeys(this.pending, index, keys.values());
+      this.pendingKeys += keys.size;
+    }
+    for (const [index, ops] of this.currentOps) {
+      addOps(this.pendingOps, index, ops);
+      this.pendingKeys += ops.length;
+    }
+    this.current = new Map();
+    this.currentOps = new Map();
+    this.currentKeys = 0;
+    this.pendingLsn = message.commitEndLsn;
+    if (this.transactionMark !== undefined) {
+      const content = this.transactionMark;
+      this.transactionMark = undefined;
+      return this.serial(() => this.markReceived(content));
+    }
+    return this.pendingKeys >= FLUSH_KEYS ? this.serial(() => this.flush()) : undefined;
   }
 
   /** A change of one of our tables noted in the transaction's keys (or, without a key, its row changes); returns how many it added. */
