@@ -154,9 +154,12 @@ export async function dropLogical(db: ClientBase, names: LogicalNames): Promise<
   await db.query(`DROP PUBLICATION IF EXISTS ${quoteIdent(names.publication)}`);
 }
 
-/** Bytes of WAL the slot holds, and what max_slot_wal_keep_size still allows (null: unlimited). */
+/**
+ * Bytes of WAL the slot holds, and what max_slot_wal_keep_size still allows (null: unlimited).
+ * PostgreSQL 12 has neither the setting nor the column: read by name, it is null there.
+ */
 export const SLOT_LAG_SQL = `
 SELECT pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), s.confirmed_flush_lsn)::float8 AS bytes,
-       s.safe_wal_size::float8 AS safe
+       (pg_catalog.to_jsonb(s) ->> 'safe_wal_size')::float8 AS safe
   FROM pg_catalog.pg_replication_slots s
  WHERE s.slot_name = $1`;

@@ -42,7 +42,10 @@ export interface StackSuiteOptions {
   logical?: boolean;
   /** The databases on a server the suite starts itself, once (instead of `logical`). */
   server?: () => Promise<SuiteServer>;
-  /** Roles whose databases are on servers of their own (other PostgreSQL versions), each started once, all at once. */
+  /**
+   * Roles whose databases are on servers of their own (other PostgreSQL versions), all started at
+   * once, each once: roles given the same function share its server.
+   */
   serversByRole?: Record<string, () => Promise<SuiteServer>>;
   /** A Temporal server the test can stop and start again: a fixed port and a SQLite file, removed at the end. */
   restartableServer?: boolean;
@@ -72,6 +75,8 @@ export class StackSuite {
   cluster?: SuiteServer;
   /** The servers of `serversByRole`, by role. */
   roleServers: Record<string, SuiteServer> = {};
+  /** Each of those servers once. */
+  private servers: SuiteServer[] = [];
   dbs!: TestDatabases;
   stack!: TestStack;
   private dbFile?: string;
@@ -81,7 +86,14 @@ export class StackSuite {
   /** The suite's own database server, where it asked for one; once per suite. */
   async startCluster(): Promise<void> {
     const byRole = Object.entries(this.options.serversByRole ?? {}).filter(([role]) => !this.roleServers[role]);
-    const started = await Promise.allSettled(byRole.map(async ([role, start]) => (this.roleServers[role] = await start())));
+    const starting = new Map<() => Promise<SuiteServer>, Promise<SuiteServer>>();
+    for (const [, start] of byRole) if (!starting.has(start)) starting.set(start, start());
+    const started = await Promise.allSettled(starting.values());
+    for (const [role, start] of byRole) {
+      const server = started[[...starting.keys()].indexOf(start)];
+      if (server.status === 'fulfilled') this.roleServers[role] = server.value;
+    }
+    this.servers.push(...started.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : [])));
     const failed = started.find((s): s is PromiseRejectedResult => s.status === 'rejected');
     if (failed) throw failed.reason;
     if (this.cluster) return;
@@ -118,7 +130,7 @@ export class StackSuite {
 
   async stopCluster(): Promise<void> {
     await this.cluster?.stop();
-    await Promise.all(Object.values(this.roleServers).map((server) => server.stop()));
+    await Promise.all(this.servers.map((server) => server.stop()));
   }
 
   private async createDatabases(): Promise<void> {

