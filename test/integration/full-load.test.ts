@@ -6,77 +6,7 @@ import { objectInventory, rowsAsText } from '../helpers/databases';
 import { stackSuite } from '../helpers/suite';
 import { activityStarts } from '../helpers/history';
 import { workflowIds } from '../../src/core/names';
-
-const SOURCE_SCHEMA = `
-CREATE TYPE public.mood AS ENUM ('sad', 'ok', 'happy', 'it''s complicated');
-CREATE DOMAIN public.percent AS numeric(5,2) CHECK (VALUE BETWEEN 0 AND 100);
-CREATE TABLE public.all_types (
-  id bigint PRIMARY KEY,
-  s smallint, i integer, b bigint, n numeric(14,4), r real, d double precision, bo boolean,
-  t text, v varchar(50), by bytea, u uuid, dt date, ts timestamp, tz timestamptz, iv interval,
-  j json, jb jsonb, ia integer[], ta text[], m public.mood, p public.percent
-);
-INSERT INTO public.all_types VALUES
- (1, 1, 2, 3, 1.2345, 'NaN', 'Infinity', true, 'plain', 'v', '\\x00ff', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11',
-  '2024-02-29', '2024-01-01 12:34:56.789', '2024-01-01 12:34:56.789+05', '1 year 2 mons 3 days 04:05:06.789',
-  '{"a": 1, "a": 2}', '{"b": [1, 2, {"c": null}]}', '{1,NULL,3}', '{"a b","c,d","e\\"f",NULL}', 'it''s complicated', 99.5),
- (2, -32768, -2147483648, -9223372036854775808, -9999999999.9999, '-Infinity', '-0', false,
-  E'tab\\there\\nnew line\\\\backslash \\r cr', '', '\\x', '00000000-0000-0000-0000-000000000000',
-  '0001-01-01 BC', '294276-12-31 23:59:59.999999', 'infinity', '-178000000 years', '[]', '{}', '{}', '{}', 'sad', 0),
- (3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
- (4, 32767, 2147483647, 9223372036854775807, 0.0001, 3.4028235e38, 1.7976931348623157e308, true,
-  'héllo wörld ✓ 中文 🚀 ''quoted'' "double"', 'ünïcödé', '\\xdeadbeef', 'ffffffff-ffff-ffff-ffff-ffffffffffff',
-  'infinity', '-infinity', '2000-01-01 00:00:00+00', '-1 days +02:03:04', '"just a string"', 'null', '{-1}', '{"",NULL,"\\\\"}', 'ok', 100),
- (5, 0, 0, 0, 'NaN', '-0', 1e-300, false, E'\\\\N looks like null', '\\N', '\\x5c4e', '12345678-1234-1234-1234-123456789abc',
-  '1970-01-01', '1970-01-01 00:00:00', '1969-12-31 23:59:59.999999-12', '00:00:00', '{"nested": {"deep": [true, false]}}', '[1, "two", 3.0]', NULL, '{NULL}', NULL, NULL);
-INSERT INTO public.all_types (id, i, n, d, t, tz, jb, ia)
-  SELECT 1000 + g, g, g / 7.0, g * 1.1, md5(g::text) || E'\\t' || g, '2020-01-01'::timestamptz + g * interval '1 minute', jsonb_build_object('g', g), ARRAY[g, g + 1]
-    FROM generate_series(1, 4000) g;
-
--- Arrays of user types carry type oids in binary COPY, so this table must travel as text.
-CREATE TABLE public.enum_arrays (id int PRIMARY KEY, ma public.mood[], p public.percent);
-INSERT INTO public.enum_arrays VALUES (1, '{sad,happy}', 1), (2, '{}', NULL), (3, NULL, 50), (4, '{"it''s complicated",NULL}', 100);
-
-CREATE TABLE public.keys_uuid (id uuid PRIMARY KEY, v int NOT NULL);
-INSERT INTO public.keys_uuid SELECT md5('u' || g)::uuid, g FROM generate_series(1, 3000) g;
-
-CREATE TABLE public.keys_text (id text PRIMARY KEY, v int);
-INSERT INTO public.keys_text SELECT w || g, g FROM generate_series(1, 1500) g, unnest(ARRAY['ä', 'Ω', 'z', 'A', 'a b', '中', '🚀']) w;
-
-CREATE TABLE public.keys_composite (a int, b text, v text, PRIMARY KEY (a, b));
-INSERT INTO public.keys_composite SELECT g % 50, 'k' || g, md5(g::text) FROM generate_series(1, 5000) g;
-
-CREATE TABLE public.gaps (id bigint PRIMARY KEY, v text);
-INSERT INTO public.gaps SELECT g, 'low' FROM generate_series(1, 1000) g;
-INSERT INTO public.gaps SELECT 1000000000000 + g, 'mid' FROM generate_series(1, 1000) g;
-INSERT INTO public.gaps VALUES (9223372036854775806, 'top'), (-9223372036854775808, 'bottom');
-
-CREATE TABLE public.empty_table (id int PRIMARY KEY, v text);
-CREATE TABLE public.one_row (id int PRIMARY KEY, v text);
-INSERT INTO public.one_row VALUES (42, 'only');
-
-CREATE SCHEMA app;
-CREATE TABLE app."Order Lines" ("Line Id" bigserial PRIMARY KEY, qty int CHECK (qty > 0), total numeric GENERATED ALWAYS AS (qty * 2) STORED);
-INSERT INTO app."Order Lines" (qty) SELECT g FROM generate_series(1, 700) g;
-CREATE TABLE app.with_identity (id int GENERATED ALWAYS AS IDENTITY PRIMARY KEY, ref bigint REFERENCES app."Order Lines" ("Line Id"), label text UNIQUE);
-INSERT INTO app.with_identity (ref, label) SELECT g, 'label ' || g FROM generate_series(1, 600) g;
-CREATE INDEX with_identity_lower ON app.with_identity (lower(label)) WHERE ref > 10;
-SELECT setval('app."Order Lines_Line Id_seq"', 5000);
-ANALYZE;
-`;
-
-const TABLES: [string, string][] = [
-  ['public.all_types', 'id'],
-  ['public.enum_arrays', 'id'],
-  ['public.keys_uuid', 'id'],
-  ['public.keys_text', 'id'],
-  ['public.keys_composite', 'a, b'],
-  ['public.gaps', 'id'],
-  ['public.empty_table', 'id'],
-  ['public.one_row', 'id'],
-  ['app."Order Lines"', '"Line Id"'],
-  ['app.with_identity', 'id'],
-];
+import { ALL_TYPES_SPEC_TABLES, ALL_TYPES_SQL as SOURCE_SCHEMA, ALL_TYPES_TABLES as TABLES } from '../fixtures/all-types';
 
 describe('a full-load migration', () => {
   let sourceBefore: string[];
@@ -96,18 +26,7 @@ describe('a full-load migration', () => {
       target: 'v2',
       batchRows: 500,
       parallelism: { tables: 3, chunks: 3 },
-      tables: [
-        { name: 'public.all_types', chunks: 4 },
-        'public.enum_arrays',
-        { name: 'public.keys_uuid', chunks: 3 },
-        { name: 'public.keys_text', chunks: 3 },
-        { name: 'public.keys_composite', chunks: 3 },
-        { name: 'public.gaps', chunks: 4 },
-        'public.empty_table',
-        { name: 'public.one_row', chunks: 2 },
-        'app."Order Lines"',
-        'app.with_identity',
-      ],
+      tables: ALL_TYPES_SPEC_TABLES,
     };
     const plan = await suite.stack.ferry.preflight(spec, 'full-load-plan');
     const format = (name: string) => plan.tables.find((t) => `${t.source.schema}.${t.source.name}` === name)?.copyFormat;

@@ -14,6 +14,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { Client } from 'pg';
 import { LogicalReplicationService, PgoutputPlugin } from 'pg-logical-replication';
 import { asStreamFailure } from '../../activities/stream-changes';
+import { ALL_TYPES_SPEC_TABLES, ALL_TYPES_SQL, ALL_TYPES_TABLES } from '../fixtures/all-types';
 import { accounts, items, seedSql, stamps } from '../fixtures/seeds';
 import { objectInventory, rowsAsText } from '../helpers/databases';
 import { ServerMajor, startPrivateCluster } from '../helpers/private-cluster';
@@ -54,8 +55,8 @@ describe('moves between PostgreSQL major versions', () => {
   const suite = stackSuite({
     name: 'versions',
     // sNN: a source on PostgreSQL NN, seeded; tNN…: an empty target on NN. s15 and t15old are on the shared server.
-    databases: { s12: SEED, s13: SEED, s13t: SEED, s15: SEED, t17: '', t17b: '', t18: '', t16: '', s17: SEED, t13: '' },
-    serversByRole: { s12: pg12, s13: pg13, s13t: pg13, t17: pg17, t17b: pg17, s17: pg17, t18: pg18, t16: pg16, t13: pg13 },
+    databases: { s12: SEED, s13: SEED, s13t: SEED, s15: SEED, t17: '', t17b: '', t18: '', t16: '', s17: SEED, t13: '', s12types: ALL_TYPES_SQL, t18types: '' },
+    serversByRole: { s12: pg12, s13: pg13, s13t: pg13, t17: pg17, t17b: pg17, s17: pg17, t18: pg18, t16: pg16, t13: pg13, s12types: pg12, t18types: pg18 },
   });
 
   /** An online move from `source` to `target` under three writers, approved once they made a hundred writes; checked to the row. */
@@ -120,6 +121,18 @@ describe('moves between PostgreSQL major versions', () => {
     expect(result.state).toBe('SUCCEEDED');
     for (const [table, key] of TABLES) {
       expect(await rowsAsText(suite.dbs, 't16', table, key)).toEqual(await rowsAsText(suite.dbs, 's15', table, key));
+    }
+    await expectCleanRun(suite.stack.ferry, result);
+  }, 300_000);
+
+  it('12 → 18: the awkward-types corpus in full mode, validated by checksums computed on each server, equal row for row', async () => {
+    const spec = { source: 's12types', target: 't18types', mode: 'full', validation: 'checksum', batchRows: 500, tables: ALL_TYPES_SPEC_TABLES };
+    const { id } = await suite.stack.ferry.start(spec, { id: 'v12to18-types' });
+    const result = await resultWithin(suite.stack.ferry, id, 120_000);
+    expect(result.error).toBeNull();
+    expect(result.state).toBe('SUCCEEDED');
+    for (const [table, key] of ALL_TYPES_TABLES) {
+      expect(await rowsAsText(suite.dbs, 't18types', table, key)).toEqual(await rowsAsText(suite.dbs, 's12types', table, key));
     }
     await expectCleanRun(suite.stack.ferry, result);
   }, 300_000);
