@@ -55,8 +55,8 @@ describe('moves between PostgreSQL major versions', () => {
   const suite = stackSuite({
     name: 'versions',
     // sNN: a source on PostgreSQL NN, seeded; tNN…: an empty target on NN. s15 and t15old are on the shared server.
-    databases: { s12: SEED, s13: SEED, s13t: SEED, s15: SEED, t17: '', t17b: '', t18: '', t16: '', s17: SEED, t13: '', s12types: ALL_TYPES_SQL, t18types: '' },
-    serversByRole: { s12: pg12, s13: pg13, s13t: pg13, t17: pg17, t17b: pg17, s17: pg17, t18: pg18, t16: pg16, t13: pg13, s12types: pg12, t18types: pg18 },
+    databases: { s12: SEED, s13: SEED, s13t: SEED, s15: SEED, t17: '', t17b: '', t18: '', t16: '', s17: SEED, t13: '', s12types: ALL_TYPES_SQL, t18types: '', c12: SEED, c18: SEED },
+    serversByRole: { s12: pg12, s13: pg13, s13t: pg13, t17: pg17, t17b: pg17, s17: pg17, t18: pg18, t16: pg16, t13: pg13, s12types: pg12, t18types: pg18, c12: pg12, c18: pg18 },
   });
 
   /** An online move from `source` to `target` under three writers, approved once they made a hundred writes; checked to the row. */
@@ -135,6 +135,31 @@ describe('moves between PostgreSQL major versions', () => {
       expect(await rowsAsText(suite.dbs, 't18types', table, key)).toEqual(await rowsAsText(suite.dbs, 's12types', table, key));
     }
     await expectCleanRun(suite.stack.ferry, result);
+  }, 300_000);
+
+  it.each(['c12', 'c18'])('runs a change plan on %s: a column added, backfilled, indexed concurrently and set NOT NULL', async (database) => {
+    const { id } = await suite.stack.ferry.startChange({
+      kind: 'change',
+      id: `change-${database}`,
+      database,
+      steps: [
+        { sql: 'ALTER TABLE public.accounts ADD COLUMN memo text', down: 'ALTER TABLE public.accounts DROP COLUMN memo' },
+        { backfill: { table: 'public.accounts', set: { memo: "'n/a'" }, where: 'memo IS NULL', batchRows: 2000, until: 'all' } },
+        { index: { table: 'public.accounts', name: 'accounts_memo_idx', columns: ['memo'] } },
+        { sql: 'ALTER TABLE public.accounts ALTER COLUMN memo SET NOT NULL' },
+      ],
+    });
+    const result = await suite.stack.ferry.changeResult(id);
+    expect(result.error).toBeNull();
+    expect(result.state).toBe('SUCCEEDED');
+    expect(result.rowsBackfilled).toBe(20000);
+    const [row] = await suite.dbs.query<{ filled: number; valid: boolean; notnull: boolean }>(
+      database,
+      `SELECT (SELECT count(*)::int FROM public.accounts WHERE memo = 'n/a') AS filled,
+              (SELECT indisvalid FROM pg_index WHERE indexrelid = 'public.accounts_memo_idx'::regclass) AS valid,
+              (SELECT attnotnull FROM pg_attribute WHERE attrelid = 'public.accounts'::regclass AND attname = 'memo') AS notnull`,
+    );
+    expect(row).toEqual({ filled: 20000, valid: true, notnull: true });
   }, 300_000);
 
   it('refuses a target older than its source with exit 2, naming both versions and the field, and changes nothing', async () => {
