@@ -19,6 +19,7 @@ import { watch } from '../view/watch';
 import { formatResult } from '../view/format';
 import { temporalConfig } from '../config';
 import { startEmbeddedPostgres } from './embedded-postgres';
+import { startPrivateCluster } from './pg-cluster';
 import { silentLogger } from '../logger';
 import { connectionEnvVar } from '../core/names';
 import { databaseUrl, DEFAULT_TEST_PG, ensurePostgres, runSql } from './postgres';
@@ -34,7 +35,12 @@ export interface DemoOptions {
   pg?: string;
   /** Use embedded PostgreSQL even when a server answers. */
   embeddedPg?: boolean;
+  /** A major-version upgrade: the source on PostgreSQL 13, the target on 17, each a private cluster of npm's server builds. */
+  upgrade?: boolean;
 }
+
+/** The versions `--upgrade` moves between: a source near its end of life, a current target. */
+export const UPGRADE = { from: 13, to: 17 } as const;
 
 const HOOK_SECRET_VAR = 'FERRY_SECRET_DEMO_HOOK';
 
@@ -106,6 +112,7 @@ async function databasesOn(admin: string, kind: string, tag: string): Promise<De
  * default URL), started when installed but stopped; else embedded PostgreSQL.
  */
 async function databases(options: DemoOptions, tag: string): Promise<DemoDatabases> {
+  if (options.upgrade) return upgradeDatabases(tag);
   if (!options.embeddedPg) {
     const admin = options.pg ?? process.env.FERRY_TEST_PG ?? DEFAULT_TEST_PG;
     try {
@@ -122,6 +129,39 @@ async function databases(options: DemoOptions, tag: string): Promise<DemoDatabas
     return { ...dbs, cleanup: () => embedded.stop() };
   } catch (err) {
     await embedded.stop();
+    throw err;
+  }
+}
+
+/**
+ * `--upgrade`: two private clusters started at once from npm's real server builds, the source
+ * on PostgreSQL UPGRADE.from (wal_level=logical, so the capture is logical) and the target on
+ * UPGRADE.to; both deleted afterwards.
+ */
+async function upgradeDatabases(tag: string): Promise<DemoDatabases> {
+  say(`PostgreSQL: starting ${UPGRADE.from} (the source) and ${UPGRADE.to} (the target), each a private cluster of npm's server builds…`);
+  const started = await Promise.allSettled([
+    startPrivateCluster({ wal_level: 'logical', max_replication_slots: '10' }, 'ferry-demo-pg-', UPGRADE.from),
+    startPrivateCluster({}, 'ferry-demo-pg-', UPGRADE.to),
+  ]);
+  const clusters = started.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
+  const stop = () => Promise.all(clusters.map((c) => c.stop())).then(() => undefined);
+  try {
+    const failed = started.find((s): s is PromiseRejectedResult => s.status === 'rejected');
+    if (failed) throw failed.reason;
+    const [from, to] = clusters;
+    const name = (kind: string) => `ferry_demo_${kind}_${tag}`;
+    await sql(from.url, `CREATE DATABASE ${name('source')}`);
+    await sql(to.url, `CREATE DATABASE ${name('target')}`);
+    const versions = await Promise.all(clusters.map(async (c) => (await sql(c.url, 'SHOW server_version'))[0].server_version as string));
+    return {
+      kind: `embedded PostgreSQL ${versions[0]} at ${new URL(from.url).host} → PostgreSQL ${versions[1]} at ${new URL(to.url).host} (a major-version upgrade; both removed afterwards)`,
+      source: databaseUrl(from.url, name('source')),
+      target: databaseUrl(to.url, name('target')),
+      cleanup: stop,
+    };
+  } catch (err) {
+    await stop();
     throw err;
   }
 }

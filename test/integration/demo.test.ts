@@ -4,7 +4,7 @@
  * `--keep`, so that before it cleans up this test compares the demo's source and target tables
  * itself, row for row with SQL; then Ctrl-C (SIGINT) must end it with exit 0 and remove its
  * databases. Once on the local PostgreSQL, once with no server reachable, where it falls back
- * to embedded PostgreSQL.
+ * to embedded PostgreSQL, and once as a major-version upgrade (`--upgrade`: PostgreSQL 13 to 17).
  *
  * It spawns `bin/ferry.js demo` (the compiled CLI global setup built) rather than
  * `scripts/run.js`: the demo is the same, and run.js's install step is not what this tests.
@@ -154,6 +154,26 @@ describe('the demo (npm run demo, ferry demo)', () => {
       run.child.kill('SIGKILL');
     }
   }, 240_000);
+
+  it('--upgrade: moves the shop from PostgreSQL 13 to 17 (npm\'s server builds) online under the writer, and removes both servers afterwards', async () => {
+    const clusterDirs = () => readdirSync(tmpdir()).filter((f) => f.startsWith('ferry-demo-pg-'));
+    const before = clusterDirs();
+    const run = demo(['--keep', '--upgrade']);
+    try {
+      await runKept(run);
+      expect(run.output()).toMatch(/Databases: embedded PostgreSQL 13\.\d+ at 127\.0\.0\.1:\d+ → PostgreSQL 17\.\d+ at 127\.0\.0\.1:\d+ \(a major-version upgrade/);
+      expect(clusterDirs()).toEqual(before);
+    } finally {
+      run.child.kill('SIGKILL');
+    }
+  }, 240_000);
+
+  it('refuses --upgrade with a server of its own (--pg, --embedded-pg) with exit 2, starting nothing', async () => {
+    const run = demo(['--upgrade', '--embedded-pg']);
+    expect(await run.exited).toBe(2);
+    expect(run.output()).toContain('--upgrade starts its own PostgreSQL 13 and 17: leave out --pg and --embedded-pg, or --upgrade');
+    expect(run.output()).not.toMatch(/Temporal|starting/);
+  });
 
   it('refuses a server named with --pg that does not answer, instead of falling back', async () => {
     const run = demo(['--pg', `postgres://postgres@127.0.0.1:${await freePort()}/postgres`]);
