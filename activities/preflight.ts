@@ -38,7 +38,32 @@ const SERVER_IDENTITY_SQL = `
 SELECT pg_catalog.pg_postmaster_start_time()::text || '/' ||
        (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())::text AS identity,
        pg_catalog.pg_is_in_recovery() AS in_recovery,
-       current_setting('server_version') AS version`;
+       current_setting('server_version') AS version,
+       current_setting('server_version_num')::int AS version_num`;
+
+/** The oldest PostgreSQL major version Ferry moves from or to (tested with real builds of 12 to 18). */
+const OLDEST_MAJOR = 12;
+
+/**
+ * Ferry moves to the same major version or a newer one, from 12 on: a newer source's catalog,
+ * types and settings an older target may not have (the opposite of an upgrade), and nothing
+ * older than 12 is tested. Refused at the field to change.
+ */
+function assertVersions(source: { version: string; version_num: number }, target: { version: string; version_num: number }): void {
+  const [from, to] = [Math.floor(source.version_num / 10000), Math.floor(target.version_num / 10000)];
+  if (from < OLDEST_MAJOR) {
+    throw atField(refusal(FAILURE.IncompatibleTarget, `the source runs PostgreSQL ${source.version}; Ferry moves from PostgreSQL ${OLDEST_MAJOR} or newer`), 'source');
+  }
+  if (to < from) {
+    throw atField(
+      refusal(
+        FAILURE.IncompatibleTarget,
+        `the target runs PostgreSQL ${target.version}, older than the source's ${source.version}: Ferry moves to the same major version or a newer one; point target at a PostgreSQL ${from} or newer server`,
+      ),
+      'target',
+    );
+  }
+}
 
 /**
  * The refusal with the spec field it is about in front (`target: …`, `tables[37]: …`), as the
@@ -75,6 +100,7 @@ export function createPreflight({ connections }: ActivityDeps) {
 
 async function planMigration(source: PoolClient, target: PoolClient, spec: Spec): Promise<MigrationPlan> {
   const [src, tgt] = await Promise.all([source.query(SERVER_IDENTITY_SQL), target.query(SERVER_IDENTITY_SQL)]);
+  assertVersions(src.rows[0], tgt.rows[0]);
   const sameDatabase = src.rows[0].identity === tgt.rows[0].identity;
   if (spec.mode === 'online' && src.rows[0].in_recovery) {
     throw refusal(
