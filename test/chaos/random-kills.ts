@@ -32,7 +32,7 @@ import { objectInventory } from '../helpers/databases';
 import { copiedAndApplied, repairsFound } from '../helpers/repairs';
 import { awaitRetry, HeldLock, Killed, lastAttempt, Retry } from '../helpers/kills';
 import { diagnose, eventually, resultWithin, RunningProcessWorker, TEST_TIMINGS } from '../helpers/stack';
-import { stackSuite } from '../helpers/suite';
+import { stackSuite, SuiteServer } from '../helpers/suite';
 import { startWriters } from '../helpers/writers';
 
 type Mode = 'full' | 'online';
@@ -46,8 +46,11 @@ interface Lane {
 /**
  * The suite, `defaultTrials` per mode unless FERRY_CHAOS_TRIALS says otherwise: the fast tier
  * (test/chaos/random-kills.test.ts) runs one, the soak tier (test/soak/random-kills.test.ts) six.
+ * `server` puts its databases on a server of the suite's own (the soak tier's: its eight worker
+ * processes, beside the tier's other suite on the shared server, took that past
+ * max_connections — "sorry, too many clients already").
  */
-export function randomKillsSuite(defaultTrials: number): void {
+export function randomKillsSuite(defaultTrials: number, server?: () => Promise<SuiteServer>): void {
   // One per mode in `npm test` (every activity of a menu over successive runs), six in the soak
   // tier (every activity of both menus is hit once or more in each run); FERRY_CHAOS_TRIALS=50
   // for a longer run.
@@ -175,6 +178,7 @@ export function randomKillsSuite(defaultTrials: number): void {
       name: 'rkill',
       databases,
       connections,
+      ...(server ? { server } : {}),
       workers: 0,
       setUpTimeoutMs: 120_000,
       ready: async ({ stack }) => {

@@ -21,7 +21,7 @@ import { ServerMajor, startPrivateCluster } from '../helpers/private-cluster';
 import { expectCleanRun } from '../helpers/repairs';
 import { eventually, resultWithin, waitForPhase } from '../helpers/stack';
 import { stackSuite } from '../helpers/suite';
-import { startWriters } from '../helpers/writers';
+import { runWriters, startWriters } from '../helpers/writers';
 
 const TABLES: [string, string][] = [
   ['public.accounts', 'id'],
@@ -35,6 +35,18 @@ function cluster(major: ServerMajor, logical = false) {
   let started: ReturnType<typeof startPrivateCluster> | undefined;
   return () => (started ??= startPrivateCluster(logical ? { wal_level: 'logical', max_replication_slots: '10' } : {}, `ferry-pg${major}-`, major));
 }
+/** A schema's other objects besides its table: an enum, a function, a view over it, a trigger; an owned sequence past the rows. */
+const OBJECTS = `
+CREATE SCHEMA app;
+CREATE TYPE app.plan AS ENUM ('free', 'pro', 'it''s complicated');
+CREATE TABLE app.accounts (id bigserial PRIMARY KEY, name text NOT NULL, plan app.plan NOT NULL DEFAULT 'free');
+CREATE FUNCTION app.shout(t text) RETURNS text LANGUAGE sql IMMUTABLE AS $$ SELECT upper(t) || '!' $$;
+CREATE VIEW app.loud AS SELECT id, app.shout(name) AS name, plan FROM app.accounts;
+CREATE FUNCTION app.trimmed() RETURNS trigger LANGUAGE plpgsql AS $f$ BEGIN NEW.name := btrim(NEW.name); RETURN NEW; END $f$;
+CREATE TRIGGER trimmed BEFORE INSERT OR UPDATE ON app.accounts FOR EACH ROW EXECUTE FUNCTION app.trimmed();
+INSERT INTO app.accounts (name, plan) SELECT ' n' || g || ' ', (ARRAY['free', 'pro', 'it''s complicated'])[1 + g % 3]::app.plan FROM generate_series(1, 500) g;
+ANALYZE;`;
+
 const pg12 = cluster(12, true);
 const pg13 = cluster(13, true);
 const pg16 = cluster(16);
@@ -55,8 +67,8 @@ describe('moves between PostgreSQL major versions', () => {
   const suite = stackSuite({
     name: 'versions',
     // sNN: a source on PostgreSQL NN, seeded; tNN…: an empty target on NN. s15 and t15old are on the shared server.
-    databases: { s12: SEED, s13: SEED, s13t: SEED, s15: SEED, t17: '', t17b: '', t18: '', t16: '', s17: SEED, t13: '', s12types: ALL_TYPES_SQL, t18types: '', c12: SEED, c18: SEED },
-    serversByRole: { s12: pg12, s13: pg13, s13t: pg13, t17: pg17, t17b: pg17, s17: pg17, t18: pg18, t16: pg16, t13: pg13, s12types: pg12, t18types: pg18, c12: pg12, c18: pg18 },
+    databases: { s12: SEED, s13: SEED, s13t: SEED, s15: SEED, t17: '', t17b: '', t18: '', t16: '', s17: SEED, t13: '', s12types: ALL_TYPES_SQL, t18types: '', c12: SEED, c18: SEED, s13obj: OBJECTS, t17obj: '', s13types: ALL_TYPES_SQL, t18types2: '' },
+    serversByRole: { s12: pg12, s13: pg13, s13t: pg13, t17: pg17, t17b: pg17, s17: pg17, t18: pg18, t16: pg16, t13: pg13, s12types: pg12, t18types: pg18, c12: pg12, c18: pg18, s13obj: pg13, t17obj: pg17, s13types: pg13, t18types2: pg18 },
   });
 
   /** An online move from `source` to `target` under three writers, approved once they made a hundred writes; checked to the row. */
@@ -134,6 +146,82 @@ describe('moves between PostgreSQL major versions', () => {
     for (const [table, key] of ALL_TYPES_TABLES) {
       expect(await rowsAsText(suite.dbs, 't18types', table, key)).toEqual(await rowsAsText(suite.dbs, 's12types', table, key));
     }
+    await expectCleanRun(suite.stack.ferry, result);
+  }, 300_000);
+
+  it("13 → 18: the awkward-types corpus online with logical capture, under writers of awkward values, re-checked at the cutover by each server's hashes", async () => {
+    const spec = {
+      source: 's13types',
+      target: 't18types2',
+      mode: 'online',
+      capture: 'logical',
+      batchRows: 500,
+      tables: ALL_TYPES_SPEC_TABLES,
+      cutover: { approval: 'manual', approvalTimeout: '5m', afterwards: 'unfreeze' },
+    };
+    const { id } = await suite.stack.ferry.start(spec, { id: 'v13to18-types' });
+    // Values whose text a version could print otherwise: floats (shortest exact from 12 on), -0,
+    // NaN, intervals of mixed signs, jsonb numbers and nesting, far timestamps, arrays with NULLs.
+    const writers = await runWriters(suite.dbs.url('s13types'), 2, ({ client, nextId }) => {
+      const seeded = () => 1001 + Math.floor(Math.random() * 4000);
+      return [
+        {
+          kind: 'update',
+          run: () =>
+            client.query(
+              `UPDATE public.all_types SET d = d * 1.1 + random(), r = random()::real, iv = iv + interval '-1 day 02:03:04.5', jb = jb || jsonb_build_object('w', random(), 'e', 1e-7, 'n', '[1.0, null]'::jsonb),
+                      tz = tz + interval '1.000001 second', ia = ia || NULL::int WHERE id = $1`,
+              [seeded()],
+            ),
+        },
+        {
+          kind: 'insert',
+          run: () =>
+            client.query(
+              `INSERT INTO public.all_types (id, r, d, n, iv, jb, ts, tz, ta) VALUES ($1, 'NaN', '-0', 'NaN', '-178000000 years 3 mons', '{"a": 1e300, "b": -0.0}', '294276-12-31 23:59:59.999999', '-infinity', '{NULL,"x,y"}')`,
+              [nextId()],
+            ),
+        },
+        { kind: 'delete', run: () => client.query('DELETE FROM public.all_types WHERE id = $1', [seeded()]) },
+      ];
+    });
+    let result;
+    try {
+      await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL', 120_000);
+      await eventually(async () => writers.stats.operations > 100, 30_000);
+      await suite.stack.ferry.approve(id);
+      result = await resultWithin(suite.stack.ferry, id, 120_000);
+    } finally {
+      await writers.stop();
+    }
+    expect(result.error).toBeNull();
+    expect(result.state).toBe('SUCCEEDED');
+    expect(writers.stats.otherErrors).toEqual([]);
+    expect(writers.stats.byKind.update).toBeGreaterThan(10);
+    expect(writers.stats.byKind.insert).toBeGreaterThan(10);
+    for (const [table, key] of ALL_TYPES_TABLES) {
+      expect(await rowsAsText(suite.dbs, 't18types2', table, key)).toEqual(await rowsAsText(suite.dbs, 's13types', table, key));
+    }
+    await expectCleanRun(suite.stack.ferry, result);
+  }, 300_000);
+
+  it("13 → 17 with objects: all: the schema's enum, function, view and trigger from PostgreSQL 15's pg_dump, working on 17", async () => {
+    const spec = { source: 's13obj', target: 't17obj', mode: 'full', tables: ['app.*'], objects: 'all' };
+    const { id } = await suite.stack.ferry.start(spec, { id: 'v13to17-objects' });
+    const result = await resultWithin(suite.stack.ferry, id, 120_000);
+    expect(result.error).toBeNull();
+    expect(result.state).toBe('SUCCEEDED');
+    const read = (role: string) =>
+      suite.dbs.query(
+        role,
+        `SELECT (SELECT string_agg(format('%s|%s|%s', id, name, plan), ',' ORDER BY id) FROM app.loud) AS view,
+                (SELECT array_agg(enumlabel ORDER BY enumsortorder)::text FROM pg_enum WHERE enumtypid = 'app.plan'::regtype) AS labels`,
+      );
+    expect(await read('t17obj')).toEqual(await read('s13obj'));
+    // The trigger fires on the target's own writes, and the sequence is past every id used.
+    const [inserted] = await suite.dbs.query<{ id: string; name: string }>('t17obj', `INSERT INTO app.accounts (name) VALUES ('  spaced  ') RETURNING id, name`);
+    expect(inserted).toEqual({ id: expect.any(String), name: 'spaced' });
+    expect(Number(inserted.id)).toBeGreaterThan(500);
     await expectCleanRun(suite.stack.ferry, result);
   }, 300_000);
 
