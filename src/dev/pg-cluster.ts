@@ -18,7 +18,7 @@ const run = promisify(execFile);
 const BIN = process.env.FERRY_PG_BIN ?? '/usr/lib/postgresql/15/bin';
 
 /** PostgreSQL majors whose server builds the project installs from npm (package.json: pg-server-<major>). */
-export const SERVER_MAJORS = [12, 13, 16, 17, 18] as const;
+export const SERVER_MAJORS = [12, 13, 14, 16, 17, 18] as const;
 export type ServerMajor = (typeof SERVER_MAJORS)[number];
 
 /**

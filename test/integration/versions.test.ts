@@ -16,12 +16,13 @@ import { LogicalReplicationService, PgoutputPlugin } from 'pg-logical-replicatio
 import { asStreamFailure } from '../../activities/stream-changes';
 import { ALL_TYPES_SPEC_TABLES, ALL_TYPES_SQL, ALL_TYPES_TABLES } from '../fixtures/all-types';
 import { accounts, items, seedSql, stamps } from '../fixtures/seeds';
-import { objectInventory, rowsAsText } from '../helpers/databases';
+import { objectInventory, rowMultiset, rowsAsText } from '../helpers/databases';
 import { ServerMajor, startPrivateCluster } from '../helpers/private-cluster';
 import { expectCleanRun } from '../helpers/repairs';
 import { eventually, resultWithin, waitForPhase } from '../helpers/stack';
 import { stackSuite } from '../helpers/suite';
-import { runWriters, startWriters } from '../helpers/writers';
+import { eventsSchema, startPartitionWriters } from '../helpers/partition-writers';
+import { approveUnderWriters, expectStoppedByFreeze, runWriters, startWriters } from '../helpers/writers';
 
 const TABLES: [string, string][] = [
   ['public.accounts', 'id'],
@@ -47,8 +48,15 @@ CREATE TRIGGER trimmed BEFORE INSERT OR UPDATE ON app.accounts FOR EACH ROW EXEC
 INSERT INTO app.accounts (name, plan) SELECT ' n' || g || ' ', (ARRAY['free', 'pro', 'it''s complicated'])[1 + g % 3]::app.plan FROM generate_series(1, 500) g;
 ANALYZE;`;
 
+/** A table without a key, rows repeated: a multiset. */
+const LOOSE = `
+CREATE TABLE public.loose (a int, b text, at timestamptz);
+INSERT INTO public.loose SELECT g % 700, 'row ' || (g % 300), '2026-01-01'::timestamptz + (g % 50) * interval '1 hour' FROM generate_series(1, 6000) g;
+ANALYZE;`;
+
 const pg12 = cluster(12, true);
 const pg13 = cluster(13, true);
+const pg14 = cluster(14, true);
 const pg16 = cluster(16);
 const pg17 = cluster(17);
 const pg18 = cluster(18);
@@ -67,8 +75,8 @@ describe('moves between PostgreSQL major versions', () => {
   const suite = stackSuite({
     name: 'versions',
     // sNN: a source on PostgreSQL NN, seeded; tNN…: an empty target on NN. s15 and t15old are on the shared server.
-    databases: { s12: SEED, s13: SEED, s13t: SEED, s15: SEED, t17: '', t17b: '', t18: '', t16: '', s17: SEED, t13: '', s12types: ALL_TYPES_SQL, t18types: '', c12: SEED, c18: SEED, s13obj: OBJECTS, t17obj: '', s13types: ALL_TYPES_SQL, t18types2: '' },
-    serversByRole: { s12: pg12, s13: pg13, s13t: pg13, t17: pg17, t17b: pg17, s17: pg17, t18: pg18, t16: pg16, t13: pg13, s12types: pg12, t18types: pg18, c12: pg12, c18: pg18, s13obj: pg13, t17obj: pg17, s13types: pg13, t18types2: pg18 },
+    databases: { s12: SEED, s13: SEED, s13t: SEED, s15: SEED, t17: '', t17b: '', t18: '', t16: '', s17: SEED, t13: '', s12types: ALL_TYPES_SQL, t18types: '', c12: SEED, c18: SEED, s13obj: OBJECTS, t17obj: '', s13types: ALL_TYPES_SQL, t18types2: '', s12part: eventsSchema(4000), t17part: '', s14: SEED, t16b: '', s13k: LOOSE, t17k: '' },
+    serversByRole: { s12: pg12, s13: pg13, s13t: pg13, t17: pg17, t17b: pg17, s17: pg17, t18: pg18, t16: pg16, t13: pg13, s12types: pg12, t18types: pg18, c12: pg12, c18: pg18, s13obj: pg13, t17obj: pg17, s13types: pg13, t18types2: pg18, s12part: pg12, t17part: pg17, s14: pg14, t16b: pg16, s13k: pg13, t17k: pg17 },
   });
 
   /** An online move from `source` to `target` under three writers, approved once they made a hundred writes; checked to the row. */
@@ -107,8 +115,8 @@ describe('moves between PostgreSQL major versions', () => {
   }
 
   it('runs each role on the version it names', async () => {
-    const majors = Object.fromEntries(await Promise.all(['s12', 's13', 's15', 't16', 't17', 't18'].map(async (role) => [role, await majorOf(suite.dbs.url(role))])));
-    expect(majors).toEqual({ s12: 12, s13: 13, s15: 15, t16: 16, t17: 17, t18: 18 });
+    const majors = Object.fromEntries(await Promise.all(['s12', 's13', 's14', 's15', 't16', 't17', 't18'].map(async (role) => [role, await majorOf(suite.dbs.url(role))])));
+    expect(majors).toEqual({ s12: 12, s13: 13, s14: 14, s15: 15, t16: 16, t17: 17, t18: 18 });
   });
 
   it('13 → 17 online with logical capture: keeps up with live writers through a PostgreSQL 13 slot and cuts over with every row equal', async () => {
@@ -119,6 +127,48 @@ describe('moves between PostgreSQL major versions', () => {
   it('12 → 17 online with logical capture, under writers', async () => {
     await onlineUnderWriters('v12to17-logical', 's12', 't17b', 'logical');
     expect(await suite.dbs.query('s12', 'SELECT slot_name FROM pg_replication_slots')).toEqual([]);
+  }, 300_000);
+
+  it('12 → 17 online with trigger capture of a partitioned table, under writers through the parent and the partitions', async () => {
+    const spec = {
+      source: 's12part',
+      target: 't17part',
+      mode: 'online',
+      capture: 'trigger',
+      batchRows: 1000,
+      tables: [{ name: 'public.events', chunks: 3 }],
+      cutover: { approval: 'manual', approvalTimeout: '5m' },
+    };
+    const { id } = await suite.stack.ferry.start(spec, { id: 'v12to17-partitioned' });
+    const writers = await startPartitionWriters(suite.dbs.url('s12part'), 3, 4000);
+    const result = await approveUnderWriters(suite.stack.ferry, id, writers, 9, 120_000);
+    expect(result.error).toBeNull();
+    expect(result.state).toBe('SUCCEEDED');
+    expectStoppedByFreeze(writers.stats);
+    // Every row in the same partition on both sides.
+    const rows = (role: string) => suite.dbs.query(role, `SELECT tableoid::regclass::text AS part, e::text AS row FROM public.events e ORDER BY id, day`);
+    expect(await rows('t17part')).toEqual(await rows('s12part'));
+    await expectCleanRun(suite.stack.ferry, result);
+    // Frozen on 12 too: a partition refuses a write.
+    await expect(suite.dbs.exec('s12part', `INSERT INTO public.events_p1 (id, day) VALUES (99000001, 150)`)).rejects.toThrow(/frozen: Ferry migration v12to17-partitioned/);
+  }, 300_000);
+
+  it('14 → 16 online with logical capture (logical messages from 14 on), under writers', async () => {
+    await onlineUnderWriters('v14to16-logical', 's14', 't16b', 'logical');
+    expect(await suite.dbs.query('s14', 'SELECT slot_name FROM pg_replication_slots')).toEqual([]);
+  }, 300_000);
+
+  it('13 → 17 in full mode: a table without a key (one chunk before TID range scans), every row counted once', async () => {
+    const spec = { source: 's13k', target: 't17k', mode: 'full', validation: 'checksum', tables: ['public.loose'] };
+    const plan = await suite.stack.ferry.preflight(spec, 'v13to17-keyless-plan');
+    expect(plan.tables[0].chunks).toHaveLength(1);
+    const { id } = await suite.stack.ferry.start(spec, { id: 'v13to17-keyless' });
+    const result = await resultWithin(suite.stack.ferry, id, 120_000);
+    expect(result.error).toBeNull();
+    expect(result.state).toBe('SUCCEEDED');
+    expect(await rowMultiset(suite.dbs, 't17k', 'public.loose')).toEqual(await rowMultiset(suite.dbs, 's13k', 'public.loose'));
+    expect((await rowMultiset(suite.dbs, 't17k', 'public.loose')).rows).toBe(6000);
+    await expectCleanRun(suite.stack.ferry, result);
   }, 300_000);
 
   it('13 → 18 online with trigger capture, under writers', async () => {
