@@ -20,7 +20,9 @@ import { objectInventory, rowMultiset, rowsAsText } from '../helpers/databases';
 import { ServerMajor, startPrivateCluster } from '../helpers/private-cluster';
 import { expectCleanRun } from '../helpers/repairs';
 import { eventually, resultWithin, waitForPhase } from '../helpers/stack';
+import { aroundActivities } from '../helpers/interceptors';
 import { stackSuite } from '../helpers/suite';
+import type { ValidateChunkInput } from '../../activities/validate-chunk';
 import { eventsSchema, startPartitionWriters } from '../helpers/partition-writers';
 import { approveUnderWriters, expectStoppedByFreeze, runWriters, startWriters } from '../helpers/writers';
 
@@ -72,11 +74,27 @@ async function majorOf(url: string): Promise<number> {
 }
 
 describe('moves between PostgreSQL major versions', () => {
+  let tampered = false;
+
   const suite = stackSuite({
     name: 'versions',
     // sNN: a source on PostgreSQL NN, seeded; tNN…: an empty target on NN. s15 and t15old are on the shared server.
-    databases: { s12: SEED, s13: SEED, s13t: SEED, s15: SEED, t17: '', t17b: '', t18: '', t16: '', s17: SEED, t13: '', s12types: ALL_TYPES_SQL, t18types: '', c12: SEED, c18: SEED, s13obj: OBJECTS, t17obj: '', s13types: ALL_TYPES_SQL, t18types2: '', s12part: eventsSchema(4000), t17part: '', s14: SEED, t16b: '', s13k: LOOSE, t17k: '' },
-    serversByRole: { s12: pg12, s13: pg13, s13t: pg13, t17: pg17, t17b: pg17, s17: pg17, t18: pg18, t16: pg16, t13: pg13, s12types: pg12, t18types: pg18, c12: pg12, c18: pg18, s13obj: pg13, t17obj: pg17, s13types: pg13, t18types2: pg18, s12part: pg12, t17part: pg17, s14: pg14, t16b: pg16, s13k: pg13, t17k: pg17 },
+    databases: { s12: SEED, s13: SEED, s13t: SEED, s15: SEED, t17: '', t17b: '', t18: '', t16: '', s17: SEED, t13: '', s12types: ALL_TYPES_SQL, t18types: '', c12: SEED, c18: SEED, s13obj: OBJECTS, t17obj: '', s13types: ALL_TYPES_SQL, t18types2: '', s12part: eventsSchema(4000), t17part: '', s14: SEED, t16b: '', s13k: LOOSE, t17k: '', s13r: SEED, t17r: '' },
+    serversByRole: { s12: pg12, s13: pg13, s13t: pg13, t17: pg17, t17b: pg17, s17: pg17, t18: pg18, t16: pg16, t13: pg13, s12types: pg12, t18types: pg18, c12: pg12, c18: pg18, s13obj: pg13, t17obj: pg17, s13types: pg13, t18types2: pg18, s12part: pg12, t17part: pg17, s14: pg14, t16b: pg16, s13k: pg13, t17k: pg17, s13r: pg13, t17r: pg17 },
+    // The repair case alters its target while its live validation runs.
+    workerOptions: () => ({
+      interceptors: aroundActivities({
+        validateChunk: {
+          before: async (input) => {
+            const live = (input as ValidateChunkInput).live;
+            if (live?.migrationId === 'v13to17-repair' && !tampered) {
+              tampered = true;
+              await suite.dbs.exec('t17r', `UPDATE public.accounts SET balance = -1 WHERE id = 1234; DELETE FROM public.accounts WHERE id = 77; INSERT INTO public.accounts VALUES (9999999, 0, 'intruder');`);
+            }
+          },
+        },
+      }),
+    }),
   });
 
   /** An online move from `source` to `target` under three writers, approved once they made a hundred writes; checked to the row. */
@@ -169,6 +187,20 @@ describe('moves between PostgreSQL major versions', () => {
     expect(await rowMultiset(suite.dbs, 't17k', 'public.loose')).toEqual(await rowMultiset(suite.dbs, 's13k', 'public.loose'));
     expect((await rowMultiset(suite.dbs, 't17k', 'public.loose')).rows).toBe(6000);
     await expectCleanRun(suite.stack.ferry, result);
+  }, 300_000);
+
+  it('13 → 17 online with logical capture: rows altered on the 17 target during live validation are found by the hashes of both servers and repaired', async () => {
+    const spec = { source: 's13r', target: 't17r', mode: 'online', capture: 'logical', tables: [{ name: 'public.accounts', chunks: 1 }], cutover: { approval: 'manual', approvalTimeout: '5m' } };
+    const { id } = await suite.stack.ferry.start(spec, { id: 'v13to17-repair' });
+    await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL', 120_000);
+    expect(tampered).toBe(true);
+    expect(await rowsAsText(suite.dbs, 't17r', 'public.accounts', 'id')).toEqual(await rowsAsText(suite.dbs, 's13r', 'public.accounts', 'id'));
+    await suite.stack.ferry.approve(id);
+    const result = await resultWithin(suite.stack.ferry, id, 120_000);
+    expect(result.state).toBe('SUCCEEDED');
+    // The three altered rows, each in a range of its own, and nothing else.
+    expect(result.events.find((e) => e.type === 'ValidationPassed')?.detail).toMatchObject({ live: true, repairedRanges: 3 });
+    expect(await rowsAsText(suite.dbs, 't17r', 'public.accounts', 'id')).toEqual(await rowsAsText(suite.dbs, 's13r', 'public.accounts', 'id'));
   }, 300_000);
 
   it('13 → 18 online with trigger capture, under writers', async () => {
