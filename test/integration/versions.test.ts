@@ -351,6 +351,20 @@ describe('moves between PostgreSQL major versions', () => {
     }
   });
 
+  it('refuses objects: all from a PostgreSQL 17 source in preflight while the workers have an older pg_dump (15 here), naming the fix', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'ferry-versions-'));
+    try {
+      const spec = join(dir, 'objects17.yaml');
+      writeFileSync(spec, 'source: s17\ntarget: t18types2\nmode: full\nobjects: all\ntables: [public.accounts]\n');
+      const validate = await suite.stack.runCli(['validate', spec, '--connect']);
+      expect(validate.code).toBe(2);
+      expect(validate.stderr).toContain('refused (DumpUnavailable)');
+      expect(validate.stderr).toContain('objects: all needs a pg_dump at least as new as the source (PostgreSQL 17); the workers have pg_dump 15: install the PostgreSQL 17 client tools on the workers');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it("classifies PostgreSQL 13's refusal of an option it lacks as one no retry heals, and a busy slot as one that may pass", async () => {
     const url = suite.dbs.url('s13');
     const db = new Client({ connectionString: url });
