@@ -85,8 +85,8 @@ describe('moves between PostgreSQL major versions', () => {
   const suite = stackSuite({
     name: 'versions',
     // sNN: a source on PostgreSQL NN, seeded; tNN…: an empty target on NN. s15 and t15old are on the shared server.
-    databases: { s12: SEED, s13: SEED, s13t: SEED, s15: SEED, t17: '', t17b: '', t18: '', t16: '', s17: SEED, t13: '', s12types: ALL_TYPES_SQL, t18types: '', c12: SEED, c18: SEED, s13obj: OBJECTS, t17obj: '', s13types: ALL_TYPES_SQL, t18types2: '', s12part: eventsSchema(4000), t17part: '', s14: SEED, t16b: '', s13k: LOOSE, t17k: '', s13r: SEED, t17r: '' },
-    serversByRole: { s12: pg12, s13: pg13, s13t: pg13, t17: pg17, t17b: pg17, s17: pg17, t18: pg18, t16: pg16, t13: pg13, s12types: pg12, t18types: pg18, c12: pg12, c18: pg18, s13obj: pg13, t17obj: pg17, s13types: pg13, t18types2: pg18, s12part: pg12, t17part: pg17, s14: pg14, t16b: pg16, s13k: pg13, t17k: pg17, s13r: pg13, t17r: pg17 },
+    databases: { s12: SEED, s13: SEED, s13t: SEED, s15: SEED, t17: '', t17b: '', t18: '', t16: '', s17: SEED, t13: '', s12types: ALL_TYPES_SQL, t18types: '', c12: SEED, c13: SEED, c14: SEED, c16: SEED, c17: SEED, c18: SEED, s13obj: OBJECTS, t17obj: '', s13types: ALL_TYPES_SQL, t18types2: '', s12part: eventsSchema(4000), t17part: '', s14: SEED, t16b: '', s13k: LOOSE, t17k: '', s13r: SEED, t17r: '' },
+    serversByRole: { s12: pg12, s13: pg13, s13t: pg13, t17: pg17, t17b: pg17, s17: pg17, t18: pg18, t16: pg16, t13: pg13, s12types: pg12, t18types: pg18, c12: pg12, c13: pg13, c14: pg14, c16: pg16, c17: pg17, c18: pg18, s13obj: pg13, t17obj: pg17, s13types: pg13, t18types2: pg18, s12part: pg12, t17part: pg17, s14: pg14, t16b: pg16, s13k: pg13, t17k: pg17, s13r: pg13, t17r: pg17 },
     // The repair case alters its target while its live validation runs.
     workerOptions: () => ({
       interceptors: aroundActivities({
@@ -278,7 +278,8 @@ describe('moves between PostgreSQL major versions', () => {
     await expectCleanRun(suite.stack.ferry, result);
   }, 300_000);
 
-  it.each(['c12', 'c18'])('runs a change plan on %s: a column added, backfilled, indexed concurrently and set NOT NULL', async (database) => {
+  it.each(['c12', 'c13', 'c14', 'c16', 'c17', 'c18'])('runs a change plan on %s: a column added, backfilled, indexed concurrently and set NOT NULL, a table rewritten', async (database) => {
+    const itemsBefore = await rowsAsText(suite.dbs, database, 'public.items', 'a, b');
     const { id } = await suite.stack.ferry.startChange({
       kind: 'change',
       id: `change-${database}`,
@@ -288,6 +289,7 @@ describe('moves between PostgreSQL major versions', () => {
         { backfill: { table: 'public.accounts', set: { memo: "'n/a'" }, where: 'memo IS NULL', batchRows: 2000, until: 'all' } },
         { index: { table: 'public.accounts', name: 'accounts_memo_idx', columns: ['memo'] } },
         { sql: 'ALTER TABLE public.accounts ALTER COLUMN memo SET NOT NULL' },
+        { rewrite: { table: 'public.items', alter: ['ALTER COLUMN v TYPE bigint'] } },
       ],
     });
     const result = await suite.stack.ferry.changeResult(id);
@@ -301,6 +303,10 @@ describe('moves between PostgreSQL major versions', () => {
               (SELECT attnotnull FROM pg_attribute WHERE attrelid = 'public.accounts'::regclass AND attname = 'memo') AS notnull`,
     );
     expect(row).toEqual({ filled: 20000, valid: true, notnull: true });
+    // The rewritten table: its new column type, every row as it was.
+    const [items] = await suite.dbs.query(database, `SELECT format_type(atttypid, atttypmod) AS type FROM pg_attribute WHERE attrelid = 'public.items'::regclass AND attname = 'v'`);
+    expect(items).toEqual({ type: 'bigint' });
+    expect(await rowsAsText(suite.dbs, database, 'public.items', 'a, b')).toEqual(itemsBefore);
   }, 300_000);
 
   it('refuses a target older than its source with exit 2, naming both versions and the field, and changes nothing', async () => {
