@@ -25,12 +25,6 @@ export const MAX_METADATA_BYTES = 16 * 1024;
 export const MAX_TABLES = 10_000;
 export const MAX_ONLINE_TABLES = 500;
 /**
- * Tables whose schemas' other objects one migration moves (`objects: all`): its pass after the
- * load — views, triggers, grants, each table's owner — is one target transaction, whose locks
- * outgrow the server's lock table (max_locks_per_transaction × max_connections) past a few thousand.
- */
-export const MAX_OBJECTS_TABLES = 2000;
-/**
  * Callback secrets are read only from worker variables with this prefix: a spec must not make
  * the workers sign a body it knows with FERRY_CONN_… or TEMPORAL_API_KEY (an HMAC oracle).
  */

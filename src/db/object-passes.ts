@@ -51,6 +51,7 @@ export async function planObjects(source: ClientBase, target: ClientBase, source
   }
   await assertDumpVersion(source);
   const scope = await dumpScope(source, spec, plan.tables);
+  await assertLockRoom(source, scope.schemas, scope.excludedTables.length);
   return withDump(sourceUrl, scope, DEFAULT_TIMEOUTS.lockTimeoutMs, async (dump) => {
     const entries = await tableOfContents(dump);
     const passes = await objectPasses(source, sourceTables(plan.tables), entries);
@@ -61,6 +62,33 @@ export async function planObjects(source: ClientBase, target: ClientBase, source
     for (const e of [...passes.before, ...passes.after]) kinds[e.desc] = (kinds[e.desc] ?? 0) + 1;
     return { ...scope, before: passes.before.length, after: passes.after.length, kinds, sequences: await standaloneSequences(source, scope.schemas) };
   });
+}
+
+/** Of the source's lock table, what one pg_dump may take (the rest is the application's and Ferry's own sessions'). */
+const DUMP_LOCK_SHARE = 0.75;
+
+/**
+ * pg_dump locks every table it dumps, in one transaction, and the lock table is the server's:
+ * max_locks_per_transaction × (max_connections + max_prepared_transactions) locks for all its
+ * sessions. A dump of more tables than that has room for ends in "out of shared memory", as
+ * `pgcopydb clone` of 10,000 tables did here: refused in preflight with the setting to raise.
+ */
+async function assertLockRoom(source: ClientBase, schemas: string[], excluded: number): Promise<void> {
+  const { rows } = await source.query<{ tables: number; room: number; sessions: number }>(
+    `SELECT (SELECT count(*) FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+              WHERE n.nspname = ANY ($1) AND c.relkind IN ('r', 'p'))::int AS tables,
+            current_setting('max_connections')::int + current_setting('max_prepared_transactions')::int AS sessions,
+            current_setting('max_locks_per_transaction')::int * (current_setting('max_connections')::int + current_setting('max_prepared_transactions')::int) AS room`,
+    [schemas],
+  );
+  const tables = rows[0].tables - excluded;
+  if (tables <= rows[0].room * DUMP_LOCK_SHARE) return;
+  const needed = Math.ceil(tables / DUMP_LOCK_SHARE / rows[0].sessions / 64) * 64;
+  throw refusal(
+    FAILURE.Refused,
+    `objects: all reads the definitions with pg_dump, which locks each of the ${tables} tables it dumps in one transaction, and the source's lock table has room for ${rows[0].room} locks ` +
+      `(max_locks_per_transaction × (max_connections + max_prepared_transactions)) for every session: raise max_locks_per_transaction on the source to ${needed} or more (it takes a restart), or move fewer tables with objects: all`,
+  );
 }
 
 async function assertDumpVersion(source: ClientBase): Promise<void> {
@@ -146,9 +174,10 @@ async function assertExtensions(target: ClientBase, statements: Statement[]): Pr
   }
 }
 
-/** One pass: its entries' SQL run in the caller's transaction; what it created, oldest first. */
+/** One pass (or part of one): its entries' SQL ('' for none) run in the caller's transaction, then `extra`; what it created, oldest first. */
 export async function restorePass(db: ClientBase, sql: string, extra: string[] = []): Promise<ObjectAddress[]> {
-  const statements = await scriptStatements(sql);
+  // The parser refuses an empty script.
+  const statements = sql ? await scriptStatements(sql) : [];
   const before = await ownObjects(db);
   await runStatements(db, statements);
   for (const statement of extra) await db.query(statement);

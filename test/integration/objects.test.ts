@@ -88,9 +88,32 @@ async function counts(dbs: TestDatabases, role: string) {
   return row;
 }
 
+/** Seven hundred tables, each with a view over it: 1,400 relations for the second pass to create or lock. */
+const MANY_VIEWS = `
+  CREATE SCHEMA many;
+  DO $$ BEGIN FOR i IN 1..700 LOOP
+    EXECUTE format('CREATE TABLE many.t%s (id int PRIMARY KEY, v text)', i);
+    EXECUTE format('INSERT INTO many.t%s VALUES (1, ''t%s'')', i, i);
+    EXECUTE format('CREATE VIEW many.v%s AS SELECT id, upper(v) AS v FROM many.t%s', i, i);
+  END LOOP; END $$;`;
+
 describe('objects: all', () => {
   let ghost: PrivateCluster;
+  /** A server with a small lock table: max_locks_per_transaction 16 × max_connections 20, 320 locks for every session. */
+  let tiny: PrivateCluster;
   beforeAll(async () => {
+    tiny = await startPrivateCluster({ max_connections: '20', max_locks_per_transaction: '16' }, 'ferry-tiny-');
+    const tinyAdmin = new Client({ connectionString: tiny.url });
+    await tinyAdmin.connect();
+    await tinyAdmin.query('CREATE DATABASE tinysrc');
+    await tinyAdmin.query('CREATE DATABASE tinydst');
+    await tinyAdmin.end();
+    // 300 tables, 20 to a transaction (the lock table would not take them all in one).
+    const crowd = new Client({ connectionString: tiny.url.replace(/\/postgres$/, '/tinysrc') });
+    await crowd.connect();
+    await crowd.query('CREATE SCHEMA crowd');
+    for (let i = 0; i < 300; i += 20) await crowd.query(`DO $$ BEGIN FOR i IN ${i + 1}..${i + 20} LOOP EXECUTE format('CREATE TABLE crowd.t%s (id int PRIMARY KEY)', i); END LOOP; END $$`);
+    await crowd.end();
     // A source whose objects name a role that the target's server does not have.
     ghost = await startPrivateCluster();
     const admin = new Client({ connectionString: ghost.url });
@@ -105,13 +128,20 @@ describe('objects: all', () => {
     // Global roles on the shared server: one owns some objects, one is granted some.
     await ensureRoles('ferry_objects_owner', 'ferry_objects_reader');
   }, 120_000);
-  afterAll(async () => ghost?.stop());
+  afterAll(async () => {
+    await ghost?.stop();
+    await tiny?.stop();
+  });
 
   const suite = stackSuite({
     name: 'objects',
-    databases: { source: SHOP, target: '', online_src: SHOP, online_dst: '', cancel_src: SHOP, cancel_dst: '' },
-    connections: { src: 'source', dst: 'target', online_src: 'online_src', online_dst: 'online_dst', cancel_src: 'cancel_src', cancel_dst: 'cancel_dst' },
-    connectionUrls: () => ({ ghost: ghost.url.replace(/\/postgres$/, '/ghost') }),
+    databases: { source: SHOP, target: '', online_src: SHOP, online_dst: '', cancel_src: SHOP, cancel_dst: '', many_src: MANY_VIEWS },
+    connections: { src: 'source', dst: 'target', online_src: 'online_src', online_dst: 'online_dst', cancel_src: 'cancel_src', cancel_dst: 'cancel_dst', many_src: 'many_src' },
+    connectionUrls: () => ({
+      ghost: ghost.url.replace(/\/postgres$/, '/ghost'),
+      tinysrc: tiny.url.replace(/\/postgres$/, '/tinysrc'),
+      tinydst: tiny.url.replace(/\/postgres$/, '/tinydst'),
+    }),
   });
 
   it('plans the objects from pg_dump and refuses what cannot work, naming each', async () => {
@@ -162,6 +192,31 @@ describe('objects: all', () => {
     expect(refused.stderr).toContain('ferry_ghost_owner, ferry_ghost_role');
     expect(await suite.dbs.query('target', `SELECT nspname FROM pg_namespace WHERE nspname IN ('app', '_ferry')`)).toEqual([]);
   });
+
+  it("refuses a dump of more tables than the source's lock table has room for, naming the setting to raise", async () => {
+    await expect(suite.stack.ferry.preflight({ source: 'tinysrc', target: 'tinydst', objects: 'all', tables: ['crowd.*'] }, 'objects-locks')).rejects.toThrow(
+      "objects: all reads the definitions with pg_dump, which locks each of the 300 tables it dumps in one transaction, and the source's lock table has room for 320 locks " +
+        '(max_locks_per_transaction × (max_connections + max_prepared_transactions)) for every session: raise max_locks_per_transaction on the source to 64 or more',
+    );
+  });
+
+  it("restores the second pass in several transactions where one would outgrow the target's lock table: 700 tables' views on a server with room for 320 locks", async () => {
+    const { id } = await suite.stack.ferry.start({ source: 'many_src', target: 'tinydst', objects: 'all', tables: ['many.*'] }, { id: 'objects-many-views' });
+    const result = await resultWithin(suite.stack.ferry, id, 180_000);
+    expect(result.error).toBeNull();
+    expect(result.state).toBe('SUCCEEDED');
+    const target = new Client({ connectionString: tiny.url.replace(/\/postgres$/, '/tinydst') });
+    await target.connect();
+    try {
+      const views = await target.query(`SELECT count(*)::int AS n FROM pg_views WHERE schemaname = 'many'`);
+      expect(views.rows[0].n).toBe(700);
+      const sample = await target.query(`SELECT (SELECT v FROM many.v1) AS first, (SELECT v FROM many.v700) AS last`);
+      expect(sample.rows[0]).toEqual({ first: 'T1', last: 'T700' });
+    } finally {
+      await target.end();
+    }
+    await expectCleanRun(suite.stack.ferry, result);
+  }, 240_000);
 
   it('moves a schema whole in full mode: pg_dump of it is the same on both sides, and nothing was repaired', async () => {
     const { ferry } = suite.stack;
