@@ -246,6 +246,8 @@ class StreamSlice {
   failure: unknown;
   /** Whether the server began streaming (answered START_REPLICATION). */
   streaming = false;
+  /** Whether the source's pgoutput streams logical messages (PostgreSQL 14 on), asked once as the slice starts. */
+  private messages = true;
 
   private readonly tables: Map<string, CaptureTable>;
   /** The table each relation the stream announced stands for (null: not one of ours), looked up once per relation message. */
@@ -306,7 +308,8 @@ class StreamSlice {
   /** Streams until the slice is over, cancelled or failed; flushes every FLUSH_MS and sends a heartbeat every IDLE_MARK_MS. */
   async run(): Promise<void> {
     const { ctx, input } = this;
-    const plugin = new RawPgoutputPlugin({ publication: this.names.publication, messages: await streamsMessages(this.db) });
+    this.messages = await streamsMessages(this.db);
+    const plugin = new RawPgoutputPlugin({ publication: this.names.publication, messages: this.messages });
     const started = Date.now();
     const streaming = this.service.subscribe(plugin, this.names.slot).then(
       () => {
@@ -495,7 +498,7 @@ class StreamSlice {
 
   /** A heartbeat message into the slot, and the lag as it stands (also to the worker's metrics). */
   private async sendHeartbeat(): Promise<void> {
-    await emitMark(this.db, this.names, this.heartbeats.next());
+    await emitMark(this.db, this.names, this.heartbeats.next(), this.messages);
     const wal = await readSlotWal(this.db, this.names.slot);
     this.lag = wal ? { ...wal, slotLagSeconds: this.heartbeats.lagSeconds() } : undefined;
     if (this.lag) {

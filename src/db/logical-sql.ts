@@ -97,8 +97,9 @@ export async function ensureSlot(db: ClientBase, names: LogicalNames): Promise<v
  * MARKS_TABLE (its insert committed at once, the migration's earlier marks deleted after it;
  * the position is taken before its commit, which the consumer confirms past).
  */
-export async function emitMark(db: ClientBase, names: LogicalNames, content: string): Promise<string> {
-  if (await streamsMessages(db)) {
+export async function emitMark(db: ClientBase, names: LogicalNames, content: string, messages?: boolean): Promise<string> {
+  // `messages`: what the caller already knows of the server (streamsMessages), else asked here.
+  if (messages ?? (await streamsMessages(db))) {
     const { rows } = await db.query('SELECT pg_catalog.pg_logical_emit_message(false, $1, $2)::text AS lsn', [names.messagePrefix, content]);
     return rows[0].lsn;
   }

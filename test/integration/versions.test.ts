@@ -34,10 +34,9 @@ const TABLES: [string, string][] = [
 ];
 const SEED = seedSql(accounts(20000), items(), stamps(500));
 
-/** One private cluster of a version, started once however many roles are on it. */
+/** A private cluster of a version: the suite starts it once however many roles are on it (serversByRole). */
 function cluster(major: ServerMajor, logical = false) {
-  let started: ReturnType<typeof startPrivateCluster> | undefined;
-  return () => (started ??= startPrivateCluster(logical ? { wal_level: 'logical', max_replication_slots: '10' } : {}, `ferry-pg${major}-`, major));
+  return () => startPrivateCluster(logical ? { wal_level: 'logical', max_replication_slots: '10' } : {}, `ferry-pg${major}-`, major);
 }
 /** A schema's other objects besides its table: an enum, a function, a view over it, a trigger; an owned sequence past the rows. */
 const OBJECTS = `
