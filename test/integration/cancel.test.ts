@@ -128,6 +128,9 @@ describe('cancellation', () => {
   it('in the middle of a copy batch (`ferry cancel`), the chunks not a multiple of the batch', async () => {
     // 60,000 orders in two chunks of 30,000, batches of 7,000: each chunk ends on a short batch.
     const { id } = await suite.stack.ferry.start(spec('batch', { batchRows: 7000 }), { id: 'cancel-batch' });
+    // Paced, so that batches are still to come once the first is seen committed: unpaced, the
+    // copy finished in between on a busy CI run and no COPY was left to wait behind the lock.
+    await suite.stack.ferry.throttle(id, { rowsPerSecond: 4000 });
     await eventually(async () => (await suite.dbs.query<{ n: number }>('target', 'SELECT coalesce(sum(rows_copied), 0)::int AS n FROM _ferry.checkpoints').catch(() => [{ n: 0 }]))[0].n > 0, 60_000, 50);
     // The next batch's COPY into the target waits behind this lock: a batch is in flight.
     const holder = new Client({ connectionString: suite.dbs.url('target') });
