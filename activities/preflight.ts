@@ -57,7 +57,7 @@ function assertVersions(source: { version: string; version_num: number }, target
   if (to < from) {
     throw atField(
       refusal(
-        FAILURE.IncompatibleTarget,
+        FAILURE.TargetOlderThanSource,
         `the target runs PostgreSQL ${target.version}, older than the source's ${source.version}: Ferry moves to the same major version or a newer one; point target at a PostgreSQL ${from} or newer server`,
       ),
       'target',
@@ -115,6 +115,8 @@ async function planMigration(source: PoolClient, target: PoolClient, spec: Spec)
     tables,
     sourceServer: src.rows[0].version,
     targetServer: tgt.rows[0].version,
+    source: { serverVersion: src.rows[0].version_num },
+    target: { serverVersion: tgt.rows[0].version_num },
     targetReplicaRole: role.replica,
     ...(capture ? { capture } : {}),
   };

@@ -18,6 +18,8 @@ export const FAILURE = {
   UnsupportedType: 'UnsupportedType',
   UnsupportedTable: 'UnsupportedTable',
   IncompatibleTarget: 'IncompatibleTarget',
+  /** The target runs an older PostgreSQL major version than the source. */
+  TargetOlderThanSource: 'TargetOlderThanSource',
   TargetNotEmpty: 'TargetNotEmpty',
   TargetTriggersFire: 'TargetTriggersFire',
   AlreadyCaptured: 'AlreadyCaptured',

@@ -37,6 +37,8 @@ export const planSchema = z
     tables: planTablesSchema,
     sourceServer: z.string().max(200),
     targetServer: z.string().max(200),
+    source: z.strictObject({ serverVersion: z.number().int().min(0) }).optional(),
+    target: z.strictObject({ serverVersion: z.number().int().min(0) }).optional(),
     targetReplicaRole: z.boolean().optional(),
     capture: z.strictObject({ mode: z.enum(['trigger', 'logical']), reason: z.string().max(4000) }).optional(),
     objects: z

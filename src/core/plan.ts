@@ -135,6 +135,12 @@ export interface MigrationPlan {
   sourceServer: string;
   targetServer: string;
   /**
+   * Each server's `server_version_num` (170004 for 17.4), which the status document carries too.
+   * Absent in plans of an older Ferry.
+   */
+  source?: { serverVersion: number };
+  target?: { serverVersion: number };
+  /**
    * Ferry's sessions on the target may set session_replication_role = replica, so its writes
    * fire no trigger or foreign-key action there (absent in plans of an older Ferry).
    */

@@ -18,6 +18,12 @@ export const EVENT_TYPES = [
   'CutoverStarted',
   'CutoverBlocked',
   'CutoverCompleted',
+  /** cutover.switch: the application's queries held (PgBouncer PAUSE) or the webhook's `paused` answered. */
+  'SwitchPaused',
+  /** cutover.switch: PgBouncer's entry points at the target (RELOAD), or the webhook's `switched` answered. */
+  'SwitchRepointed',
+  /** cutover.switch: the held queries run again — on the target, or on the source after a rollback (`on`). */
+  'SwitchResumed',
   'CaptureLost',
   'RollbackStarted',
   'RolledBack',
@@ -131,6 +137,10 @@ export interface CutoverReport {
   writeOutageMs: number;
   dirtyRowsChecked: number;
   afterwards: 'keep-frozen' | 'unfreeze';
+  /** cutover.switch: who moved the application's connections. */
+  switch?: 'pgbouncer' | 'webhook';
+  /** cutover.switch: the application's outage, from the pause (PgBouncer's PAUSE, the webhook's `paused`) to the resume on the target. */
+  clientPauseMs?: number;
 }
 
 export interface StatusDocument {
@@ -157,6 +167,9 @@ export interface StatusDocument {
   retrying?: { workflowId: string; activity: string; attempt: number; lastError?: string };
   /** Online with logical capture, while its consumer runs: the slot's lag, from the consumer's last heartbeat. */
   capture?: CaptureStatus;
+  /** Each server's `server_version_num`, once preflight has read them. */
+  source?: { serverVersion: number };
+  target?: { serverVersion: number };
 }
 
 export interface CaptureStatus {

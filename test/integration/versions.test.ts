@@ -178,6 +178,8 @@ describe('moves between PostgreSQL major versions', () => {
     const spec = { source: 's13k', target: 't17k', mode: 'full', validation: 'checksum', tables: ['public.loose'] };
     const plan = await suite.stack.ferry.preflight(spec, 'v13to17-keyless-plan');
     expect(plan.tables[0].chunks).toHaveLength(1);
+    // The plan names each server's version number (server_version_num).
+    expect([Math.floor(plan.source!.serverVersion / 10000), Math.floor(plan.target!.serverVersion / 10000)]).toEqual([13, 17]);
     const { id } = await suite.stack.ferry.start(spec, { id: 'v13to17-keyless' });
     const result = await resultWithin(suite.stack.ferry, id, 120_000);
     expect(result.error).toBeNull();
@@ -209,6 +211,10 @@ describe('moves between PostgreSQL major versions', () => {
     const spec = { source: 's15', target: 't16', mode: 'full', validation: 'checksum', tables: [{ name: 'public.accounts', chunks: 3 }, 'public.items', 'public.stamps'] };
     const { id } = await suite.stack.ferry.start(spec, { id: 'v15to16-full' });
     await expectMoved(await resultWithin(suite.stack.ferry, id, 120_000), TABLES, 's15', 't16');
+    // The status document names each server's version number, as the servers give it.
+    const status = await suite.stack.ferry.status(id);
+    const num = async (role: string) => Number((await suite.dbs.query(role, `SELECT current_setting('server_version_num') AS v`))[0].v);
+    expect([status.source, status.target]).toEqual([{ serverVersion: await num('s15') }, { serverVersion: await num('t16') }]);
   }, 300_000);
 
   it('12 → 18: the awkward-types corpus in full mode, validated by checksums computed on each server, equal row for row', async () => {
@@ -319,7 +325,7 @@ describe('moves between PostgreSQL major versions', () => {
       expect(validate.stderr).toMatch(/target: the target runs PostgreSQL 13\.\d+, older than the source's 17\.\d+: Ferry moves to the same major version or a newer one; point target at a PostgreSQL 17 or newer server/);
       const start = await suite.stack.runCli(['start', spec]);
       expect(start.code).toBe(2);
-      expect(start.stderr).toContain('refused (IncompatibleTarget)');
+      expect(start.stderr).toContain('refused (TargetOlderThanSource)');
       expect((await suite.stack.runCli(['status', 'v17to13'])).code).toBe(1);
       expect([await objectInventory(suite.dbs, 's17'), await objectInventory(suite.dbs, 't13')]).toEqual(before);
     } finally {

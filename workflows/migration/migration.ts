@@ -134,6 +134,7 @@ class MigrationRun {
         tracker.step('preflight');
         const plan = await this.plan(spec);
         tracker.addTables(plan.tables);
+        if (plan.source && plan.target) tracker.servers = { source: plan.source.serverVersion, target: plan.target.serverVersion };
         upsertMemo({ source: spec.source, target: spec.target, tables: tracker.tables.map((t) => `${t.source} → ${t.target}`) });
         tracker.event('MigrationStarted', undefined, { mode: spec.mode, tables: plan.tables.length });
         tracker.step('prepare');

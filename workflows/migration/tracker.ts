@@ -15,6 +15,8 @@ export class Tracker extends TrackerBase<MigrationEvent> {
   readonly phase = phaseMachine();
   readonly tables: TableStatus[] = [];
   cutover?: CutoverReport;
+  /** Each server's `server_version_num`, from preflight's plan (absent in plans of an older Ferry). */
+  servers?: { source: number; target: number };
   private readonly timeline: TimelineStep[] = [];
   /** While the cutover waits for write transactions begun before the freeze. */
   private blockers?: Blocker[];
@@ -126,6 +128,10 @@ export class Tracker extends TrackerBase<MigrationEvent> {
     if (this.cutover) doc.cutover = this.cutover;
     if (this.blockers) doc.cutoverBlockers = this.blockers;
     if (this.timeline.length) doc.timeline = this.timeline;
+    if (this.servers) {
+      doc.source = { serverVersion: this.servers.source };
+      doc.target = { serverVersion: this.servers.target };
+    }
     return doc;
   }
 }
