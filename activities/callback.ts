@@ -9,16 +9,11 @@
  * address, port or system error, so a spec cannot use the workers to map the network behind
  * them. The worker's own log keeps the detail.
  */
-import { request as httpRequest } from 'node:http';
-import { request as httpsRequest } from 'node:https';
 import { ApplicationFailure } from '@temporalio/common';
 import { sign } from '../src/signature';
-import { CALLBACK_SECRET_NAME } from '../src/core/spec';
-import { allowsPrivate, CheckedTarget, checkTarget, pinnedLookup, Resolve, resolveAll } from './callback-target';
+import { allowsPrivate, checkTarget, post, Resolve, resolveAll, secretValue } from './callback-target';
 import { ActivityDeps } from './deps';
 import { FAILURE } from '../src/core/failure-types';
-
-const TIMEOUT_MS = 15_000;
 
 export interface CallbackInput {
   url: string;
@@ -29,48 +24,6 @@ export interface CallbackInput {
 }
 
 export { sign as signature } from '../src/signature';
-
-/** The secret's value; the spec checked the name already, but a workflow started before that rule (or by another client) reaches here too. */
-function secretValue(env: NodeJS.ProcessEnv, name: string): string {
-  if (!CALLBACK_SECRET_NAME.test(name)) {
-    throw ApplicationFailure.nonRetryable(
-      `callback secret variable ${name} is not named FERRY_SECRET_<NAME>: workers sign only with FERRY_SECRET_* variables; rename it on the workers and in callback.secret`,
-      FAILURE.CallbackSecretRefused,
-    );
-  }
-  const value = env[name];
-  if (!value) {
-    throw ApplicationFailure.nonRetryable(
-      `callback secret variable ${name} is not set on the workers: set it, or remove callback.secret`,
-      FAILURE.CallbackSecretMissing,
-    );
-  }
-  return value;
-}
-
-/** One POST, never following a redirect, to the checked addresses only; resolves with the status. */
-function post(target: CheckedTarget, headers: Record<string, string>, body: string): Promise<number> {
-  const request = target.url.protocol === 'https:' ? httpsRequest : httpRequest;
-  return new Promise((resolve, reject) => {
-    const req = request(
-      target.url,
-      {
-        method: 'POST',
-        headers: { ...headers, 'Content-Length': String(Buffer.byteLength(body)) },
-        lookup: pinnedLookup(target.addresses),
-        // A pooled socket could lead elsewhere than this request's checked addresses.
-        agent: false,
-        signal: AbortSignal.timeout(TIMEOUT_MS),
-      },
-      (res) => {
-        resolve(res.statusCode ?? 0);
-        res.destroy(); // the status is all Ferry reads; no receiver keeps a worker streaming
-      },
-    );
-    req.on('error', reject);
-    req.end(body);
-  });
-}
 
 /** Result callbacks carry the migration id as idempotency key, events `<id>:<seq>`. */
 function callbackKind(input: CallbackInput): 'event' | 'result' {

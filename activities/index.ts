@@ -21,6 +21,8 @@ import { createPreflight } from './preflight';
 import { createRestoreObjects } from './objects';
 import { createPlanTables, createPrepareTarget, createStoredPlan } from './prepare-target';
 import { createRollbackTarget } from './rollback-target';
+import { createSwitchActivities } from './switch';
+import { createSwitchHook } from './switch-webhook';
 import { createSyncActivities } from './sync-changes';
 import { createStreamActivities } from './stream-changes';
 import { createRewriteActivities } from './rewrite';
@@ -53,6 +55,9 @@ export function createActivities(deps: ActivityDeps) {
     ...createStreamActivities(deps),
     checkDirtyKeys: createCheckDirty(deps),
     sendCallback: createSendCallback(deps),
+    // The cutover's switch: PgBouncer's (served beside it, createSwitchWorkerActivities) or a webhook's.
+    ...createSwitchActivities(deps),
+    switchHook: createSwitchHook(deps),
     // Change plans (docs/architecture.md §10).
     changePreflight: createChangePreflight(deps),
     ...createChangeSqlActivities(deps),
@@ -64,3 +69,8 @@ export function createActivities(deps: ActivityDeps) {
 }
 
 export type Activities = ReturnType<typeof createActivities>;
+
+/** What a switch worker beside PgBouncer serves (`ferry worker --task-queue …`): the switch alone. */
+export function createSwitchWorkerActivities(deps: ActivityDeps) {
+  return classified(createSwitchActivities(deps));
+}

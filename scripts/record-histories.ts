@@ -26,6 +26,7 @@ import type { ResultDocument } from '../src/core/status';
 import { ensureTemporalBinary, temporalVersion } from '../src/dev/temporal-binary';
 import { rowsAsText, TestDatabases } from '../test/helpers/databases';
 import { startLogicalCluster } from '../test/helpers/logical-cluster';
+import { PgBouncer, startPgBouncer } from '../src/dev/pgbouncer';
 import { Receiver } from '../test/helpers/receiver';
 import { eventually, resultWithin, TestStack, waitForPhase } from '../test/helpers/stack';
 
@@ -38,6 +39,8 @@ interface Context {
   stack: TestStack;
   dbs: TestDatabases;
   receiver: Receiver;
+  /** With Scenario.pooler: PgBouncer in front of the source (pooled database `app`), its admin console the connection `pooladmin`. */
+  pooler?: PgBouncer;
 }
 
 interface Scenario {
@@ -48,6 +51,8 @@ interface Scenario {
   expected: ResultDocument['state'];
   /** Source and target on a private cluster with wal_level=logical (logical capture). */
   logical?: boolean;
+  /** A real PgBouncer in front of the source (cutover.switch: pgbouncer). */
+  pooler?: boolean;
   run(ctx: Context): Promise<Pick<ResultDocument, 'state' | 'error'>>;
 }
 
@@ -204,6 +209,35 @@ const SCENARIOS: Scenario[] = [
     schema: ONLINE_SCHEMA,
     expected: 'SUCCEEDED',
     run: (ctx) => approvedOnline(ctx, { unfreeze: true }),
+  },
+  {
+    name: 'online-switch-pgbouncer',
+    description:
+      'online, manual approval, cutover.switch: pgbouncer (a real PgBouncer in front of the source; the switch activities on the main queue, whose worker serves them too): paused, repointed at the target, resumed',
+    schema: ONLINE_SCHEMA,
+    expected: 'SUCCEEDED',
+    pooler: true,
+    async run(ctx) {
+      const { id, stack, dbs, pooler } = ctx;
+      const pgbouncer = { admin: 'pooladmin', database: 'app', configFile: pooler!.databasesFile, taskQueue: stack.taskQueue };
+      await syncedAtApproval(ctx, onlineSpec({ cutover: { approval: 'manual', approvalTimeout: '10m', switch: { pgbouncer } } }));
+      await stack.ferry.approve(id);
+      const result = await resultWithin(stack.ferry, id);
+      if (result.state === 'SUCCEEDED') await sameRows(dbs, ONLINE_TABLES);
+      return result;
+    },
+  },
+  {
+    name: 'online-switch-webhook-refused',
+    description: 'online, auto approval, cutover.switch: webhook answering 500 at switched: rolled back after the drain, the switcher told `reverted`',
+    schema: ONLINE_SCHEMA,
+    expected: 'FAILED',
+    async run(ctx) {
+      const { id, stack, receiver } = ctx;
+      receiver.answer('/switch', 200, 500);
+      await stack.ferry.start(onlineSpec({ cutover: { switch: { webhook: { url: `${receiver.url}/switch`, secret: 'FERRY_SECRET_SWITCH', timeout: '10s' } } } }), { id });
+      return resultWithin(stack.ferry, id);
+    },
   },
   {
     name: 'online-paused',
@@ -786,11 +820,15 @@ async function recordScenario(scenario: Scenario, temporalCli: string): Promise<
   const dbs = await TestDatabases.create(`rec_${scenario.name}`, ['source', 'target'], cluster?.url);
   let stack: TestStack | undefined;
   const receiver = await Receiver.start();
+  let pooler: PgBouncer | undefined;
   try {
     await dbs.exec('source', scenario.schema);
+    const source = new URL(dbs.url('source'));
+    if (scenario.pooler) pooler = await startPgBouncer({ app: { host: source.hostname, port: Number(source.port || 5432), dbname: source.pathname.slice(1) } });
+    const admin: Record<string, string> = pooler ? { pooladmin: pooler.adminUrl } : {};
     // The receiver is on 127.0.0.1, a target workers refuse unless allowed.
-    stack = await TestStack.start({ connections: { src: dbs.url('source'), dst: dbs.url('target') }, extraEnv: { FERRY_CALLBACK_ALLOW_PRIVATE: 'true' } });
-    const result = await scenario.run({ id: `fixture-${scenario.name}`, stack, dbs, receiver });
+    stack = await TestStack.start({ connections: { src: dbs.url('source'), dst: dbs.url('target'), ...admin }, extraEnv: { FERRY_CALLBACK_ALLOW_PRIVATE: 'true', FERRY_SECRET_SWITCH: 'recorded' } });
+    const result = await scenario.run({ id: `fixture-${scenario.name}`, stack, dbs, receiver, pooler });
     if (result.state !== scenario.expected) {
       throw new Error(`${scenario.name}: expected ${scenario.expected}, the migration ended ${result.state}: ${JSON.stringify(result.error)}`);
     }
@@ -803,6 +841,7 @@ async function recordScenario(scenario: Scenario, temporalCli: string): Promise<
     process.stdout.write(`== ${scenario.name}: ${entries.length} histories in ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
   } finally {
     await stack?.teardown();
+    await pooler?.stop();
     await receiver.close();
     await dbs.drop();
     await cluster?.stop();

@@ -4,7 +4,7 @@
  */
 import type { Duration } from '@temporalio/common';
 import { NativeConnection, Worker, WorkerOptions } from '@temporalio/worker';
-import { createActivities } from '../activities';
+import { createActivities, createSwitchWorkerActivities } from '../activities';
 import { dataConverterFromEnv } from './codec';
 import { connectionOptions, TemporalConfig } from './config';
 import { ConnectionRegistry } from './db/connections';
@@ -31,6 +31,11 @@ export interface FerryWorkerOptions {
   interceptors?: WorkerOptions['interceptors'];
   /** Ferry's Prometheus metrics: the audit interceptor times activities, the activities count what they did. */
   metrics?: FerryMetrics;
+  /**
+   * A switch worker: serves this task queue with the cutover's switch activities alone and no
+   * workflows (`ferry worker --task-queue`, beside PgBouncer).
+   */
+  switchQueue?: string;
 }
 
 export interface FerryWorker {
@@ -97,7 +102,8 @@ export async function createFerryWorker(options: FerryWorkerOptions): Promise<Fe
   // FERRY_CODEC_KEY: encrypt every payload this worker sends (the workflow sandbox never sees
   // the key), failure messages included — the sandbox's bundle then encodes them as payloads.
   const dataConverter = dataConverterFromEnv(env);
-  const bundle = options.workflowBundle ?? workflowBundle(env, { encodeFailures: Boolean(dataConverter?.failureConverterPath) });
+  const switchOnly = options.switchQueue !== undefined;
+  const bundle = switchOnly ? undefined : (options.workflowBundle ?? workflowBundle(env, { encodeFailures: Boolean(dataConverter?.failureConverterPath) }));
   const activitySlots = options.maxConcurrentActivityTaskExecutions ?? 8;
   // Two more pooled sessions than activity slots: an activity holds at most two of a pool's
   // sessions at once (source and target, which may be the same connection name), so while every
@@ -108,9 +114,11 @@ export async function createFerryWorker(options: FerryWorkerOptions): Promise<Fe
   const workerOptions: WorkerOptions = {
     connection,
     namespace: options.temporal.namespace,
-    taskQueue: options.temporal.taskQueue,
-    workflowBundle: bundle,
-    activities: createActivities({ connections, logger: options.logger, env, metrics: options.metrics }),
+    taskQueue: options.switchQueue ?? options.temporal.taskQueue,
+    ...(bundle ? { workflowBundle: bundle } : {}),
+    activities: switchOnly
+      ? createSwitchWorkerActivities({ connections, logger: options.logger, env })
+      : createActivities({ connections, logger: options.logger, env, metrics: options.metrics }),
     maxConcurrentActivityTaskExecutions: activitySlots,
     maxConcurrentWorkflowTaskExecutions: options.maxConcurrentWorkflowTaskExecutions ?? 40,
     shutdownGraceTime: options.shutdownGraceTime ?? '30 seconds',

@@ -78,6 +78,48 @@ export function migrationActivities(timings: Timings) {
 
 export type MigrationActivities = ReturnType<typeof migrationActivities>;
 
+/**
+ * The cutover's switch (workflows/migration/switch.ts). PgBouncer's steps go to the queue its
+ * switch worker serves: pausing and repointing fail (and the cutover rolls back) when no worker
+ * takes them within a minute or PAUSE outwaits cutover.maxWait; resuming — on the target after
+ * the point of no return, on the source in a rollback — is retried until a worker does it, as the
+ * application's queries are held until then. A webhook's stage has its timeout for every try.
+ */
+export function poolActivities(timings: Timings, taskQueue: string, maxWaitMs: number) {
+  const nonRetryableErrorTypes = [FAILURE.CutoverBlocked, FAILURE.Refused, FAILURE.UnknownConnection];
+  return {
+    pool: proxyActivities<Activities>(
+      heartbeating(timings, {
+        taskQueue,
+        scheduleToStartTimeout: '1 minute',
+        startToCloseTimeout: maxWaitMs + 60_000,
+        retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '5 seconds', maximumAttempts: 5, nonRetryableErrorTypes },
+      }),
+    ),
+    resume: proxyActivities<Activities>(
+      heartbeating(timings, {
+        taskQueue,
+        startToCloseTimeout: '1 minute',
+        retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '10 seconds' },
+      }),
+    ),
+  };
+}
+
+/** The webhook switcher's stages: each try and all of them within the stage's timeout. */
+export function hookActivities(timeoutMs: number) {
+  return proxyActivities<Activities>({
+    scheduleToCloseTimeout: timeoutMs,
+    startToCloseTimeout: timeoutMs,
+    retry: {
+      initialInterval: '1 second',
+      backoffCoefficient: 2,
+      maximumInterval: '5 seconds',
+      nonRetryableErrorTypes: [FAILURE.CallbackRejected, FAILURE.CallbackSecretMissing, FAILURE.CallbackSecretRefused, FAILURE.CallbackTargetRefused],
+    },
+  });
+}
+
 /** Callbacks: short POSTs, retried on 5xx, 429 and network errors as the timings say; other refusals are final. */
 export function notifyActivities(timings: Timings) {
   const { initialIntervalMs, maximumIntervalMs, maximumAttempts } = timings.callbackRetry;

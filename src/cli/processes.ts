@@ -1,5 +1,5 @@
 /** `ferry server` (embedded Temporal dev server) and `ferry worker` (one pool member). */
-import { Command } from 'commander';
+import { Command, InvalidArgumentError } from 'commander';
 import { temporalConfig, WORKER_PROCESS_ENV } from '../config';
 import { RefusedError } from '../client';
 import { duration, httpUrl, positiveInt } from './args';
@@ -51,6 +51,11 @@ export function registerProcessCommands(program: Command): void {
     .option('--shutdown-grace <duration>', 'how long SIGTERM waits for in-flight activities (FERRY_SHUTDOWN_GRACE, default 30s)', duration)
     .option('--metrics-port <port>', 'serve /metrics, /healthz and /readyz on this port (FERRY_METRICS_PORT)', positiveInt)
     .option('--identity <name>', 'worker identity shown in Temporal')
+    .option(
+      '--task-queue <queue>',
+      "serve only the cutover's switch on this queue (cutover.switch.pgbouncer.taskQueue): run it beside PgBouncer, with FERRY_CONN_<NAME> for its admin console and the target",
+      taskQueueName,
+    )
     .action(workerCommand);
 }
 
@@ -62,10 +67,19 @@ interface WorkerFlags {
   shutdownGrace?: number;
   metricsPort?: number;
   identity?: string;
+  taskQueue?: string;
+}
+
+/** The queue a switch worker serves: the spec's rule for cutover.switch.pgbouncer.taskQueue. */
+function taskQueueName(value: string): string {
+  if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$/.test(value)) {
+    throw new InvalidArgumentError('must be 1-200 letters, digits, ".", "_" or "-", starting with a letter or digit (the queue cutover.switch.pgbouncer.taskQueue names)');
+  }
+  return value;
 }
 
 /** Flags win over the environment (FERRY_*), which wins over the defaults: one place for both. */
-export function workerSettings(flags: WorkerFlags, env: NodeJS.ProcessEnv): Omit<WorkerFlags, 'identity'> & { shutdownGrace: number } {
+export function workerSettings(flags: WorkerFlags, env: NodeJS.ProcessEnv): Omit<WorkerFlags, 'identity' | 'taskQueue'> & { shutdownGrace: number } {
   const fromEnv = (name: string, parse: (v: string) => number): number | undefined => {
     const raw = env[name];
     if (raw === undefined || raw === '') return undefined;
@@ -130,6 +144,7 @@ async function workerCommand(flags: WorkerFlags): Promise<void> {
     maxTaskQueueActivitiesPerSecond: opts.taskQueueActivitiesPerSecond,
     shutdownGraceTime: opts.shutdownGrace,
     identity: flags.identity,
+    ...(flags.taskQueue ? { switchQueue: flags.taskQueue } : {}),
   });
   const http =
     metrics && opts.metricsPort
@@ -148,7 +163,7 @@ async function workerCommand(flags: WorkerFlags): Promise<void> {
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
   logger.info(
-    { address: temporal.address, namespace: temporal.namespace, taskQueue: temporal.taskQueue, ...opts },
+    { address: temporal.address, namespace: temporal.namespace, taskQueue: flags.taskQueue ?? temporal.taskQueue, ...(flags.taskQueue ? { serves: 'switch' } : {}), ...opts },
     'worker started',
   );
   if (process.platform === 'linux' && !process.env.MALLOC_ARENA_MAX) {

@@ -75,6 +75,7 @@ function outcome(s: StatusDocument): string | undefined {
   const rows = s.tables.reduce((a, t) => a + t.rowsCopied, 0);
   const parts = [`**${s.state}**`, `${n(rows)} rows`];
   if (s.cutover) parts.push(`write outage ${n(s.cutover.writeOutageMs)} ms`, `${n(s.cutover.dirtyRowsChecked)} rows re-checked at cutover`, `source ${s.cutover.afterwards}`);
+  if (s.cutover?.clientPauseMs !== undefined) parts.push(`application paused ${n(s.cutover.clientPauseMs)} ms (${s.cutover.switch})`);
   return `Outcome: ${parts.join(' · ')}`;
 }
 
@@ -132,6 +133,21 @@ function tableRows(s: StatusDocument): string[] {
   return listed.length ? [note, '', ...rows] : [note];
 }
 
+/** The switch's last step (cutover.switch), in words: what the application's connections are doing now. */
+function switchLine(s: StatusDocument): string | undefined {
+  const last = [...s.events].reverse().find((e) => e.type.startsWith('Switch'));
+  if (!last) return undefined;
+  const d = last.detail ?? {};
+  const who = d.switch === 'pgbouncer' ? `PgBouncer's ${String(d.database)}` : 'the webhook switcher';
+  const pause = typeof d.clientPauseMs === 'number' ? ` after ${n(d.clientPauseMs)} ms` : '';
+  const words: Record<string, string> = {
+    SwitchPaused: `${who} paused at ${last.at}: the application's queries are held`,
+    SwitchRepointed: `${who} points at the target (${String(d.target)}); the queries are still held`,
+    SwitchResumed: `${who} resumed on the ${d.on === 'source' ? 'source (rolled back)' : 'target'}${pause}`,
+  };
+  return `**Switch:** ${words[last.type] ?? last.type}`;
+}
+
 export function migrationDetails(s: StatusDocument, blockers: Blocker[] = []): string {
   const out = [headline(s), ''];
   const reason = why(s);
@@ -140,6 +156,8 @@ export function migrationDetails(s: StatusDocument, blockers: Blocker[] = []): s
   const next = nextAction(s);
   if (next) out.push(`**Next:** ${next}`, '');
   if (blockers.length) out.push('**The cutover waits for these write transactions, begun before the freeze:**', ...blockers.map(blockerLine), '');
+  const switched = switchLine(s);
+  if (switched) out.push(switched, '');
   const end = outcome(s);
   if (end) out.push(end, '');
   return forWebUi(out.join('\n'));
@@ -151,6 +169,8 @@ const UNDO_WORDS: Record<string, string> = {
   releaseSource: 'removed its change capture from the source',
   removeCapture: 'removed its change capture from the source',
   openSource: 'lifted the write freeze on the source',
+  resumePool: "resumed PgBouncer's pooled database on the source",
+  revertSwitch: 'told the webhook switcher to revert',
 };
 
 export interface Ending {

@@ -35,31 +35,75 @@ const duration = (min: number, max: number) =>
 
 const int = (min: number, max: number) => z.number().int().min(min).max(max);
 
+/** An http(s) URL Ferry POSTs to, signed with the secret named at `secretField`. */
+const postUrl = (secretField: string) =>
+  z
+    .string()
+    .max(2048)
+    .refine((u) => isHttpUrl(u), { error: 'must be an http:// or https:// URL (no spaces or control characters)' })
+    .refine((u) => !hasCredentials(u), {
+      error: `must not carry a user or password (they would be stored in workflow history); sign requests with ${secretField} instead`,
+    });
+
+const secretName = z.string().regex(CALLBACK_SECRET_NAME, {
+  error:
+    "must be the name of a workers' environment variable that starts with FERRY_SECRET_ (A-Z, 0-9, _; for example " +
+    'FERRY_SECRET_HOOK), never the secret itself: workers sign only with FERRY_SECRET_* variables; rename the ' +
+    'variable on the workers and here',
+});
+
 /** The result callback, shared by migration specs and change plans. */
 export const callbackSchema = z
   .strictObject({
-    url: z
-      .string()
-      .max(2048)
-      .refine((u) => isHttpUrl(u), { error: 'must be an http:// or https:// URL (no spaces or control characters)' })
-      .refine((u) => !hasCredentials(u), {
-        error: 'must not carry a user or password (they would be stored in workflow history); sign requests with callback.secret instead',
-      })
-      .describe('http(s) URL that receives the result document (POST JSON)'),
-    secret: z
-      .string()
-      .regex(CALLBACK_SECRET_NAME, {
-        error:
-          "must be the name of a workers' environment variable that starts with FERRY_SECRET_ (A-Z, 0-9, _; for example " +
-          'FERRY_SECRET_HOOK), never the secret itself: workers sign only with FERRY_SECRET_* variables; rename the ' +
-          'variable on the workers and here',
-      })
+    url: postUrl('callback.secret').describe('http(s) URL that receives the result document (POST JSON)'),
+    secret: secretName
       .optional()
       .describe('NAME of the workers\' variable FERRY_SECRET_<NAME> that holds the HMAC-SHA256 key (X-Ferry-Signature)'),
     events: z.boolean().default(false).describe('also POST every event, keyed <id>:<seq>'),
   })
   .optional()
   .describe('result callback, sent for every outcome');
+
+/** A Temporal task queue's name, as `ferry worker --task-queue` takes it. */
+const taskQueueName = z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$/, {
+  error: 'must be 1-200 letters, digits, ".", "_" or "-", starting with a letter or digit: the queue `ferry worker --task-queue` serves beside the pooler',
+});
+
+/**
+ * cutover.switch: who moves the application's connections to the target during the cutover —
+ * PgBouncer (paused, repointed, resumed by a worker beside it) or any switcher behind a webhook.
+ */
+const switchSchema = z
+  .strictObject({
+    pgbouncer: z
+      .strictObject({
+        admin: connectionName.describe("connection name of PgBouncer's admin console (FERRY_CONN_<NAME> on the switch worker: postgres://user@host:port/pgbouncer)"),
+        database: z
+          .string()
+          .regex(/^[A-Za-z0-9_][A-Za-z0-9_.-]{0,62}$/, { error: 'must be the name of a database in PgBouncer\'s [databases] section (letters, digits, "_", ".", "-")' })
+          .describe('the pooled database the application connects to'),
+        configFile: z
+          .string()
+          .max(1024)
+          .regex(/^\/[^\0\n]*$/, { error: 'must be an absolute path on the pooler\'s host: the file PgBouncer\'s configuration %includes with this database\'s entry' })
+          .describe("the file PgBouncer's configuration %includes that holds this database's entry; the switch worker rewrites the entry"),
+        taskQueue: taskQueueName.describe('the task queue the switch worker beside PgBouncer serves (`ferry worker --task-queue …`)'),
+      })
+      .optional(),
+    webhook: z
+      .strictObject({
+        url: postUrl('cutover.switch.webhook.secret').describe('receives a signed POST at paused, switched (and reverted on a rollback after paused); answers 2xx when done'),
+        secret: secretName.describe("NAME of the workers' variable FERRY_SECRET_<NAME> that holds the HMAC-SHA256 key (X-Ferry-Signature)"),
+        timeout: duration(1000, 10 * 60_000).default('30s').describe('how long each request may take before the cutover rolls back'),
+      })
+      .optional(),
+  })
+  .superRefine((value, ctx) => {
+    const kinds = [value.pgbouncer, value.webhook].filter((kind) => kind !== undefined).length;
+    if (kinds !== 1) ctx.addIssue({ code: 'custom', message: 'give exactly one switcher: pgbouncer: {admin, database, configFile, taskQueue} or webhook: {url, secret, timeout}' });
+  })
+  .optional()
+  .describe("optional: who moves the application's connections to the target during the cutover");
 
 /** schema.table, or a pattern (`public.*`, `billing.invoice_*`, `*.*`, `all`). */
 const nameOrPattern = z.string().superRefine((text, ctx) => {
@@ -135,6 +179,7 @@ export const specSchema = z
           .enum(['rollback', 'terminate', 'wait'])
           .default('rollback')
           .describe('after maxWait: roll the migration back, end the blocking sessions (pg_terminate_backend), or keep waiting'),
+        switch: switchSchema,
       })
       .optional()
       .describe('online mode only'),

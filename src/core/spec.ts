@@ -43,7 +43,29 @@ export interface CutoverSpec {
   afterwards: 'keep-frozen' | 'unfreeze';
   maxWaitMs: number;
   onBlocked: 'rollback' | 'terminate' | 'wait';
+  /** Who moves the application's connections to the target (docs/architecture.md, the switch); absent: nobody. */
+  switch?: SwitchSpec;
 }
+
+/** PgBouncer paused, repointed and resumed by the worker serving `taskQueue` beside it. */
+export interface PgBouncerSwitch {
+  /** Connection name of PgBouncer's admin console. */
+  admin: string;
+  /** The pooled database the application connects to. */
+  database: string;
+  /** The file PgBouncer's configuration includes that holds the database's entry. */
+  configFile: string;
+  taskQueue: string;
+}
+
+/** Any other switcher: signed POSTs at paused, switched (and reverted), each answered 2xx within timeoutMs. */
+export interface WebhookSwitch {
+  url: string;
+  secret: string;
+  timeoutMs: number;
+}
+
+export type SwitchSpec = { pgbouncer: PgBouncerSwitch } | { webhook: WebhookSwitch };
 
 export type CaptureChoice = 'auto' | 'trigger' | 'logical';
 
@@ -157,6 +179,7 @@ export function parseSpec(input: unknown): Spec {
             afterwards: s.cutover?.afterwards ?? 'keep-frozen',
             maxWaitMs: parseDuration(s.cutover?.maxWait ?? '5m')!,
             onBlocked: s.cutover?.onBlocked ?? 'rollback',
+            ...switchOf(s.cutover?.switch),
           }
         : undefined,
     ...(s.mode === 'online' ? { capture: s.capture ?? 'auto' } : {}),
@@ -165,6 +188,15 @@ export function parseSpec(input: unknown): Spec {
     callback: s.callback,
     metadata: s.metadata,
   };
+}
+
+type ParsedSwitch = NonNullable<z.output<typeof import('./spec-schema').specSchema>['cutover']>['switch'];
+
+/** cutover.switch, normalised: the one switcher given, its timeout in milliseconds. */
+function switchOf(parsed: ParsedSwitch): { switch?: SwitchSpec } {
+  if (parsed?.pgbouncer) return { switch: { pgbouncer: parsed.pgbouncer } };
+  if (parsed?.webhook) return { switch: { webhook: { url: parsed.webhook.url, secret: parsed.webhook.secret, timeoutMs: parseDuration(parsed.webhook.timeout)! } } };
+  return {};
 }
 
 type ParsedTables = z.output<typeof import('./spec-schema').specSchema>['tables'];

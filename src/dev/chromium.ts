@@ -69,27 +69,44 @@ export interface EnsureChromiumOptions {
  * when there is none and it cannot be installed here.
  */
 export function ensureChromium(options: EnsureChromiumOptions = {}): string {
+  return ensureDebianPackage({ pkg: CHROMIUM_PACKAGE, purpose: 'the Web UI test', notFound, locate: () => locateChromium(options.env), ...options });
+}
+
+export interface DebianPackage extends Omit<EnsureChromiumOptions, 'env'> {
+  pkg: string;
+  /** What needs it, for the report line. */
+  purpose: string;
+  locate: () => string | null;
+  notFound: (reason: string) => Error;
+}
+
+/**
+ * The path of the executable `locate` finds, installing Debian's package `pkg` when it finds none
+ * and this process may (root with apt-get): apt-get update and the install again only when the
+ * install failed because the package lists lack it.
+ */
+export function ensureDebianPackage(options: DebianPackage): string {
+  const { pkg, locate, notFound: missing } = options;
   const report = options.report ?? ((line: string) => process.stderr.write(`${line}\n`));
-  const locate = options.locate ?? (() => locateChromium(options.env));
   const found = locate();
   if (found) return found;
   const canInstall = options.canInstall ?? (process.getuid?.() === 0 && findOnPath('apt-get') !== null);
-  if (!canInstall) throw notFound('It can be installed automatically only by root on a machine with apt-get.');
+  if (!canInstall) throw missing('It can be installed automatically only by root on a machine with apt-get.');
   const apt = options.apt ?? runApt;
   // Waits for another apt-get (a second test run installing at the same time) instead of failing.
-  const install = ['-o', 'DPkg::Lock::Timeout=600', 'install', '-y', '--no-install-recommends', CHROMIUM_PACKAGE];
-  report(`ferry: installing Debian's ${CHROMIUM_PACKAGE} package (apt-get install -y ${CHROMIUM_PACKAGE}) for the Web UI test`);
+  const install = ['-o', 'DPkg::Lock::Timeout=600', 'install', '-y', '--no-install-recommends', pkg];
+  report(`ferry: installing Debian's ${pkg} package (apt-get install -y ${pkg}) for ${options.purpose}`);
   let run = apt(install);
   if (run.status !== 0 && listsMissing(run.output)) {
     report('ferry: the package lists lack it; running apt-get update first');
     const update = apt(['-o', 'DPkg::Lock::Timeout=600', 'update']);
-    if (update.status !== 0) throw notFound(`apt-get update failed (exit ${update.status}): ${tail(update.output)}`);
+    if (update.status !== 0) throw missing(`apt-get update failed (exit ${update.status}): ${tail(update.output)}`);
     run = apt(install);
   }
-  if (run.status !== 0) throw notFound(`apt-get install -y ${CHROMIUM_PACKAGE} failed (exit ${run.status}): ${tail(run.output)}`);
+  if (run.status !== 0) throw missing(`apt-get install -y ${pkg} failed (exit ${run.status}): ${tail(run.output)}`);
   const installed = locate();
-  if (!installed) throw notFound(`apt-get install -y ${CHROMIUM_PACKAGE} succeeded, yet no executable was found.`);
-  report(`ferry: ${CHROMIUM_PACKAGE} installed at ${installed}`);
+  if (!installed) throw missing(`apt-get install -y ${pkg} succeeded, yet no executable was found.`);
+  report(`ferry: ${pkg} installed at ${installed}`);
   return installed;
 }
 

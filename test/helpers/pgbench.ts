@@ -4,9 +4,9 @@
  * long time, back to back. Both run until the source is frozen or they are stopped.
  */
 import { spawn } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { Client } from 'pg';
 import { findOnPath } from '../../src/dev/temporal-binary';
 import type { TestDatabases } from './databases';
@@ -74,6 +74,29 @@ export function startPgbenchLoad(url: string, clients = 2, seconds = 600, ratePe
   writeFileSync(script, CHURN_SCRIPT);
   const rate = ratePerSecond ? ['-R', String(ratePerSecond)] : [];
   return startPgbench(['-n', '-c', String(clients), '-j', '1', '-T', String(seconds), ...rate, '-b', 'tpcb-like@3', '-f', `${script}@1`, url]);
+}
+
+/**
+ * pgbench's TPC-B through a pooler for `seconds`, each transaction logged (-l) under `logPrefix`:
+ * what an application sees of a switch. pgbench ends a client at its first error (and reports
+ * failed transactions), so a run that ends with exit code 0 failed none.
+ */
+export function startLoggedTpcb(url: string, clients: number, seconds: number, logPrefix: string): Load {
+  return startPgbench(['-n', '-c', String(clients), '-j', '1', '-T', String(seconds), '-b', 'tpcb-like', '-l', `--log-prefix=${logPrefix}`, url]);
+}
+
+/** Each logged transaction's latency in ms (pgbench -l: client, number, latency µs, script, epoch s, µs). */
+export function loggedLatenciesMs(logPrefix: string): number[] {
+  const dir = dirname(logPrefix);
+  const files = readdirSync(dir).filter((f) => f.startsWith(`${basename(logPrefix)}.`));
+  const latencies: number[] = [];
+  for (const file of files) {
+    for (const line of readFileSync(join(dir, file), 'utf8').split('\n')) {
+      const fields = line.trim().split(/\s+/);
+      if (fields.length >= 6) latencies.push(Number(fields[2]) / 1000);
+    }
+  }
+  return latencies;
 }
 
 export interface BatchJob {

@@ -46,6 +46,10 @@ const SCENARIOS: Record<string, { failureType?: string; change?: boolean; runs?:
   // Paused and resumed back to back while the tables wait: numbered control signals (delivered
   // out of order, some of them) and waits cut short by them, behind patched('sequenced-control').
   'online-paused': {},
+  // cutover.switch: PgBouncer paused before the freeze, repointed before the point of no return,
+  // resumed after it; and a webhook switcher refusing `switched`, rolled back and told `reverted`.
+  'online-switch-pgbouncer': {},
+  'online-switch-webhook-refused': { failureType: 'MigrationFailed' },
   // capture: logical on a private wal_level=logical cluster: the slot consumer beside the tables
   // and the cutover's wait for it, behind patched('logical-capture').
   'online-logical': {},
@@ -172,7 +176,7 @@ describe('recorded workflow histories', () => {
 
     const all = [...fixtures.values()].flat();
     // The README's determinism row counts them.
-    expect(all).toHaveLength(116);
+    expect(all).toHaveLength(124);
     expect([...new Set(all.map((f) => f.workflowType))].sort()).toEqual([MIGRATION_WORKFLOW, TABLE_WORKFLOW, CHANGE_WORKFLOW, ...HELPER_WORKFLOW_TYPES].sort());
     expect(fixtures.get('online')!.map((f) => f.workflowType)).toContain(UNFREEZE_WORKFLOW);
     expect(fixtures.get('online-armed-freeze')!.map((f) => f.workflowType)).toContain(CLEANUP_WORKFLOW);

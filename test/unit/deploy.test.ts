@@ -156,8 +156,12 @@ function withChange(doc: unknown, path: (string | number)[], value: unknown): Ma
 
 const manifests = loadManifests();
 
+/** The example of PgBouncer with the switch worker beside it (cutover.switch: pgbouncer). */
+const SWITCH_FILE = 'optional/pgbouncer-switch.yaml';
+
+/** The worker pool's one object of `kind` (the switch example's own objects aside). */
 function only<T>(kind: string): T {
-  const found = manifests.filter((m) => m.doc.kind === kind);
+  const found = manifests.filter((m) => m.doc.kind === kind && m.file !== SWITCH_FILE);
   if (found.length !== 1) throw new Error(`expected one ${kind} in deploy/k8s, found ${found.length}`);
   return found[0].doc as unknown as T;
 }
@@ -256,6 +260,25 @@ describe('the Kubernetes manifests in deploy/k8s', () => {
     for (const { file, doc } of manifests.filter((m) => m.doc.kind !== 'Namespace')) {
       expect([file, doc.metadata.namespace]).toEqual([file, namespace]);
     }
+  });
+
+  it('pair PgBouncer with a switch worker that serves its own queue and rewrites the file PgBouncer includes', () => {
+    const objects = manifests.filter((m) => m.file === SWITCH_FILE).map((m) => m.doc);
+    expect(objects.map((o) => o.kind).sort()).toEqual(['ConfigMap', 'Deployment', 'Service']);
+    const pooler = objects.find((o) => o.kind === 'Deployment') as unknown as IDeployment;
+    const [pgbouncer, switcher] = ['pgbouncer', 'switch'].map((name) => pooler.spec!.template.spec!.containers.find((c) => c.name === name)!);
+    // The switch worker: `ferry worker --task-queue Q`, a queue the worker parses, with connections for the admin console and the target.
+    expect(switcher.args?.slice(0, 2)).toEqual(['worker', '--task-queue']);
+    expect(switcher.args![2]).toMatch(/^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$/);
+    expect((switcher.env ?? []).map((e) => e.name)).toEqual(expect.arrayContaining(['TEMPORAL_ADDRESS', 'FERRY_CONN_PGBOUNCER_ADMIN', 'FERRY_CONN_V2']));
+    // The file pgbouncer.ini %includes is on a volume both containers mount, writable (not the ConfigMap's).
+    const config = (objects.find((o) => o.kind === 'ConfigMap')!.data as Record<string, string>)['pgbouncer.ini'];
+    const included = /^%include (\S+)$/m.exec(config)![1];
+    expect(config).toMatch(/^pool_mode = transaction$/m);
+    const mountOf = (c: typeof switcher, file: string) => c.volumeMounts?.find((m) => file.startsWith(`${m.mountPath}/`))?.name;
+    expect(mountOf(pgbouncer, included)).toBeDefined();
+    expect(mountOf(switcher, included)).toBe(mountOf(pgbouncer, included));
+    expect(pooler.spec!.template.spec!.volumes!.find((v) => v.name === mountOf(switcher, included))).toMatchObject({ emptyDir: {} });
   });
 
   it('are listed in kustomization.yaml, except the example Secret and the optional KEDA object', () => {

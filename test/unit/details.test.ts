@@ -82,6 +82,20 @@ describe('current details (markdown for the Web UI)', () => {
     expect(shown).toContain("**These details could not be rendered** (the workflow goes on; `ferry status` shows it): `Cannot read properties of null (reading 'replace')`");
   });
 
+  it('during a cutover with a switch: what the application\'s connections are doing, step by step', () => {
+    const at = '2026-12-01T11:00:00.000Z';
+    const detail = { switch: 'pgbouncer', database: 'app' };
+    const cutting: StatusDocument = { ...base, phase: 'CUTTING_OVER', events: [{ seq: 1, type: 'SwitchPaused', at, detail: { ...detail, waitedMs: 12 } }] };
+    expect(migrationDetails(cutting)).toContain(`**Switch:** PgBouncer's app paused at ${at}: the application's queries are held`);
+    const repointed = { ...cutting, events: [...cutting.events, { seq: 2, type: 'SwitchRepointed' as const, at, detail: { ...detail, target: 'next' } }] };
+    expect(migrationDetails(repointed)).toContain("**Switch:** PgBouncer's app points at the target (next); the queries are still held");
+    const resumed = { ...repointed, events: [...repointed.events, { seq: 3, type: 'SwitchResumed' as const, at, detail: { ...detail, on: 'target', clientPauseMs: 1840 } }] };
+    expect(migrationDetails(resumed)).toContain("**Switch:** PgBouncer's app resumed on the target after 1,840 ms");
+    const reverted = { ...cutting, events: [...cutting.events, { seq: 2, type: 'SwitchResumed' as const, at, detail: { switch: 'webhook', on: 'source' } }] };
+    expect(migrationDetails(reverted)).toContain('**Switch:** the webhook switcher resumed on the source (rolled back)');
+    expect(migrationDetails(base)).not.toContain('**Switch:**');
+  });
+
   it('at the end: the outcome with its figures', () => {
     const done = migrationDetails({
       ...base,

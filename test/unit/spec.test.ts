@@ -10,6 +10,8 @@ import { specProblems } from '../helpers/spec-problems';
 const problems = specProblems;
 
 const minimal = { source: 'legacy', target: 'v2', tables: ['public.orders'] };
+const POOL = { admin: 'pooladmin', database: 'app', configFile: '/etc/pgbouncer/databases.ini', taskQueue: 'ferry-switch-pooler1' };
+const HOOK = { url: 'https://switch.example/ferry', secret: 'FERRY_SECRET_SWITCH' };
 
 describe('the spec', () => {
   it('applies the documented defaults to a minimal spec', () => {
@@ -60,6 +62,13 @@ describe('the spec', () => {
     });
   });
 
+  it('takes one switcher for the cutover: PgBouncer as given, a webhook with its timeout in milliseconds (30 s by default)', () => {
+    expect(parseSpec({ ...minimal, mode: 'online', cutover: { switch: { pgbouncer: POOL } } }).cutover?.switch).toEqual({ pgbouncer: POOL });
+    expect(parseSpec({ ...minimal, mode: 'online', cutover: { switch: { webhook: HOOK } } }).cutover?.switch).toEqual({ webhook: { url: HOOK.url, secret: HOOK.secret, timeoutMs: 30_000 } });
+    expect(parseSpec({ ...minimal, mode: 'online', cutover: { switch: { webhook: { ...HOOK, timeout: '2m' } } } }).cutover?.switch).toMatchObject({ webhook: { timeoutMs: 120_000 } });
+    expect(parseSpec({ ...minimal, mode: 'online' }).cutover).not.toHaveProperty('switch');
+  });
+
   it('defaults capture to auto in online mode, keeps an explicit choice, and has none in full mode', () => {
     expect(parseSpec({ ...minimal, mode: 'online' }).capture).toBe('auto');
     expect(parseSpec({ ...minimal, mode: 'online', capture: 'logical' }).capture).toBe('logical');
@@ -97,6 +106,15 @@ describe('the spec', () => {
     [{ ...minimal, metadata: { blob: 'x'.repeat(17_000) } }, 'metadata: must serialise to at most 16384 bytes'],
     [{ ...minimal, validation: 'sometimes' }, 'validation: Invalid option'],
     [{ ...minimal, id: '../etc' }, 'id: must be 1-100 letters'],
+    [{ ...minimal, mode: 'online', cutover: { switch: {} } }, 'cutover.switch: give exactly one switcher'],
+    [{ ...minimal, mode: 'online', cutover: { switch: { pgbouncer: POOL, webhook: HOOK } } }, 'cutover.switch: give exactly one switcher'],
+    [{ ...minimal, mode: 'online', cutover: { switch: { pgbouncer: { ...POOL, configFile: 'pgbouncer/databases.ini' } } } }, 'cutover.switch.pgbouncer.configFile: must be an absolute path'],
+    [{ ...minimal, mode: 'online', cutover: { switch: { pgbouncer: { ...POOL, admin: 'postgres://pgbouncer@pooler/pgbouncer' } } } }, 'cutover.switch.pgbouncer.admin: must be a connection name'],
+    [{ ...minimal, mode: 'online', cutover: { switch: { pgbouncer: { ...POOL, taskQueue: 'a queue' } } } }, 'cutover.switch.pgbouncer.taskQueue: must be 1-200 letters'],
+    [{ ...minimal, mode: 'online', cutover: { switch: { pgbouncer: { ...POOL, database: 'app db' } } } }, 'cutover.switch.pgbouncer.database: must be the name of a database'],
+    [{ ...minimal, mode: 'online', cutover: { switch: { webhook: { ...HOOK, secret: 'hunter2' } } } }, 'cutover.switch.webhook.secret: must be the name of a workers\' environment variable'],
+    [{ ...minimal, mode: 'online', cutover: { switch: { webhook: { ...HOOK, url: 'https://u:p@switch.example' } } } }, 'sign requests with cutover.switch.webhook.secret instead'],
+    [{ ...minimal, mode: 'online', cutover: { switch: { webhook: { ...HOOK, timeout: '1h' } } } }, 'cutover.switch.webhook.timeout: must be between'],
   ])('refuses a bad spec with a message naming the field (%#)', (input, expected) => {
     expect(problems(input).join('\n')).toContain(expected);
   });

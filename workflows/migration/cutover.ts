@@ -15,7 +15,9 @@
  *               capture and (afterwards: unfreeze) the freeze are removed where locks allow,
  *               the rest in the background, reported as warnings.
  *
- * The write outage runs from the flip to the point of no return.
+ * The write outage runs from the flip to the point of no return. With cutover.switch
+ * (workflows/migration/switch.ts) the application's queries are held from before the flip until
+ * just past the point of no return, and then run on the target: clientPauseMs.
  */
 import { ApplicationFailure, CancellationScope, ChildWorkflowHandle } from '@temporalio/workflow';
 import { innermostApplicationFailure } from '../../src/core/failures';
@@ -29,6 +31,7 @@ import { finishSyncSignal } from '../definitions';
 import { SLICE_MS, SYNC_BATCH_KEYS, tableMigrationWorkflow } from './table';
 import { FAILURE } from '../../src/core/failure-types';
 import { flags } from '../patches';
+import { cutoverSwitch } from './switch';
 
 /**
  * How long one wait for writers runs before it reports who still blocks: soon at first, then —
@@ -55,6 +58,9 @@ export async function cutOver(input: CutoverInput): Promise<CutoverReport> {
   tracker.step('cutover');
   tracker.setPhase('CUTTING_OVER', spec.cutover!.approval === 'auto' ? 'approved automatically' : 'approved');
   tracker.event('CutoverStarted');
+  // cutover.switch: the application's queries held before the freeze, so none meets it.
+  const moved = cutoverSwitch(ctx);
+  if (moved) await moved.pause();
   saga.push('openSource', () => cutoverSteps.setFreeze({ migrationId: id, source: spec.source, state: 'open' }));
   const { at: frozenAt } = await cutoverSteps.setFreeze({ migrationId: id, source: spec.source, state: 'frozen' });
   // A consumer that fails from here on could never confirm what the writers still commit.
@@ -81,18 +87,22 @@ export async function cutOver(input: CutoverInput): Promise<CutoverReport> {
     unvalidated.push(...added.foreignKeys);
   }
   await steps.finishTarget({ migrationId: id, source: spec.source, target: spec.target, tables: ctx.plan.tables, ...objectSequences(ctx) });
+  // Still undone on a failure: the application's queries are held until the resume.
+  if (moved) await moved.repoint();
 
   // Point of no return: the target is authoritative.
   saga.clear();
   const writeOutageMs = Math.max(0, Date.now() - Date.parse(frozenAt));
+  const clientPauseMs = moved ? await moved.resume() : undefined;
   const afterwards = spec.cutover!.afterwards;
   tracker.completeTables();
-  tracker.event('CutoverCompleted', undefined, { writeOutageMs, dirtyRowsChecked, afterwards });
+  tracker.event('CutoverCompleted', undefined, { writeOutageMs, dirtyRowsChecked, afterwards, ...(moved ? { clientPauseMs } : {}) });
   // Before capture is released: a consumer still streaming would fail on its dropped slot.
   await consumerStopped;
   tracker.step('afterwards');
   await CancellationScope.nonCancellable(() => afterPointOfNoReturn(ctx, unvalidated));
-  return { frozenAt, writeOutageMs, dirtyRowsChecked, afterwards };
+  const switched = spec.cutover!.switch ? { switch: 'pgbouncer' in spec.cutover!.switch ? ('pgbouncer' as const) : ('webhook' as const), clientPauseMs: clientPauseMs! } : {};
+  return { frozenAt, writeOutageMs, dirtyRowsChecked, afterwards, ...switched };
 }
 
 /** Waits for the write transactions begun before the freeze, as cutover.onBlocked says. */

@@ -1,0 +1,200 @@
+/**
+ * The switch (cutover.switch): the application's connections moved by the cutover.
+ *
+ * - pgbouncer: pgbench's TPC-B through a real PgBouncer (transaction pooling) during an online
+ *   migration; the switch worker beside it (`ferry worker --task-queue`, a process) SIGKILLed
+ *   once the pooler is paused and started again. pgbench fails no transaction, its longest one is
+ *   about the application's pause, every transaction before the pause is on the source and every
+ *   one after it on the target (their balances add up on the target), and PgBouncer points at
+ *   the target, resumed.
+ * - A repoint that fails (the file holds no entry for the database) rolls back with PgBouncer
+ *   resumed on the source: pgbench goes on there and fails nothing.
+ * - webhook: a switcher that answers 500 at `switched` rolls the migration back; the source
+ *   takes writes again and the switcher hears `reverted`, each request signed.
+ */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { startPgBouncer, PgBouncer } from '../../src/dev/pgbouncer';
+import { rowsAsText } from '../helpers/databases';
+import { loggedLatenciesMs, pgbenchSeed, startLoggedTpcb } from '../helpers/pgbench';
+import { Receiver, signatureVerifies } from '../helpers/receiver';
+import { expectCleanRun } from '../helpers/repairs';
+import { eventually, resultWithin, waitForPhase } from '../helpers/stack';
+import { stackSuite } from '../helpers/suite';
+import type { ResultDocument } from '../../src/core/status';
+
+const TABLES: [string, string][] = [
+  ['public.pgbench_accounts', 'aid'],
+  ['public.pgbench_branches', 'bid'],
+  ['public.pgbench_tellers', 'tid'],
+];
+const HISTORY = `CREATE TABLE public.pgbench_history (tid int, bid int, aid int, delta int, mtime timestamp, filler char(22));`;
+const SWITCH_QUEUE = 'ferry-switch-test';
+const SECRET = 'switch-secret';
+
+describe('cutover.switch', () => {
+  const suite = stackSuite({
+    name: 'switchover',
+    // The target has pgbench's history table (not migrated: it has no key), for the writes after the switch.
+    databases: { source: '', target: HISTORY },
+    connections: { app: 'source', next: 'target' },
+    seed: pgbenchSeed('source', 1),
+    perTest: 'databases',
+    extraEnv: { FERRY_SECRET_SWITCH: SECRET, FERRY_CALLBACK_ALLOW_PRIVATE: 'true' },
+  });
+  let pooler: PgBouncer | undefined;
+  let dir: string;
+
+  beforeEach(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'ferry-switchover-'));
+    pooler = await startPgBouncer({ app: { host: '127.0.0.1', port: Number(new URL(suite.dbs.url('source')).port || 5432), dbname: dbName(suite.dbs.url('source')) } });
+  });
+
+  afterEach(async () => {
+    // The switch workers of this test: the next test's pooler is another.
+    for (const worker of suite.stack.processes) if (worker.process.exitCode === null) worker.process.kill('SIGKILL');
+    await Promise.all(suite.stack.processes.map((w) => w.exited));
+    await pooler?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  function dbName(url: string): string {
+    return decodeURIComponent(new URL(url).pathname.slice(1));
+  }
+
+  function onlineSpec(id: string, switchTo: Record<string, unknown>) {
+    return {
+      id,
+      source: 'app',
+      target: 'next',
+      mode: 'online',
+      tables: TABLES.map(([t]) => t),
+      cutover: { approval: 'manual', approvalTimeout: '10m', switch: switchTo },
+    };
+  }
+
+  /** `work`'s result; on its failure pgbench is stopped first. */
+  async function untilDone(stop: () => Promise<void>, work: () => Promise<ResultDocument>): Promise<ResultDocument> {
+    try {
+      return await work();
+    } catch (err) {
+      await stop();
+      throw err;
+    }
+  }
+
+  const historyRows = async (role: string) => (await suite.dbs.query<{ n: number }>(role, 'SELECT count(*)::int AS n FROM pgbench_history'))[0].n;
+
+  async function poolerEntry(): Promise<Record<string, string>> {
+    return (await pooler!.admin('SHOW DATABASES')).find((r) => r.name === 'app')!;
+  }
+
+  it('pgbouncer: pgbench through PgBouncer fails no transaction across the cutover, and its writes after the resume are on the target', async () => {
+    const env = { FERRY_CONN_POOLADMIN: pooler!.adminUrl };
+    let switchWorker = await suite.stack.startWorkerProcessReady('switch-1', ['--task-queue', SWITCH_QUEUE], env);
+    const { id } = await suite.stack.ferry.start(
+      onlineSpec('switch-pgbouncer', { pgbouncer: { admin: 'pooladmin', database: 'app', configFile: pooler!.databasesFile, taskQueue: SWITCH_QUEUE } }),
+    );
+    await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL', 120_000);
+    const log = join(dir, 'tx');
+    const load = startLoggedTpcb(pooler!.url('app'), 2, 40, log);
+    const result = await untilDone(load.stop, async () => {
+      await eventually(async () => (await historyRows('source')) > 300, 60_000);
+      await suite.stack.ferry.approve(id);
+      // The pooler is paused: the worker beside it dies; another takes its place.
+      await eventually(async () => (await suite.stack.ferry.status(id)).events.some((e) => e.type === 'SwitchPaused'), 60_000);
+      switchWorker.process.kill('SIGKILL');
+      await switchWorker.exited;
+      switchWorker = await suite.stack.startWorkerProcessReady('switch-2', ['--task-queue', SWITCH_QUEUE], env);
+      return resultWithin(suite.stack.ferry, id, 180_000);
+    });
+    const bench = await load.done;
+    expect(result.error).toBeNull();
+    expect(result.state).toBe('SUCCEEDED');
+    await expectCleanRun(suite.stack.ferry, result);
+    // pgbench: no failed transaction, no client ended by an error.
+    expect(bench.code).toBe(0);
+    expect(bench.out).toMatch(/number of failed transactions: 0 \(0\.000%\)/);
+    expect(bench.out).not.toMatch(/aborted/);
+    // The application's pause is reported beside the database's outage, and pgbench's longest transaction is about it.
+    const { clientPauseMs, writeOutageMs, switch: switcher } = result.cutover!;
+    expect(switcher).toBe('pgbouncer');
+    expect(clientPauseMs).toBeGreaterThanOrEqual(writeOutageMs);
+    const longest = Math.max(...loggedLatenciesMs(log));
+    process.stderr.write(`switchover: write outage ${writeOutageMs} ms, application paused ${clientPauseMs} ms, pgbench's longest transaction ${longest.toFixed(0)} ms\n`);
+    expect(longest).toBeGreaterThan(clientPauseMs! * 0.5);
+    expect(longest).toBeLessThan(clientPauseMs! + 2_000);
+    expect(result.events.filter((e) => e.type.startsWith('Switch')).map((e) => [e.type, e.detail?.on])).toEqual([
+      ['SwitchPaused', undefined],
+      ['SwitchRepointed', undefined],
+      ['SwitchResumed', 'target'],
+    ]);
+    // Every transaction before the pause on the source, every one after it on the target: none on both, none lost.
+    const [source, target] = [await historyRows('source'), await historyRows('target')];
+    expect(target).toBeGreaterThan(0);
+    expect(source + target).toBe(Number(/number of transactions actually processed: (\d+)/.exec(bench.out)![1]));
+    const [{ last }] = await suite.dbs.query<{ last: string }>('source', 'SELECT max(mtime)::text AS last FROM pgbench_history');
+    const [{ first }] = await suite.dbs.query<{ first: string }>('target', 'SELECT min(mtime)::text AS first FROM pgbench_history');
+    expect(last < first).toBe(true);
+    // TPC-B adds each delta to a branch and records it in the history: the target's branches hold both sides' deltas.
+    const deltas = async (role: string) => Number((await suite.dbs.query<{ s: string }>(role, 'SELECT coalesce(sum(delta), 0)::text AS s FROM pgbench_history'))[0].s);
+    const [{ balance }] = await suite.dbs.query<{ balance: string }>('target', 'SELECT sum(bbalance)::text AS balance FROM pgbench_branches');
+    expect(Number(balance)).toBe((await deltas('source')) + (await deltas('target')));
+    // The source's tables as they were at the pause; PgBouncer points at the target, resumed, and the file kept beside it is gone.
+    expect(await rowsAsText(suite.dbs, 'source', 'public.pgbench_tellers', 'tid')).not.toEqual(await rowsAsText(suite.dbs, 'target', 'public.pgbench_tellers', 'tid'));
+    expect(await poolerEntry()).toMatchObject({ database: dbName(suite.dbs.url('target')), paused: 0 });
+    expect(switchWorker.process.exitCode).toBeNull();
+  }, 420_000);
+
+  it('pgbouncer: a repoint that fails rolls back with PgBouncer resumed on the source, and pgbench goes on there failing nothing', async () => {
+    // The file names no entry for the pooled database: the repoint is refused after the drain.
+    const elsewhere = join(dir, 'other-databases.ini');
+    writeFileSync(elsewhere, '[databases]\n');
+    await suite.stack.startWorkerProcessReady('switch-3', ['--task-queue', SWITCH_QUEUE], { FERRY_CONN_POOLADMIN: pooler!.adminUrl });
+    const { id } = await suite.stack.ferry.start(onlineSpec('switch-refused', { pgbouncer: { admin: 'pooladmin', database: 'app', configFile: elsewhere, taskQueue: SWITCH_QUEUE } }));
+    await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL', 120_000);
+    const load = startLoggedTpcb(pooler!.url('app'), 2, 25, join(dir, 'tx'));
+    const result = await untilDone(load.stop, async () => {
+      await eventually(async () => (await historyRows('source')) > 300, 60_000);
+      await suite.stack.ferry.approve(id);
+      return resultWithin(suite.stack.ferry, id, 180_000);
+    });
+    const bench = await load.done;
+    expect(result.state).toBe('FAILED');
+    expect(result.error?.message).toMatch(/has no entry for database app/);
+    expect(result.events.filter((e) => e.type.startsWith('Switch')).map((e) => [e.type, e.detail?.on])).toEqual([
+      ['SwitchPaused', undefined],
+      ['SwitchResumed', 'source'],
+    ]);
+    expect(bench.code).toBe(0);
+    expect(bench.out).toMatch(/number of failed transactions: 0 \(0\.000%\)/);
+    // Every transaction on the source, none on the target; PgBouncer still points at the source, resumed.
+    expect(await historyRows('source')).toBe(Number(/number of transactions actually processed: (\d+)/.exec(bench.out)![1]));
+    expect(await historyRows('target')).toBe(0);
+    expect(await poolerEntry()).toMatchObject({ database: dbName(suite.dbs.url('source')), paused: 0 });
+  }, 420_000);
+
+  it('webhook: a switcher that answers 500 at switched rolls back with the source taking writes again, each request signed', async () => {
+    const receiver = await Receiver.start();
+    try {
+      receiver.answer('/switch', 200, 500);
+      const spec = onlineSpec('switch-webhook', { webhook: { url: `${receiver.url}/switch`, secret: 'FERRY_SECRET_SWITCH', timeout: '10s' } });
+      const { id } = await suite.stack.ferry.start({ ...spec, cutover: { ...spec.cutover, approval: 'auto' } });
+      const result = await resultWithin(suite.stack.ferry, id, 180_000);
+      expect(result.state).toBe('FAILED');
+      expect(result.error?.message).toMatch(/the switch webhook answered HTTP 500 at switched/);
+      const stages = receiver.to('/switch').map((d) => [d.json.stage, d.answered, signatureVerifies(d, SECRET)]);
+      expect(stages).toEqual([
+        ['paused', 200, true],
+        ['switched', 500, true],
+        ['reverted', 200, true],
+      ]);
+      // Unfrozen: the source takes a write; the target's tables are gone.
+      await suite.dbs.exec('source', 'UPDATE pgbench_branches SET bbalance = bbalance + 1 WHERE bid = 1');
+      expect(await suite.dbs.query('target', `SELECT to_regclass('public.pgbench_accounts') AS t`)).toEqual([{ t: null }]);
+    } finally {
+      await receiver.close();
+    }
+  }, 300_000);
+});
