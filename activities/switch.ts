@@ -13,8 +13,9 @@
  * These run on the worker beside PgBouncer (`ferry worker --task-queue …`): the file is on its
  * host. Each is idempotent, so a retry after a lost worker repeats it safely.
  */
-import { existsSync } from 'node:fs';
-import { readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { constants, existsSync } from 'node:fs';
+import { access, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { dirname } from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { Client } from 'pg';
 import { EntryServer, findEntry, repointedEntry, withLine } from '../src/core/pgbouncer-entry';
@@ -67,6 +68,33 @@ export function createSwitchActivities({ connections, logger }: Pick<ActivityDep
   }
 
   return {
+    /**
+     * Preflight's check, on the switch worker: the admin console answers, PgBouncer knows the
+     * database and pools it by transaction or statement, the file holds its entry and can be
+     * rewritten here, and this worker knows the target. Nothing is changed.
+     */
+    async checkPool(input: PoolRef & { target: string }): Promise<{ poolMode: string }> {
+      entryServer(connections.url(input.target));
+      const poolMode = await admin(input, async (console) => {
+        const { rows } = await console.query<{ name: string; pool_mode: string | null }>('SHOW DATABASES');
+        const row = rows.find((r) => r.name === input.database);
+        if (!row) throw switchRefusal(`database: PgBouncer has no database ${input.database}: name the pooled database the application connects to`);
+        const config = await console.query<{ key: string; value: string }>('SHOW CONFIG');
+        return row.pool_mode || config.rows.find((r) => r.key === 'pool_mode')?.value || 'session';
+      });
+      if (poolMode === 'session') {
+        throw switchRefusal(`database: PgBouncer pools ${input.database} by session, where PAUSE waits for every client to disconnect: set pool_mode = transaction for it`);
+      }
+      await readConfig(input);
+      try {
+        await access(input.configFile, constants.W_OK);
+        await access(dirname(input.configFile), constants.W_OK);
+      } catch {
+        throw switchRefusal(`configFile: the switch worker cannot write ${input.configFile} (nor a file beside it): give its user write access to the file and its directory`);
+      }
+      return { poolMode };
+    },
+
     async pausePool(input: PausePoolInput): Promise<{ issuedAt: string; pausedAt: string }> {
       return admin(input, async (console) => {
         // An earlier attempt's PAUSE outlives its lost worker; the source is not frozen yet, so
@@ -119,6 +147,11 @@ export function createSwitchActivities({ connections, logger }: Pick<ActivityDep
   };
 }
 
+/** A refusal of the switch's settings, naming the field under cutover.switch.pgbouncer. */
+function switchRefusal(message: string): ApplicationFailure {
+  return ApplicationFailure.nonRetryable(`cutover.switch.pgbouncer.${message}`, FAILURE.SwitchRefused);
+}
+
 async function isPaused(console: Client, database: string): Promise<boolean> {
   const { rows } = await console.query<{ name: string; paused: string }>('SHOW DATABASES');
   return rows.some((r) => r.name === database && String(r.paused) === '1');
@@ -156,16 +189,12 @@ async function readConfig(ref: PoolRef): Promise<string> {
   try {
     text = await readFile(ref.configFile, 'utf8');
   } catch (err) {
-    throw ApplicationFailure.nonRetryable(
-      `cutover.switch.pgbouncer.configFile: cannot read ${ref.configFile} on the switch worker's host (${(err as NodeJS.ErrnoException).code ?? 'error'}): run the switch worker beside PgBouncer and give the file its configuration %includes`,
-      FAILURE.Refused,
+    throw switchRefusal(
+      `configFile: cannot read ${ref.configFile} on the switch worker's host (${(err as NodeJS.ErrnoException).code ?? 'error'}): run the switch worker beside PgBouncer and give the file its configuration %includes`,
     );
   }
   if (!findEntry(text, ref.database)) {
-    throw ApplicationFailure.nonRetryable(
-      `cutover.switch.pgbouncer.configFile: ${ref.configFile} has no entry for database ${ref.database}: put the pooled database's entry (${ref.database} = host=… dbname=…) in that file`,
-      FAILURE.Refused,
-    );
+    throw switchRefusal(`configFile: ${ref.configFile} has no entry for database ${ref.database}: put the pooled database's entry (${ref.database} = host=… dbname=…) in that file`);
   }
   return text;
 }
@@ -183,10 +212,9 @@ async function expectEntry(console: Client, database: string, server: EntryServe
   const row = rows.find((r) => r.name === database);
   if (!row || row.host !== server.host || Number(row.port) !== server.port || row.database !== server.dbname) {
     // The file may not be the one PgBouncer includes, or an error in it kept the old entry.
-    throw ApplicationFailure.nonRetryable(
-      `cutover.switch.pgbouncer: after RELOAD PgBouncer's ${database} still points at ${row ? `${row.host}:${row.port}/${row.database}` : 'nothing'}: ` +
+    throw switchRefusal(
+      `configFile: after RELOAD PgBouncer's ${database} still points at ${row ? `${row.host}:${row.port}/${row.database}` : 'nothing'}: ` +
         "check that configFile is the file PgBouncer's configuration %includes and that PgBouncer's log shows no error",
-      FAILURE.Refused,
     );
   }
 }

@@ -86,7 +86,7 @@ export type MigrationActivities = ReturnType<typeof migrationActivities>;
  * application's queries are held until then. A webhook's stage has its timeout for every try.
  */
 export function poolActivities(timings: Timings, taskQueue: string, maxWaitMs: number) {
-  const nonRetryableErrorTypes = [FAILURE.CutoverBlocked, FAILURE.Refused, FAILURE.UnknownConnection];
+  const nonRetryableErrorTypes = [FAILURE.CutoverBlocked, FAILURE.SwitchRefused, FAILURE.UnknownConnection];
   return {
     pool: proxyActivities<Activities>(
       heartbeating(timings, {
@@ -94,6 +94,15 @@ export function poolActivities(timings: Timings, taskQueue: string, maxWaitMs: n
         scheduleToStartTimeout: '1 minute',
         startToCloseTimeout: maxWaitMs + 60_000,
         retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '5 seconds', maximumAttempts: 5, nonRetryableErrorTypes },
+      }),
+    ),
+    /** Preflight's look at the pooler: a switch worker must take it soon. */
+    check: proxyActivities<Activities>(
+      heartbeating(timings, {
+        taskQueue,
+        scheduleToStartTimeout: '30 seconds',
+        startToCloseTimeout: '1 minute',
+        retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '5 seconds', maximumAttempts: 3, nonRetryableErrorTypes },
       }),
     ),
     resume: proxyActivities<Activities>(

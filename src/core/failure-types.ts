@@ -31,6 +31,8 @@ export const FAILURE = {
   MissingRole: 'MissingRole',
   /** objects: all — the workers' pg_dump cannot dump the source (missing, or older than its server). */
   DumpUnavailable: 'DumpUnavailable',
+  /** cutover.switch: the switch cannot work as given (no switch worker, no entry, session pooling…). */
+  SwitchRefused: 'SwitchRefused',
   /** Ferry's own schema on a database was upgraded by a newer Ferry. */
   SchemaTooNew: 'SchemaTooNew',
   // What a running migration can meet.

@@ -12,7 +12,8 @@
  * - webhook: a switcher that answers 500 at `switched` rolls the migration back; the source
  *   takes writes again and the switcher hears `reverted`, each request signed.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { Client } from 'pg';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startPgBouncer, PgBouncer } from '../../src/dev/pgbouncer';
@@ -86,7 +87,7 @@ describe('cutover.switch', () => {
 
   const historyRows = async (role: string) => (await suite.dbs.query<{ n: number }>(role, 'SELECT count(*)::int AS n FROM pgbench_history'))[0].n;
 
-  async function poolerEntry(): Promise<Record<string, string>> {
+  async function poolerEntry(): Promise<Record<string, unknown>> {
     return (await pooler!.admin('SHOW DATABASES')).find((r) => r.name === 'app')!;
   }
 
@@ -148,12 +149,14 @@ describe('cutover.switch', () => {
   }, 420_000);
 
   it('pgbouncer: a repoint that fails rolls back with PgBouncer resumed on the source, and pgbench goes on there failing nothing', async () => {
-    // The file names no entry for the pooled database: the repoint is refused after the drain.
+    // A copy of PgBouncer's file, with the entry at preflight and without it by the cutover
+    // (somebody edited it meanwhile): the repoint is refused after the drain.
     const elsewhere = join(dir, 'other-databases.ini');
-    writeFileSync(elsewhere, '[databases]\n');
+    writeFileSync(elsewhere, readFileSync(pooler!.databasesFile, 'utf8'));
     await suite.stack.startWorkerProcessReady('switch-3', ['--task-queue', SWITCH_QUEUE], { FERRY_CONN_POOLADMIN: pooler!.adminUrl });
     const { id } = await suite.stack.ferry.start(onlineSpec('switch-refused', { pgbouncer: { admin: 'pooladmin', database: 'app', configFile: elsewhere, taskQueue: SWITCH_QUEUE } }));
     await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL', 120_000);
+    writeFileSync(elsewhere, '[databases]\n');
     const load = startLoggedTpcb(pooler!.url('app'), 2, 25, join(dir, 'tx'));
     const result = await untilDone(load.stop, async () => {
       await eventually(async () => (await historyRows('source')) > 300, 60_000);
@@ -174,6 +177,68 @@ describe('cutover.switch', () => {
     expect(await historyRows('target')).toBe(0);
     expect(await poolerEntry()).toMatchObject({ database: dbName(suite.dbs.url('source')), paused: 0 });
   }, 420_000);
+
+  it('pgbouncer: the switch worker killed while PAUSE waits for a transaction in flight: never left paused, the switch completes on the retry', async () => {
+    const env = { FERRY_CONN_POOLADMIN: pooler!.adminUrl };
+    const first = await suite.stack.startWorkerProcessReady('switch-4', ['--task-queue', SWITCH_QUEUE], env);
+    const { id } = await suite.stack.ferry.start(
+      onlineSpec('switch-kill-pause', { pgbouncer: { admin: 'pooladmin', database: 'app', configFile: pooler!.databasesFile, taskQueue: SWITCH_QUEUE } }),
+    );
+    await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL', 120_000);
+    // A transaction through the pooler, open: PAUSE waits for it.
+    const app = new Client({ connectionString: pooler!.url('app') });
+    await app.connect();
+    try {
+      await app.query('BEGIN');
+      await app.query('UPDATE pgbench_branches SET bbalance = bbalance + 7 WHERE bid = 1');
+      await suite.stack.ferry.approve(id);
+      await eventually(async () => (await poolerEntry()).paused === 1, 60_000);
+      first.process.kill('SIGKILL');
+      await first.exited;
+      // PgBouncer keeps the pause of a console that died: the next attempt finds it.
+      expect((await poolerEntry()).paused).toBe(1);
+      await suite.stack.startWorkerProcessReady('switch-5', ['--task-queue', SWITCH_QUEUE], env);
+      await eventually(async () => {
+        const status = await suite.stack.ferry.status(id);
+        return status.retrying?.activity === 'pausePool' && status.retrying.attempt >= 2;
+      }, 60_000);
+      await app.query('COMMIT');
+    } finally {
+      await app.end();
+    }
+    const result = await resultWithin(suite.stack.ferry, id, 180_000);
+    expect(result.error).toBeNull();
+    expect(result.state).toBe('SUCCEEDED');
+    await expectCleanRun(suite.stack.ferry, result);
+    // The transaction PAUSE waited for is on the target; PgBouncer points there, resumed.
+    expect(await rowsAsText(suite.dbs, 'target', 'public.pgbench_branches', 'bid')).toEqual(await rowsAsText(suite.dbs, 'source', 'public.pgbench_branches', 'bid'));
+    expect((await suite.dbs.query<{ b: number }>('target', 'SELECT bbalance AS b FROM pgbench_branches WHERE bid = 1'))[0].b).toBe(7);
+    expect(await poolerEntry()).toMatchObject({ database: dbName(suite.dbs.url('target')), paused: 0 });
+  }, 300_000);
+
+  it('refuses a PgBouncer switch that cannot work in preflight, exit 2, naming the field and changing nothing', async () => {
+    const specFile = (name: string, pgbouncer: Record<string, unknown>) => {
+      const path = join(dir, `${name}.json`);
+      writeFileSync(path, JSON.stringify(onlineSpec(name, { pgbouncer: { admin: 'pooladmin', database: 'app', configFile: pooler!.databasesFile, taskQueue: SWITCH_QUEUE, ...pgbouncer } })));
+      return path;
+    };
+    // No switch worker serves the queue.
+    const noWorker = await suite.stack.runCli(['start', specFile('switch-no-worker', { taskQueue: 'ferry-switch-nobody' })]);
+    expect(noWorker.code).toBe(2);
+    expect(noWorker.stderr).toContain('cutover.switch.pgbouncer.taskQueue: no switch worker took the check on task queue ferry-switch-nobody');
+    await suite.stack.startWorkerProcessReady('switch-6', ['--task-queue', SWITCH_QUEUE], { FERRY_CONN_POOLADMIN: pooler!.adminUrl });
+    // A database PgBouncer does not have; a file without its entry.
+    const unknown = await suite.stack.runCli(['start', specFile('switch-unknown-db', { database: 'shop' })]);
+    expect([unknown.code, unknown.stderr]).toEqual([2, expect.stringContaining('cutover.switch.pgbouncer.database: PgBouncer has no database shop')]);
+    const empty = join(dir, 'empty.ini');
+    writeFileSync(empty, '[databases]\n');
+    const noEntry = await suite.stack.runCli(['start', specFile('switch-no-entry', { configFile: empty })]);
+    expect([noEntry.code, noEntry.stderr]).toEqual([2, expect.stringContaining(`cutover.switch.pgbouncer.configFile: ${empty} has no entry for database app`)]);
+    // Nothing was started: no capture on the source, no table on the target.
+    expect(await suite.dbs.query('source', `SELECT nspname FROM pg_namespace WHERE nspname LIKE '\\_ferry%'`)).toEqual([]);
+    expect(await suite.dbs.query('target', `SELECT to_regclass('public.pgbench_accounts') AS t`)).toEqual([{ t: null }]);
+    expect(await poolerEntry()).toMatchObject({ database: dbName(suite.dbs.url('source')), paused: 0 });
+  }, 300_000);
 
   it('webhook: a switcher that answers 500 at switched rolls back with the source taking writes again, each request signed', async () => {
     const receiver = await Receiver.start();

@@ -21,6 +21,7 @@ import { runOnline } from './online';
 import { Saga } from '../saga';
 import { Callbacks } from '../callbacks';
 import { parseWorkflowSpec } from './spec-input';
+import { checkSwitch } from './switch';
 import { Tracker } from './tracker';
 import { FAILURE } from '../../src/core/failure-types';
 import { flags } from '../patches';
@@ -181,6 +182,9 @@ class MigrationRun {
     const id = this.info.workflowId;
     const stored = options.resume ? await steps.storedPlan({ migrationId: id, target: spec.target }) : null;
     const plan = stored ?? givenPlan(options.plan) ?? (await checks.preflight({ migrationId: id, spec, store: true }));
+    // The switch is checked again where the migration runs its own preflight (a client that
+    // skipped the helper); a retry's stored plan was checked when it was made.
+    if (!stored && !givenPlan(options.plan)) await checkSwitch(spec, options.timings);
     if (!plan.stored) return plan;
     if (spec.onFailure === 'rollback') saga.push('dropTargetObjects', () => steps.dropTargetObjects({ migrationId: id, target: spec.target }));
     const tables: TablePlan[] = [];

@@ -10,6 +10,7 @@ import { helperActivities } from '../activity-options';
 import { MigrationPlan } from '../../src/core/plan';
 import { SpecError } from '../../src/core/spec';
 import { parseWorkflowSpec } from './spec-input';
+import { checkSwitch } from './switch';
 import { FAILURE } from '../../src/core/failure-types';
 import { forWebUi } from '../../src/core/details';
 import { PreflightRefusal, preflightRefusal } from '../../src/core/failures';
@@ -27,7 +28,13 @@ export interface PreflightOptions {
 }
 
 export async function preflightWorkflow(specInput: unknown, migrationId: string, options: PreflightOptions = {}): Promise<MigrationPlan | PreflightRefusal> {
-  return refusalsAsResult(options, async () => preflight({ migrationId, spec: parsedOrRefused(parseWorkflowSpec, specInput) }));
+  return refusalsAsResult(options, async () => {
+    const spec = parsedOrRefused(parseWorkflowSpec, specInput);
+    const plan = await preflight({ migrationId, spec });
+    // Only specs with a PgBouncer switch (none before it existed) ask its worker.
+    await checkSwitch(spec, undefined);
+    return plan;
+  });
 }
 
 /** The spec (or plan) parsed; one that does not parse is refused as InvalidSpec, for good. */

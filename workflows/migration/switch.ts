@@ -11,7 +11,10 @@
  * A rollback after the pause resumes on the source (the entry put back as it was) or sends the
  * webhook `reverted`. clientPauseMs runs from the pause to the resume.
  */
-import { CancellationScope } from '@temporalio/workflow';
+import { ActivityFailure, ApplicationFailure, CancellationScope, TimeoutFailure } from '@temporalio/workflow';
+import type { Spec } from '../../src/core/spec';
+import { FAILURE } from '../../src/core/failure-types';
+import type { TimingsInput } from '../../src/core/timings';
 import type { PgBouncerSwitch, WebhookSwitch } from '../../src/core/spec';
 import { hookActivities, poolActivities } from '../activity-options';
 import type { SwitchStage } from '../../activities/switch-webhook';
@@ -29,6 +32,30 @@ export function cutoverSwitch(ctx: MigrationContext): CutoverSwitch | undefined 
   const chosen = ctx.spec.cutover?.switch;
   if (!chosen) return undefined;
   return 'pgbouncer' in chosen ? pgbouncerSwitch(ctx, chosen.pgbouncer) : webhookSwitch(ctx, chosen.webhook);
+}
+
+/**
+ * Preflight's part: with a PgBouncer switch, a switch worker must serve its queue and find the
+ * pooler, the database, its entry and the target as the cutover will need them (checkPool),
+ * so that a switch that cannot work is refused before anything starts.
+ */
+export async function checkSwitch(spec: Spec, timings: TimingsInput | undefined): Promise<void> {
+  const chosen = spec.cutover?.switch;
+  if (!chosen || !('pgbouncer' in chosen)) return;
+  const pool = chosen.pgbouncer;
+  const { check } = poolActivities(timingsOf(timings), pool.taskQueue, spec.cutover!.maxWaitMs);
+  try {
+    await check.checkPool({ migrationId: '', admin: pool.admin, database: pool.database, configFile: pool.configFile, target: spec.target });
+  } catch (err) {
+    const cause = err instanceof ActivityFailure ? err.cause : undefined;
+    if (cause instanceof TimeoutFailure && cause.timeoutType === 'SCHEDULE_TO_START') {
+      throw ApplicationFailure.nonRetryable(
+        `cutover.switch.pgbouncer.taskQueue: no switch worker took the check on task queue ${pool.taskQueue} within 30 s: start \`ferry worker --task-queue ${pool.taskQueue}\` beside PgBouncer`,
+        FAILURE.SwitchRefused,
+      );
+    }
+    throw err;
+  }
 }
 
 function pgbouncerSwitch(ctx: MigrationContext, pool: PgBouncerSwitch): CutoverSwitch {
