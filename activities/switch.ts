@@ -14,7 +14,7 @@
  * host. Each is idempotent, so a retry after a lost worker repeats it safely.
  */
 import { constants, existsSync } from 'node:fs';
-import { access, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { access, chown, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { ApplicationFailure } from '@temporalio/common';
 import { Client } from 'pg';
@@ -199,11 +199,16 @@ async function readConfig(ref: PoolRef): Promise<string> {
   return text;
 }
 
-/** Written beside the file and renamed over it: PgBouncer never reads half of it. */
+/**
+ * Written beside the file and renamed over it: PgBouncer never reads half of it. The new file
+ * keeps the old one's mode and, where this worker may give it (root), its owner: a file only
+ * PgBouncer's user may read stays readable to it.
+ */
 async function replaceFile(path: string, text: string): Promise<void> {
-  const mode = (await stat(path)).mode & 0o777;
+  const before = await stat(path);
   const next = `${path}.ferry-next`;
-  await writeFile(next, text, { mode });
+  await writeFile(next, text, { mode: before.mode & 0o777 });
+  await chown(next, before.uid, before.gid).catch(() => undefined);
   await rename(next, path);
 }
 

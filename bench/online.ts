@@ -16,6 +16,11 @@
  *     pgbench_history row (end to end, the slot included); the lag when approval is reached and
  *     when the cutover begins; the write outage of the cutover;
  *   - the same for --recovery seconds (60; 0 skips) right after the paused backlog drained;
+ *   - the application's view of a cutover (bench/switchover.ts): pgbench writing straight at the
+ *     source (the freeze ends each client at its first refused write) and through a real
+ *     PgBouncer with `cutover.switch: pgbouncer`: committed and failed transactions, clients an
+ *     error ended, the longest transaction, the write outage and the application's pause
+ *     (--switch-seconds N of pgbench each, 30; 0 skips);
  *   - the write outage of cutovers side by side: pgbench's tables alone, with a table that has a
  *     unique secondary column and a foreign key, and the same at --outage-scale (5,000,000
  *     accounts by default): the outage should follow the rows changed, not the tables' size.
@@ -44,6 +49,7 @@ import { connectionEnvVar } from '../src/core/names';
 import { databaseUrl, DEFAULT_TEST_PG, ensurePostgres, runSql } from '../src/dev/postgres';
 import { startDevServer } from '../src/dev/dev-server';
 import * as bench from './pgbench';
+import { appConnections, applicationView, printViews } from './switchover';
 import { ProcessResult, startProcess } from './process';
 
 const args = process.argv.slice(2);
@@ -63,6 +69,8 @@ const RECOVERY_SECONDS = Number(arg('--recovery', '60'));
 /** Seconds of pgbench with the sync paused (capture's own cost, and the backlog the drain measures); --seconds by default. */
 const PAUSED_SECONDS = Number(arg('--paused', String(SECONDS)));
 const ROOT = join(__dirname, '..');
+/** Seconds of pgbench in each run of the application's view (0: not measured). */
+const SWITCH_SECONDS = Number(arg('--switch-seconds', '30'));
 
 const url = (db: string) => databaseUrl(ADMIN, db);
 const sql = runSql;
@@ -295,6 +303,7 @@ async function main(): Promise<void> {
     env[connectionEnvVar(`out_src_${n}`)] = url(outageDatabases(n).source);
     env[connectionEnvVar(`out_tgt_${n}`)] = url(outageDatabases(n).target);
   }
+  Object.assign(env, appConnections(ADMIN, tag));
   const worker = run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'worker'], { ...env, ...WORKER_PROCESS_ENV });
   const ferry = await FerryClient.connect({ address: server.address });
   try {
@@ -312,6 +321,12 @@ async function main(): Promise<void> {
       figures.push(await captureRun(ferry, env, source, targets[i], `pgb_tgt_${i}`, capture, `${tag}-${i}`));
     }
     if (figures.length > 1) sideBySide(figures);
+
+    if (SWITCH_SECONDS > 0) {
+      // The application's view: the same cutover under pgbench straight at the source, and through PgBouncer with the switch.
+      const view = { ferry, env, admin: ADMIN, root: ROOT, scale: 1, clients: CLIENTS, seconds: SWITCH_SECONDS, tag };
+      printViews([await applicationView(view, false), await applicationView(view, true)]);
+    }
 
     if (OUTAGE_SCALE > 0) {
       process.stdout.write(`\ncutover write outage under pgbench (-c ${CLIENTS}), ${VALIDATION} validation, capture ${CAPTURES[0]}:\n`);

@@ -32,12 +32,13 @@ export function registerProcessCommands(program: Command): void {
     .option('--pg <url>', 'admin URL of the PostgreSQL server to use (default FERRY_TEST_PG or the local server)')
     .option('--embedded-pg', 'use embedded PostgreSQL even when a server answers')
     .option('--upgrade', 'a major-version upgrade: the source on PostgreSQL 13, the target on 17 (private clusters of npm\'s server builds)')
-    .action(async (opts: { keep?: boolean; rows: number; pg?: string; embeddedPg?: boolean; upgrade?: boolean }) => {
+    .option('--no-pgbouncer', 'the writer connects to the source directly even when PgBouncer is installed (it then meets the freeze)')
+    .action(async (opts: { keep?: boolean; rows: number; pg?: string; embeddedPg?: boolean; upgrade?: boolean; pgbouncer: boolean }) => {
       if (opts.upgrade && (opts.pg || opts.embeddedPg)) {
         throw new CliExit('--upgrade starts its own PostgreSQL 13 and 17: leave out --pg and --embedded-pg, or --upgrade', 2);
       }
       const { runDemo } = require('../dev/demo') as typeof import('../dev/demo');
-      const code = await runDemo({ keep: opts.keep, orders: opts.rows, pg: opts.pg, embeddedPg: opts.embeddedPg, upgrade: opts.upgrade });
+      const code = await runDemo({ keep: opts.keep, orders: opts.rows, pg: opts.pg, embeddedPg: opts.embeddedPg, upgrade: opts.upgrade, pgbouncer: opts.pgbouncer });
       if (code !== 0) throw new CliExit('the demo did not find both sides identical or the callback verified (see above)', code);
     });
 

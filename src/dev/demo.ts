@@ -20,6 +20,7 @@ import { formatResult } from '../view/format';
 import { temporalConfig } from '../config';
 import { startEmbeddedPostgres } from './embedded-postgres';
 import { startPrivateCluster } from './pg-cluster';
+import { locatePgBouncer, PgBouncer, pooledServer, startPgBouncer } from './pgbouncer';
 import { silentLogger } from '../logger';
 import { connectionEnvVar } from '../core/names';
 import { databaseUrl, DEFAULT_TEST_PG, ensurePostgres, runSql } from './postgres';
@@ -37,6 +38,8 @@ export interface DemoOptions {
   embeddedPg?: boolean;
   /** A major-version upgrade: the source on PostgreSQL 13, the target on 17, each a private cluster of npm's server builds. */
   upgrade?: boolean;
+  /** false: the writer connects to the source directly even when PgBouncer is installed. */
+  pgbouncer?: boolean;
 }
 
 /** The versions `--upgrade` moves between: a source near its end of life, a current target. */
@@ -197,11 +200,14 @@ async function callbackReceiver(secret: string) {
 }
 
 /**
- * The application: keeps placing orders, changing their status and removing order lines on the
- * source until the cutover freezes it — then reports the error a real writer would see.
+ * The application: keeps placing orders, changing their status and removing order lines until
+ * the cutover freezes the source — then reports the error a real writer would see. Through
+ * PgBouncer (`pooled`), the switch holds it instead and sends its next transaction to the
+ * target: it asks which database it is on first, and stops there without writing, so the demo
+ * can compare both sides as the cutover left them.
  */
-function startWriter(url: string) {
-  const stats = { transactions: 0, retried: 0, stoppedBy: '' };
+function startWriter(url: string, sourceDatabase: string) {
+  const stats = { transactions: 0, retried: 0, stoppedBy: '', longestMs: 0, reachedTarget: '' };
   let stop = false;
   const client = new Client({ connectionString: url });
   client.on('error', () => undefined); // a dropped connection surfaces on the next query below
@@ -209,22 +215,19 @@ function startWriter(url: string) {
     await client.connect();
     try {
       while (!stop) {
+        const began = Date.now();
         try {
           await client.query('BEGIN');
-          const [{ id }] = (
-            await client.query(
-              `INSERT INTO shop.orders (customer_id, status, total, placed_at)
-               SELECT id, 'new', 42.50, now() FROM shop.customers ORDER BY random() LIMIT 1 RETURNING id`,
-            )
-          ).rows;
-          await client.query(`INSERT INTO shop.order_items VALUES ($1, 1, 'SKU-NEW', 1, 21.25), ($1, 2, 'SKU-NEW', 2, 10.63)`, [id]);
-          await client.query(`UPDATE shop.orders SET status = 'paid' WHERE id = (SELECT max(id) - 100 FROM shop.orders)`);
-          await client.query(
-            `DELETE FROM shop.order_items WHERE (order_id, line) = (SELECT order_id, line FROM shop.order_items ORDER BY order_id LIMIT 1)`,
-          );
-          await client.query(`UPDATE shop.customers SET name = name || '.' WHERE id = $1`, [1 + (stats.transactions % 50)]);
+          const [{ db }] = (await client.query<{ db: string }>('SELECT current_database() AS db')).rows;
+          if (db !== sourceDatabase) {
+            await client.query('ROLLBACK');
+            stats.reachedTarget = `its next transaction waited ${Date.now() - began} ms and then ran on the target (${db})`;
+            return;
+          }
+          await writeOrder(client, stats.transactions);
           await client.query('COMMIT');
           stats.transactions += 1;
+          stats.longestMs = Math.max(stats.longestMs, Date.now() - began);
         } catch (err) {
           await client.query('ROLLBACK').catch(() => undefined);
           // The freeze at cutover: the error a real application gets, naming the migration.
@@ -258,6 +261,30 @@ function startWriter(url: string) {
   };
 }
 
+/** One of the writer's transactions: an order placed with two lines, another paid, a line removed, a customer renamed. */
+async function writeOrder(client: Client, n: number): Promise<void> {
+  const [{ id }] = (
+    await client.query(
+      `INSERT INTO shop.orders (customer_id, status, total, placed_at)
+       SELECT id, 'new', 42.50, now() FROM shop.customers ORDER BY random() LIMIT 1 RETURNING id`,
+    )
+  ).rows;
+  await client.query(`INSERT INTO shop.order_items VALUES ($1, 1, 'SKU-NEW', 1, 21.25), ($1, 2, 'SKU-NEW', 2, 10.63)`, [id]);
+  await client.query(`UPDATE shop.orders SET status = 'paid' WHERE id = (SELECT max(id) - 100 FROM shop.orders)`);
+  await client.query(`DELETE FROM shop.order_items WHERE (order_id, line) = (SELECT order_id, line FROM shop.order_items ORDER BY order_id LIMIT 1)`);
+  await client.query(`UPDATE shop.customers SET name = name || '.' WHERE id = $1`, [1 + (n % 50)]);
+}
+
+/** What the writer saw, in one line. */
+function writerLine(stats: ReturnType<typeof startWriter>['stats'], pooled: boolean): string {
+  const committed = `${stats.transactions} transactions committed during the migration${stats.retried ? ` (${stats.retried} retried)` : ''}`;
+  if (!pooled) return `writer: ${committed}; then the source refused writes: ${stats.stoppedBy || '(writer stopped first)'}`;
+  const end = stats.reachedTarget
+    ? `none refused; PgBouncer held it through the switch: ${stats.reachedTarget}, where the demo stops writing so both sides can be compared`
+    : `then: ${stats.stoppedBy || '(writer stopped first)'}`;
+  return `writer (through PgBouncer): ${committed}, its longest ${stats.longestMs} ms; ${end}`;
+}
+
 /** Runs the demo; resolves to the exit code (0 when both sides were found identical). */
 export async function runDemo(options: DemoOptions = {}): Promise<number> {
   const orders = options.orders ?? 60_000;
@@ -276,15 +303,18 @@ export async function runDemo(options: DemoOptions = {}): Promise<number> {
     const receiver = await callbackReceiver(secret);
     cleanups.unshift(async () => receiver.close());
     const taskQueue = `ferry-demo-${tag}`;
-    cleanups.unshift(await startWorkers(temporal, taskQueue, workerEnv(dbs, secret)));
+    const pooler = options.pgbouncer === false ? undefined : await demoPooler(dbs);
+    if (pooler) cleanups.unshift(() => pooler.stop());
+    cleanups.unshift(await startWorkers(temporal, taskQueue, workerEnv(dbs, secret, pooler)));
     say('Workers: 2 running in this process (the pool; `ferry worker` runs one per process)');
 
     const connection = await Connection.connect({ address: temporal.address });
     cleanups.unshift(() => connection.close());
     const ferry = FerryClient.fromClient(new TemporalClient({ connection, namespace: temporal.namespace }), { taskQueue });
-    const spec = demoSpec(tag, receiver.url);
+    // PgBouncer is on this machine: the workers themselves serve the switch's queue.
+    const spec = demoSpec(tag, receiver.url, pooler ? { admin: 'demo_pooler', database: 'shop', configFile: pooler.databasesFile, taskQueue } : undefined);
     say(`\nferry start: ${JSON.stringify(spec)}`);
-    const writer = startWriter(dbs.source);
+    const writer = startWriter(pooler ? pooler.url('shop') : dbs.source, new URL(dbs.source).pathname.slice(1));
     cleanups.unshift(() => writer.stop());
     const started = await ferry.start(spec);
     say(`migration ${started.id} passed preflight and is running; a writer keeps changing the source`);
@@ -294,10 +324,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<number> {
     await writer.stop();
     const result = await ferry.result(started.id);
     say(`\n${formatResult(result)}`);
-    say(
-      `writer: ${writer.stats.transactions} transactions committed during the migration` +
-        `${writer.stats.retried ? ` (${writer.stats.retried} retried)` : ''}; then the source refused writes: ${writer.stats.stoppedBy || '(writer stopped first)'}`,
-    );
+    say(writerLine(writer.stats, pooler !== undefined));
     const callbackOk = reportCallbacks(receiver);
     const equal = await reportTables(dbs, result.state === 'SUCCEEDED');
     if (temporal.uiUrl) say(`\nWeb UI: ${temporal.uiUrl}/namespaces/${temporal.namespace}/workflows/${started.id}`);
@@ -310,12 +337,27 @@ export async function runDemo(options: DemoOptions = {}): Promise<number> {
 
 type DemoTemporal = Awaited<ReturnType<typeof temporalServer>>;
 
-/** What the workers see: the two connections, the callback's secret, and leave to call the receiver on 127.0.0.1. */
-function workerEnv(dbs: DemoDatabases, secret: string): NodeJS.ProcessEnv {
+/**
+ * PgBouncer in front of the source when it is installed (Debian's `pgbouncer`), so the writer can
+ * be switched by the cutover; otherwise the writer connects to the source and meets the freeze.
+ */
+async function demoPooler(dbs: DemoDatabases): Promise<PgBouncer | undefined> {
+  if (!locatePgBouncer()) {
+    say('PgBouncer: not installed, so the writer connects to the source directly and meets the freeze (apt-get install pgbouncer to see the switch)');
+    return undefined;
+  }
+  const pooler = await startPgBouncer({ shop: pooledServer(dbs.source) });
+  say(`PgBouncer: on 127.0.0.1:${pooler.port} in front of the source (transaction pooling); the writer goes through it and the cutover switches it (cutover.switch: pgbouncer)`);
+  return pooler;
+}
+
+/** What the workers see: the two connections (and PgBouncer's admin console), the callback's secret, and leave to call the receiver on 127.0.0.1. */
+function workerEnv(dbs: DemoDatabases, secret: string, pooler: PgBouncer | undefined): NodeJS.ProcessEnv {
   return {
     ...process.env,
     [connectionEnvVar('shop_legacy')]: dbs.source,
     [connectionEnvVar('shop_v2')]: dbs.target,
+    ...(pooler ? { [connectionEnvVar('demo_pooler')]: pooler.adminUrl } : {}),
     [HOOK_SECRET_VAR]: secret,
     // The demo's receiver listens on 127.0.0.1, which workers refuse as a callback target unless allowed.
     FERRY_CALLBACK_ALLOW_PRIVATE: 'true',
@@ -342,7 +384,7 @@ async function startWorkers(temporal: DemoTemporal, taskQueue: string, env: Node
   };
 }
 
-function demoSpec(tag: string, callbackUrl: string) {
+function demoSpec(tag: string, callbackUrl: string, pgbouncer?: Record<string, string>) {
   return {
     id: `demo-${tag}`,
     source: 'shop_legacy',
@@ -350,7 +392,7 @@ function demoSpec(tag: string, callbackUrl: string) {
     mode: 'online',
     batchRows: 10_000,
     tables: ['shop.customers', 'shop.orders', 'shop.order_items'],
-    cutover: { approval: 'manual', approvalTimeout: '10m' },
+    cutover: { approval: 'manual', approvalTimeout: '10m', ...(pgbouncer ? { switch: { pgbouncer } } : {}) },
     callback: { url: callbackUrl, secret: HOOK_SECRET_VAR },
     metadata: { team: 'demo' },
   };

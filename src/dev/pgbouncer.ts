@@ -34,11 +34,25 @@ export function ensurePgBouncer(report?: (line: string) => void): string {
   });
 }
 
-/** A pooled database's server. */
+/** A pooled database's server (user and password: where the server wants a password, as embedded PostgreSQL does). */
 export interface PooledServer {
   host: string;
   port: number;
   dbname: string;
+  user?: string;
+  password?: string;
+}
+
+/** A pooled database's server from its postgres:// URL (user and password only when it has a password). */
+export function pooledServer(url: string): PooledServer {
+  const parsed = new URL(url);
+  const password = decodeURIComponent(parsed.password);
+  return {
+    host: parsed.hostname,
+    port: Number(parsed.port || 5432),
+    dbname: decodeURIComponent(parsed.pathname.slice(1)),
+    ...(password ? { user: decodeURIComponent(parsed.username), password } : {}),
+  };
 }
 
 export interface PgBouncer {
@@ -90,15 +104,17 @@ export async function startPgBouncer(databases: Record<string, PooledServer>): P
   const dir = mkdtempSync(join(tmpdir(), 'ferry-pgbouncer-'));
   const port = await freePort();
   const databasesFile = join(dir, 'databases.ini');
-  const entries = Object.entries(databases).map(([name, s]) => `${name} = host=${s.host} port=${s.port} dbname=${s.dbname}`);
-  writeFileSync(databasesFile, ['[databases]', ...entries, ''].join('\n'), { mode: 0o644 });
-  writeFileSync(join(dir, 'users.txt'), '"postgres" ""\n', { mode: 0o644 });
+  const credentials = (s: PooledServer) => (s.password ? ` user=${s.user} password=${s.password}` : '');
+  const entries = Object.entries(databases).map(([name, s]) => `${name} = host=${s.host} port=${s.port} dbname=${s.dbname}${credentials(s)}`);
+  // Only PgBouncer's user reads them: the entries may hold a server's password.
+  writeFileSync(databasesFile, ['[databases]', ...entries, ''].join('\n'), { mode: 0o600 });
+  writeFileSync(join(dir, 'users.txt'), '"postgres" ""\n', { mode: 0o600 });
   const ini = join(dir, 'pgbouncer.ini');
-  writeFileSync(ini, configText(dir, port, databasesFile), { mode: 0o644 });
+  writeFileSync(ini, configText(dir, port, databasesFile), { mode: 0o600 });
   const user = runAs();
   if (user) {
-    chmodSync(dir, 0o755);
-    chownSync(dir, user.uid, user.gid);
+    chmodSync(dir, 0o700);
+    for (const path of [dir, databasesFile, ini, join(dir, 'users.txt')]) chownSync(path, user.uid, user.gid);
   }
   const child = spawn(binary, [...(user ? ['-u', user.user] : []), ini], { stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';

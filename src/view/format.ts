@@ -45,7 +45,8 @@ export function formatResult(r: ResultDocument): string {
   if (r.error) lines.push(`error: ${r.error.message}${r.error.cause ? ` (cause: ${r.error.cause})` : ''}`);
   if (r.cutover) {
     lines.push(
-      `cutover: write outage ${(r.cutover.writeOutageMs / 1000).toFixed(2)}s, ${r.cutover.dirtyRowsChecked} changed rows re-checked, source ${r.cutover.afterwards === 'unfreeze' ? 'unfrozen' : 'kept frozen'}`,
+      `cutover: write outage ${(r.cutover.writeOutageMs / 1000).toFixed(2)}s, ${r.cutover.dirtyRowsChecked} changed rows re-checked, source ${r.cutover.afterwards === 'unfreeze' ? 'unfrozen' : 'kept frozen'}` +
+        (r.cutover.clientPauseMs !== undefined ? `; the application paused ${(r.cutover.clientPauseMs / 1000).toFixed(2)}s by ${r.cutover.switch === 'pgbouncer' ? 'PgBouncer' : 'the webhook switcher'}, then on the target` : ''),
     );
   }
   if (r.timeline?.length) lines.push(`time: ${r.timeline.map((t) => `${t.step} ${((t.ms ?? 0) / 1000).toFixed(1)}s`).join(', ')}`);

@@ -77,7 +77,8 @@ export function header(s: StatusDocument, now = Date.now()): string {
 /** The closing line: outcome, rows, duration, and the cutover's write outage when there was one. */
 export function closing(s: StatusDocument): string {
   const rows = s.tables.reduce((n, t) => n + t.rowsCopied, 0);
-  const cutover = s.cutover ? ` · write outage ${s.cutover.writeOutageMs} ms, ${s.cutover.dirtyRowsChecked} rows re-checked, ${s.cutover.afterwards}` : '';
+  const paused = s.cutover?.clientPauseMs !== undefined ? `, application paused ${s.cutover.clientPauseMs} ms` : '';
+  const cutover = s.cutover ? ` · write outage ${s.cutover.writeOutageMs} ms${paused}, ${s.cutover.dirtyRowsChecked} rows re-checked, ${s.cutover.afterwards}` : '';
   const error = s.error ? ` · ${s.error.message}` : '';
   return `${header(s)} · ${rows} rows${cutover}${error}`;
 }

