@@ -2,6 +2,7 @@
 import { ConnectionRegistry } from '../src/db/connections';
 import { Logger } from '../src/logger';
 import type { FerryMetrics } from '../src/telemetry';
+import type { EventPublisher } from '../src/event-stream';
 
 export interface ActivityDeps {
   connections: ConnectionRegistry;
@@ -13,6 +14,8 @@ export interface ActivityDeps {
    * applied, mismatches found) and what only it knows (a slot's lag). Absent in tests that need none.
    */
   metrics?: ActivityMetrics;
+  /** The worker's publisher to the event stream (FERRY_NATS_URL); absent where none is configured. */
+  events?: EventPublisher;
 }
 
 export type ActivityMetrics = Pick<

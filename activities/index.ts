@@ -21,6 +21,7 @@ import { createPreflight } from './preflight';
 import { createRestoreObjects } from './objects';
 import { createPlanTables, createPrepareTarget, createStoredPlan } from './prepare-target';
 import { createRollbackTarget } from './rollback-target';
+import { createEventActivities } from './events';
 import { createSwitchActivities } from './switch';
 import { createSwitchHook } from './switch-webhook';
 import { createSyncActivities } from './sync-changes';
@@ -55,6 +56,7 @@ export function createActivities(deps: ActivityDeps) {
     ...createStreamActivities(deps),
     checkDirtyKeys: createCheckDirty(deps),
     sendCallback: createSendCallback(deps),
+    ...createEventActivities(deps),
     // The cutover's switch: PgBouncer's (served beside it, createSwitchWorkerActivities) or a webhook's.
     ...createSwitchActivities(deps),
     switchHook: createSwitchHook(deps),

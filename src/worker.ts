@@ -8,6 +8,7 @@ import { createActivities, createSwitchWorkerActivities } from '../activities';
 import { dataConverterFromEnv } from './codec';
 import { connectionOptions, TemporalConfig } from './config';
 import { ConnectionRegistry } from './db/connections';
+import { EventPublisher } from './event-stream';
 import { withoutRowData } from './db/errors';
 import { Logger } from './logger';
 import { auditInterceptors, FerryMetrics } from './telemetry';
@@ -110,6 +111,7 @@ export async function createFerryWorker(options: FerryWorkerOptions): Promise<Fe
   // running activity holds one and waits for its second, two are still free and no wait is
   // forever. An activity that took a third from the same pool would break that.
   const connections = new ConnectionRegistry({ env, poolSize: activitySlots + 2, applicationName: 'ferry-worker' });
+  const events = new EventPublisher(env);
   const connection = await NativeConnection.connect(connectionOptions(options.temporal));
   const workerOptions: WorkerOptions = {
     connection,
@@ -118,7 +120,7 @@ export async function createFerryWorker(options: FerryWorkerOptions): Promise<Fe
     ...(bundle ? { workflowBundle: bundle } : {}),
     activities: switchOnly
       ? createSwitchWorkerActivities({ connections, logger: options.logger, env })
-      : createActivities({ connections, logger: options.logger, env, metrics: options.metrics }),
+      : createActivities({ connections, logger: options.logger, env, metrics: options.metrics, events }),
     maxConcurrentActivityTaskExecutions: activitySlots,
     maxConcurrentWorkflowTaskExecutions: options.maxConcurrentWorkflowTaskExecutions ?? 40,
     shutdownGraceTime: options.shutdownGraceTime ?? '30 seconds',
@@ -155,6 +157,7 @@ export async function createFerryWorker(options: FerryWorkerOptions): Promise<Fe
         await worker.run();
       } finally {
         await connections.close();
+        await events.close();
         await connection.close();
       }
     },

@@ -129,6 +129,19 @@ export function hookActivities(timeoutMs: number) {
   });
 }
 
+/**
+ * The event stream's publishes: retried without end (a NATS outage delays events, never loses
+ * them), each attempt a few seconds at most.
+ */
+export function eventStreamActivities(timings: Timings) {
+  return proxyActivities<Activities>(
+    heartbeating(timings, {
+      startToCloseTimeout: '1 minute',
+      retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '10 seconds' },
+    }),
+  );
+}
+
 /** Callbacks: short POSTs, retried on 5xx, 429 and network errors as the timings say; other refusals are final. */
 export function notifyActivities(timings: Timings) {
   const { initialIntervalMs, maximumIntervalMs, maximumAttempts } = timings.callbackRetry;

@@ -10,6 +10,7 @@ import { setCurrentDetails, upsertSearchAttributes } from '@temporalio/workflow'
 import { detailsOrFault } from '../src/core/details';
 import { FerryPhaseKey, FerryStateKey } from '../src/core/names';
 import { Audit, ControlSignal, ControlTransition, ErrorInfo } from '../src/core/status';
+import type { EventStreamWhere } from '../src/core/event-subjects';
 
 export const MAX_EVENTS_KEPT = 200;
 
@@ -31,8 +32,10 @@ export abstract class TrackerBase<E extends BaseEvent> {
   paused = false;
   error?: ErrorInfo;
   endedAt?: string;
-  /** Called for every appended event (event webhooks). */
+  /** Called for every appended event (event webhooks, the event stream). */
   onEvent?: (event: E) => void;
+  /** Where the events also go (the event stream), once the workers published the first. */
+  eventStream?: EventStreamWhere;
   /** The search attribute values last upserted (upserts are history events: only on change). */
   protected published?: { state: string; phase: string };
 
@@ -52,6 +55,15 @@ export abstract class TrackerBase<E extends BaseEvent> {
     this.onEvent?.(e);
     return e;
   }
+
+  /** The workers publish this run's events to the stream: the status and details say where. */
+  streamingTo(where: EventStreamWhere): void {
+    this.eventStream = where;
+    this.refresh();
+  }
+
+  /** The status changed in a way the subclass shows: details and attributes again. */
+  protected abstract refresh(): void;
 
   /** Records a control signal beside the transitions and reports it as a ControlReceived event. */
   control(signal: ControlSignal, from: string, to: string, audit: Audit): void {

@@ -5,6 +5,7 @@
 import { Command } from 'commander';
 import { registerCodecCommand } from './codec';
 import { registerControlCommands } from './control';
+import { registerEventsCommand } from './events';
 import { registerMigrationCommands } from './migrations';
 import { registerProcessCommands } from './processes';
 import { exitCodeFor, printError } from './output';
@@ -17,6 +18,7 @@ export function buildProgram(): Command {
   registerProcessCommands(program);
   registerMigrationCommands(program);
   registerControlCommands(program);
+  registerEventsCommand(program);
   registerCodecCommand(program);
   return program;
 }

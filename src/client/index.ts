@@ -19,6 +19,7 @@ import { CHANGE_CLEANUP_WORKFLOW, CHANGE_PREFLIGHT_WORKFLOW, CHANGE_WORKFLOW, CL
 import { MigrationPlan } from '../core/plan';
 import { checkThrottle, parseSpec, Spec } from '../core/spec';
 import { Audit, checkedAudit, ResultDocument, StatusDocument } from '../core/status';
+import { ReadOptions, StreamedEvent, streamEvents } from './events';
 import { FAILURE, failureTypeOf } from '../core/failure-types';
 import { timingProblems, TimingsInput } from '../core/timings';
 import { BATCH_ROWS } from '../core/spec-limits';
@@ -248,6 +249,11 @@ export class FerryClient {
   }
 
   /** The status document (see StatusReader.status). */
+  /** Ferry's events from the NATS JetStream stream (FERRY_NATS_URL in this process's environment): replayed, then live with `follow`. */
+  events(options: ReadOptions = {}): AsyncGenerator<StreamedEvent> {
+    return streamEvents(options);
+  }
+
   status(id: string): Promise<StatusDocument> {
     return this.reader.status(id);
   }
@@ -493,3 +499,6 @@ function startedBy(audit: Audit | undefined): { startedBy?: Audit } {
   const checked = checkedAudit(audit);
   return checked.actor || checked.reason ? { startedBy: checked } : {};
 }
+
+export { streamEvents };
+export type { ReadOptions, StreamedEvent };

@@ -3,6 +3,7 @@
  * plan's phase machine, the status document (query `state`) and the result document (also the
  * callback body). Pure module: workflows build these.
  */
+import type { EventStreamWhere } from './event-subjects';
 import { formatDuration } from './duration';
 import { StepKind } from './change-plan';
 import { ControlTransition, ErrorInfo } from './status';
@@ -103,6 +104,8 @@ export type ChangeTransition =
   | ControlTransition;
 
 export interface ChangeStatusDocument {
+  /** Where the events also go: the NATS JetStream stream and this run's subjects. */
+  eventStream?: EventStreamWhere;
   kind: 'change';
   id: string;
   runId: string;

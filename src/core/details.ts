@@ -8,6 +8,7 @@ import { formatDuration } from './duration';
 import type { Spec } from './spec';
 import type { ChangeStatusDocument } from './change-status';
 import { Blocker, StatusDocument } from './status';
+import type { EventStreamWhere } from './event-subjects';
 
 const n = (x: number) => x.toLocaleString('en-US');
 
@@ -158,6 +159,7 @@ export function migrationDetails(s: StatusDocument, blockers: Blocker[] = []): s
   if (blockers.length) out.push('**The cutover waits for these write transactions, begun before the freeze:**', ...blockers.map(blockerLine), '');
   const switched = switchLine(s);
   if (switched) out.push(switched, '');
+  if (s.eventStream) out.push(streamLine(s.eventStream), '');
   const end = outcome(s);
   if (end) out.push(end, '');
   return forWebUi(out.join('\n'));
@@ -233,5 +235,10 @@ export function migrationStaticDetails(id: string, spec: Spec, shown = 10): stri
 export function changeDetails(s: ChangeStatusDocument): string {
   const head = `**${s.state}** · ${s.phase}${s.paused ? ' · paused' : ''}${s.waiting ? ` · waiting: ${s.waiting}` : ''}`;
   const lines = s.steps.map((step) => `- ${step.index + 1}. ${step.label}: ${step.state}${step.progress ? ` ${step.progress.done}/${step.progress.total} ${step.progress.unit}` : ''}`);
-  return forWebUi([head, `database ${s.database}`, ...lines].join('\n'));
+  return forWebUi([head, `database ${s.database}`, ...lines, ...(s.eventStream ? ['', streamLine(s.eventStream)] : [])].join('\n'));
+}
+
+/** Where the events also go, for people: the stream and the subjects to subscribe to. */
+function streamLine(where: EventStreamWhere): string {
+  return `**Events:** NATS JetStream stream \`${where.stream}\`, subjects \`${where.subjects}\` (\`ferry events\` reads them)`;
 }

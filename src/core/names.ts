@@ -189,6 +189,12 @@ export const PATCHES = {
    * the cancel's reason (only a migration's did).
    */
   sameControls: 'same-controls',
+  /**
+   * Every event also published to the NATS JetStream stream FERRY_EVENTS by the workers that have
+   * FERRY_NATS_URL (workflows/callbacks.ts): an activity per burst of events, the first of which
+   * says whether the workers publish at all.
+   */
+  eventStream: 'event-stream',
 } as const;
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);

@@ -4,6 +4,7 @@
  */
 import { formatDuration } from './duration';
 import { MigrationState, Phase, Transition } from './state-machine';
+import type { EventStreamWhere } from './event-subjects';
 
 export const EVENT_TYPES = [
   'MigrationStarted',
@@ -167,6 +168,8 @@ export interface StatusDocument {
   retrying?: { workflowId: string; activity: string; attempt: number; lastError?: string };
   /** Online with logical capture, while its consumer runs: the slot's lag, from the consumer's last heartbeat. */
   capture?: CaptureStatus;
+  /** Where the events also go: the NATS JetStream stream and this run's subjects (workers with FERRY_NATS_URL). */
+  eventStream?: EventStreamWhere;
   /** Each server's `server_version_num`, once preflight has read them. */
   source?: { serverVersion: number };
   target?: { serverVersion: number };

@@ -36,6 +36,7 @@ export function formatChangeStatus(s: ChangeStatusDocument): string {
   if (controls.length) lines.push('recent controls:', ...controls.map((c) => `  ${describeControl(c)}`));
   const recent = s.events.slice(-5).map((e) => `  #${e.seq} ${e.at} ${e.type}${e.step !== undefined ? ` step ${e.step + 1}` : ''}`);
   if (recent.length) lines.push('recent events:', ...recent);
+  if (s.eventStream) lines.push(`events also on the stream ${s.eventStream.stream}, subjects ${s.eventStream.subjects} (ferry events ${s.id})`);
   return lines.join('\n');
 }
 

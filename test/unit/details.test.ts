@@ -96,6 +96,12 @@ describe('current details (markdown for the Web UI)', () => {
     expect(migrationDetails(base)).not.toContain('**Switch:**');
   });
 
+  it('where the events also go, once the workers publish them to the stream', () => {
+    const streaming: StatusDocument = { ...base, eventStream: { stream: 'FERRY_EVENTS', subjects: 'ferry.migration.shop-move.<EventType>' } };
+    expect(migrationDetails(streaming)).toContain('**Events:** NATS JetStream stream `FERRY_EVENTS`, subjects `ferry.migration.shop-move.<EventType>` (`ferry events` reads them)');
+    expect(migrationDetails(base)).not.toContain('**Events:**');
+  });
+
   it('at the end: the outcome with its figures', () => {
     const done = migrationDetails({
       ...base,

@@ -53,6 +53,10 @@ describe('the online chain, with fake activities', () => {
   const count = (name: string) => calls.filter((c) => c === name).length;
 
   const fakes: Partial<Activities> = {
+    // Workers without FERRY_NATS_URL: the run publishes no events after its first burst.
+    async publishEvents() {
+      return { enabled: false, stored: 0, duplicates: 0 };
+    },
     async preflight() {
       calls.push('preflight');
       return PLAN;

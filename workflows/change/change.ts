@@ -15,7 +15,7 @@ import { FerrySourceKey, FerryTargetKey } from '../../src/core/names';
 import { SpecError } from '../../src/core/spec';
 import { Audit, checkedAudit, ErrorInfo } from '../../src/core/status';
 import { ChangeTracker, ChangeTrackerSnapshot } from './tracker';
-import { ChangeActivities, changeActivities, changeActivitiesFor, checks, notifyActivities } from '../activity-options';
+import { ChangeActivities, changeActivities, changeActivitiesFor, checks, eventStreamActivities, notifyActivities } from '../activity-options';
 import { retryWhileLockBusy } from './lock-retry';
 import { PRODUCTION_TIMINGS, Timings, TimingsInput, timingProblems, timingsOf } from '../../src/core/timings';
 import type { BackfillPlace } from './backfill';
@@ -23,6 +23,7 @@ import { ChangeContext, StepRun } from './context';
 import { operationOf } from './ops/operation';
 import { changeStateQuery } from '../definitions';
 import { Callbacks } from '../callbacks';
+import type { EventStreamWhere } from '../../src/core/event-subjects';
 import { flags } from '../patches';
 import { ChangeDesk } from './desk';
 
@@ -110,7 +111,8 @@ class ChangeRun {
     this.desk = new ChangeDesk(tracker, () => this.main.cancel());
     if (resume) this.desk.approved = resume.approved;
     this.desk.listen();
-    this.callbacks = new Callbacks(this.info.workflowId, plan.callback, notifyActivities(this.timings));
+    const stream = { kind: 'change' as const, publish: eventStreamActivities(this.timings), onEnabled: (where: EventStreamWhere) => tracker.streamingTo(where) };
+    this.callbacks = new Callbacks(this.info.workflowId, plan.callback, notifyActivities(this.timings), stream);
     this.tracker.onEvent = this.callbacks.eventSender();
     if (!resume && options.startedBy && flags.auditedStart) tracker.control('start', 'none', 'queued', checkedAudit(options.startedBy));
     const { outcome, failure } = await this.execute(plan, options);

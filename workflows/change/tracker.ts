@@ -140,6 +140,10 @@ export class ChangeTracker extends TrackerBase<ChangeEvent> {
     this.publish();
   }
 
+  protected refresh(): void {
+    this.publish();
+  }
+
   publish(): void {
     this.upsertStatePhase(this.state.state, this.phase.state);
     this.renderDetails(() => changeDetails(this.document()));
@@ -171,6 +175,7 @@ export class ChangeTracker extends TrackerBase<ChangeEvent> {
     if (this.warnings.length) doc.warnings = this.warnings;
     if (this.endedAt) doc.endedAt = this.endedAt;
     if (this.dropped) doc.eventsDropped = this.dropped;
+    if (this.eventStream) doc.eventStream = this.eventStream;
     return doc;
   }
 }

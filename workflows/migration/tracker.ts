@@ -99,6 +99,10 @@ export class Tracker extends TrackerBase<MigrationEvent> {
     this.publish();
   }
 
+  protected refresh(): void {
+    this.publish();
+  }
+
   /** Search attributes and the Web UI's current details follow every change. */
   private publish(): void {
     this.upsertStatePhase(this.migration.state, this.phase.state, !this.upsertOnlyOnChange);
@@ -128,6 +132,7 @@ export class Tracker extends TrackerBase<MigrationEvent> {
     if (this.cutover) doc.cutover = this.cutover;
     if (this.blockers) doc.cutoverBlockers = this.blockers;
     if (this.timeline.length) doc.timeline = this.timeline;
+    if (this.eventStream) doc.eventStream = this.eventStream;
     if (this.servers) {
       doc.source = { serverVersion: this.servers.source };
       doc.target = { serverVersion: this.servers.target };

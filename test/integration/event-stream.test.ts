@@ -1,0 +1,130 @@
+/**
+ * Events on a NATS JetStream stream, with a real `nats-server -js` the suite starts (installed
+ * from Debian when missing) and two `ferry worker` processes that have FERRY_NATS_URL:
+ *   - an online migration whose events are all on the stream, in order, each once, though the
+ *     NATS server was stopped for 20 s in the middle (pause, resume, approval and the whole
+ *     cutover happened meanwhile) and the worker running the retried publish was SIGKILLed;
+ *   - read back after the migration ended, by the CLI (`ferry events`, `--type`, `--since`) and
+ *     by FerryClient's iterator; `ferry status` and the status document say where events go.
+ */
+import { FerryClient } from '../../src/client';
+import { startNatsServer, NatsServer } from '../../src/dev/nats';
+import type { StreamedEvent } from '../../src/core/event-subjects';
+import { runningActivities } from '../helpers/chaos';
+import { awaitRetry } from '../helpers/kills';
+import { expectCleanRun } from '../helpers/repairs';
+import { eventually, resultWithin, RunningProcessWorker, waitForPhase } from '../helpers/stack';
+import { stackSuite } from '../helpers/suite';
+import type { ResultDocument } from '../../src/core/status';
+
+const SOURCE = `
+CREATE TABLE public.accounts (id int PRIMARY KEY, balance int NOT NULL);
+INSERT INTO public.accounts SELECT g, g FROM generate_series(1, 2000) g;
+CREATE TABLE public.notes (id int PRIMARY KEY, body text);
+INSERT INTO public.notes SELECT g, 'note ' || g FROM generate_series(1, 500) g;`;
+
+describe('events on a NATS JetStream stream', () => {
+  let nats: NatsServer;
+  const suite = stackSuite({
+    name: 'event_stream',
+    databases: { source: SOURCE, target: '' },
+    workers: 0,
+    ready: async () => {
+      nats = await startNatsServer();
+    },
+    cleanup: async () => {
+      await nats?.remove();
+    },
+  });
+  const natsEnv = () => ({ FERRY_NATS_URL: nats.url });
+  let result: ResultDocument;
+  const id = 'stream-online';
+
+  async function streamed(options: Parameters<FerryClient['events']>[0] = {}): Promise<StreamedEvent[]> {
+    const previous = process.env.FERRY_NATS_URL;
+    process.env.FERRY_NATS_URL = nats.url;
+    try {
+      const out: StreamedEvent[] = [];
+      for await (const event of suite.stack.ferry.events(options)) out.push(event);
+      return out;
+    } finally {
+      if (previous === undefined) delete process.env.FERRY_NATS_URL;
+      else process.env.FERRY_NATS_URL = previous;
+    }
+  }
+
+  it('puts every event of an online migration on the stream in order, each once, across a 20 s NATS outage and a publishing worker SIGKILLed', async () => {
+    const workers: RunningProcessWorker[] = [];
+    for (const name of ['events-1', 'events-2']) workers.push(await suite.stack.startWorkerProcessReady(name, [], natsEnv()));
+    await suite.stack.ferry.start(
+      { source: 'source', target: 'target', mode: 'online', tables: ['public.accounts', 'public.notes'], cutover: { approval: 'manual', approvalTimeout: '10m', afterwards: 'unfreeze' } },
+      { id },
+    );
+    await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL', 120_000);
+    // Published as they happen: the stream has the events so far, and the status says where.
+    await eventually(async () => (await streamed({ id })).length >= (await suite.stack.ferry.status(id)).events.length, 30_000);
+    expect((await suite.stack.ferry.status(id)).eventStream).toEqual({ stream: 'FERRY_EVENTS', subjects: `ferry.migration.${id}.<EventType>` });
+
+    // NATS goes away; the migration carries on: controls, the approval, the whole cutover.
+    await nats.stop();
+    const stoppedAt = Date.now();
+    await suite.stack.ferry.pause(id, { actor: 'tester', reason: 'nats down' });
+    await suite.stack.ferry.resume(id, { actor: 'tester' });
+    await suite.stack.ferry.approve(id, { actor: 'tester' });
+    // The worker whose attempt retries a publish dies; the other takes the next attempt.
+    const publishing = await eventually(async () => (await runningActivities(suite.stack.ferry, [id])).find((a) => a.activity === 'publishEvents'), 60_000);
+    const victim = workers.find((w) => w.identity === publishing.worker)!;
+    victim.process.kill('SIGKILL');
+    const killedAt = Date.now();
+    await victim.exited;
+    workers.push(await suite.stack.startWorkerProcessReady('events-3', [], natsEnv()));
+    // Temporal gave the killed publish its next attempt.
+    expect((await awaitRetry(suite.stack.ferry, { ...publishing, at: killedAt })).attempt).toBeGreaterThan(publishing.attempt);
+    // The migration's own work ends while NATS is down: the cutover completes.
+    await eventually(async () => (await suite.stack.ferry.status(id)).phase === 'COMPLETED', 120_000);
+    await eventually(async () => Date.now() - stoppedAt >= 20_000, 30_000);
+    await nats.start();
+    result = await resultWithin(suite.stack.ferry, id, 120_000);
+    expect(result.state).toBe('SUCCEEDED');
+    await expectCleanRun(suite.stack.ferry, result);
+
+    // Every event, in order, each once: the stream's messages for this run are the result's events.
+    const events = await streamed({ id });
+    expect(events.map((e) => e.seq)).toEqual(result.events.map((e) => e.seq));
+    expect(events.map(({ seq, type, at, detail }) => ({ seq, type, at, ...(detail ? { detail } : {}) }))).toEqual(
+      result.events.map(({ seq, type, at, detail }) => ({ seq, type, at, ...(detail ? { detail } : {}) })),
+    );
+    expect(events.every((e) => e.id === id && e.kind === 'migration')).toBe(true);
+    // Stream sequence numbers rise with the events' own: stored in order.
+    expect(events.map((e) => e.streamSeq)).toEqual([...events.map((e) => e.streamSeq!)].sort((a, b) => a - b));
+    expect(events.map((e) => e.type)).toEqual(expect.arrayContaining(['ControlReceived', 'CutoverStarted', 'CutoverCompleted', 'MigrationFinished']));
+  }, 420_000);
+
+  it('replays a finished run to a reader that comes afterwards: the CLI by type and by seq, and FerryClient\'s iterator', async () => {
+    const all = await streamed({ id });
+    expect(all.length).toBe(result.events.length);
+    const cli = await suite.stack.runCli(['events', id, '--json'], natsEnv());
+    expect(cli.code).toBe(0);
+    expect(cli.stdout.trim().split('\n').map((l) => (JSON.parse(l) as StreamedEvent).seq)).toEqual(all.map((e) => e.seq));
+    const controls = await suite.stack.runCli(['events', id, '--type', 'ControlReceived', '--type', 'CutoverCompleted', '--json'], natsEnv());
+    const typed = controls.stdout.trim().split('\n').map((l) => JSON.parse(l) as StreamedEvent);
+    expect(typed.map((e) => e.type)).toEqual(all.filter((e) => e.type === 'ControlReceived' || e.type === 'CutoverCompleted').map((e) => e.type));
+    expect(typed.filter((e) => e.type === 'ControlReceived').map((e) => e.detail?.signal)).toEqual(expect.arrayContaining(['pause', 'resume', 'approve']));
+    const since = await suite.stack.runCli(['events', id, '--since', String(all.length - 2), '--json'], natsEnv());
+    expect(since.stdout.trim().split('\n').map((l) => (JSON.parse(l) as StreamedEvent).seq)).toEqual(all.slice(-3).map((e) => e.seq));
+    // People's lines, and where the status says they go.
+    const lines = await suite.stack.runCli(['events', id], natsEnv());
+    expect(lines.stdout).toMatch(new RegExp(`migration ${id} #1  `));
+    const status = await suite.stack.runCli(['status', id]);
+    expect(status.stdout).toContain(`events also on the stream FERRY_EVENTS, subjects ferry.migration.${id}.<EventType> (ferry events ${id})`);
+  }, 120_000);
+
+  it('refuses a bad --type or --since with exit 2 naming the option, and says what to set without FERRY_NATS_URL', async () => {
+    const badType = await suite.stack.runCli(['events', id, '--type', 'Exploded'], natsEnv());
+    expect([badType.code, badType.stderr]).toEqual([2, expect.stringContaining("option '--type <type>' argument 'Exploded' is invalid")]);
+    const badSince = await suite.stack.runCli(['events', id, '--since', 'yesterday'], natsEnv());
+    expect([badSince.code, badSince.stderr]).toEqual([2, expect.stringContaining('must be a duration back from now')]);
+    const unset = await suite.stack.runCli(['events', id], { FERRY_NATS_URL: '' });
+    expect([unset.code, unset.stderr]).toEqual([2, expect.stringContaining('FERRY_NATS_URL is not set')]);
+  });
+});
