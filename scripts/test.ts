@@ -1,6 +1,6 @@
 /**
  * `npm test`: provisions what the suites need (the temporal binary, a running PostgreSQL, Chromium
- * for the Web UI test, PgBouncer for the switch's), then runs the type checker, the linter and jest. Extra arguments go to jest.
+ * for the Web UI test, PgBouncer for the switch's, nats-server for the event stream's), then runs the type checker, the linter and jest. Extra arguments go to jest.
  * `npm run test:soak` (`--soak`): the same provisioning, then only the soak tier (test/soak), whose
  * cases run at the scale a claim was reproduced at.
  */
@@ -9,6 +9,7 @@ import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ensureChromium } from '../src/dev/chromium';
+import { ensureNatsServer } from '../src/dev/nats';
 import { ensurePgBouncer } from '../src/dev/pgbouncer';
 import { DEFAULT_TEST_PG, ensurePostgres } from '../src/dev/postgres';
 import { ensureTemporalBinary } from '../src/dev/temporal-binary';
@@ -35,7 +36,8 @@ async function main(): Promise<void> {
   const chromium = ensureChromium();
   // Installed here once rather than by suites that would race for apt-get's lock.
   const pgbouncer = ensurePgBouncer();
-  const env = { ...process.env, FERRY_TEST_PG: pg, FERRY_CHROMIUM_BIN: chromium, FERRY_PGBOUNCER_BIN: pgbouncer, ...(binary ? { FERRY_TEMPORAL_BIN: binary } : {}) };
+  const natsServer = ensureNatsServer();
+  const env = { ...process.env, FERRY_TEST_PG: pg, FERRY_CHROMIUM_BIN: chromium, FERRY_PGBOUNCER_BIN: pgbouncer, FERRY_NATS_SERVER_BIN: natsServer, ...(binary ? { FERRY_TEMPORAL_BIN: binary } : {}) };
   const soak = process.argv.includes('--soak');
   const jestArgs = process.argv.slice(2).filter((a) => a !== '--soak');
   if (soak) jestArgs.unshift('--config', join(root, 'jest.soak.config.js'));
