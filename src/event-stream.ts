@@ -14,7 +14,7 @@ import { DeliverPolicy, jetstream, jetstreamManager, JetStreamManager, StorageTy
 import type { NatsConnection } from '@nats-io/nats-core';
 import { connect } from '@nats-io/transport-node';
 import { parseDuration } from './core/duration';
-import { EVENTS_STREAM, eventSubject, NATS_URL_ENV, StreamedEvent, subjectToken } from './core/event-subjects';
+import { approvalSubject, CONTROL_STREAM, EVENTS_STREAM, eventSubject, NATS_URL_ENV, StreamedEvent, subjectToken } from './core/event-subjects';
 
 export { EVENTS_STREAM, eventSubject, NATS_URL_ENV, runSubjects, subjectToken } from './core/event-subjects';
 export type { EventKind, StreamedEvent } from './core/event-subjects';
@@ -43,28 +43,53 @@ export async function connectNats(env: NodeJS.ProcessEnv, name: string): Promise
   });
 }
 
-/** The stream, created when missing with the configured retention. */
+/**
+ * The streams, each created when missing with the configured retention: the events, and the
+ * control messages (approvals) that act on runs.
+ */
 export async function ensureStream(jsm: JetStreamManager, env: NodeJS.ProcessEnv): Promise<void> {
+  const maxAgeMs = parseDuration(env.FERRY_EVENTS_MAX_AGE ?? DEFAULT_MAX_AGE);
+  if (!maxAgeMs) throw new Error(`FERRY_EVENTS_MAX_AGE=${env.FERRY_EVENTS_MAX_AGE} is not a duration such as 7d or 12h`);
+  await ensureOne(jsm, EVENTS_STREAM, ['ferry.migration.>', 'ferry.change.>'], maxAgeMs);
+  await ensureOne(jsm, CONTROL_STREAM, ['ferry.control.>'], maxAgeMs);
+}
+
+async function ensureOne(jsm: JetStreamManager, name: string, subjects: string[], maxAgeMs: number): Promise<void> {
   try {
-    await jsm.streams.info(EVENTS_STREAM);
+    await jsm.streams.info(name);
     return;
   } catch (err) {
     if (!/stream not found/i.test((err as Error).message)) throw err;
   }
-  const maxAgeMs = parseDuration(env.FERRY_EVENTS_MAX_AGE ?? DEFAULT_MAX_AGE);
-  if (!maxAgeMs) throw new Error(`FERRY_EVENTS_MAX_AGE=${env.FERRY_EVENTS_MAX_AGE} is not a duration such as 7d or 12h`);
   await jsm.streams
-    .add({
-      name: EVENTS_STREAM,
-      subjects: ['ferry.migration.>', 'ferry.change.>'],
-      storage: StorageType.File,
-      max_age: maxAgeMs * 1_000_000,
-      duplicate_window: Math.min(DUPLICATE_WINDOW_MS, maxAgeMs) * 1_000_000,
-    })
+    .add({ name, subjects, storage: StorageType.File, max_age: maxAgeMs * 1_000_000, duplicate_window: Math.min(DUPLICATE_WINDOW_MS, maxAgeMs) * 1_000_000 })
     .catch(async (err: Error) => {
       // Another worker made it meanwhile.
       if (!/already in use|exists/i.test(err.message)) throw err;
     });
+}
+
+/** A control message as read: its body, its signature header, its stream sequence. */
+export interface ControlMessage {
+  seq: number;
+  body: string;
+  signature: string;
+}
+
+/**
+ * Run `id`'s approval messages stored after stream sequence `afterSeq`, as they come, until
+ * `untilMs` (a moment) or `signal`.
+ */
+export async function* approvalMessages(nc: NatsConnection, id: string, afterSeq: number, untilMs: number, signal?: AbortSignal): AsyncGenerator<ControlMessage> {
+  const js = jetstream(nc);
+  const start = afterSeq > 0 ? { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: afterSeq + 1 } : { deliver_policy: DeliverPolicy.All };
+  const consumer = await js.consumers.get(CONTROL_STREAM, { filter_subjects: approvalSubject(id), ...start });
+  while (Date.now() < untilMs && !signal?.aborted) {
+    const batch = await consumer.fetch({ max_messages: 10, expires: Math.max(1_000, Math.min(2_000, untilMs - Date.now())) });
+    for await (const message of batch) {
+      yield { seq: message.seq, body: message.string(), signature: message.headers?.get('X-Ferry-Signature') ?? '' };
+    }
+  }
 }
 
 /**
@@ -159,6 +184,11 @@ export class EventPublisher {
   }
 
   async publish(events: StreamedEvent[]): Promise<{ stored: number; duplicates: number }> {
+    return publishEvents(await this.ready(), events);
+  }
+
+  /** The connection, with the streams made sure of. */
+  async ready(): Promise<NatsConnection> {
     this.connection ??= connectNats(this.env, 'ferry-worker');
     let nc: NatsConnection;
     try {
@@ -172,7 +202,7 @@ export class EventPublisher {
       await ensureStream(await manager(nc), this.env);
       this.streamReady = true;
     }
-    return publishEvents(nc, events);
+    return nc;
   }
 
   async close(): Promise<void> {

@@ -41,15 +41,18 @@ export abstract class ControlDesk {
       this.record('throttle', describeRate(this.current()), describeRate(next), audit);
       this.set(next);
     });
-    setHandler(approveCutoverSignal, (audit) => {
-      this.record('approve', this.approved ? 'approved' : 'waiting', 'approved', audit);
-      this.approved = true;
-    });
+    setHandler(approveCutoverSignal, (audit) => this.approve(audit));
     setHandler(cancelSignal, (request) => {
       this.record('cancel', this.cancelReason ? 'cancelling' : 'running', 'cancelling', request);
       this.cancelReason = this.reasonFor(request);
       this.cancelled();
     });
+  }
+
+  /** The cutover (or a rewrite's swap) approved: by the signal, or by a signed message (approval: event). */
+  approve(audit: unknown): void {
+    this.record('approve', this.approved ? 'approved' : 'waiting', 'approved', audit);
+    this.approved = true;
   }
 
   /** A control signal in the status document and the events, with who sent it and why. */

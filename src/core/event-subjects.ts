@@ -3,6 +3,14 @@
  * carries it. Pure module: workflows use it.
  */
 export const EVENTS_STREAM = 'FERRY_EVENTS';
+/** Messages that act on runs from outside (`ferry.control.<id>.approve`), kept for the workers to read. */
+export const CONTROL_STREAM = 'FERRY_CONTROL';
+
+/** The subject an approval message for run `id` goes to. */
+export function approvalSubject(id: string): string {
+  return `ferry.control.${subjectToken(id)}.approve`;
+}
+
 /** The NATS servers workers publish to and clients read from. */
 export const NATS_URL_ENV = 'FERRY_NATS_URL';
 export type EventKind = 'migration' | 'change';

@@ -169,7 +169,13 @@ export const specSchema = z
       .describe('raise chunks when the databases have cores to spare'),
     cutover: z
       .strictObject({
-        approval: z.enum(['auto', 'manual']).default('auto').describe('manual waits for `ferry approve ID` (signal approveCutover)'),
+        approval: z
+          .enum(['auto', 'manual', 'event'])
+          .default('auto')
+          .describe('manual waits for `ferry approve ID` (signal approveCutover); event also takes a signed message on ferry.control.<id>.approve (NATS, FERRY_NATS_URL)'),
+        approvalSecret: secretName
+          .optional()
+          .describe("approval: event — NAME of the workers' variable FERRY_SECRET_<NAME> whose key signs approval messages (X-Ferry-Signature over the body)"),
         approvalTimeout: duration(1000, 30 * 86_400_000).default('24h').describe('then the migration rolls back'),
         afterwards: z.enum(['keep-frozen', 'unfreeze']).default('keep-frozen').describe('whether the source stays write-frozen after cutover'),
         maxWait: duration(1000, 7 * 86_400_000)
@@ -203,6 +209,12 @@ export const specSchema = z
         path: ['cutover'],
         message: 'applies only to mode: online; remove it or set mode: online',
       });
+    }
+    if (spec.cutover?.approval === 'event' && spec.cutover.approvalSecret === undefined) {
+      ctx.addIssue({ code: 'custom', path: ['cutover', 'approvalSecret'], message: 'is required with approval: event: name the FERRY_SECRET_* variable whose key signs approval messages' });
+    }
+    if (spec.cutover?.approvalSecret !== undefined && spec.cutover.approval !== 'event') {
+      ctx.addIssue({ code: 'custom', path: ['cutover', 'approvalSecret'], message: 'applies only to approval: event; remove it or set approval: event' });
     }
     if (spec.mode === 'full' && spec.capture !== undefined) {
       ctx.addIssue({

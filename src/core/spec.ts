@@ -38,7 +38,10 @@ export interface TableSelection {
 }
 
 export interface CutoverSpec {
-  approval: 'auto' | 'manual';
+  /** event: `manual`, and a signed message on ferry.control.<id>.approve approves too. */
+  approval: 'auto' | 'manual' | 'event';
+  /** approval: event — the FERRY_SECRET_* variable whose key signs approval messages. */
+  approvalSecret?: string;
   approvalTimeoutMs: number;
   afterwards: 'keep-frozen' | 'unfreeze';
   maxWaitMs: number;
@@ -179,6 +182,7 @@ export function parseSpec(input: unknown): Spec {
             afterwards: s.cutover?.afterwards ?? 'keep-frozen',
             maxWaitMs: parseDuration(s.cutover?.maxWait ?? '5m')!,
             onBlocked: s.cutover?.onBlocked ?? 'rollback',
+            ...(s.cutover?.approvalSecret ? { approvalSecret: s.cutover.approvalSecret } : {}),
             ...switchOf(s.cutover?.switch),
           }
         : undefined,

@@ -7,6 +7,10 @@
  *   - read back after the migration ended, by the CLI (`ferry events`, `--type`, `--since`) and
  *     by FerryClient's iterator; `ferry status` and the status document say where events go.
  */
+import { createHmac } from 'node:crypto';
+import { jetstream } from '@nats-io/jetstream';
+import { headers } from '@nats-io/nats-core';
+import { connect } from '@nats-io/transport-node';
 import { FerryClient } from '../../src/client';
 import { startNatsServer, NatsServer } from '../../src/dev/nats';
 import type { StreamedEvent } from '../../src/core/event-subjects';
@@ -16,6 +20,8 @@ import { expectCleanRun } from '../helpers/repairs';
 import { eventually, resultWithin, RunningProcessWorker, waitForPhase } from '../helpers/stack';
 import { stackSuite } from '../helpers/suite';
 import type { ResultDocument } from '../../src/core/status';
+
+const APPROVAL_KEY = 'approval-key-of-the-pipeline';
 
 const SOURCE = `
 CREATE TABLE public.accounts (id int PRIMARY KEY, balance int NOT NULL);
@@ -118,6 +124,48 @@ describe('events on a NATS JetStream stream', () => {
     const status = await suite.stack.runCli(['status', id]);
     expect(status.stdout).toContain(`events also on the stream FERRY_EVENTS, subjects ferry.migration.${id}.<EventType> (ferry events ${id})`);
   }, 120_000);
+
+  it('approves by a signed message on ferry.control.<id>.approve (approval: event), refusing and recording a forged one', async () => {
+    // Workers with the key that signs approvals; the earlier ones go.
+    for (const w of suite.stack.processes) if (w.process.exitCode === null) w.process.kill('SIGKILL');
+    await suite.stack.startWorkerProcessReady('events-approver', [], { ...natsEnv(), FERRY_SECRET_APPROVE: APPROVAL_KEY });
+    await suite.dbs.exec('target', 'DROP TABLE public.accounts, public.notes');
+    const approvalId = 'stream-approval';
+    await suite.stack.ferry.start(
+      { source: 'source', target: 'target', mode: 'online', tables: ['public.accounts', 'public.notes'], cutover: { approval: 'event', approvalSecret: 'FERRY_SECRET_APPROVE', approvalTimeout: '10m', afterwards: 'unfreeze' } },
+      { id: approvalId },
+    );
+    await waitForPhase(suite.stack.ferry, approvalId, 'AWAITING_APPROVAL', 120_000);
+    const nc = await connect({ servers: nats.url });
+    try {
+      const js = jetstream(nc);
+      const post = (body: string, key: string) => {
+        const h = headers();
+        const t = Math.floor(Date.now() / 1000);
+        h.set('X-Ferry-Signature', `t=${t},v1=${createHmac('sha256', key).update(`${t}.${body}`).digest('hex')}`);
+        return js.publish(`ferry.control.${approvalId}.approve`, body, { headers: h });
+      };
+      // Forged: signed with another key. Refused, on record, and the migration still waits.
+      await post(JSON.stringify({ actor: 'mallory', reason: 'ship it' }), 'not-the-key');
+      const refused = await eventually(async () =>
+        (await suite.stack.ferry.status(approvalId)).transitions.find((t) => t.machine === 'control' && t.signal === 'approve' && t.to === 'refused'),
+      );
+      expect(refused).toMatchObject({ actor: 'mallory', reason: expect.stringContaining('does not verify') });
+      expect((await suite.stack.ferry.status(approvalId)).phase).toBe('AWAITING_APPROVAL');
+      // Signed with the key: approved, by whom it names.
+      await post(JSON.stringify({ actor: 'pipeline', reason: 'tests green' }), APPROVAL_KEY);
+      const approved = await resultWithin(suite.stack.ferry, approvalId, 120_000);
+      expect(approved.state).toBe('SUCCEEDED');
+      const status = await suite.stack.ferry.status(approvalId);
+      expect(status.transitions.filter((t) => t.machine === 'control' && t.signal === 'approve').map((t) => [t.to, 'actor' in t ? t.actor : undefined])).toEqual([
+        ['refused', 'mallory'],
+        ['approved', 'pipeline'],
+      ]);
+      expect(status.warnings).toEqual(expect.arrayContaining([expect.stringContaining('refused an approval message claiming to be from mallory')]));
+    } finally {
+      await nc.close();
+    }
+  }, 300_000);
 
   it('refuses a bad --type or --since with exit 2 naming the option, and says what to set without FERRY_NATS_URL', async () => {
     const badType = await suite.stack.runCli(['events', id, '--type', 'Exploded'], natsEnv());

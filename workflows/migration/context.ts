@@ -48,6 +48,8 @@ export interface MigrationContext {
   progress(p: TableProgress): void;
   /** Set by the approveCutover signal. */
   approved(): boolean;
+  /** Approves as the approveCutover signal does, with who approved and why (approval: event). */
+  approveBy(audit: Audit): void;
   /**
    * Indexes per table and foreign keys before the approval, the armed freeze online; false in
    * executions begun before PATCHES.targetReadyBeforeCutover.

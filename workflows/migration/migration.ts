@@ -153,6 +153,7 @@ class MigrationRun {
           progress,
           control: () => desk.forwarded(),
           approved: () => desk.approved,
+          approveBy: (audit) => desk.approve(audit),
           targetReadyBeforeCutover: flags.targetReadyBeforeCutover,
           primaryKeyAfterLoad: flags.primaryKeyAfterLoad,
           parentMarksCopying: flags.parentMarksCopying,

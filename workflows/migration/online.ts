@@ -20,6 +20,7 @@ import { legacyOnlineChain } from '../legacy/online-v1';
 import { tableMigrationWorkflow } from './table';
 import { FAILURE, postgresFailure, SQLSTATE } from '../../src/core/failure-types';
 import { flags } from '../patches';
+import { listenForApproval } from './approval';
 
 /** A foreign key that fails its validation while the sync runs may only be behind: tries. */
 const FK_VALIDATION_TRIES = 3;
@@ -98,8 +99,11 @@ async function onlineChain(ctx: MigrationContext, settled: Promise<unknown>[], l
   failed();
   tracker.step('approval');
   tracker.setPhase('AWAITING_APPROVAL', cutover.approval === 'auto' ? 'every table caught up and validated' : 'waiting for approveCutover');
-  if (cutover.approval === 'manual') {
+  if (cutover.approval === 'manual' || cutover.approval === 'event') {
+    // approval: event — a signed message approves too, as the signal does.
+    const listening = cutover.approval === 'event' ? listenForApproval(ctx) : undefined;
     const approved = await condition(() => ctx.approved() || childFailure !== undefined, cutover.approvalTimeoutMs);
+    await listening?.stop();
     failed();
     if (!approved) {
       throw ApplicationFailure.nonRetryable(
