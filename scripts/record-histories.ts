@@ -174,10 +174,10 @@ INSERT INTO public.members SELECT g, 1 + g % 20, 'm' || g || '@example.com' FROM
 CREATE INDEX members_team ON public.members (team_id);
 ANALYZE;`;
 
-/** Online with manual approval: synced at the approval, approved, rows compared; `ferry unfreeze` after, when asked. */
-async function approvedOnline(ctx: Context, { unfreeze }: { unfreeze: boolean }): Promise<ResultDocument> {
+/** Online with manual approval (and `cutover`'s other settings): synced at the approval, approved, rows compared; `ferry unfreeze` after, when asked. */
+async function approvedOnline(ctx: Context, { unfreeze, cutover = {} }: { unfreeze: boolean; cutover?: Record<string, unknown> }): Promise<ResultDocument> {
   const { id, stack, dbs } = ctx;
-  await syncedAtApproval(ctx, onlineSpec({ cutover: { approval: 'manual', approvalTimeout: '10m' } }));
+  await syncedAtApproval(ctx, onlineSpec({ cutover: { approval: 'manual', approvalTimeout: '10m', ...cutover } }));
   await stack.ferry.approve(id);
   const result = await resultWithin(stack.ferry, id);
   if (result.state === 'SUCCEEDED') {
@@ -217,14 +217,9 @@ const SCENARIOS: Scenario[] = [
     schema: ONLINE_SCHEMA,
     expected: 'SUCCEEDED',
     pooler: true,
-    async run(ctx) {
-      const { id, stack, dbs, pooler } = ctx;
-      const pgbouncer = { admin: 'pooladmin', database: 'app', configFile: pooler!.databasesFile, taskQueue: stack.taskQueue };
-      await syncedAtApproval(ctx, onlineSpec({ cutover: { approval: 'manual', approvalTimeout: '10m', switch: { pgbouncer } } }));
-      await stack.ferry.approve(id);
-      const result = await resultWithin(stack.ferry, id);
-      if (result.state === 'SUCCEEDED') await sameRows(dbs, ONLINE_TABLES);
-      return result;
+    run(ctx) {
+      const pgbouncer = { admin: 'pooladmin', database: 'app', configFile: ctx.pooler!.databasesFile, taskQueue: ctx.stack.taskQueue };
+      return approvedOnline(ctx, { unfreeze: false, cutover: { switch: { pgbouncer } } });
     },
   },
   {

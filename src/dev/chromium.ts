@@ -72,6 +72,13 @@ export function ensureChromium(options: EnsureChromiumOptions = {}): string {
   return ensureDebianPackage({ pkg: CHROMIUM_PACKAGE, purpose: 'the Web UI test', notFound, locate: () => locateChromium(options.env), ...options });
 }
 
+/** An executable: the variable's path when it is one, else on PATH, else where Debian's package puts it. */
+export function locateExecutable(env: NodeJS.ProcessEnv, variable: string, name: string, debianPath: string): string | null {
+  const given = env[variable];
+  if (given && isExecutable(given)) return given;
+  return findOnPath(name, env.PATH ?? '') ?? (isExecutable(debianPath) ? debianPath : null);
+}
+
 export interface DebianPackage extends Omit<EnsureChromiumOptions, 'env'> {
   pkg: string;
   /** What needs it, for the report line. */

@@ -9,15 +9,13 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { createConnection } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ensureDebianPackage } from './chromium';
+import { ensureDebianPackage, locateExecutable } from './chromium';
 import { freePort } from '../free-port';
-import { findOnPath, isExecutable } from './temporal-binary';
 
 const DEBIAN_PATH = '/usr/sbin/nats-server';
 
 export function locateNatsServer(env: NodeJS.ProcessEnv = process.env): string | null {
-  if (env.FERRY_NATS_SERVER_BIN && isExecutable(env.FERRY_NATS_SERVER_BIN)) return env.FERRY_NATS_SERVER_BIN;
-  return findOnPath('nats-server', env.PATH ?? '') ?? (isExecutable(DEBIAN_PATH) ? DEBIAN_PATH : null);
+  return locateExecutable(env, 'FERRY_NATS_SERVER_BIN', 'nats-server', DEBIAN_PATH);
 }
 
 export function ensureNatsServer(report?: (line: string) => void): string {

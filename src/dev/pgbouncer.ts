@@ -10,16 +10,14 @@ import { chmodSync, chownSync, mkdtempSync, readFileSync, rmSync, writeFileSync 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Client } from 'pg';
-import { ensureDebianPackage } from './chromium';
+import { ensureDebianPackage, locateExecutable } from './chromium';
 import { freePort } from '../free-port';
-import { findOnPath, isExecutable } from './temporal-binary';
 
 export const PGBOUNCER_PACKAGE = 'pgbouncer';
 const DEBIAN_PATH = '/usr/sbin/pgbouncer';
 
 export function locatePgBouncer(env: NodeJS.ProcessEnv = process.env): string | null {
-  if (env.FERRY_PGBOUNCER_BIN && isExecutable(env.FERRY_PGBOUNCER_BIN)) return env.FERRY_PGBOUNCER_BIN;
-  return findOnPath('pgbouncer', env.PATH ?? '') ?? (isExecutable(DEBIAN_PATH) ? DEBIAN_PATH : null);
+  return locateExecutable(env, 'FERRY_PGBOUNCER_BIN', 'pgbouncer', DEBIAN_PATH);
 }
 
 /** PgBouncer's path, installing Debian's package when this process may. */

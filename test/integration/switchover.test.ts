@@ -21,7 +21,7 @@ import { rowsAsText } from '../helpers/databases';
 import { loggedLatenciesMs, pgbenchSeed, startLoggedTpcb } from '../helpers/pgbench';
 import { Receiver, signatureVerifies } from '../helpers/receiver';
 import { expectCleanRun } from '../helpers/repairs';
-import { eventually, resultWithin, waitForPhase } from '../helpers/stack';
+import { eventually, resultWithin, RunningProcessWorker, waitForPhase } from '../helpers/stack';
 import { stackSuite } from '../helpers/suite';
 import type { ResultDocument } from '../../src/core/status';
 
@@ -85,6 +85,14 @@ describe('cutover.switch', () => {
     }
   }
 
+  /** A switch worker beside the pooler, then a migration with the PgBouncer switch, waiting for its approval. */
+  async function pooledMigration(migrationId: string, workerName: string, configFile = pooler!.databasesFile): Promise<RunningProcessWorker> {
+    const worker = await suite.stack.startWorkerProcessReady(workerName, ['--task-queue', SWITCH_QUEUE], { FERRY_CONN_POOLADMIN: pooler!.adminUrl });
+    await suite.stack.ferry.start(onlineSpec(migrationId, { pgbouncer: { admin: 'pooladmin', database: 'app', configFile, taskQueue: SWITCH_QUEUE } }));
+    await waitForPhase(suite.stack.ferry, migrationId, 'AWAITING_APPROVAL', 120_000);
+    return worker;
+  }
+
   const historyRows = async (role: string) => (await suite.dbs.query<{ n: number }>(role, 'SELECT count(*)::int AS n FROM pgbench_history'))[0].n;
 
   async function poolerEntry(): Promise<Record<string, unknown>> {
@@ -93,11 +101,8 @@ describe('cutover.switch', () => {
 
   it('pgbouncer: pgbench through PgBouncer fails no transaction across the cutover, and its writes after the resume are on the target', async () => {
     const env = { FERRY_CONN_POOLADMIN: pooler!.adminUrl };
-    let switchWorker = await suite.stack.startWorkerProcessReady('switch-1', ['--task-queue', SWITCH_QUEUE], env);
-    const { id } = await suite.stack.ferry.start(
-      onlineSpec('switch-pgbouncer', { pgbouncer: { admin: 'pooladmin', database: 'app', configFile: pooler!.databasesFile, taskQueue: SWITCH_QUEUE } }),
-    );
-    await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL', 120_000);
+    const id = 'switch-pgbouncer';
+    let switchWorker = await pooledMigration(id, 'switch-1');
     const log = join(dir, 'tx');
     const load = startLoggedTpcb(pooler!.url('app'), 2, 40, log);
     const result = await untilDone(load.stop, async () => {
@@ -153,9 +158,8 @@ describe('cutover.switch', () => {
     // (somebody edited it meanwhile): the repoint is refused after the drain.
     const elsewhere = join(dir, 'other-databases.ini');
     writeFileSync(elsewhere, readFileSync(pooler!.databasesFile, 'utf8'));
-    await suite.stack.startWorkerProcessReady('switch-3', ['--task-queue', SWITCH_QUEUE], { FERRY_CONN_POOLADMIN: pooler!.adminUrl });
-    const { id } = await suite.stack.ferry.start(onlineSpec('switch-refused', { pgbouncer: { admin: 'pooladmin', database: 'app', configFile: elsewhere, taskQueue: SWITCH_QUEUE } }));
-    await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL', 120_000);
+    const id = 'switch-refused';
+    await pooledMigration(id, 'switch-3', elsewhere);
     writeFileSync(elsewhere, '[databases]\n');
     const load = startLoggedTpcb(pooler!.url('app'), 2, 25, join(dir, 'tx'));
     const result = await untilDone(load.stop, async () => {
@@ -180,11 +184,8 @@ describe('cutover.switch', () => {
 
   it('pgbouncer: the switch worker killed while PAUSE waits for a transaction in flight: never left paused, the switch completes on the retry', async () => {
     const env = { FERRY_CONN_POOLADMIN: pooler!.adminUrl };
-    const first = await suite.stack.startWorkerProcessReady('switch-4', ['--task-queue', SWITCH_QUEUE], env);
-    const { id } = await suite.stack.ferry.start(
-      onlineSpec('switch-kill-pause', { pgbouncer: { admin: 'pooladmin', database: 'app', configFile: pooler!.databasesFile, taskQueue: SWITCH_QUEUE } }),
-    );
-    await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL', 120_000);
+    const id = 'switch-kill-pause';
+    const first = await pooledMigration(id, 'switch-4');
     // A transaction through the pooler, open: PAUSE waits for it.
     const app = new Client({ connectionString: pooler!.url('app') });
     await app.connect();
