@@ -157,14 +157,18 @@ async function isPaused(console: Client, database: string): Promise<boolean> {
   return rows.some((r) => r.name === database && String(r.paused) === '1');
 }
 
-/** Whether `work` settled within `ms` (its failure is thrown). */
+/** Whether `work` settled within `ms` (its failure is thrown; a failure after the timeout is dropped). */
 async function untilOrTimeout(work: Promise<unknown>, ms: number): Promise<boolean> {
   let timer: NodeJS.Timeout | undefined;
   const timedOut = new Promise<false>((resolve) => {
     timer = setTimeout(() => resolve(false), ms);
   });
+  const done = work.then(() => true as const);
+  // The PAUSE given up on fails when its session is closed: nobody waits for it then, and an
+  // unhandled rejection would end the worker.
+  done.catch(() => undefined);
   try {
-    return await Promise.race([work.then(() => true as const), timedOut]);
+    return await Promise.race([done, timedOut]);
   } finally {
     clearTimeout(timer);
   }

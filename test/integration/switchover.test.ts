@@ -217,6 +217,32 @@ describe('cutover.switch', () => {
     expect(await poolerEntry()).toMatchObject({ database: dbName(suite.dbs.url('target')), paused: 0 });
   }, 300_000);
 
+  it('pgbouncer: a PAUSE that outwaits cutover.maxWait is resumed and rolls back, and the transaction it waited for commits on the source', async () => {
+    await suite.stack.startWorkerProcessReady('switch-7', ['--task-queue', SWITCH_QUEUE], { FERRY_CONN_POOLADMIN: pooler!.adminUrl });
+    const id = 'switch-pause-outwaited';
+    const spec = onlineSpec(id, { pgbouncer: { admin: 'pooladmin', database: 'app', configFile: pooler!.databasesFile, taskQueue: SWITCH_QUEUE } });
+    await suite.stack.ferry.start({ ...spec, cutover: { ...spec.cutover, maxWait: '3s' } });
+    await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL', 120_000);
+    const app = new Client({ connectionString: pooler!.url('app') });
+    await app.connect();
+    try {
+      await app.query('BEGIN');
+      await app.query('UPDATE pgbench_branches SET bbalance = bbalance + 11 WHERE bid = 1');
+      await suite.stack.ferry.approve(id);
+      const result = await resultWithin(suite.stack.ferry, id, 120_000);
+      expect(result.state).toBe('FAILED');
+      expect(result.error?.message).toMatch(/PgBouncer's PAUSE of app waited 3s for transactions in flight through the pooler/);
+      // Never left paused: the transaction goes on and commits on the source, and new ones pass.
+      expect(await poolerEntry()).toMatchObject({ database: dbName(suite.dbs.url('source')), paused: 0 });
+      await app.query('COMMIT');
+      await app.query('UPDATE pgbench_branches SET bbalance = bbalance + 1 WHERE bid = 1');
+    } finally {
+      await app.end();
+    }
+    expect((await suite.dbs.query<{ b: number }>('source', 'SELECT bbalance AS b FROM pgbench_branches WHERE bid = 1'))[0].b).toBe(12);
+    expect(await suite.dbs.query('target', `SELECT to_regclass('public.pgbench_branches') AS t`)).toEqual([{ t: null }]);
+  }, 300_000);
+
   it('refuses a PgBouncer switch that cannot work in preflight, exit 2, naming the field and changing nothing', async () => {
     const specFile = (name: string, pgbouncer: Record<string, unknown>) => {
       const path = join(dir, `${name}.json`);
