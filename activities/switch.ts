@@ -114,7 +114,8 @@ export function createSwitchActivities({ connections, logger }: Pick<ActivityDep
       });
     },
 
-    async repointPool(input: PoolRef & { target: string }): Promise<{ at: string; server: string }> {
+    /** Its result says when, not where: a server's address stays on the workers, as connection URLs do. */
+    async repointPool(input: PoolRef & { target: string }): Promise<{ at: string }> {
       const server = entryServer(connections.url(input.target));
       const text = await readConfig(input);
       if (!existsSync(keptCopy(input))) await writeFile(keptCopy(input), text, { mode: (await stat(input.configFile)).mode & 0o777 });
@@ -125,7 +126,7 @@ export function createSwitchActivities({ connections, logger }: Pick<ActivityDep
         await expectEntry(console, input.database, server);
       });
       logger.info({ migrationId: input.migrationId, database: input.database, host: server.host, port: server.port, dbname: server.dbname }, 'pgbouncer repointed');
-      return { at: new Date().toISOString(), server: `${server.host}:${server.port}/${server.dbname}` };
+      return { at: new Date().toISOString() };
     },
 
     async resumePool(input: PoolRef & { revert: boolean }): Promise<{ at: string; reverted: boolean }> {
