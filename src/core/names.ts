@@ -195,6 +195,12 @@ export const PATCHES = {
    * says whether the workers publish at all.
    */
   eventStream: 'event-stream',
+  /**
+   * The cutover's finishSync signal to a table that has just failed (CaptureLost found by its
+   * last slice) no longer fails the migration as ExternalWorkflowExecutionNotFound: the table's
+   * own failure, from its result, is the migration's.
+   */
+  tableFailureOverSignal: 'table-failure-over-signal',
 } as const;
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);

@@ -70,7 +70,13 @@ export async function cutOver(input: CutoverInput): Promise<CutoverReport> {
   // The writers are done; their changes reach the logs once the consumer is past this moment.
   if (capture) await watched(() => cutoverSteps.awaitCaptured({ migrationId: id, source: spec.source }));
 
-  await Promise.all(input.tables.map((table) => table.signal(finishSyncSignal)));
+  // A table may have failed meanwhile (its last slice found capture lost): the signal then finds
+  // no workflow, and the table's own failure, from its result, is the one to report.
+  const ended = flags.tableFailureOverSignal;
+  const unlessEnded = (err: unknown) => {
+    if (innermostApplicationFailure(err)?.type !== 'ExternalWorkflowExecutionNotFound') throw err;
+  };
+  await Promise.all(input.tables.map((table) => (ended ? table.signal(finishSyncSignal).catch(unlessEnded) : table.signal(finishSyncSignal))));
   await Promise.all(input.tables.map((t) => t.result()));
   const dirtyRowsChecked = await drainAndCheck(ctx);
   // The consumer's work is done (the drain had all it captured). Its activity hears of the stop
