@@ -27,7 +27,7 @@ export interface AwaitApprovalResult {
   lastSeq: number;
   /** The first message whose signature verified: who approved and why. */
   approved?: Audit;
-  /** Messages refused: why, and whom they claimed to come from. */
+  /** The message refused (at most one a call): why, and whom it claimed to come from. */
   refused: { why: string; actor?: string }[];
 }
 
@@ -59,8 +59,8 @@ export function createEventActivities({ events, logger, env }: Pick<ActivityDeps
   return {
     /**
      * cutover.approval: event — reads the run's approval messages (ferry.control.<id>.approve on
-     * the stream FERRY_CONTROL) for a slice: returns at the first that verifies, or with those
-     * one that is refused, or at the slice's end; the workflow calls again from where this one
+     * the stream FERRY_CONTROL) for a slice: returns at the first message that verifies, at the
+     * first that is refused, or at the slice's end; the workflow calls again from where this one
      * stopped.
      */
     async awaitApproval(input: AwaitApprovalInput): Promise<AwaitApprovalResult> {
