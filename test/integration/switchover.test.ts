@@ -86,9 +86,10 @@ describe('cutover.switch', () => {
   }
 
   /** A switch worker beside the pooler, then a migration with the PgBouncer switch, waiting for its approval. */
-  async function pooledMigration(migrationId: string, workerName: string, configFile = pooler!.databasesFile): Promise<RunningProcessWorker> {
+  async function pooledMigration(migrationId: string, workerName: string, configFile = pooler!.databasesFile, cutover: Record<string, unknown> = {}): Promise<RunningProcessWorker> {
     const worker = await suite.stack.startWorkerProcessReady(workerName, ['--task-queue', SWITCH_QUEUE], { FERRY_CONN_POOLADMIN: pooler!.adminUrl });
-    await suite.stack.ferry.start(onlineSpec(migrationId, { pgbouncer: { admin: 'pooladmin', database: 'app', configFile, taskQueue: SWITCH_QUEUE } }));
+    const spec = onlineSpec(migrationId, { pgbouncer: { admin: 'pooladmin', database: 'app', configFile, taskQueue: SWITCH_QUEUE } });
+    await suite.stack.ferry.start({ ...spec, cutover: { ...spec.cutover, ...cutover } });
     await waitForPhase(suite.stack.ferry, migrationId, 'AWAITING_APPROVAL', 120_000);
     return worker;
   }
@@ -218,11 +219,8 @@ describe('cutover.switch', () => {
   }, 300_000);
 
   it('pgbouncer: a PAUSE that outwaits cutover.maxWait is resumed and rolls back, and the transaction it waited for commits on the source', async () => {
-    await suite.stack.startWorkerProcessReady('switch-7', ['--task-queue', SWITCH_QUEUE], { FERRY_CONN_POOLADMIN: pooler!.adminUrl });
     const id = 'switch-pause-outwaited';
-    const spec = onlineSpec(id, { pgbouncer: { admin: 'pooladmin', database: 'app', configFile: pooler!.databasesFile, taskQueue: SWITCH_QUEUE } });
-    await suite.stack.ferry.start({ ...spec, cutover: { ...spec.cutover, maxWait: '3s' } });
-    await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL', 120_000);
+    await pooledMigration(id, 'switch-7', pooler!.databasesFile, { maxWait: '3s' });
     const app = new Client({ connectionString: pooler!.url('app') });
     await app.connect();
     try {
