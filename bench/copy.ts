@@ -33,9 +33,12 @@
  *       40,000 rows, 500 tables of 100 rows, 2,000 tables of 50 rows and 10,000 tables of 50 rows
  *       (small tables copied in groups; past 500 tables the plan is stored on the target), with
  *       parallelism.tables at its default (2) and at --many-parallelism (8), and at that with
- *       `objects: all` (each table has a view and a comment, which pgcopydb moves too; not for
- *       10,000 tables, past its limit), against pgcopydb on the same tables, with the parent's
- *       history (events, bytes) after each kind of run; 10,000 tables once each, not --repeat
+ *       `objects: all` (each table has a view and a comment, which pgcopydb moves too; for the
+ *       shapes whose tables the server's lock table has room for, see --objects-shapes), against
+ *       pgcopydb on the same tables, with the parent's history (events, bytes) and where the time
+ *       went (the result's timeline: preflight, prepare — the first pass of `objects: all` in it —,
+ *       tables, objects — the second pass) after each kind of run, and the worker's peak RSS over
+ *       the runs without objects and over the one with; 10,000 tables once each, not --repeat
  *       times (skip them all with --no-many; --shapes 2000,10000 picks some).
  * Each is run --repeat times (default 3) into a fresh target; the median is reported with the
  * range. Prints rows/s and the ratios ferry/raw, ferry/index-free raw and ferry/pgcopydb.
@@ -44,7 +47,20 @@
  * Options: --rows N (default 2000000), --repeat N (3), --pg URL (admin URL), --keep, --no-many, --shapes N,N,
  * --ranges-only, --shuffled,
  * --many-parallelism N (8), --temporal-defaults (the dev server with Temporal's own task-queue
- * read rates instead of Ferry's, to see what those cost).
+ * read rates instead of Ferry's, to see what those cost),
+ * --locks N (instead of --pg: every part on a private PostgreSQL 15 cluster in a temporary
+ * directory, set as the shared server is — shared_buffers 128 MB, fsync on, autovacuum off — but
+ * for max_locks_per_transaction N; started here, removed at the end, the shared server untouched),
+ * --objects-shapes N,N (the (m) shapes, by their tables, also run with `objects: all`; by default
+ * each whose tables the server's lock table has room for by preflight's rule — pg_dump locks every
+ * table it dumps in one transaction, and preflight refuses more than three quarters of
+ * max_locks_per_transaction × (max_connections + max_prepared_transactions): 4,800 tables on a
+ * server of the defaults, so the 10,000-table shape runs with `objects: all` from --locks 192 on;
+ * a shape chosen past that is refused, which the bench prints as its result).
+ *
+ * The 10,000 tables with `objects: all` and pgcopydb beside them (pgcopydb restores its schema in
+ * one transaction, which needed more than 256 locks a session here):
+ *   npm run bench:copy -- --rows 20000 --repeat 1 --shapes 10000 --locks 1024
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -57,11 +73,16 @@ import { startDevServer, TEMPORAL_DEFAULT_DYNAMIC_CONFIG } from '../src/dev/dev-
 import { WORKER_PROCESS_ENV } from '../src/config';
 import { connectionEnvVar } from '../src/core/names';
 import { Client, Connection } from '@temporalio/client';
+import { PrivateCluster, startPrivateCluster } from '../src/dev/pg-cluster';
+import { DUMP_LOCK_SHARE } from '../src/db/object-passes';
 
 const args = process.argv.slice(2);
 const arg = (name: string, fallback: string) => (args.includes(name) ? args[args.indexOf(name) + 1] : fallback);
 const ROWS = Number(arg('--rows', '2000000'));
-const ADMIN = arg('--pg', process.env.FERRY_TEST_PG ?? DEFAULT_TEST_PG);
+/** max_locks_per_transaction of a private cluster the bench runs on (--locks), instead of --pg's server. */
+const LOCKS = args.includes('--locks') ? Number(arg('--locks', '')) : undefined;
+/** The admin URL: --pg's, or (--locks) the private cluster's once main has started it. */
+let ADMIN = arg('--pg', process.env.FERRY_TEST_PG ?? DEFAULT_TEST_PG);
 const KEEP = args.includes('--keep');
 const REPEAT = Number(arg('--repeat', '3'));
 const MANY = !args.includes('--no-many');
@@ -76,13 +97,13 @@ const DEV_SERVER = args.includes('--temporal-defaults') ? { dynamicConfig: TEMPO
 /** parallelism.tables of the second Ferry run over many tables (the first runs at the default). */
 const MANY_PARALLELISM = Number(arg('--many-parallelism', '8'));
 /**
- * The largest shape also run with `objects: all`: past it pg_dump's locks need a source whose
- * max_locks_per_transaction was raised (preflight refuses otherwise), and the run takes minutes.
+ * The shapes also run with `objects: all`, by their tables (--objects-shapes); unset, those whose
+ * tables the server's lock table has room for (dumpRoom).
  */
-const BENCH_OBJECTS_TABLES = 2000;
+const OBJECTS_SHAPES = args.includes('--objects-shapes') ? arg('--objects-shapes', '').split(',').map(Number) : undefined;
 /**
- * The orchestration runs: tables × rows each. 10,000 tables run once (not --repeat times) and
- * without `objects: all` (run up to BENCH_OBJECTS_TABLES): pgcopydb alone takes minutes.
+ * The orchestration runs: tables × rows each. 10,000 tables run once (not --repeat times):
+ * pgcopydb alone takes minutes.
  */
 const MANY_SHAPES: readonly { tables: number; rows: number; once?: boolean }[] = [
   { tables: 50, rows: 40_000 },
@@ -243,7 +264,30 @@ async function keyAndBlockRanges(
   return { keys, blocks: blocksSample };
 }
 
+/**
+ * --locks: a private cluster set as the shared server is but for its lock table, which the bench
+ * runs on (ADMIN becomes its URL); undefined without --locks.
+ */
+async function privateCluster(): Promise<PrivateCluster | undefined> {
+  if (LOCKS === undefined) return undefined;
+  if (args.includes('--pg')) throw new Error('give --pg or --locks, not both: --locks starts a server of its own');
+  if (!(LOCKS >= 10)) throw new Error(`--locks takes max_locks_per_transaction (10 or more), not ${arg('--locks', '')}`);
+  const cluster = await startPrivateCluster({ max_locks_per_transaction: String(LOCKS), shared_buffers: "'128MB'", fsync: 'on', autovacuum: 'off' }, 'ferry-bench-');
+  ADMIN = cluster.url;
+  process.stdout.write(`on a private cluster at ${ADMIN}, max_locks_per_transaction ${LOCKS}\n`);
+  return cluster;
+}
+
 async function main(): Promise<void> {
+  const cluster = await privateCluster();
+  try {
+    await bench();
+  } finally {
+    await cluster?.stop();
+  }
+}
+
+async function bench(): Promise<void> {
   await ensurePostgres(ADMIN);
   const tag = Date.now().toString(36);
   const dbs = {
@@ -500,10 +544,14 @@ async function main(): Promise<void> {
           (m.pgcopydb
             ? `, pgcopydb ${seconds(m.pgcopydb.median)} (ferry ${(m.pgcopydb.median / m.ferry.median).toFixed(2)}× / ${(m.pgcopydb.median / m.ferryWide.median).toFixed(2)}× its speed)`
             : '') +
+          (m.pgcopydb && m.ferryObjects ? ` (objects: all ${(m.pgcopydb.median / m.ferryObjects.median).toFixed(2)}×)` : '') +
+          (m.ferryObjectsFailed ? `, objects: all failed: ${m.ferryObjectsFailed}` : '') +
           (m.pgcopydbFailed ? `, pgcopydb failed: ${m.pgcopydbFailed}` : '') +
           (m.once ? ' (one run each)' : '') +
           '\n',
       );
+      const kinds: Record<FerryKind, string> = { ferry: 'ferry', ferryWide: `${MANY_PARALLELISM} at once`, ferryObjects: 'objects: all' };
+      for (const [kind, text] of Object.entries(m.timelines)) process.stdout.write(`      ${kinds[kind as FerryKind].padEnd(13)} ${text}\n`);
     }
     process.stdout.write(`(medians of ${REPEAT}; ferry times are end to end: CLI start, preflight, target DDL, copy, validation, ANALYZE, cleanup)\n`);
   } finally {
@@ -518,13 +566,41 @@ interface ManyResult {
   ferry: Sample;
   /** With parallelism.tables = MANY_PARALLELISM. */
   ferryWide: Sample;
-  /** Likewise, with objects: all (each table's view and comment too, from pg_dump); not past BENCH_OBJECTS_TABLES. */
+  /** Likewise, with objects: all (each table's view and comment too, from pg_dump); for the shapes chosen (--objects-shapes). */
   ferryObjects?: Sample;
+  /** How that run was refused or failed, when it was. */
+  ferryObjectsFailed?: string;
   pgcopydb?: Sample;
   /** How pgcopydb failed, when it did (its first error lines). */
   pgcopydbFailed?: string;
   /** The migration workflow's history after the last run of each. */
-  histories: Partial<Record<'ferry' | 'ferryWide' | 'ferryObjects', { events: number; bytes: number }>>;
+  histories: Partial<Record<FerryKind, { events: number; bytes: number }>>;
+  /** Where the last run of each kind spent its time (the result's timeline, and outside the workflow). */
+  timelines: Partial<Record<FerryKind, string>>;
+}
+
+type FerryKind = 'ferry' | 'ferryWide' | 'ferryObjects';
+
+/** A `ferry start --wait` that did not succeed: its refusal or failure, in a line or two. */
+class FerryRunFailed extends Error {
+  readonly reason: string;
+  constructor(schema: string, out: string) {
+    super(`ferry (${schema}) failed: ${out.slice(-2000)}`);
+    const lines = out.split('\n').map((l) => l.trim()).filter(Boolean);
+    this.reason = (lines.filter((l) => /refus|fail|error/i.test(l)).slice(-2).join(' / ') || lines.slice(-2).join(' / ')).slice(0, 600);
+  }
+}
+
+/**
+ * The most tables preflight lets `objects: all` dump from `db`'s server: pg_dump locks each in
+ * one transaction, and preflight keeps it to DUMP_LOCK_SHARE of the lock table.
+ */
+async function dumpRoom(db: string): Promise<number> {
+  const [r] = await sql(
+    url(db),
+    `SELECT current_setting('max_locks_per_transaction')::int * (current_setting('max_connections')::int + current_setting('max_prepared_transactions')::int) AS room`,
+  );
+  return Math.floor(Number(r.room) * DUMP_LOCK_SHARE);
 }
 
 /** A migration workflow's history: its events and their bytes, as the server counts them. */
@@ -554,6 +630,7 @@ async function manyTables(
   const out: ManyResult[] = [];
   /** Ferry runs so far: each has an id of its own, to read its history by. */
   let runs = 0;
+  const room = await dumpRoom(source);
   for (const shape of MANY_SHAPES) {
     const schema = `m${shape.tables}`;
     await sql(url(source), `CREATE SCHEMA ${schema}`);
@@ -572,12 +649,14 @@ async function manyTables(
     }
     await sql(url(source), 'VACUUM ANALYZE');
     const rounds = shape.once ? 1 : REPEAT;
-    /** The parent's history of the last run of each kind: its events and bytes. */
+    /** The parent's history and the result's timeline of the last run of each kind. */
     const histories: ManyResult['histories'] = {};
-    const ferryRun = (kind: keyof ManyResult['histories'], parallelism?: number, objects?: 'all') => {
+    const timelines: ManyResult['timelines'] = {};
+    const ferryRun = (kind: FerryKind, parallelism?: number, objects?: 'all') => {
       const specFile = join(tmpdir(), `ferry-bench-${schema}-${Date.now()}.json`);
       const id = () => `bench-${schema}-${kind}-${(runs += 1)}`;
       let last = '';
+      let lastMs = 0;
       return repeated(
         () => recreate(target),
         async () => {
@@ -595,8 +674,11 @@ async function manyTables(
               ...(objects ? { objects } : {}),
             }),
           );
+          const started = Date.now();
+          // Followed as a user would (progress read once a second), not --json, which only awaits the result.
           const r = await run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'start', specFile, '--wait'], env);
-          if (r.code !== 0) throw new Error(`ferry (${schema}) failed: ${r.out.slice(-2000)}`);
+          if (r.code !== 0) throw new FerryRunFailed(schema, r.out);
+          lastMs = Date.now() - started;
         },
         async () => {
           const [n] = await sql(url(target), `SELECT count(*)::int AS n FROM pg_tables WHERE schemaname = '${schema}'`);
@@ -604,15 +686,28 @@ async function manyTables(
           const [v] = await sql(url(target), `SELECT count(*)::int AS n FROM pg_views WHERE schemaname = '${schema}'`);
           if (v.n !== (objects ? shape.tables : 0)) throw new Error(`ferry (${schema}) created ${v.n} views, expected ${objects ? shape.tables : 0}`);
           histories[kind] = await historyOf(env, last);
+          const status = await run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'status', last, '--json'], env);
+          timelines[kind] = status.code === 0 ? timelineText(status.stdout, lastMs) : `no status: ${status.out.slice(-300)}`;
         },
         rounds,
       );
     };
+    const label = `${shape.tables} tables × ${shape.rows.toLocaleString('en-US')} rows`;
     peak();
     const ferry = await ferryRun('ferry');
     const ferryWide = await ferryRun('ferryWide', MANY_PARALLELISM);
-    const ferryObjects = shape.tables <= BENCH_OBJECTS_TABLES ? await ferryRun('ferryObjects', MANY_PARALLELISM, 'all') : undefined;
-    peak(`${shape.tables} tables × ${shape.rows.toLocaleString('en-US')} rows`);
+    peak(label);
+    let ferryObjects: Sample | undefined;
+    let ferryObjectsFailed: string | undefined;
+    if (OBJECTS_SHAPES ? OBJECTS_SHAPES.includes(shape.tables) : shape.tables <= room) {
+      // A refusal or failure here is a result (what objects: all does at this size), not the bench's end.
+      ferryObjects = await ferryRun('ferryObjects', MANY_PARALLELISM, 'all').catch((err: unknown) => {
+        if (!(err instanceof FerryRunFailed)) throw err;
+        ferryObjectsFailed = err.reason;
+        return undefined;
+      });
+      peak(`${label}, objects: all`);
+    }
     let copydb: Sample | undefined;
     let copydbFailed: string | undefined;
     if (pgcopydb) {
@@ -631,7 +726,7 @@ async function manyTables(
         rounds,
       ).then((s) => (copydbFailed ? undefined : s));
     }
-    out.push({ ...shape, ferry, ferryWide, ferryObjects, pgcopydb: copydb, pgcopydbFailed: copydbFailed, histories });
+    out.push({ ...shape, ferry, ferryWide, ferryObjects, ferryObjectsFailed, pgcopydb: copydb, pgcopydbFailed: copydbFailed, histories, timelines });
     // Dropped 250 tables a transaction too: 2,000 tables and their views at once outgrow the lock table.
     for (let first = 1; first <= shape.tables; first += 250) {
       await sql(url(source), `DO $$ BEGIN FOR i IN ${first}..${Math.min(shape.tables, first + 249)} LOOP EXECUTE format('DROP TABLE ${schema}.t%s CASCADE', i); END LOOP; END $$`);

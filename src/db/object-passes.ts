@@ -65,7 +65,7 @@ export async function planObjects(source: ClientBase, target: ClientBase, source
 }
 
 /** Of the source's lock table, what one pg_dump may take (the rest is the application's and Ferry's own sessions'). */
-const DUMP_LOCK_SHARE = 0.75;
+export const DUMP_LOCK_SHARE = 0.75;
 
 /**
  * pg_dump locks every table it dumps, in one transaction, and the lock table is the server's:
