@@ -22,6 +22,7 @@ import { planObjects } from '../src/db/object-passes';
 import { FAILURE, failureTypeOf } from '../src/core/failure-types';
 import { assertColumnsFit } from '../src/db/column-fit';
 import { chooseIndexNames, RelationNames } from '../src/db/target-names';
+import { secretValue } from './callback-target';
 
 export interface PreflightInput {
   migrationId: string;
@@ -74,8 +75,28 @@ function atField(err: unknown, field: string): unknown {
   return refusal(failureTypeOf(err.type) ?? FAILURE.Refused, `${field}: ${err.message}`, err.cause);
 }
 
-export function createPreflight({ connections }: ActivityDeps) {
+/**
+ * cutover.approval: event — the workers that will wait for the approval must have a NATS server
+ * and the key that verifies approvals: found out now, not when the migration reaches its
+ * approval. (A server that is down now is no refusal: the approval's reads are retried until it
+ * answers, as the events' publishes are.)
+ */
+function assertApprovalByEvent(spec: Spec, { events, env }: Pick<ActivityDeps, 'events' | 'env'>): void {
+  const secret = spec.cutover?.approval === 'event' ? spec.cutover.approvalSecret : undefined;
+  if (secret === undefined) return;
+  if (!events?.configured) {
+    throw refusal(FAILURE.Refused, 'cutover.approval: event needs the workers to reach NATS: set FERRY_NATS_URL on them, or approve with approval: manual');
+  }
+  try {
+    secretValue(env, secret, 'cutover.approvalSecret');
+  } catch (err) {
+    throw atField(err, 'cutover.approvalSecret');
+  }
+}
+
+export function createPreflight({ connections, events, env }: ActivityDeps) {
   return async function preflight({ migrationId, spec, store }: PreflightInput): Promise<MigrationPlan> {
+    assertApprovalByEvent(spec, { events, env });
     for (const field of ['source', 'target'] as const) {
       try {
         connections.url(spec[field]);

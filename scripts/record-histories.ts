@@ -27,6 +27,12 @@ import { ensureTemporalBinary, temporalVersion } from '../src/dev/temporal-binar
 import { rowsAsText, TestDatabases } from '../test/helpers/databases';
 import { startLogicalCluster } from '../test/helpers/logical-cluster';
 import { PgBouncer, startPgBouncer } from '../src/dev/pgbouncer';
+import { NatsServer, startNatsServer } from '../src/dev/nats';
+import { jetstream } from '@nats-io/jetstream';
+import { headers } from '@nats-io/nats-core';
+import { connect } from '@nats-io/transport-node';
+import { sign } from '../src/signature';
+import { workflowIds } from '../src/core/names';
 import { Receiver } from '../test/helpers/receiver';
 import { eventually, resultWithin, TestStack, waitForPhase } from '../test/helpers/stack';
 
@@ -41,6 +47,8 @@ interface Context {
   receiver: Receiver;
   /** With Scenario.pooler: PgBouncer in front of the source (pooled database `app`), its admin console the connection `pooladmin`. */
   pooler?: PgBouncer;
+  /** With Scenario.nats: the NATS JetStream server the workers publish events to (FERRY_NATS_URL). */
+  nats?: NatsServer;
 }
 
 interface Scenario {
@@ -53,6 +61,8 @@ interface Scenario {
   logical?: boolean;
   /** A real PgBouncer in front of the source (cutover.switch: pgbouncer). */
   pooler?: boolean;
+  /** A real `nats-server -js`: the workers publish events (and read approvals) there. */
+  nats?: boolean;
   run(ctx: Context): Promise<Pick<ResultDocument, 'state' | 'error'>>;
 }
 
@@ -93,6 +103,21 @@ const onlineSpec = (extra: Record<string, unknown>) => ({
   tables: [{ name: 'public.accounts', chunks: 2 }, 'public.items'],
   ...extra,
 });
+
+/** The key the recorded workers verify approval messages with (FERRY_SECRET_APPROVE). */
+const APPROVAL_KEY = 'recorded-approval-key';
+
+/** An approval message signed with APPROVAL_KEY, as a pipeline publishes it. */
+async function publishApproval(nats: NatsServer, id: string, body: string): Promise<void> {
+  const nc = await connect({ servers: nats.url });
+  try {
+    const h = headers();
+    h.set('X-Ferry-Signature', sign(APPROVAL_KEY, Math.floor(Date.now() / 1000), body));
+    await jetstream(nc).publish(`ferry.control.${id}.approve`, body, { headers: h });
+  } finally {
+    await nc.close();
+  }
+}
 
 /** Waits until the sync has carried ONLINE_WRITES to the target (before the cutover drain). */
 async function writesSynced(dbs: TestDatabases): Promise<void> {
@@ -232,6 +257,27 @@ const SCENARIOS: Scenario[] = [
       receiver.answer('/switch', 200, 500);
       await stack.ferry.start(onlineSpec({ cutover: { switch: { webhook: { url: `${receiver.url}/switch`, secret: 'FERRY_SECRET_SWITCH', timeout: '10s' } } } }), { id });
       return resultWithin(stack.ferry, id);
+    },
+  },
+  {
+    name: 'online-event-stream',
+    description:
+      'online with the event stream (FERRY_NATS_URL): approval: event by a signed message, then NATS stopped, so the run ends with events unpublished and hands them to eventPublisherWorkflow, which publishes them once NATS is back',
+    schema: ONLINE_SCHEMA,
+    expected: 'SUCCEEDED',
+    nats: true,
+    async run(ctx) {
+      const { id, stack, dbs, nats } = ctx;
+      await stack.ferry.start(onlineSpec({ cutover: { approval: 'event', approvalSecret: 'FERRY_SECRET_APPROVE', approvalTimeout: '10m' } }), { id });
+      await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL');
+      await publishApproval(nats!, id, JSON.stringify({ actor: 'pipeline', reason: 'recorded' }));
+      await eventually(async () => (await stack.ferry.status(id)).transitions.some((t) => t.machine === 'control' && t.signal === 'approve' && t.to === 'approved'), 60_000);
+      await nats!.stop();
+      const result = await resultWithin(stack.ferry, id);
+      await nats!.start();
+      await eventually(async () => (await stack.client.workflow.getHandle(workflowIds.events(id)).describe()).status.name === 'COMPLETED', 120_000);
+      if (result.state === 'SUCCEEDED') await sameRows(dbs, ONLINE_TABLES);
+      return result;
     },
   },
   {
@@ -816,14 +862,19 @@ async function recordScenario(scenario: Scenario, temporalCli: string): Promise<
   let stack: TestStack | undefined;
   const receiver = await Receiver.start();
   let pooler: PgBouncer | undefined;
+  const nats = scenario.nats ? await startNatsServer() : undefined;
   try {
     await dbs.exec('source', scenario.schema);
     const source = new URL(dbs.url('source'));
     if (scenario.pooler) pooler = await startPgBouncer({ app: { host: source.hostname, port: Number(source.port || 5432), dbname: source.pathname.slice(1) } });
     const admin: Record<string, string> = pooler ? { pooladmin: pooler.adminUrl } : {};
     // The receiver is on 127.0.0.1, a target workers refuse unless allowed.
-    stack = await TestStack.start({ connections: { src: dbs.url('source'), dst: dbs.url('target'), ...admin }, extraEnv: { FERRY_CALLBACK_ALLOW_PRIVATE: 'true', FERRY_SECRET_SWITCH: 'recorded' } });
-    const result = await scenario.run({ id: `fixture-${scenario.name}`, stack, dbs, receiver, pooler });
+    const streamEnv: Record<string, string> = nats ? { FERRY_NATS_URL: nats.url, FERRY_SECRET_APPROVE: APPROVAL_KEY } : {};
+    stack = await TestStack.start({
+      connections: { src: dbs.url('source'), dst: dbs.url('target'), ...admin },
+      extraEnv: { FERRY_CALLBACK_ALLOW_PRIVATE: 'true', FERRY_SECRET_SWITCH: 'recorded', ...streamEnv },
+    });
+    const result = await scenario.run({ id: `fixture-${scenario.name}`, stack, dbs, receiver, pooler, nats });
     if (result.state !== scenario.expected) {
       throw new Error(`${scenario.name}: expected ${scenario.expected}, the migration ended ${result.state}: ${JSON.stringify(result.error)}`);
     }
@@ -837,6 +888,7 @@ async function recordScenario(scenario: Scenario, temporalCli: string): Promise<
   } finally {
     await stack?.teardown();
     await pooler?.stop();
+    await nats?.remove();
     await receiver.close();
     await dbs.drop();
     await cluster?.stop();

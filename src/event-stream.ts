@@ -8,12 +8,13 @@
  *
  * Configured by the environment of workers and clients: FERRY_NATS_URL (servers, comma-separated),
  * credentials from FERRY_SECRET_NATS_TOKEN or FERRY_SECRET_NATS_USER and
- * FERRY_SECRET_NATS_PASSWORD, FERRY_EVENTS_MAX_AGE (how long the stream keeps events, 7d).
+ * FERRY_SECRET_NATS_PASSWORD, and the streams' limits FERRY_EVENTS_MAX_AGE (7d),
+ * FERRY_EVENTS_MAX_BYTES, FERRY_EVENTS_MAX_MESSAGES and FERRY_EVENTS_REPLICAS (src/core/stream-limits.ts).
  */
 import { DeliverPolicy, jetstream, jetstreamManager, JetStreamManager, StorageType } from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/nats-core';
 import { connect } from '@nats-io/transport-node';
-import { parseDuration } from './core/duration';
+import { StreamLimits, streamLimits } from './core/stream-limits';
 import { approvalSubject, CONTROL_STREAM, EVENTS_STREAM, eventSubject, NATS_URL_ENV, StreamedEvent, subjectToken } from './core/event-subjects';
 
 export { EVENTS_STREAM, eventSubject, NATS_URL_ENV, runSubjects, subjectToken } from './core/event-subjects';
@@ -21,7 +22,6 @@ export type { EventKind, StreamedEvent } from './core/event-subjects';
 
 /** How long a retried publish is recognised as one already stored. */
 const DUPLICATE_WINDOW_MS = 60 * 60_000;
-const DEFAULT_MAX_AGE = '7d';
 
 export function natsConfigured(env: NodeJS.ProcessEnv): boolean {
   return Boolean(env[NATS_URL_ENV]);
@@ -44,25 +44,42 @@ export async function connectNats(env: NodeJS.ProcessEnv, name: string): Promise
 }
 
 /**
- * The streams, each created when missing with the configured retention: the events, and the
- * control messages (approvals) that act on runs.
+ * The streams, each created when missing with the configured limits: the events, and the control
+ * messages (approvals) that act on runs. A limit whose variable is set is applied to a stream
+ * that exists too (one an operator made with other limits keeps those the variables leave out).
  */
 export async function ensureStream(jsm: JetStreamManager, env: NodeJS.ProcessEnv): Promise<void> {
-  const maxAgeMs = parseDuration(env.FERRY_EVENTS_MAX_AGE ?? DEFAULT_MAX_AGE);
-  if (!maxAgeMs) throw new Error(`FERRY_EVENTS_MAX_AGE=${env.FERRY_EVENTS_MAX_AGE} is not a duration such as 7d or 12h`);
-  await ensureOne(jsm, EVENTS_STREAM, ['ferry.migration.>', 'ferry.change.>'], maxAgeMs);
-  await ensureOne(jsm, CONTROL_STREAM, ['ferry.control.>'], maxAgeMs);
+  const limits = streamLimits(env);
+  await ensureOne(jsm, EVENTS_STREAM, ['ferry.migration.>', 'ferry.change.>'], limits);
+  await ensureOne(jsm, CONTROL_STREAM, ['ferry.control.>'], limits);
 }
 
-async function ensureOne(jsm: JetStreamManager, name: string, subjects: string[], maxAgeMs: number): Promise<void> {
+/** JetStream's names for the limits (ages in nanoseconds). */
+function streamConfig(limits: StreamLimits) {
+  return { max_age: limits.maxAgeMs * 1_000_000, max_bytes: limits.maxBytes, max_msgs: limits.maxMessages, num_replicas: limits.replicas };
+}
+
+const CONFIG_FIELD = { maxAgeMs: 'max_age', maxBytes: 'max_bytes', maxMessages: 'max_msgs', replicas: 'num_replicas' } as const;
+
+async function ensureOne(jsm: JetStreamManager, name: string, subjects: string[], limits: StreamLimits): Promise<void> {
+  const wanted = streamConfig(limits);
+  let existing: Awaited<ReturnType<JetStreamManager['streams']['info']>> | undefined;
   try {
-    await jsm.streams.info(name);
-    return;
+    existing = await jsm.streams.info(name);
   } catch (err) {
     if (!/stream not found/i.test((err as Error).message)) throw err;
   }
+  if (existing) {
+    const changed = limits.given.map((field) => CONFIG_FIELD[field]).filter((key) => existing!.config[key] !== wanted[key]);
+    if (changed.length === 0) return;
+    const update: Record<string, number> = Object.fromEntries(changed.map((key) => [key, wanted[key]]));
+    // The duplicate window may not outlast the events it remembers.
+    if (existing.config.duplicate_window > wanted.max_age) update.duplicate_window = wanted.max_age;
+    await jsm.streams.update(name, update);
+    return;
+  }
   await jsm.streams
-    .add({ name, subjects, storage: StorageType.File, max_age: maxAgeMs * 1_000_000, duplicate_window: Math.min(DUPLICATE_WINDOW_MS, maxAgeMs) * 1_000_000 })
+    .add({ name, subjects, storage: StorageType.File, ...wanted, duplicate_window: Math.min(DUPLICATE_WINDOW_MS, limits.maxAgeMs) * 1_000_000 })
     .catch(async (err: Error) => {
       // Another worker made it meanwhile.
       if (!/already in use|exists/i.test(err.message)) throw err;

@@ -8,7 +8,8 @@ import { createActivities, createSwitchWorkerActivities } from '../activities';
 import { dataConverterFromEnv } from './codec';
 import { connectionOptions, TemporalConfig } from './config';
 import { ConnectionRegistry } from './db/connections';
-import { EventPublisher } from './event-stream';
+import { EventPublisher, natsConfigured } from './event-stream';
+import { streamLimits } from './core/stream-limits';
 import { withoutRowData } from './db/errors';
 import { Logger } from './logger';
 import { auditInterceptors, FerryMetrics } from './telemetry';
@@ -111,6 +112,8 @@ export async function createFerryWorker(options: FerryWorkerOptions): Promise<Fe
   // running activity holds one and waits for its second, two are still free and no wait is
   // forever. An activity that took a third from the same pool would break that.
   const connections = new ConnectionRegistry({ env, poolSize: activitySlots + 2, applicationName: 'ferry-worker' });
+  // The event streams' limits, checked before the worker takes work: a bad one refuses to start.
+  if (natsConfigured(env)) streamLimits(env);
   const events = new EventPublisher(env);
   const connection = await NativeConnection.connect(connectionOptions(options.temporal));
   const workerOptions: WorkerOptions = {

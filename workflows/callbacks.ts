@@ -3,11 +3,14 @@
  * delivery per event, each with its own idempotency key, never cancelled), and the result last,
  * after the event deliveries still in flight.
  */
-import { allHandlersFinished, CancellationScope, condition, upsertMemo } from '@temporalio/workflow';
+import { allHandlersFinished, CancellationScope, condition, ParentClosePolicy, startChild, upsertMemo } from '@temporalio/workflow';
 import { rootMessage } from '../src/core/failures';
 import type { eventStreamActivities, MigrationActivities } from './activity-options';
 import { EVENTS_STREAM, runSubjects } from '../src/core/event-subjects';
 import type { EventKind, EventStreamWhere, RunEvent } from '../src/core/event-subjects';
+import { workflowIds } from '../src/core/names';
+import type { TimingsInput } from '../src/core/timings';
+import { eventPublisherWorkflow, STREAM_BATCH } from './event-publisher';
 import { flags } from './patches';
 
 interface Callback {
@@ -22,10 +25,15 @@ export interface EventStreamTarget {
   publish: ReturnType<typeof eventStreamActivities>;
   /** Told once, when the first burst was published (the status then says where events go). */
   onEnabled: (where: EventStreamWhere) => void;
+  /** The run's own timings, for the publisher it may hand its last events to. */
+  timings?: TimingsInput;
 }
 
-/** Events a publish activity carries at most. */
-const STREAM_BATCH = 100;
+/**
+ * How long a run that has ended waits for its events to reach the stream before it hands them
+ * to a publisher workflow: long enough for a publish that is merely slow, far shorter than an outage.
+ */
+const STREAM_GRACE_MS = 10_000;
 
 export class Callbacks {
   private readonly deliveries: Promise<unknown>[] = [];
@@ -88,7 +96,7 @@ export class Callbacks {
 
   private async pump(): Promise<void> {
     const { kind, publish, onEnabled } = this.stream!;
-    while (this.unpublished && this.unpublished.length > 0) {
+    while (this.unpublished && this.unpublished.length > 0 && !this.handedOver) {
       const batch = this.unpublished.slice(0, STREAM_BATCH);
       const done = await CancellationScope.nonCancellable(() => publish.publishEvents({ kind, id: this.id, events: batch }));
       if (!done.enabled) {
@@ -112,9 +120,40 @@ export class Callbacks {
     });
   }
 
+  /** The events not yet on the stream went to a publisher workflow: this run publishes no more. */
+  private handedOver = false;
+
+  /**
+   * At the run's end: its events published, or — the stream not taking them within
+   * STREAM_GRACE_MS — handed to eventPublisherWorkflow, which outlives the run, so the result
+   * does not wait for NATS. Executions begun before patch `detached-event-publisher` wait.
+   */
+  private async publishedOrHandedOver(): Promise<void> {
+    if (this.pumping === undefined) return;
+    if (flags.detachedEventPublisher && !(await condition(() => this.pumping === undefined, STREAM_GRACE_MS))) {
+      const events = [...(this.unpublished ?? [])];
+      try {
+        await startChild(eventPublisherWorkflow, {
+          workflowId: workflowIds.events(this.id),
+          parentClosePolicy: ParentClosePolicy.ABANDON,
+          staticSummary: `${events.length} event(s) of ${this.id} for the stream`,
+          args: [{ kind: this.stream!.kind, id: this.id, events, ...(this.stream!.timings ? { timings: this.stream!.timings } : {}) }],
+        });
+        this.handedOver = true;
+        return;
+      } catch {
+        // An earlier run's publisher of the same id still publishes: this one waits, as before.
+      }
+    }
+    await CancellationScope.nonCancellable(async () => {
+      while (this.pumping) await this.pumping;
+    });
+  }
+
   /**
    * The ending: the result callback (not cancellable; its outcome goes in `result.callback`),
-   * the event deliveries in flight, the result in the memo, every handler finished.
+   * the event deliveries in flight, the events on the stream (or handed over), the result in
+   * the memo, every handler finished.
    */
   async finish(result: { callback?: { delivered: boolean; error?: string } }): Promise<void> {
     if (this.callback) {
@@ -126,7 +165,8 @@ export class Callbacks {
           .catch((err: unknown) => ({ delivered: false, error: rootMessage(err) })),
       );
     }
-    await this.settled();
+    await CancellationScope.nonCancellable(() => Promise.all(this.deliveries));
+    await CancellationScope.nonCancellable(() => this.publishedOrHandedOver());
     upsertMemo({ result });
     await condition(allHandlersFinished);
   }

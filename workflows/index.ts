@@ -7,3 +7,4 @@ export { changeCleanupWorkflow, cleanupWorkflow } from './cleanup';
 export { changeWorkflow } from './change/change';
 export { changePreflightWorkflow } from './change/preflight';
 export { rewriteRetireWorkflow } from './change/rewrite-retire';
+export { eventPublisherWorkflow } from './event-publisher';

@@ -1,4 +1,6 @@
 /** `ferry server` (embedded Temporal dev server) and `ferry worker` (one pool member). */
+import { NATS_URL_ENV } from '../core/event-subjects';
+import { streamLimits } from '../core/stream-limits';
 import { Command, InvalidArgumentError } from 'commander';
 import { temporalConfig, WORKER_PROCESS_ENV } from '../config';
 import { RefusedError } from '../client';
@@ -26,7 +28,7 @@ export function registerProcessCommands(program: Command): void {
 
   program
     .command('demo')
-    .description('an online migration of a seeded shop under a live writer, end to end on this machine (README: quickstart)')
+    .description('an online migration of a seeded shop under a live writer, end to end on this machine (docs/getting-started.md)')
     .option('--keep', 'leave the databases, workers and Temporal running until Ctrl-C')
     .option('--rows <n>', 'orders to seed (about 3.3 rows in all per order)', positiveInt, 60_000)
     .option('--pg <url>', 'admin URL of the PostgreSQL server to use (default FERRY_TEST_PG or the local server)')
@@ -90,6 +92,8 @@ export function workerSettings(flags: WorkerFlags, env: NodeJS.ProcessEnv): Omit
       throw new RefusedError(`${name}=${raw} ${(err as Error).message}: fix or unset it`, FAILURE.InvalidEnvironment);
     }
   };
+  // The event streams' limits, before anything starts that would keep the process up.
+  if (env[NATS_URL_ENV]) streamLimits(env);
   return {
     concurrency: flags.concurrency ?? fromEnv('FERRY_WORKER_CONCURRENCY', positiveInt),
     workflowConcurrency: flags.workflowConcurrency ?? fromEnv('FERRY_WORKFLOW_CONCURRENCY', positiveInt),

@@ -22,7 +22,9 @@ export const CHANGE_CLEANUP_WORKFLOW = 'changeCleanupWorkflow';
 export const CHANGE_PREFLIGHT_WORKFLOW = 'changePreflightWorkflow';
 /** Keeps a rewrite step's old table for keepOld, then drops it. */
 export const REWRITE_RETIRE_WORKFLOW = 'rewriteRetireWorkflow';
-export const HELPER_WORKFLOW_TYPES = [PREFLIGHT_WORKFLOW, UNFREEZE_WORKFLOW, CLEANUP_WORKFLOW, CHANGE_PREFLIGHT_WORKFLOW, REWRITE_RETIRE_WORKFLOW, CHANGE_CLEANUP_WORKFLOW];
+/** Publishes the events a run left unpublished when it ended (NATS was down), then ends. */
+export const EVENT_PUBLISHER_WORKFLOW = 'eventPublisherWorkflow';
+export const HELPER_WORKFLOW_TYPES = [PREFLIGHT_WORKFLOW, UNFREEZE_WORKFLOW, CLEANUP_WORKFLOW, CHANGE_PREFLIGHT_WORKFLOW, REWRITE_RETIRE_WORKFLOW, CHANGE_CLEANUP_WORKFLOW, EVENT_PUBLISHER_WORKFLOW];
 
 /** Workflow ids derived from a migration's id. */
 export const workflowIds = {
@@ -30,6 +32,8 @@ export const workflowIds = {
   cleanup: (migrationId: string) => `${migrationId}/cleanup`,
   /** A rewrite step's old table during keepOld (step index from 0). */
   retire: (changeId: string, step: number) => `${changeId}/retire-${step}`,
+  /** The publisher of a run's events still to go on the stream when the run ended (workflows/event-publisher.ts). */
+  events: (runId: string) => `${runId}/events`,
 };
 
 /**
@@ -201,6 +205,11 @@ export const PATCHES = {
    * own failure, from its result, is the migration's.
    */
   tableFailureOverSignal: 'table-failure-over-signal',
+  /**
+   * A run that ends while its events cannot reach the stream (NATS down) hands those still to
+   * publish to eventPublisherWorkflow and ends: its result no longer waits for NATS.
+   */
+  detachedEventPublisher: 'detached-event-publisher',
 } as const;
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);

@@ -111,7 +111,7 @@ class ChangeRun {
     this.desk = new ChangeDesk(tracker, () => this.main.cancel());
     if (resume) this.desk.approved = resume.approved;
     this.desk.listen();
-    const stream = { kind: 'change' as const, publish: eventStreamActivities(this.timings), onEnabled: (where: EventStreamWhere) => tracker.streamingTo(where) };
+    const stream = { kind: 'change' as const, publish: eventStreamActivities(this.timings), onEnabled: (where: EventStreamWhere) => tracker.streamingTo(where), timings: options.timings };
     this.callbacks = new Callbacks(this.info.workflowId, plan.callback, notifyActivities(this.timings), stream);
     this.tracker.onEvent = this.callbacks.eventSender();
     if (!resume && options.startedBy && flags.auditedStart) tracker.control('start', 'none', 'queued', checkedAudit(options.startedBy));

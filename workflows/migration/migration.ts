@@ -83,7 +83,7 @@ class MigrationRun {
       desk.onProgress(p);
     };
     setHandler(tableProgressSignal, progress);
-    const stream = { kind: 'migration' as const, publish: eventStreamActivities(this.checkedTimings()), onEnabled: (where: EventStreamWhere) => this.tracker.streamingTo(where) };
+    const stream = { kind: 'migration' as const, publish: eventStreamActivities(this.checkedTimings()), onEnabled: (where: EventStreamWhere) => this.tracker.streamingTo(where), timings: this.options.timings };
     this.callbacks = new Callbacks(this.info.workflowId, spec.callback, this.acts.notify, stream);
     this.tracker.onEvent = this.callbacks.eventSender();
     if (!this.options.resume && this.options.startedBy && flags.auditedStart) this.tracker.control('start', 'none', 'queued', checkedAudit(this.options.startedBy));
