@@ -1,5 +1,5 @@
 /**
- * The `ferry` command line (README: Running migrations). Exit codes: 0 success, 2 invalid input (nothing
+ * The `ferry` command line (docs/reference/cli.md, generated from it). Exit codes: 0 success, 2 invalid input (nothing
  * started), 1 the migration failed or was cancelled (or an operational error).
  */
 import { Command } from 'commander';
