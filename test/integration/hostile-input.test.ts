@@ -145,12 +145,14 @@ describe('hostile input', () => {
     return found.length ? [`${verb} ${entry.file}: ${found.join('; ')} in stderr ${JSON.stringify(run.stderr.slice(0, 600))}`] : [];
   }
 
-  it('holds the 92 hostile specs the README counts: every file of the directory listed once, and 2 generated, of both kinds', () => {
+  it('holds the 92 hostile specs docs/reliability.md counts: every file of the directory listed once, and 2 generated, of both kinds', () => {
     const files = readdirSync(FIXTURES).filter((f) => f !== 'manifest.yaml').sort();
     const listed = corpus.filter((e) => e.path.startsWith(FIXTURES)).map((e) => e.file).sort();
     expect(listed).toEqual(files);
     expect(files).toHaveLength(90);
     expect(corpus).toHaveLength(92);
+    const reliability = readFileSync(join(__dirname, '..', '..', 'docs', 'reliability.md'), 'utf8');
+    expect(reliability).toContain(`${corpus.length} hostile specs (${files.length} files in \`test/fixtures/hostile\`, ${corpus.length - files.length} generated)`);
     expect(new Set(corpus.map((e) => e.file)).size).toBe(corpus.length);
     expect(corpus.filter((e) => e.refusedBy === 'preflight').length).toBeGreaterThanOrEqual(5);
     for (const e of corpus) expect(e.stderr.length).toBeGreaterThan(0);

@@ -175,8 +175,10 @@ describe('recorded workflow histories', () => {
     }
 
     const all = [...fixtures.values()].flat();
-    // The README's determinism row counts them.
     expect(all).toHaveLength(124);
+    // docs/reliability.md's determinism row counts them, and the scenarios.
+    const reliability = readFileSync(join(__dirname, '..', '..', 'docs', 'reliability.md'), 'utf8');
+    expect(reliability).toContain(`${all.length} recorded histories in ${Object.keys(SCENARIOS).length} scenarios`);
     expect([...new Set(all.map((f) => f.workflowType))].sort()).toEqual([MIGRATION_WORKFLOW, TABLE_WORKFLOW, CHANGE_WORKFLOW, ...HELPER_WORKFLOW_TYPES].sort());
     expect(fixtures.get('online')!.map((f) => f.workflowType)).toContain(UNFREEZE_WORKFLOW);
     expect(fixtures.get('online-armed-freeze')!.map((f) => f.workflowType)).toContain(CLEANUP_WORKFLOW);
