@@ -104,7 +104,7 @@ export function createChangeSqlActivities({ connections, logger }: ActivityDeps)
       } catch (err) {
         if (sqlState(err) !== SQLSTATE.activeSqlTransaction) throw err;
         // A statement PostgreSQL will not run in a transaction block: alone, then its row. Not
-        // atomic, so such a statement should be idempotent (IF NOT EXISTS); the README says so.
+        // atomic, so such a statement should be idempotent (IF NOT EXISTS); docs/limits.md says so.
         logger.warn({ changeId: input.changeId, step: input.step }, 'statement cannot run in a transaction; running it alone');
         await db.query(input.sql);
         await markStepDone(db, input, input.direction);

@@ -595,7 +595,7 @@ export function asStreamFailure(err: unknown, slot: string, streaming: boolean):
   }
   if (!streaming && code !== undefined && !isTransientState(code)) {
     return ApplicationFailure.nonRetryable(
-      `the source refused to stream slot ${slot} (${code}: ${(err as Error).message}); no retry can change that: see the README's supported versions`,
+      `the source refused to stream slot ${slot} (${code}: ${(err as Error).message}); no retry can change that: see docs/moving-data.md, Major-version upgrades`,
       FAILURE.LogicalCaptureUnavailable,
       err,
     );

@@ -1,5 +1,5 @@
 /**
- * Optional payload encryption (README: Payload encryption): a Temporal PayloadCodec that seals each
+ * Optional payload encryption (docs/operating.md: Payload encryption): a Temporal PayloadCodec that seals each
  * whole Payload (metadata and data, protobuf-encoded) with AES-256-GCM, so Temporal's history,
  * memo and the Web UI hold only ciphertext. Codecs run on the client and in the worker's main
  * thread, never in the workflow sandbox: workflows see plain values.

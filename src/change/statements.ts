@@ -2,7 +2,7 @@
  * What a plan's SQL would do to a large table, judged with PostgreSQL's own parser (libpg-query)
  * and the database's catalog: statements that take ACCESS EXCLUSIVE and then scan or rewrite
  * the table are refused with their safe form named — or, for SET NOT NULL, replaced by it. The
- * README's table of unsafe statements lists the same cases as `judgeStatement` below.
+ * table of unsafe statements in docs/schema-changes.md lists the same cases as `judgeStatement` below.
  */
 import { ClientBase } from 'pg';
 import { QualifiedName, quoteIdent, quoteQualified } from '../core/identifiers';

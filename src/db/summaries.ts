@@ -30,7 +30,7 @@ export function summarySql(table: CopyTable, relation: QualifiedName, where: str
  * [unit·B/units, (unit+1)·B/units) of its B blocks now, the last share open-ended. Every row
  * lies in exactly one share, so the shares' counts and sums add up to the whole relation's, and
  * each side is read once, sequentially, in as many parallel pieces as wanted: a key range read
- * through the key's index cost its side nearly as much as a whole scan (README: Benchmarks).
+ * through the key's index cost its side nearly as much as a whole scan (docs/benchmarks.md).
  * A relation that is not a plain table (a partitioned one: its blocks are its partitions') or a
  * server before PostgreSQL 14 (no TID range scans: every share would read everything) is read
  * whole by unit 0, and the other units read nothing.

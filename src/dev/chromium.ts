@@ -1,5 +1,5 @@
 /**
- * Finds the Chromium that the Web UI test drives through playwright-core (README: Reliability):
+ * Finds the Chromium that the Web UI test drives through playwright-core (docs/reliability.md):
  * FERRY_CHROMIUM_BIN → PATH (`chromium`, `chromium-browser`) → /usr/bin/chromium. When none is
  * there and this process is root on a machine with apt-get, it installs Debian's `chromium`
  * package (running `apt-get update` and the install again only when the install failed because

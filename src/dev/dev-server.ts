@@ -37,7 +37,7 @@ export interface DevServerOptions {
  * and the dev server has one shard: a workflow whose tasks follow each other within 50 ms — every
  * migration, once its first few used up the limiter's burst — waited 30–45 ms for each workflow
  * or activity task to be handed to a worker. A one-row migration took 550–690 ms inside its
- * workflow, 290 ms with these (README: Benchmarks).
+ * workflow, 290 ms with these (docs/benchmarks.md).
  */
 export const DEV_SERVER_DYNAMIC_CONFIG: Record<string, unknown> = {
   'history.transferProcessorMaxPollRPS': 1000,

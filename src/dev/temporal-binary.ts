@@ -1,5 +1,5 @@
 /**
- * Finds the `temporal` CLI (README: Two commands): PATH → Ferry's cache outside the checkout
+ * Finds the `temporal` CLI (docs/getting-started.md: Two commands): PATH → Ferry's cache outside the checkout
  * (~/.cache/ferry/bin) → `go install …/cmd/temporal@v1.5.1` into that cache when Go is present.
  * Returns null when none of these works; the dev-server bootstrap then falls back to
  * @temporalio/testing's download, which needs the internet.

@@ -97,7 +97,7 @@ describe('database and callback faults', () => {
     console.log(`(a) full load: rounds ${JSON.stringify(counts(terminator))}, sessions terminated ${JSON.stringify(terminator.summary())} → ${result.state}`);
     expect(result.error).toBeNull();
     expect(result.state).toBe('SUCCEEDED');
-    // Rounds of terminations (each round: every matching session at that moment), as the README counts them.
+    // Rounds of terminations (each round: every matching session at that moment), as docs/reliability.md's row has them (planned).
     expect(counts(terminator)).toEqual({ copy: 4, validation: 3 });
     await expectEqual(suite.dbs, 'a1_src', 'a1_tgt', [['public.wide', 'id']]);
     expect(result.tables[0].rowsCopied).toBe(120_000);

@@ -1,5 +1,5 @@
 /**
- * Kills that land, and the proof that they were survived the way the README says: SIGKILL the
+ * Kills that land, and the proof that they were survived the way docs/reliability.md says: SIGKILL the
  * worker that runs a given activity while it runs (STARTED, heartbeating in its current
  * attempt), then read from Temporal that the killed attempt ended in a heartbeat timeout and a
  * later attempt of the same activity ran to completion on another worker.

@@ -82,7 +82,7 @@ describe('activities on real PostgreSQL', () => {
   it('pins every session: date, interval, time zone, float and bytea formats, RLS, search_path, timeouts', async () => {
     const client = await connections.client('src');
     try {
-      // The README's list ("Every session is pinned"), as PostgreSQL reports each setting back.
+      // docs/moving-data.md's list ("Every session is pinned"), as PostgreSQL reports each setting back.
       const documented: Record<string, string> = {
         DateStyle: 'ISO, YMD',
         IntervalStyle: 'postgres',

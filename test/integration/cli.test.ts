@@ -199,7 +199,7 @@ describe('the ferry CLI', () => {
       }
       expect((await fetch(`http://127.0.0.1:${uiPort}/`)).status).toBe(200);
 
-      // The README's tour: a worker and the CLI pointed at it with TEMPORAL_ADDRESS.
+      // The README's five-minute tour: a worker and the CLI pointed at it with TEMPORAL_ADDRESS.
       const on = { TEMPORAL_ADDRESS: address, TEMPORAL_NAMESPACE: 'default' };
       const worker = await suite.stack.startWorkerProcessReady('tour-worker', [], on);
       const spec = file('tour.yaml', 'id: tour\nsource: legacy\ntarget: v2\ntables:\n  - name: public.customers\n    target: tour.customers\n');

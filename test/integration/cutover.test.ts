@@ -66,7 +66,7 @@ describe('the cutover of an online migration', () => {
       );
       const load = startPgbenchLoad(suite.dbs.url('source'), 2);
       // Capture's CREATE TRIGGER needs a moment without an open write transaction on each table
-      // (README, limits): the batch job starts once capture is in place.
+      // (docs/limits.md): the batch job starts once capture is in place.
       await eventually(async () => (await suite.stack.ferry.status(id)).phase !== 'PENDING', 120_000);
       const batch = await startBatchJob(suite.dbs.url('source'), 'public.batches', HOLD_MS);
       // A second application that swaps two users' unique e-mails in one transaction: its keys

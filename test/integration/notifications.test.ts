@@ -90,7 +90,7 @@ describe('callbacks', () => {
       expect(signatureVerifies(a, SECRET)).toBe(true);
       expect(signatureVerifies(a, `${SECRET}x`)).toBe(false);
     }
-    // The README's backoff: the first retry after 1 s, the next after twice that (as the
+    // The backoff docs/operating.md gives (Callbacks): the first retry after 1 s, the next after twice that (as the
     // receiver's clock sees the requests arrive: a few milliseconds either way).
     expect(attempts[1].at - attempts[0].at).toBeGreaterThanOrEqual(1000 - 50);
     expect(attempts[2].at - attempts[1].at).toBeGreaterThanOrEqual(2000 - 50);

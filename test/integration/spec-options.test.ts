@@ -1,7 +1,7 @@
 /**
  * Spec options that change what a migration does to the databases, each checked there with SQL:
  * `validation: none` (copied, never compared), `truncate: true` (a non-empty target table's rows
- * replaced; emptied by a rollback, as the README's Limits say) and `deadline` (TIMED_OUT, then
+ * replaced; emptied by a rollback, as docs/limits.md says) and `deadline` (TIMED_OUT, then
  * rolled back).
  */
 import { objectInventory, rowsAsText } from '../helpers/databases';

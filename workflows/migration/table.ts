@@ -352,8 +352,8 @@ class TableRun {
     const mode = input.validation === 'count' ? 'count' : 'checksum';
     if (isKeyless(this.table)) return this.validateKeyless(mode);
     let pending = validationRanges(input.table);
-    // A key range of half a table can cost its side nearly a scan of the whole (README:
-    // Benchmarks, batches sized by bytes): a table in several ranges is compared by its sides'
+    // A key range of half a table can cost its side nearly a scan of the whole (docs/
+    // benchmarks.md, batches sized by bytes): a table in several ranges is compared by its sides'
     // sums first, each side read once in shares of blocks, and range by range only when they differ.
     if (pending.length > 1) {
       if (flags.blockValidation) {
@@ -412,7 +412,7 @@ class TableRun {
     const { input } = this;
     // A table of a few million rows is one share per side, read whole with PostgreSQL's parallel
     // workers, as before shares: at 2,000,000 rows no slower than two shares a side, and one
-    // activity less per side (README: Benchmarks, validation by shares of blocks).
+    // activity less per side (docs/benchmarks.md, validation by shares of blocks).
     const units = input.table.rowsEstimated <= WHOLE_TABLE_VALIDATION_ROWS ? 1 : Math.ceil(input.table.rowsEstimated / VALIDATION_UNIT_ROWS);
     const sides = { source: { rows: 0, sum: BigInt(0) }, target: { rows: 0, sum: BigInt(0) } };
     // Source and target shares alternate, so that both sides are read at the same time.
