@@ -50,6 +50,10 @@ const SCENARIOS: Record<string, { failureType?: string; change?: boolean; runs?:
   // resumed after it; and a webhook switcher refusing `switched`, rolled back and told `reverted`.
   'online-switch-pgbouncer': {},
   'online-switch-webhook-refused': { failureType: 'MigrationFailed' },
+  // Events on the NATS stream (patch event-stream), approval: event by a signed message, and the
+  // run ending while NATS was down: its last events handed to eventPublisherWorkflow (patch
+  // detached-event-publisher).
+  'online-event-stream': {},
   // capture: logical on a private wal_level=logical cluster: the slot consumer beside the tables
   // and the cutover's wait for it, behind patched('logical-capture').
   'online-logical': {},
@@ -175,7 +179,7 @@ describe('recorded workflow histories', () => {
     }
 
     const all = [...fixtures.values()].flat();
-    expect(all).toHaveLength(124);
+    expect(all).toHaveLength(129);
     // docs/reliability.md's determinism row counts them, and the scenarios.
     const reliability = readFileSync(join(__dirname, '..', '..', 'docs', 'reliability.md'), 'utf8');
     expect(reliability).toContain(`${all.length} recorded histories in ${Object.keys(SCENARIOS).length} scenarios`);
