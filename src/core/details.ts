@@ -7,7 +7,7 @@
 import { formatDuration } from './duration';
 import type { Spec } from './spec';
 import type { ChangeStatusDocument } from './change-status';
-import { Blocker, StatusDocument } from './status';
+import { Blocker, liveLag, StatusDocument } from './status';
 import type { EventStreamWhere } from './event-subjects';
 
 const n = (x: number) => x.toLocaleString('en-US');
@@ -121,7 +121,8 @@ function tableRows(s: StatusDocument): string[] {
   const rows = ['| table | phase | rows | lag |', '| --- | --- | ---: | --- |'];
   for (const t of listed) {
     const name = t.source === t.target ? t.source : `${t.source} → ${t.target}`;
-    const lag = t.lag ? `${n(t.lag.pendingChanges)} waiting (${t.lag.seconds.toFixed(1)} s)` : '';
+    const live = liveLag(s, t);
+    const lag = live ? `${n(live.pendingChanges)} waiting (${live.seconds.toFixed(1)} s)` : '';
     const phase = ended && t.phase !== 'COMPLETED' && t.phase !== 'FAILED' ? `stopped in ${t.phase}` : t.phase;
     rows.push(`| ${name} | ${phase} | ${n(t.rowsCopied)} / ~${n(t.rowsEstimated)} | ${lag} |`);
   }

@@ -101,6 +101,19 @@ export interface TableStatus {
   lag?: { pendingChanges: number; seconds: number; changesApplied: number };
 }
 
+/** Phases in which a table still applies captured changes: its lag reading means changes to come. */
+const APPLYING_CHANGES: readonly Phase[] = ['INCR_SYNCING', 'VALIDATING', 'AWAITING_APPROVAL', 'CUTTING_OVER'];
+
+/**
+ * A table's lag as people should read it: only while the table applies changes and the migration
+ * runs. A COMPLETED table keeps the last reading taken before the cutover's drain (which applied
+ * the rest), and nothing reads the lag of a migration that ended: shown, either reads as changes
+ * never applied.
+ */
+export function liveLag(s: Pick<StatusDocument, 'endedAt'>, t: TableStatus): TableStatus['lag'] {
+  return !s.endedAt && APPLYING_CHANGES.includes(t.phase) ? t.lag : undefined;
+}
+
 export interface ErrorInfo {
   message: string;
   type?: string;

@@ -1,5 +1,5 @@
 /** Status and result documents as people read them (the CLI, `ferry watch`, the demo). */
-import { ControlTransition, describeControl, ResultDocument, StatusDocument } from '../core/status';
+import { ControlTransition, describeControl, liveLag, ResultDocument, StatusDocument } from '../core/status';
 
 function pct(copied: number, estimated: number): string {
   return estimated > 0 ? ` (${Math.min(100, Math.round((100 * copied) / estimated))}%)` : '';
@@ -12,8 +12,9 @@ export function formatStatus(s: StatusDocument): string {
   ];
   for (const t of s.tables) {
     const done = t.chunks.filter((c) => c.state === 'DONE').length;
+    const lag = liveLag(s, t);
     lines.push(
-      `  ${t.source} → ${t.target}  ${t.phase}  ${t.rowsCopied} / ~${t.rowsEstimated} rows${pct(t.rowsCopied, t.rowsEstimated)}  chunks ${done}/${t.chunks.length}${t.lag ? `  lag ${t.lag.pendingChanges} changes, ${t.lag.seconds}s` : ''}`,
+      `  ${t.source} → ${t.target}  ${t.phase}  ${t.rowsCopied} / ~${t.rowsEstimated} rows${pct(t.rowsCopied, t.rowsEstimated)}  chunks ${done}/${t.chunks.length}${lag ? `  lag ${lag.pendingChanges} changes, ${lag.seconds}s` : ''}`,
     );
   }
   if (s.capture) {

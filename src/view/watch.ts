@@ -1,16 +1,20 @@
 /**
  * Live progress for `ferry watch ID` and `ferry start --wait`: a header (id, state, phase, time
- * since the start) and one bar per table (source → target, rows, rate, ETA, phase, lag) on a
- * terminal; plain timestamped lines when the output is not one; NDJSON with --json. Rates come
- * from a sliding window over the rows the status reads (the tables' live progress: at most a few
- * seconds old), so a copy under a cap of 500 rows/s reads about 500, not 0 then 3,900; the ETA
- * shows only once a rate is known. The cutover's figures close the watch.
+ * since the start) and one bar per table (source → target, rows, what it is doing, phase, lag) on
+ * a terminal; plain timestamped lines when the output is not one; NDJSON with --json. A table
+ * that copies shows its rows per second and, once that rate is known, an ETA; one that catches
+ * up on changes shows changes per second; any other says in words what it is doing (a rate
+ * there would only fall towards zero). Rates come from a sliding window over the figures the
+ * status reads (the tables' live progress: at most a few seconds old), so a copy under a cap of
+ * 500 rows/s reads about 500, not 0 then 3,900. The lag shows only while a table applies
+ * changes. The cutover's figures close the watch.
  */
-import type { SingleBar } from 'cli-progress';
+import type { MultiBar, SingleBar } from 'cli-progress';
 import { FerryClient } from '../client';
 import { formatDuration } from '../core/duration';
 import { isTerminalState } from '../core/state-machine';
-import { StatusDocument, TableStatus } from '../core/status';
+import type { Phase } from '../core/state-machine';
+import { liveLag, StatusDocument, TableStatus } from '../core/status';
 
 /** Rows per second over the last `windowMs` of samples; undefined until the samples span `minSpanMs`. */
 export class RateWindow {
@@ -54,12 +58,46 @@ export function etaText(rows: number, total: number, rate: number | undefined): 
   return `ETA ${formatDuration(((total - rows) / rate) * 1000)}`;
 }
 
-export function rateText(rate: number | undefined): string {
-  return rate === undefined ? '… rows/s' : `${Math.round(rate)} rows/s`;
+export function rateText(rate: number | undefined, unit: 'rows' | 'changes' = 'rows'): string {
+  return rate === undefined ? `… ${unit}/s` : `${Math.round(rate)} ${unit}/s`;
 }
 
-function lagText(t: TableStatus): string {
-  return t.lag ? `lag ${t.lag.pendingChanges} (${t.lag.seconds.toFixed(1)}s)` : '';
+/** A table's rows copied per second, and changes applied per second once it syncs; undefined until known. */
+export interface Rates {
+  rows: number | undefined;
+  changes?: number;
+}
+
+/** What a table is doing, in words, in the phases where it has nothing to count. */
+const DOING: Record<Exclude<Phase, 'FULL_MIGRATING' | 'INCR_SYNCING'>, string> = {
+  PENDING: 'not started',
+  FULL_DONE: 'copied',
+  VALIDATING: 'comparing both sides',
+  AWAITING_APPROVAL: 'caught up',
+  CUTTING_OVER: 'applying the last changes',
+  COMPLETED: 'done',
+  ROLLING_BACK: 'rolling back',
+  FAILED: 'failed',
+};
+
+/**
+ * "1500 rows/s, ETA 10s" while a table copies, "12 changes/s" while it catches up, and what it
+ * is doing in words otherwise: paused, stopped (the migration ended with it mid-way), done.
+ */
+export function doingText(s: StatusDocument, t: TableStatus, rates: Rates): string {
+  if (s.endedAt && t.phase !== 'COMPLETED' && t.phase !== 'FAILED') return 'stopped';
+  if (t.phase === 'FULL_MIGRATING' || t.phase === 'INCR_SYNCING') {
+    if (s.paused) return 'paused';
+    if (t.phase === 'INCR_SYNCING') return rateText(rates.changes, 'changes');
+    const eta = etaText(t.rowsCopied, Math.max(t.rowsEstimated, t.rowsCopied), rates.rows);
+    return eta ? `${rateText(rates.rows)}, ${eta}` : rateText(rates.rows);
+  }
+  return DOING[t.phase];
+}
+
+function lagText(s: StatusDocument, t: TableStatus): string {
+  const lag = liveLag(s, t);
+  return lag ? `lag ${lag.pendingChanges} (${lag.seconds.toFixed(1)}s)` : '';
 }
 
 /** "  5% 1200/25000 rows": the percentage and rows padded, so that the bars after them line up. */
@@ -83,18 +121,24 @@ export function closing(s: StatusDocument): string {
   return `${header(s)} · ${rows} rows${cutover}${error}`;
 }
 
+/** Where the progress goes: stderr, or in a test a stream that says it is a terminal. */
+export type ProgressStream = NodeJS.WritableStream & { isTTY?: boolean; columns?: number };
+
 export interface WatchOptions {
   intervalMs?: number;
   tty?: boolean;
   json?: boolean;
+  /** Where the bars or lines go (process.stderr); NDJSON goes to stdout whatever this is. */
+  stream?: ProgressStream;
   /** Called with every status read; a returned line is printed above the bars (the demo approves here). */
   onStatus?: (s: StatusDocument) => Promise<string | undefined>;
 }
 
 /** Prints until the migration ends; resolves as soon as it has. */
-export async function watch(client: FerryClient, id: string, options: WatchOptions = {}): Promise<void> {
+export async function watch(client: Pick<FerryClient, 'status' | 'result'>, id: string, options: WatchOptions = {}): Promise<void> {
   const intervalMs = options.intervalMs ?? 1000;
-  const tty = !options.json && (options.tty ?? Boolean(process.stderr.isTTY));
+  const out = options.stream ?? process.stderr;
+  const tty = !options.json && (options.tty ?? Boolean(out.isTTY));
   let ended = false;
   const end = client
     .result(id)
@@ -102,21 +146,23 @@ export async function watch(client: FerryClient, id: string, options: WatchOptio
     .then(() => {
       ended = true;
     });
-  const view = options.json ? new JsonView() : tty ? new BarsView() : new LinesView();
+  const view = options.json ? new JsonView(out) : tty ? new BarsView(out) : new LinesView(out);
   let s: StatusDocument | undefined;
   try {
-    for (;;) {
+    // A status read as the migration ended may still show it running: once it has, one more
+    // read, so that the last drawing is where it ended (done, not copied or caught up).
+    for (let last = false; ; last = ended) {
       s = await client.status(id);
       view.show(s);
       const note = await options.onStatus?.(s);
       if (note) view.note(note);
-      if (isTerminalState(s.state) || ended) break;
-      await Promise.race([end, new Promise((r) => setTimeout(r, intervalMs))]);
+      if (isTerminalState(s.state) || last) break;
+      if (!ended) await Promise.race([end, new Promise((r) => setTimeout(r, intervalMs))]);
     }
   } finally {
     view.stop();
   }
-  if (s && !options.json) process.stderr.write(`${closing(await client.status(id).catch(() => s!))}\n`);
+  if (s && !options.json) out.write(`${closing(await client.status(id).catch(() => s!))}\n`);
 }
 
 interface View {
@@ -125,9 +171,9 @@ interface View {
   stop(): void;
 }
 
-/** Per table: its label, padded to the longest, and its rate window. */
+/** Per table: its label, padded to the longest, and the rate windows of its rows and its changes. */
 class Tables {
-  private readonly windows = new Map<number, RateWindow>();
+  private readonly windows = new Map<string, RateWindow>();
 
   labels(s: StatusDocument): string[] {
     const names = s.tables.map((t) => (t.source === t.target ? t.source : `${t.source} → ${t.target}`));
@@ -135,10 +181,14 @@ class Tables {
     return names.map((n) => n.padEnd(width));
   }
 
-  rate(i: number, rows: number, at = Date.now()): number | undefined {
-    let w = this.windows.get(i);
-    if (!w) this.windows.set(i, (w = new RateWindow()));
-    w.add(at, rows);
+  rates(i: number, t: TableStatus, at = Date.now()): Rates {
+    return { rows: this.rate(`rows ${i}`, t.rowsCopied, at), changes: t.lag ? this.rate(`changes ${i}`, t.lag.changesApplied, at) : undefined };
+  }
+
+  private rate(key: string, count: number, at: number): number | undefined {
+    let w = this.windows.get(key);
+    if (!w) this.windows.set(key, (w = new RateWindow()));
+    w.add(at, count);
     return w.rate();
   }
 }
@@ -147,20 +197,22 @@ class LinesView implements View {
   private readonly tables = new Tables();
   private last = '';
 
+  constructor(private readonly out: ProgressStream) {}
+
   show(s: StatusDocument): void {
     const labels = this.tables.labels(s);
     const parts = s.tables.map((t, i) => {
-      const rate = this.tables.rate(i, t.rowsCopied);
-      return `${labels[i].trim()} ${t.phase} ${t.rowsCopied}/~${t.rowsEstimated} ${rateText(rate)}${t.lag ? ` ${lagText(t)}` : ''}`;
+      const lag = lagText(s, t);
+      return `${labels[i].trim()} ${t.phase} ${t.rowsCopied}/~${t.rowsEstimated} ${doingText(s, t, this.tables.rates(i, t))}${lag ? ` ${lag}` : ''}`;
     });
     const text = `${header(s).replace(/ · [^·]+$/, '')}  ${parts.join('  ')}`;
     // Written when something but the time changed, or at least every ten seconds.
-    if (text !== this.last) process.stderr.write(`${new Date().toISOString()} ${text}\n`);
+    if (text !== this.last) this.out.write(`${new Date().toISOString()} ${text}\n`);
     this.last = text;
   }
 
   note(text: string): void {
-    process.stderr.write(`${text}\n`);
+    this.out.write(`${text}\n`);
   }
 
   stop(): void {}
@@ -168,6 +220,8 @@ class LinesView implements View {
 
 class JsonView implements View {
   private last = '';
+
+  constructor(private readonly out: ProgressStream) {}
 
   show(s: StatusDocument): void {
     // One status document per line (NDJSON) on stdout, whenever it changed.
@@ -177,7 +231,7 @@ class JsonView implements View {
   }
 
   note(text: string): void {
-    process.stderr.write(`${text}\n`);
+    this.out.write(`${text}\n`);
   }
 
   stop(): void {}
@@ -188,7 +242,7 @@ const cliProgress = (): typeof import('cli-progress') => require('cli-progress')
 
 /** The widest and narrowest a table's bar is drawn. */
 const BAR_WIDTH = { max: 40, min: 10 };
-/** Room kept after the bar for its rate, ETA, phase and lag. */
+/** Room kept after the bar for what the table is doing, its phase and its lag. */
 const AFTER_BAR = 44;
 /** The line's own characters around the label, figures and bar: ' ', ' ', ' |' and '| '. */
 const BAR_LINE_FIXED = 6;
@@ -196,40 +250,47 @@ const BAR_LINE_FIXED = 6;
 /**
  * A terminal cuts every line at its width (cli-progress truncates rather than wrap, which would
  * break the redraw), so the figures come before the bar and the bar takes what the terminal
- * leaves: on 80 columns a table's rows stay in view beside a 30-character name.
+ * leaves: on 80 columns a table's rows stay in view beside a 30-character name. cli-progress
+ * fills {eta}, {value}, {total}, {percentage} and {duration} itself, over any payload of the same
+ * name (its own ETA read NULL for a table whose rows had stopped): the placeholders here are
+ * Ferry's own.
  */
 class BarsView implements View {
   private readonly tables = new Tables();
-  private readonly bars = new (cliProgress().MultiBar)(
-    {
-      format: ' {label} {figures} |{bar}| {rate} | {eta} | {phase} {lag}',
-      hideCursor: true,
-      clearOnComplete: false,
-      stopOnComplete: false,
-      stream: process.stderr,
-    },
-    cliProgress().Presets.shades_classic,
-  );
-  private readonly top = this.bars.create(1, 0, { header: '' }, { format: '{header}' });
+  private readonly bars: MultiBar;
+  private readonly top: SingleBar;
   private readonly perTable = new Map<number, SingleBar>();
+
+  constructor(private readonly out: ProgressStream) {
+    this.bars = new (cliProgress().MultiBar)(
+      {
+        format: ' {label} {figures} |{bar}| {doing} | {phase}{lag}',
+        hideCursor: true,
+        clearOnComplete: false,
+        stopOnComplete: false,
+        stream: out,
+      },
+      cliProgress().Presets.shades_classic,
+    );
+    this.top = this.bars.create(1, 0, { header: '' }, { format: '{header}' });
+  }
 
   show(s: StatusDocument): void {
     this.top.update(0, { header: header(s) });
     const labels = this.tables.labels(s);
     s.tables.forEach((t, i) => {
-      const rate = this.tables.rate(i, t.rowsCopied);
       const total = Math.max(1, t.rowsEstimated, t.rowsCopied);
+      const lag = lagText(s, t);
       const payload = {
         label: labels[i],
         figures: figuresText(t.rowsCopied, total),
-        phase: t.phase + (s.paused ? ' (paused)' : ''),
-        lag: lagText(t),
-        rate: rateText(rate),
-        eta: etaText(t.rowsCopied, total, rate) || 'ETA –',
+        doing: doingText(s, t, this.tables.rates(i, t)),
+        phase: t.phase,
+        lag: lag ? ` ${lag}` : '',
       };
       let bar = this.perTable.get(i);
       if (!bar) {
-        const room = (process.stderr.columns || 80) - (labels[i].length + payload.figures.length + BAR_LINE_FIXED) - AFTER_BAR;
+        const room = (this.out.columns || 80) - (labels[i].length + payload.figures.length + BAR_LINE_FIXED) - AFTER_BAR;
         const barsize = Math.max(BAR_WIDTH.min, Math.min(BAR_WIDTH.max, room));
         this.perTable.set(i, (bar = this.bars.create(total, 0, payload, { barsize })));
       }

@@ -12,8 +12,19 @@ import { Connection } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
 import { freePort } from '../../src/dev/dev-server';
 import { adminUrl, objectInventory, rowsAsText, withClient, withCredentials } from '../helpers/databases';
-import { eventually, FERRY_BIN } from '../helpers/stack';
+import { eventually, FERRY_BIN, waitForPhase } from '../helpers/stack';
 import { stackSuite } from '../helpers/suite';
+
+/** A ferry command on a pseudo-terminal of 120 columns (util-linux `script`), its output read as it comes. */
+function onTerminal(env: NodeJS.ProcessEnv, args: string[]) {
+  const command = `stty cols 120 rows 40; ${[process.execPath, FERRY_BIN, ...args].map((a) => `'${a}'`).join(' ')}`;
+  const child = spawn('script', ['-qefc', command, '/dev/null'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  child.stdout.on('data', (d) => (output += d));
+  child.stderr.on('data', (d) => (output += d));
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  return { output: () => stripVTControlCharacters(output), exited, child };
+}
 
 describe('the ferry CLI', () => {
   // A role that may read the target but not write as a replica there.
@@ -229,4 +240,33 @@ describe('the ferry CLI', () => {
     expect(text).toMatch(/ public\.customers → tty\.customers 100% 2500\/2500 rows \|█+\| /);
     expect(await rowsAsText(suite.dbs, 'target', 'tty.customers', 'id')).toEqual(await rowsAsText(suite.dbs, 'source', 'public.customers', 'id'));
   }, 120_000);
+
+  it('watch on a terminal of an online migration whose copy ended before it began: no NULL, no rate, no ETA, and no lag once done', async () => {
+    const { id } = await suite.stack.ferry.start(
+      { source: 'legacy', target: 'v2', mode: 'online', cutover: { approval: 'manual' }, tables: [{ name: 'public.customers', target: 'late.customers' }] },
+      { id: 'cli-late-watch' },
+    );
+    await waitForPhase(suite.stack.ferry, id, 'AWAITING_APPROVAL', 90_000);
+    const watching = onTerminal(suite.stack.env, ['watch', id]);
+    try {
+      // A dozen readings of the waiting migration (one a second; its header is redrawn at each):
+      // cli-progress's own ETA of rows that no longer move read NULL from the eleventh.
+      const readings = () => watching.output().match(/cli-late-watch · RUNNING · AWAITING_APPROVAL/g)?.length ?? 0;
+      await eventually(async () => readings() >= 12, 60_000, 250);
+      await suite.stack.ferry.approve(id);
+      expect(await watching.exited).toBe(0);
+    } finally {
+      watching.child.kill('SIGKILL');
+    }
+    const text = watching.output();
+    expect(text).not.toMatch(/NULL|INF|NaN|ETA|rows\/s/);
+    const drawn = text.split(/\r|\n/).filter((l) => l.startsWith(' public.customers → late.customers '));
+    expect(drawn[0]).toMatch(/ 100% 2500\/2500 rows \|█+\| caught up \| AWAITING_APPROVAL lag \d+ \(\d+\.\ds\)\s*$/);
+    expect(drawn[drawn.length - 1]).toMatch(/ 100% 2500\/2500 rows \|█+\| done \| COMPLETED\s*$/);
+    expect(text).toMatch(/cli-late-watch · SUCCEEDED · COMPLETED · \S+ · 2500 rows · write outage \d+ ms/);
+    expect(await rowsAsText(suite.dbs, 'target', 'late.customers', 'id')).toEqual(await rowsAsText(suite.dbs, 'source', 'public.customers', 'id'));
+    // `ferry status` of it: the table COMPLETED, without the lag it last read before the cutover.
+    const status = await suite.stack.runCli(['status', id]);
+    expect(status.stdout).toMatch(/^ {2}public\.customers → late\.customers {2}COMPLETED {2}2500 \/ ~2500 rows \(100%\) {2}chunks 1\/1$/m);
+  }, 150_000);
 });
