@@ -108,7 +108,7 @@ describe('the Web UI in headless Chromium', () => {
 
   const firstMessage = (json: string) => /"message": "((?:[^"\\]|\\.)*)"/.exec(json)?.[1].replace(/\\"/g, '"');
 
-  it('a migration waiting for approval: its current details show the table, the phase and `ferry approve <id>`, all of it inside the frame', async () => {
+  it('a migration waiting for approval: its current details show the table, the phase and `ferry approve <id>`, all of it inside the frame; once done, no lag', async () => {
     const { id } = await suite.stack.ferry.start(
       { source: 'src', target: 'dst', mode: 'online', cutover: { approval: 'manual' }, tables: ['public.customers'] },
       { id: 'shop-move' },
@@ -133,6 +133,15 @@ describe('the Web UI in headless Chromium', () => {
     const details = await markdownText('Details', 'ferry watch shop-move');
     expect(details).toContain('online migration of 1 table(s) from connection src to dst');
     expect(details).toContain('The cutover waits for ferry approve shop-move.');
+
+    // Approved and done: the table's lag reading (taken before the cutover's drain) is no longer shown.
+    await suite.stack.ferry.approve(id);
+    expect((await resultWithin(suite.stack.ferry, id)).state).toBe('SUCCEEDED');
+    await openUserMetadata(id);
+    await markdownText('Current Details', 'Outcome');
+    await screenshot('1b-succeeded-user-metadata');
+    const done = await markdown('Current Details').locator('tbody tr').filter({ hasText: 'public.customers' }).locator('td').allInnerTexts();
+    expect(done).toEqual(['public.customers', 'COMPLETED', '5,000 / ~5,000', '']);
   });
 
   it('a migration that failed: the PostgreSQL root cause and SQLSTATE at the top of the failure, and the state in the details', async () => {
