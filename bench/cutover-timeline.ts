@@ -1,0 +1,40 @@
+/** How a cutover's write outage was spent, from the migration's history (bench:online, bench:online-tables). */
+import { historyToJSON } from '@temporalio/common/lib/proto-utils';
+import type { FerryClient } from '../src/client';
+
+/**
+ * Where a cutover's outage went, read from the migration's history: from the freeze flip to the
+ * writers' wait done, the tables' syncs stopped, the drain and dirty-row checks done, and the
+ * target finished (the point of no return), in ms after the flip.
+ */
+export async function cutoverTimeline(ferry: FerryClient, id: string): Promise<string> {
+  type Event = {
+    eventId: string;
+    eventTime: string;
+    activityTaskScheduledEventAttributes?: { activityType?: { name?: string } };
+    activityTaskCompletedEventAttributes?: { scheduledEventId?: string };
+    childWorkflowExecutionCompletedEventAttributes?: unknown;
+  };
+  const { events } = JSON.parse(historyToJSON(await ferry.handle(id).fetchHistory())) as { events: Event[] };
+  const scheduled = new Map<string, string>();
+  const done: { type: string; at: number }[] = [];
+  const childrenEnded: number[] = [];
+  for (const e of events) {
+    const at = Date.parse(e.eventTime);
+    if (e.activityTaskScheduledEventAttributes) scheduled.set(e.eventId, e.activityTaskScheduledEventAttributes.activityType?.name ?? '');
+    if (e.activityTaskCompletedEventAttributes) done.push({ type: scheduled.get(e.activityTaskCompletedEventAttributes.scheduledEventId ?? '') ?? '', at });
+    if (e.childWorkflowExecutionCompletedEventAttributes) childrenEnded.push(at);
+  }
+  // The flip is the setFreeze before the wait for writers (another one after the point of no return marks the source moved).
+  const firstWait = done.find((d) => d.type === 'awaitWriters')?.at ?? Infinity;
+  const flip = done.filter((d) => d.type === 'setFreeze' && d.at <= firstWait).at(-1)?.at ?? 0;
+  const finished = done.find((d) => d.type === 'finishTarget' && d.at >= flip)?.at ?? Infinity;
+  const last = (times: number[]) => Math.max(0, ...times.filter((t) => t >= flip && t <= finished));
+  const ofType = (type: string) => last(done.filter((d) => d.type === type).map((d) => d.at));
+  const after = (t: number) => (t > 0 ? `${t - flip} ms` : '—');
+  return (
+    `writers ${after(ofType('awaitWriters'))}, syncs stopped ${after(last(childrenEnded))}, drain ${after(ofType('syncChanges'))}, ` +
+    `dirty check ${after(ofType('checkDirtyKeys'))}, finished ${after(ofType('finishTarget'))}`
+  );
+}
+
