@@ -10,8 +10,8 @@ import { createdObjectsRecorder } from '../src/db/bookkeeping';
 import { inTransaction } from '../src/db/connections';
 import { refusal } from '../src/db/errors';
 import { FAILURE } from '../src/core/failure-types';
-import { restorePass, sourceTables } from '../src/db/object-passes';
-import { entriesSql, tableOfContents, TocEntry, withDump } from '../src/db/schema-dump';
+import { entryStatements, restorePass, sourceTables } from '../src/db/object-passes';
+import { tableOfContents, TocEntry, withDump } from '../src/db/schema-dump';
 import { materializedViews, ObjectAddress, objectPasses, tablePropertyStatements } from '../src/db/schema-objects';
 import { DEFAULT_TIMEOUTS } from '../src/db/session';
 import { ActivityDeps } from './deps';
@@ -56,7 +56,7 @@ export function createRestoreObjects({ connections, logger }: ActivityDeps) {
           const parts = passParts(passes.after, extra);
           for (const [index, part] of parts.entries()) {
             const marker = index === parts.length - 1 ? RESTORED : partMark(index);
-            created += await inTransaction(target, () => restorePart(target, input.migrationId, marker, async () => restorePass(target, part.entries.length ? await entriesSql(dump, part.entries) : '', part.extra)));
+            created += await inTransaction(target, () => restorePart(target, input.migrationId, marker, async () => restorePass(target, entryStatements(dump, part.entries), part.extra)));
           }
           logger.info({ migrationId: input.migrationId, created, refreshed, transactions: parts.length }, 'objects restored after the load');
           return { created, refreshed };

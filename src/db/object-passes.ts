@@ -11,7 +11,7 @@ import { Spec } from '../core/spec';
 import { chooseSchemas } from '../core/table-patterns';
 import { listTables, partitionsOf } from './catalog';
 import { refusal } from './errors';
-import { DumpScope, entriesSql, pgDumpMajor, tableOfContents, withDump } from './schema-dump';
+import { DumpScope, entriesSql, pgDumpMajor, SchemaDump, tableOfContents, TocEntry, withDump } from './schema-dump';
 import {
   createdSince,
   extensionsCreated,
@@ -55,9 +55,14 @@ export async function planObjects(source: ClientBase, target: ClientBase, source
   return withDump(sourceUrl, scope, DEFAULT_TIMEOUTS.lockTimeoutMs, async (dump) => {
     const entries = await tableOfContents(dump);
     const passes = await objectPasses(source, sourceTables(plan.tables), entries);
-    const statements = await scriptStatements(await entriesSql(dump, [...passes.before, ...passes.after]));
-    await assertRoles(source, target, statements, sourceTables(plan.tables));
-    await assertExtensions(target, statements);
+    const roles = new Set<string>();
+    const extensions: string[] = [];
+    for await (const statements of entryStatements(dump, [...passes.before, ...passes.after])) {
+      for (const role of rolesNamed(statements)) roles.add(role);
+      extensions.push(...extensionsCreated(statements));
+    }
+    await assertRoles(source, target, roles, sourceTables(plan.tables));
+    await assertExtensions(target, extensions);
     const kinds: Record<string, number> = {};
     for (const e of [...passes.before, ...passes.after]) kinds[e.desc] = (kinds[e.desc] ?? 0) + 1;
     return { ...scope, before: passes.before.length, after: passes.after.length, kinds, sequences: await standaloneSequences(source, scope.schemas) };
@@ -133,8 +138,8 @@ function byName(a: QualifiedName, b: QualifiedName): number {
  * policies) must exist on the target, and Ferry's role there must be able to act as each owner
  * (a superuser, or a member of it) to give it its objects.
  */
-async function assertRoles(source: ClientBase, target: ClientBase, statements: Statement[], tables: QualifiedName[]): Promise<void> {
-  const named = rolesNamed(statements);
+async function assertRoles(source: ClientBase, target: ClientBase, roles: Set<string>, tables: QualifiedName[]): Promise<void> {
+  const named = new Set(roles);
   for (const { owner } of await tableProperties(source, tables)) named.add(owner);
   const { rows } = await target.query<{ name: string; present: boolean; member: boolean }>(
     `SELECT r.name, a.oid IS NOT NULL AS present, a.oid IS NOT NULL AND pg_catalog.pg_has_role(current_user, a.oid, 'MEMBER') AS member
@@ -159,8 +164,7 @@ async function assertRoles(source: ClientBase, target: ClientBase, statements: S
   }
 }
 
-async function assertExtensions(target: ClientBase, statements: Statement[]): Promise<void> {
-  const wanted = extensionsCreated(statements);
+async function assertExtensions(target: ClientBase, wanted: string[]): Promise<void> {
   if (wanted.length === 0) return;
   const { rows } = await target.query<{ name: string }>(
     `SELECT w.name FROM unnest($1::text[]) AS w(name) WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_available_extensions e WHERE e.name = w.name)`,
@@ -174,12 +178,26 @@ async function assertExtensions(target: ClientBase, statements: Statement[]): Pr
   }
 }
 
-/** One pass (or part of one): its entries' SQL ('' for none) run in the caller's transaction, then `extra`; what it created, oldest first. */
-export async function restorePass(db: ClientBase, sql: string, extra: string[] = []): Promise<ObjectAddress[]> {
-  // The parser refuses an empty script.
-  const statements = sql ? await scriptStatements(sql) : [];
+/**
+ * Dump entries whose SQL is parsed at once at most. PostgreSQL's parser runs in WebAssembly, whose
+ * memory grows to the largest script it is given and is never handed back: the 20,000 statements
+ * of 10,000 views in one script left a worker about 145 MB larger for good. Each part costs a
+ * pg_restore, which reads the archive's whole table of contents (tenths of a second at 40,000
+ * entries).
+ */
+export const PARSE_PART = 1000;
+
+/** The statements of `entries`, in the archive's order, parsed PARSE_PART entries at a time. */
+export async function* entryStatements(dump: SchemaDump, entries: TocEntry[]): AsyncGenerator<Statement[]> {
+  for (let first = 0; first < entries.length; first += PARSE_PART) {
+    yield await scriptStatements(await entriesSql(dump, entries.slice(first, first + PARSE_PART)));
+  }
+}
+
+/** One pass (or part of one): its statements run in the caller's transaction, then `extra`; what it created, oldest first. */
+export async function restorePass(db: ClientBase, parts: AsyncIterable<Statement[]>, extra: string[] = []): Promise<ObjectAddress[]> {
   const before = await ownObjects(db);
-  await runStatements(db, statements);
+  for await (const statements of parts) await runStatements(db, statements);
   for (const statement of extra) await db.query(statement);
   return createdSince(db, before);
 }
@@ -192,6 +210,6 @@ export async function restoreBefore(source: ClientBase, target: ClientBase, sour
   const objects = plan.objects!;
   return withDump(sourceUrl, objects, DEFAULT_TIMEOUTS.lockTimeoutMs, async (dump) => {
     const passes = await objectPasses(source, sourceTables(plan.tables), await tableOfContents(dump));
-    return restorePass(target, await entriesSql(dump, passes.before));
+    return restorePass(target, entryStatements(dump, passes.before));
   });
 }
