@@ -38,8 +38,9 @@
  *       pgcopydb on the same tables, with the parent's history (events, bytes) and where the time
  *       went (the result's timeline: preflight, prepare — the first pass of `objects: all` in it —,
  *       tables, objects — the second pass) after each kind of run, and the worker's peak RSS over
- *       the runs without objects and over the one with; 10,000 tables once each, not --repeat
- *       times (skip them all with --no-many; --shapes 2000,10000 picks some).
+ *       the runs without objects and over the one with, and pgcopydb's peak memory (a clone that
+ *       leaves the machine under 2 GB available is stopped, and that is its result); 10,000 tables
+ *       once each, not --repeat times (skip them all with --no-many; --shapes 2000,10000 picks some).
  * Each is run --repeat times (default 3) into a fresh target; the median is reported with the
  * range. Prints rows/s and the ratios ferry/raw, ferry/index-free raw and ferry/pgcopydb.
  * Figures, never assertions.
@@ -63,11 +64,11 @@
  *   npm run bench:copy -- --rows 20000 --repeat 1 --shapes 10000 --locks 1024
  */
 import { spawn, spawnSync } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { findOnPath } from '../src/dev/temporal-binary';
-import { ProcessResult, runProcess } from './process';
+import { ProcessResult, runProcess, startProcess } from './process';
 import { databaseUrl, DEFAULT_TEST_PG, ensurePostgres, runSql } from '../src/dev/postgres';
 import { startDevServer, TEMPORAL_DEFAULT_DYNAMIC_CONFIG } from '../src/dev/dev-server';
 import { WORKER_PROCESS_ENV } from '../src/config';
@@ -178,9 +179,62 @@ function run(command: string, argv: string[], env: NodeJS.ProcessEnv = process.e
   return runProcess(command, argv, { env });
 }
 
-/** pgcopydb, in a process group of its own (ProcessOptions.ownGroup). */
-function runPgcopydb(pgcopydb: string, argv: string[]): Promise<ProcessResult> {
-  return runProcess(pgcopydb, argv, { ownGroup: true });
+/**
+ * The machine's available memory (MB) under which a pgcopydb run is stopped: at 10,000 tables
+ * pgcopydb 0.10 grew past 20 GB of the machine's 23 here (its processes' proportional set) and
+ * was still growing — the machine's other processes would have been the ones killed.
+ */
+const PGCOPYDB_MEMORY_FLOOR_MB = 2048;
+
+/** A pgcopydb run: its output and exit, its peak memory (MB, its processes' PSS summed), and why the bench stopped it, if it did. */
+interface PgcopydbRun extends ProcessResult {
+  peakMb: number;
+  stopped?: string;
+}
+
+/**
+ * pgcopydb, in a process group of its own (ProcessOptions.ownGroup), its memory read every 2 s
+ * and its group stopped (SIGTERM) when the machine's available memory falls under
+ * PGCOPYDB_MEMORY_FLOOR_MB.
+ */
+async function runPgcopydb(pgcopydb: string, argv: string[]): Promise<PgcopydbRun> {
+  const { child, done } = startProcess(pgcopydb, argv, { ownGroup: true });
+  let peakMb = 0;
+  let stopped: string | undefined;
+  const watch = setInterval(() => {
+    const mb = groupPssMb(child.pid!);
+    peakMb = Math.max(peakMb, mb);
+    const available = availableMemoryMb();
+    if (stopped || available >= PGCOPYDB_MEMORY_FLOOR_MB) return;
+    stopped = `stopped by the bench at ${(mb / 1024).toFixed(1)} GB (the machine had ${available} MB left)`;
+    process.kill(-child.pid!, 'SIGTERM');
+  }, 2000);
+  try {
+    return { ...(await done), peakMb, stopped };
+  } finally {
+    clearInterval(watch);
+  }
+}
+
+/** /proc/meminfo's MemAvailable, in MB. */
+function availableMemoryMb(): number {
+  return Math.round(Number(/MemAvailable:\s+(\d+) kB/.exec(readFileSync('/proc/meminfo', 'utf8'))?.[1] ?? 0) / 1024);
+}
+
+/** The proportional set (PSS: shared pages split among their sharers) of a process group's processes, summed, in MB. */
+function groupPssMb(group: number): number {
+  let kb = 0;
+  for (const pid of readdirSync('/proc').filter((name) => /^\d+$/.test(name))) {
+    try {
+      // The process group is the fifth field of stat, after the command in parentheses.
+      const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+      if (Number(fields[2]) !== group) continue;
+      kb += Number(/^Pss:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8'))?.[1] ?? 0);
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  return Math.round(kb / 1024);
 }
 
 /**
@@ -547,6 +601,7 @@ async function bench(): Promise<void> {
           (m.pgcopydb && m.ferryObjects ? ` (objects: all ${(m.pgcopydb.median / m.ferryObjects.median).toFixed(2)}×)` : '') +
           (m.ferryObjectsFailed ? `, objects: all failed: ${m.ferryObjectsFailed}` : '') +
           (m.pgcopydbFailed ? `, pgcopydb failed: ${m.pgcopydbFailed}` : '') +
+          (m.pgcopydbPeakMb ? ` [pgcopydb's peak memory ${m.pgcopydbPeakMb} MB]` : '') +
           (m.once ? ' (one run each)' : '') +
           '\n',
       );
@@ -571,8 +626,10 @@ interface ManyResult {
   /** How that run was refused or failed, when it was. */
   ferryObjectsFailed?: string;
   pgcopydb?: Sample;
-  /** How pgcopydb failed, when it did (its first error lines). */
+  /** How pgcopydb failed, when it did (its first error lines), or why the bench stopped it. */
   pgcopydbFailed?: string;
+  /** pgcopydb's peak memory (its processes' PSS summed), MB. */
+  pgcopydbPeakMb?: number;
   /** The migration workflow's history after the last run of each. */
   histories: Partial<Record<FerryKind, { events: number; bytes: number }>>;
   /** Where the last run of each kind spent its time (the result's timeline, and outside the workflow). */
@@ -686,8 +743,9 @@ async function manyTables(
           const [v] = await sql(url(target), `SELECT count(*)::int AS n FROM pg_views WHERE schemaname = '${schema}'`);
           if (v.n !== (objects ? shape.tables : 0)) throw new Error(`ferry (${schema}) created ${v.n} views, expected ${objects ? shape.tables : 0}`);
           histories[kind] = await historyOf(env, last);
-          const status = await run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'status', last, '--json'], env);
-          timelines[kind] = status.code === 0 ? timelineText(status.stdout, lastMs) : `no status: ${status.out.slice(-300)}`;
+          // The result, which the server keeps: a status read asks the worker to replay the history (thousands of events).
+          const result = await run(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'result', last, '--json'], env);
+          timelines[kind] = result.code === 0 ? timelineText(result.stdout, lastMs) : `no result: ${result.out.slice(-300)}`;
         },
         rounds,
       );
@@ -710,6 +768,7 @@ async function manyTables(
     }
     let copydb: Sample | undefined;
     let copydbFailed: string | undefined;
+    let copydbPeakMb = 0;
     if (pgcopydb) {
       const work = join(tmpdir(), `ferry-bench-pgcopydb-${schema}-${Date.now()}`);
       const filter = join(tmpdir(), `ferry-bench-pgcopydb-${schema}.ini`);
@@ -720,13 +779,17 @@ async function manyTables(
         () => recreate(target),
         async () => {
           const r = await runPgcopydb(pgcopydb, ['clone', '--source', url(source), '--target', url(target), '--table-jobs', '2', '--index-jobs', '2', '--dir', work, '--no-owner', '--no-acl', '--skip-extensions', '--restart', '--filters', filter]);
-          if (r.code !== 0) copydbFailed = (r.out.match(/ERROR {2}pg_restore: error: .*|ERROR .*/g) ?? [r.out.slice(-300)]).slice(0, 2).join(' / ');
+          copydbPeakMb = Math.max(copydbPeakMb, r.peakMb);
+          if (r.stopped) {
+            const [copied] = await sql(url(target), `SELECT count(*)::int AS n FROM pg_stat_user_tables WHERE schemaname = '${schema}' AND n_tup_ins > 0`);
+            copydbFailed = `${r.stopped}, ${copied.n} of ${shape.tables} tables with rows on the target`;
+          } else if (r.code !== 0) copydbFailed = (r.out.match(/ERROR {2}pg_restore: error: .*|ERROR .*/g) ?? [r.out.slice(-300)]).slice(0, 2).join(' / ');
         },
         async () => undefined,
         rounds,
       ).then((s) => (copydbFailed ? undefined : s));
     }
-    out.push({ ...shape, ferry, ferryWide, ferryObjects, ferryObjectsFailed, pgcopydb: copydb, pgcopydbFailed: copydbFailed, histories, timelines });
+    out.push({ ...shape, ferry, ferryWide, ferryObjects, ferryObjectsFailed, pgcopydb: copydb, pgcopydbFailed: copydbFailed, pgcopydbPeakMb: copydbPeakMb, histories, timelines });
     // Dropped 250 tables a transaction too: 2,000 tables and their views at once outgrow the lock table.
     for (let first = 1; first <= shape.tables; first += 250) {
       await sql(url(source), `DO $$ BEGIN FOR i IN ${first}..${Math.min(shape.tables, first + 249)} LOOP EXECUTE format('DROP TABLE ${schema}.t%s CASCADE', i); END LOOP; END $$`);
