@@ -199,6 +199,7 @@ interface PgcopydbRun extends ProcessResult {
  */
 async function runPgcopydb(pgcopydb: string, argv: string[]): Promise<PgcopydbRun> {
   const { child, done } = startProcess(pgcopydb, argv, { ownGroup: true });
+  const started = Date.now();
   let peakMb = 0;
   let stopped: string | undefined;
   const watch = setInterval(() => {
@@ -206,7 +207,7 @@ async function runPgcopydb(pgcopydb: string, argv: string[]): Promise<PgcopydbRu
     peakMb = Math.max(peakMb, mb);
     const available = availableMemoryMb();
     if (stopped || available >= PGCOPYDB_MEMORY_FLOOR_MB) return;
-    stopped = `stopped by the bench at ${(mb / 1024).toFixed(1)} GB (the machine had ${available} MB left)`;
+    stopped = `stopped by the bench after ${seconds(Date.now() - started)} at ${(mb / 1024).toFixed(1)} GB (the machine had ${available} MB left)`;
     process.kill(-child.pid!, 'SIGTERM');
   }, 2000);
   try {
