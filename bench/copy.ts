@@ -69,6 +69,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { findOnPath } from '../src/dev/temporal-binary';
 import { ProcessResult, runProcess, startProcess } from './process';
+import { peakRssSince } from './rss';
 import { databaseUrl, DEFAULT_TEST_PG, ensurePostgres, runSql } from '../src/dev/postgres';
 import { startDevServer, TEMPORAL_DEFAULT_DYNAMIC_CONFIG } from '../src/dev/dev-server';
 import { WORKER_PROCESS_ENV } from '../src/config';
@@ -256,26 +257,6 @@ function copyPhaseMs(out: string): number {
   const result = JSON.parse(out.slice(out.indexOf('{\n'))) as { events: { type: string; at: string }[] };
   const at = (type: string) => result.events.filter((e) => e.type === type).map((e) => Date.parse(e.at));
   return Math.max(...at('TableCopied')) - Math.min(...at('MigrationStarted'));
-}
-
-function peakRssMb(pid: number): number {
-  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-  const kb = Number(/VmHWM:\s+(\d+) kB/.exec(status)?.[1] ?? 0);
-  return Math.round(kb / 1024);
-}
-
-/**
- * The worker's peak RSS since the last call (VmHWM, then reset by writing 5 to clear_refs), so
- * that each size reports its own peak; without the right to reset, the peak so far.
- */
-function peakRssSince(pid: number): number {
-  const peak = peakRssMb(pid);
-  try {
-    writeFileSync(`/proc/${pid}/clear_refs`, '5');
-  } catch {
-    // Not permitted here: the next reading includes this one's.
-  }
-  return peak;
 }
 
 /**
