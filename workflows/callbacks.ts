@@ -115,9 +115,12 @@ export class Callbacks {
   /** Waits for the event deliveries in flight and the events not yet on the stream (before the run ends or continues as new). */
   async settled(): Promise<void> {
     await CancellationScope.nonCancellable(() => Promise.all(this.deliveries));
-    await CancellationScope.nonCancellable(async () => {
-      while (this.pumping) await this.pumping;
-    });
+    await CancellationScope.nonCancellable(() => this.streamDrained());
+  }
+
+  /** Until the publisher has nothing left (a pump started meanwhile is waited for too). */
+  private async streamDrained(): Promise<void> {
+    while (this.pumping) await this.pumping;
   }
 
   /** The events not yet on the stream went to a publisher workflow: this run publishes no more. */
@@ -145,9 +148,7 @@ export class Callbacks {
         // An earlier run's publisher of the same id still publishes: this one waits, as before.
       }
     }
-    await CancellationScope.nonCancellable(async () => {
-      while (this.pumping) await this.pumping;
-    });
+    await this.streamDrained();
   }
 
   /**
