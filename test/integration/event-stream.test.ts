@@ -233,6 +233,7 @@ describe('events on a NATS JetStream stream', () => {
       await post(JSON.stringify({ actor: 'pipeline', reason: 'tests green' }), APPROVAL_KEY);
       const approved = await resultWithin(suite.stack.ferry, approvalId, 120_000);
       expect(approved.state).toBe('SUCCEEDED');
+      await expectCleanRun(suite.stack.ferry, approved);
       const status = await suite.stack.ferry.status(approvalId);
       expect(status.transitions.filter((t) => t.machine === 'control' && t.signal === 'approve').map((t) => [t.to, 'actor' in t ? t.actor : undefined])).toEqual([
         ['refused', 'mallory'],
