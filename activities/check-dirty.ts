@@ -7,7 +7,9 @@
  * cost follows the number of changed rows, not the size of the table.
  */
 import { Context } from '@temporalio/activity';
-import { Client } from 'pg';
+import { ClientBase } from 'pg';
+import { SYNC_CHUNK } from '../src/db/bookkeeping';
+import { withFencedSessions } from '../src/db/fenced';
 import { withCatalogKeyTypes } from '../src/db/catalog';
 import { captureNames } from '../src/db/capture-sql';
 import { selectColumns } from '../src/db/copy-stream';
@@ -24,6 +26,8 @@ export interface CheckDirtyInput {
   target: string;
   table: CopyTable;
   batchKeys?: number;
+  /** A table's own re-check: its page writes under the table's sync fence (see createCheckDirty). */
+  fence?: number;
 }
 
 export interface CheckDirtyResult {
@@ -36,7 +40,7 @@ export interface CheckDirtyResult {
   remaining: number;
 }
 
-async function rowsByKey(db: Client, table: CopyTable, relation: QualifiedName, keys: Key[]): Promise<Map<string, string>> {
+async function rowsByKey(db: ClientBase, table: CopyTable, relation: QualifiedName, keys: Key[]): Promise<Map<string, string>> {
   const binder = new ParamBinder();
   const { rows } = await db.query(
     `SELECT ${keyAsText(table)}, ROW(${selectColumns(table)})::text AS row FROM ${quoteQualified(relation)} AS t WHERE ${keyInList(table, keys, binder)}`,
@@ -48,59 +52,73 @@ async function rowsByKey(db: Client, table: CopyTable, relation: QualifiedName, 
 /** Dirty keys a check clears before it vacuums the dirty set. */
 const VACUUM_DIRTY_AFTER = 50_000;
 
+/** A page's writes (the matching keys cleared, the differing ones queued again) in one go. */
+type PageWrite = <T>(work: () => Promise<T>) => Promise<T>;
+
 export function createCheckDirty({ connections }: ActivityDeps) {
+  /**
+   * With a fence (a table's own re-check, PATCHES.sealedDrain), each page's writes run under
+   * the table's sync fence: once the cutover's drain has taken it, the re-check stops before
+   * it writes again, and what it queued before is in the log the drain applies.
+   */
   return async function checkDirtyKeys(input: CheckDirtyInput): Promise<CheckDirtyResult> {
+    if (input.fence === undefined) {
+      return connections.withSessions([input.source, input.target], undefined, async (source, target) =>
+        checkPages({ ...input, table: await withCatalogKeyTypes(source, input.table) }, source, target, (work) => work()),
+      );
+    }
+    return withFencedSessions(connections, { ...input, fence: input.fence }, SYNC_CHUNK, (sessions) =>
+      checkPages({ ...input, table: sessions.table }, sessions.source, sessions.target, sessions.write),
+    );
+  };
+
+  /** The check, page by page; `input.table` has its key types from the catalog, not the plan. */
+  async function checkPages(input: CheckDirtyInput, source: ClientBase, target: ClientBase, write: PageWrite): Promise<CheckDirtyResult> {
     const ctx = Context.current();
     const batchKeys = input.batchKeys ?? 5000;
     const log = quoteQualified(captureNames(input.migrationId, input.table.index).log);
-    return connections.withSessions([input.source, input.target], undefined, async (source, target) => {
-      input = { ...input, table: await withCatalogKeyTypes(source, input.table) }; // types from the catalog, not the plan
-      const result: CheckDirtyResult = { checked: 0, mismatched: 0, waiting: 0, remaining: 0 };
-      let after: Key | null = null;
-      for (;;) {
-        const page: { rows: { pk: Key }[] } = await target.query(
-          `SELECT pk FROM _ferry.dirty WHERE migration_id = $1 AND table_index = $2 AND ($3::text[] IS NULL OR pk > $3::text[])
-            ORDER BY pk LIMIT ${batchKeys}`,
-          [input.migrationId, input.table.index, after],
-        );
-        if (page.rows.length === 0) break;
-        after = page.rows[page.rows.length - 1].pk;
-        // One source snapshot per page, never one for the whole check: the log and the source
-        // rows are read in the same one (a key waiting in the log is skipped), and a check of a
-        // million keys (after a large backlog) does not hold back the source's vacuum for as
-        // long as it runs.
-        await source.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
-        const waiting = await source.query(`SELECT DISTINCT pk FROM ${log} WHERE pk IN (${keysFromJson('$1')})`, [JSON.stringify(page.rows.map((r) => r.pk))]);
-        const waitingKeys = new Set(waiting.rows.map((r) => JSON.stringify(r.pk)));
-        const keys = page.rows.map((r) => r.pk).filter((k) => !waitingKeys.has(JSON.stringify(k)));
-        result.waiting += page.rows.length - keys.length;
-        const [theirs, ours] = keys.length === 0 ? [new Map(), new Map()] : await Promise.all([rowsByKey(source, input.table, input.table.source, keys), rowsByKey(target, input.table, input.table.target, keys)]);
-        await source.query('COMMIT');
-        if (keys.length === 0) continue;
-        const differing = keys.filter((k) => theirs.get(JSON.stringify(k)) !== ours.get(JSON.stringify(k)));
-        const matching = keys.filter((k) => theirs.get(JSON.stringify(k)) === ours.get(JSON.stringify(k)));
+    const result: CheckDirtyResult = { checked: 0, mismatched: 0, waiting: 0, remaining: 0 };
+    let after: Key | null = null;
+    for (;;) {
+      const page: { rows: { pk: Key }[] } = await target.query(
+        `SELECT pk FROM _ferry.dirty WHERE migration_id = $1 AND table_index = $2 AND ($3::text[] IS NULL OR pk > $3::text[])
+          ORDER BY pk LIMIT ${batchKeys}`,
+        [input.migrationId, input.table.index, after],
+      );
+      if (page.rows.length === 0) break;
+      after = page.rows[page.rows.length - 1].pk;
+      // One source snapshot per page, never one for the whole check: the log and the source
+      // rows are read in the same one (a key waiting in the log is skipped), and a check of a
+      // million keys (after a large backlog) does not hold back the source's vacuum for as
+      // long as it runs.
+      await source.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+      const waiting = await source.query(`SELECT DISTINCT pk FROM ${log} WHERE pk IN (${keysFromJson('$1')})`, [JSON.stringify(page.rows.map((r) => r.pk))]);
+      const waitingKeys = new Set(waiting.rows.map((r) => JSON.stringify(r.pk)));
+      const keys = page.rows.map((r) => r.pk).filter((k) => !waitingKeys.has(JSON.stringify(k)));
+      result.waiting += page.rows.length - keys.length;
+      const [theirs, ours] = keys.length === 0 ? [new Map(), new Map()] : await Promise.all([rowsByKey(source, input.table, input.table.source, keys), rowsByKey(target, input.table, input.table.target, keys)]);
+      await source.query('COMMIT');
+      if (keys.length === 0) continue;
+      const differing = keys.filter((k) => theirs.get(JSON.stringify(k)) !== ours.get(JSON.stringify(k)));
+      const matching = keys.filter((k) => theirs.get(JSON.stringify(k)) === ours.get(JSON.stringify(k)));
+      await write(async () => {
         await target.query(
           `DELETE FROM _ferry.dirty WHERE migration_id = $1 AND table_index = $2
               AND pk IN (${keysFromJson('$3')})`,
           [input.migrationId, input.table.index, JSON.stringify(matching)],
         );
-        if (differing.length > 0) {
-          // A separate connection, as ever (the page's snapshot transaction has ended by now).
-          await connections.withClient(input.source, (db) => enqueue(db, log, differing));
-        }
-        result.checked += keys.length;
-        result.mismatched += differing.length;
-        ctx.heartbeat(result);
-      }
-      // The keys just cleared (checked and matching) leave dead rows in front of the next pass's reads (as a drained
-      // change log does, see VACUUM_LOG_AFTER): many of them, and they go at once.
-      if (result.checked - result.mismatched >= VACUUM_DIRTY_AFTER) await target.query('VACUUM (SKIP_LOCKED) _ferry.dirty');
-      const left = await target.query('SELECT count(*)::int AS n FROM _ferry.dirty WHERE migration_id = $1 AND table_index = $2', [
-        input.migrationId,
-        input.table.index,
-      ]);
-      result.remaining = left.rows[0].n;
-      return result;
-    });
-  };
+        // A separate connection, as ever (the page's snapshot transaction has ended by now).
+        if (differing.length > 0) await connections.withClient(input.source, (db) => enqueue(db, log, differing));
+      });
+      result.checked += keys.length;
+      result.mismatched += differing.length;
+      ctx.heartbeat(result);
+    }
+    // The keys just cleared (checked and matching) leave dead rows in front of the next pass's reads (as a drained
+    // change log does, see VACUUM_LOG_AFTER): many of them, and they go at once.
+    if (result.checked - result.mismatched >= VACUUM_DIRTY_AFTER) await target.query('VACUUM (SKIP_LOCKED) _ferry.dirty');
+    const left = await target.query('SELECT count(*)::int AS n FROM _ferry.dirty WHERE migration_id = $1 AND table_index = $2', [input.migrationId, input.table.index]);
+    result.remaining = left.rows[0].n;
+    return result;
+  }
 }

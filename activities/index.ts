@@ -12,6 +12,7 @@ import { createChangeSqlActivities } from './change-sql';
 import { classified } from './classified';
 import { createCleanupActivities } from './cleanup';
 import { createCopyChunk, createCopySmallTables } from './copy-chunk';
+import { createDrainTables } from './drain';
 import { ActivityDeps } from './deps';
 import { createFinalizeTarget } from './legacy/finalize-target';
 import { createForeignKeyActivities } from './foreign-keys';
@@ -33,6 +34,8 @@ import { createChecksumBlocks, createRepairRange, createValidateAtPosition, crea
 export type { ActivityDeps };
 
 export function createActivities(deps: ActivityDeps) {
+  const sync = createSyncActivities(deps);
+  const checkDirtyKeys = createCheckDirty(deps);
   return classified({
     preflight: createPreflight(deps),
     prepareTarget: createPrepareTarget(deps),
@@ -52,9 +55,11 @@ export function createActivities(deps: ActivityDeps) {
     ...createIndexActivities(deps),
     ...createForeignKeyActivities(deps),
     ...createCleanupActivities(deps),
-    ...createSyncActivities(deps),
+    ...sync,
     ...createStreamActivities(deps),
-    checkDirtyKeys: createCheckDirty(deps),
+    checkDirtyKeys,
+    // The cutover's drain and check of a group of tables (PATCHES.sealedDrain).
+    drainTables: createDrainTables({ syncChanges: sync.syncChanges, checkDirtyKeys }),
     sendCallback: createSendCallback(deps),
     ...createEventActivities(deps),
     // The cutover's switch: PgBouncer's (served beside it, createSwitchWorkerActivities) or a webhook's.

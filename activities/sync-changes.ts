@@ -58,6 +58,12 @@ export interface SyncInput {
    * cutover is about to ask for the finish) returns at once. Absent: no dwell.
    */
   busyDwellMs?: number;
+  /**
+   * The cutover's first drain of the table: take the sync's fence even when the log is empty
+   * (no look without it), so that from here on no slice or re-check of the table's own workflow
+   * can write (PATCHES.sealedDrain: the drain's fences are ahead of any the table hands out).
+   */
+  seal?: boolean;
 }
 
 export interface SyncResult {
@@ -359,7 +365,7 @@ export function createSyncActivities({ connections, logger, metrics }: ActivityD
       // is checked and the log looked at on a pooled connection, without the two new sessions
       // and the fence committed on the target that applying takes (in a 100-table run, such
       // looks were most of the workers' time).
-      if (input.returnWhenCaughtUp && (await connections.withClient(input.source, (db) => logIsEmpty(db, input)))) {
+      if (input.returnWhenCaughtUp && !input.seal && (await connections.withClient(input.source, (db) => logIsEmpty(db, input)))) {
         return { applied: 0, rounds: 0, caughtUp: true, pending: 0, lagSeconds: 0 };
       }
       return await withFencedSessions(connections, input, SYNC_CHUNK, async (sessions) => {

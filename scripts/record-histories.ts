@@ -199,6 +199,40 @@ INSERT INTO public.members SELECT g, 1 + g % 20, 'm' || g || '@example.com' FROM
 CREATE INDEX members_team ON public.members (team_id);
 ANALYZE;`;
 
+/** Synced at the approval, an application updating a row every 100 ms; approved while it writes (the freeze ends its writes). */
+async function approvedWhileWriting(ctx: Context): Promise<ResultDocument> {
+  const { id, stack, dbs } = ctx;
+  await syncedAtApproval(ctx, onlineSpec({ cutover: { approval: 'manual', approvalTimeout: '10m', afterwards: 'unfreeze' } }));
+  const app = new PgClient({ connectionString: dbs.url('source'), application_name: 'recording-app' });
+  await app.connect();
+  let refused = false;
+  let written = 0;
+  const writes = (async () => {
+    for (let i = 0; !refused; i += 1) {
+      // The freeze refuses the write (read_only_sql_transaction): the application stops.
+      await app.query('UPDATE public.accounts SET balance = balance + 1 WHERE id = $1', [1 + (i % 400)]).then(
+        () => (written += 1),
+        () => (refused = true),
+      );
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  })();
+  try {
+    // Some seconds of writes reach the target while the tables dwell, then the approval.
+    await eventually(async () => written >= 40, 60_000);
+    await stack.ferry.approve(id);
+    const result = await resultWithin(stack.ferry, id);
+    refused = true;
+    await writes;
+    if (result.state === 'SUCCEEDED') await sameRows(dbs, ONLINE_TABLES);
+    return result;
+  } finally {
+    refused = true;
+    await writes;
+    await app.end();
+  }
+}
+
 /** Online with manual approval (and `cutover`'s other settings): synced at the approval, approved, rows compared; `ferry unfreeze` after, when asked. */
 async function approvedOnline(ctx: Context, { unfreeze, cutover = {} }: { unfreeze: boolean; cutover?: Record<string, unknown> }): Promise<ResultDocument> {
   const { id, stack, dbs } = ctx;
@@ -513,38 +547,17 @@ ANALYZE;`,
       'activities keep polling (busyDwellMs) instead of returning after each round; approved while it writes, the freeze ends its writes',
     schema: ONLINE_SCHEMA,
     expected: 'SUCCEEDED',
-    async run(ctx) {
-      const { id, stack, dbs } = ctx;
-      await syncedAtApproval(ctx, onlineSpec({ cutover: { approval: 'manual', approvalTimeout: '10m', afterwards: 'unfreeze' } }));
-      const app = new PgClient({ connectionString: dbs.url('source'), application_name: 'recording-app' });
-      await app.connect();
-      let refused = false;
-      let written = 0;
-      const writes = (async () => {
-        for (let i = 0; !refused; i += 1) {
-          // The freeze refuses the write (read_only_sql_transaction): the application stops.
-          await app.query('UPDATE public.accounts SET balance = balance + 1 WHERE id = $1', [1 + (i % 400)]).then(
-            () => (written += 1),
-            () => (refused = true),
-          );
-          await new Promise((r) => setTimeout(r, 100));
-        }
-      })();
-      try {
-        // Some seconds of writes reach the target while the tables dwell, then the approval.
-        await eventually(async () => written >= 40, 60_000);
-        await stack.ferry.approve(id);
-        const result = await resultWithin(stack.ferry, id);
-        refused = true;
-        await writes;
-        if (result.state === 'SUCCEEDED') await sameRows(dbs, ONLINE_TABLES);
-        return result;
-      } finally {
-        refused = true;
-        await writes;
-        await app.end();
-      }
-    },
+    run: approvedWhileWriting,
+  },
+  {
+    name: 'online-sealed-drain',
+    description:
+      'online after patch sealed-drain: the tables re-check their dirty keys under their sync fence; approved while an application writes, ' +
+      'the cutover asks every table to finish and drains without waiting for their workflows to end (its first slice of each takes the table\'s sync over), ' +
+      'and awaits them past the point of no return',
+    schema: ONLINE_SCHEMA,
+    expected: 'SUCCEEDED',
+    run: approvedWhileWriting,
   },
   {
     name: 'online-armed-freeze',

@@ -210,6 +210,14 @@ export const PATCHES = {
    * publish to eventPublisherWorkflow and ends: its result no longer waits for NATS.
    */
   detachedEventPublisher: 'detached-event-publisher',
+  /**
+   * Online cutover: the drain no longer waits, inside the write outage, for every table workflow
+   * to end. Its fences are ahead of any a table hands out, so its first slice of each table takes
+   * the table's sync from whatever slice still runs (SyncInput.seal); the tables' own dirty-key
+   * re-checks write under the same fence (TableWorkflowInput.fencedRecheck). The tables end
+   * beside the drain and are awaited past the point of no return.
+   */
+  sealedDrain: 'sealed-drain',
 } as const;
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);

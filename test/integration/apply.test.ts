@@ -326,6 +326,46 @@ describe('the online apply', () => {
     expect((await dbs.query<{ pk: string[] }>('target', `SELECT pk FROM _ferry.dirty WHERE migration_id = 'dirty' ORDER BY pk`)).map((r) => r.pk)).toEqual([['1'], ['2']]);
   });
 
+  it("takes a table's sync over at the cutover (seal): afterwards neither a slice nor a re-check of the table's own writes anything, even with the log empty", async () => {
+    await dbs.exec('source', `CREATE TABLE public.things (id int PRIMARY KEY, v text);
+      INSERT INTO public.things SELECT g, 'v' || g FROM generate_series(1, 10) g;`);
+    const plan = await migrate('sealed', ['public.things']);
+    const table = copyTableOf(plan.tables[0]);
+    const ref = { migrationId: 'sealed', source: 'src', target: 'dst', table };
+    const slice = { ...ref, sliceMs: 30_000, batchKeys: 100, recordDirty: true, returnWhenCaughtUp: true };
+    await run(() => activities.copyChunk({ ...ref, chunk: { ...plan.tables[0].chunks[0] }, batchRows: 100, fence: Date.now(), sliceMs: 30_000 }));
+    await dbs.exec('source', `UPDATE public.things SET v = v || '!' WHERE id <= 5`);
+    const tableFence = Date.now();
+    await run(() => activities.syncChanges({ ...slice, fence: tableFence }));
+    // The table's re-check under its fence works as the unfenced one does.
+    await dbs.exec('target', `UPDATE public.things SET v = 'wrong' WHERE id = 2`);
+    expect(await run(() => activities.checkDirtyKeys({ ...ref, fence: tableFence + 1 }))).toEqual({ checked: 5, mismatched: 1, waiting: 0, remaining: 1 });
+    await run(() => activities.syncChanges({ ...slice, fence: tableFence + 2 }));
+    // The log is empty: the drain's sealing slice takes the fence all the same.
+    const sealed = await run(() => activities.syncChanges({ ...slice, fence: tableFence + 365 * 24 * 3600_000, seal: true }));
+    expect(sealed).toMatchObject({ applied: 0, caughtUp: true, pending: 0 });
+    // A table's later slice and re-check (fences from its own clock) stop before writing.
+    await dbs.exec('source', `UPDATE public.things SET v = 'late' WHERE id = 3`);
+    await dbs.exec('target', `UPDATE public.things SET v = 'wrong again' WHERE id = 4; INSERT INTO _ferry.dirty (migration_id, table_index, pk) VALUES ('sealed', 0, '{4}')`);
+    const superseded = async (work: () => Promise<unknown>) => {
+      const err = await run(work).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(err).toBeInstanceOf(ApplicationFailure);
+      expect((err as ApplicationFailure).type).toBe('Superseded');
+    };
+    await superseded(() => activities.syncChanges({ ...slice, fence: Date.now() + 1000 }));
+    await superseded(() => activities.checkDirtyKeys({ ...ref, fence: Date.now() + 1000 }));
+    expect(await dbs.query('target', `SELECT v FROM public.things WHERE id IN (3, 4) ORDER BY id`)).toEqual([{ v: 'v3!' }, { v: 'wrong again' }]);
+    expect(await dbs.query('target', `SELECT pk FROM _ferry.dirty WHERE migration_id = 'sealed' ORDER BY pk`)).toEqual([{ pk: ['2'] }, { pk: ['4'] }]);
+    const log = (await dbs.query<{ t: string }>('source', `SELECT format('%I.%I', schemaname, tablename) AS t FROM pg_tables WHERE schemaname = '_ferry_capture' AND tablename LIKE 'log\\_%\\_0'`))[0].t;
+    expect((await dbs.query<{ pk: string[] }>('source', `SELECT DISTINCT pk FROM ${log} ORDER BY pk`)).map((r) => r.pk)).toEqual([['3']]);
+    // The drain's own next slice applies it.
+    await run(() => activities.syncChanges({ ...slice, fence: tableFence + 365 * 24 * 3600_000 + 1 }));
+    expect(await dbs.query('target', `SELECT v FROM public.things WHERE id = 3`)).toEqual([{ v: 'late' }]);
+  });
+
   it('replaces rows of a prepared target without firing its cascading foreign keys or its triggers', async () => {
     const ddl = `CREATE TABLE public.parents (id int PRIMARY KEY, name text);
       CREATE TABLE public.children (id int PRIMARY KEY, parent_id int NOT NULL REFERENCES public.parents (id) ON DELETE CASCADE);`;

@@ -4,6 +4,8 @@
  * and the order of its compensations — on a real dev server with fake activities, so each case
  * takes seconds. (Every real activity is tested against PostgreSQL in test/integration.)
  */
+import { Context } from '@temporalio/activity';
+import { ApplicationFailure } from '@temporalio/common';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import type { Activities } from '../../activities';
 import { controlSignal } from '../../workflows/definitions';
@@ -40,7 +42,16 @@ interface Script {
   blockedSlices: number;
   /** Keys each sync slice reports applied (the application writing to the table). */
   appliedPerSlice: number;
+  /**
+   * The table's sync slices hold on, heartbeating and deaf to cancellation, until the drain's
+   * sealing slice takes their fence — as a slice blocked in a write does — and then end as
+   * Superseded, as the real activity's next write would.
+   */
+  holdSlices: boolean;
 }
+
+/** A drain's fence is a year ahead of the clock; a table's is the clock. */
+const isDrainFence = (fence: number) => fence > Date.now() + 24 * 3600_000;
 
 describe('the online chain, with fake activities', () => {
   let stack: TestStack;
@@ -49,7 +60,12 @@ describe('the online chain, with fake activities', () => {
   let calls: string[];
   /** Each sync slice's busyDwellMs (undefined: none asked). */
   let dwells: (number | undefined)[];
-  const script: Script = { mismatchRounds: 0, blockedSlices: 0, appliedPerSlice: 0 };
+  const script: Script = { mismatchRounds: 0, blockedSlices: 0, appliedPerSlice: 0, holdSlices: false };
+  /** The fences of the table's own sync slices, and of the drain's sealing slices. */
+  let tableFences: number[];
+  let seals: number[];
+  let held: number;
+  let releaseHeld: (() => void) | undefined;
   const count = (name: string) => calls.filter((c) => c === name).length;
 
   const fakes: Partial<Activities> = {
@@ -76,6 +92,19 @@ describe('the online chain, with fake activities', () => {
     async syncChanges(input) {
       calls.push('syncChanges');
       dwells.push(input.busyDwellMs);
+      if (!isDrainFence(input.fence)) tableFences.push(input.fence);
+      if (script.holdSlices && !isDrainFence(input.fence)) {
+        held += 1;
+        const ctx = Context.current();
+        await new Promise<void>((resolve) => {
+          const beat = setInterval(() => ctx.heartbeat(), 500);
+          releaseHeld = () => {
+            clearInterval(beat);
+            resolve();
+          };
+        });
+        throw ApplicationFailure.create({ type: 'Superseded', nonRetryable: true, message: "this table's sync is owned by a newer attempt" });
+      }
       return { applied: script.appliedPerSlice, rounds: script.appliedPerSlice > 0 ? 1 : 0, caughtUp: true, pending: 0, lagSeconds: 0 };
     },
     async validateChunk(input) {
@@ -85,6 +114,13 @@ describe('the online chain, with fake activities', () => {
         return { match: false, sourceRows: 20, targetRows: 19, mismatches: [input.range], excluded: 0 };
       }
       return { match: true, sourceRows: 20, targetRows: 20, mismatches: [], excluded: 0 };
+    },
+    // The cutover's drain of its tables: the first slice of each seals it.
+    async drainTables(input) {
+      calls.push('drainTables');
+      seals.push(input.fence);
+      releaseHeld?.();
+      return { tables: input.tables.map((t) => ({ index: t.index, checked: 0, mismatched: 0, remaining: 0 })) };
     },
     async enqueueKeys() {
       calls.push('enqueueKeys');
@@ -151,6 +187,11 @@ describe('the online chain, with fake activities', () => {
     running = worker.run();
   });
 
+  afterEach(() => {
+    script.holdSlices = false;
+    releaseHeld?.();
+  });
+
   afterAll(async () => {
     worker?.shutdown();
     await running;
@@ -160,6 +201,10 @@ describe('the online chain, with fake activities', () => {
   beforeEach(() => {
     calls = [];
     dwells = [];
+    tableFences = [];
+    seals = [];
+    held = 0;
+    script.holdSlices = false;
     script.mismatchRounds = 0;
     script.appliedPerSlice = 0;
     script.blockedSlices = 0;
@@ -190,15 +235,16 @@ describe('the online chain, with fake activities', () => {
     expect(cutover.filter((c) => c !== 'syncChanges' && c !== 'checkDirtyKeys')).toEqual([
       'setFreeze:frozen',
       'awaitWriters',
+      'drainTables',
       'finishTarget',
       // keep-frozen (the default): the freeze stays and now says "moved"; capture goes.
       'setFreeze:moved',
       'releaseSource:keep',
       'releaseBookkeeping',
     ]);
-    // The drain and the final check of changed rows, between the writers and the finish.
+    // The drain and the final check of changed rows (one activity for the group of tables), between the writers and the finish.
     const drain = cutover.slice(cutover.indexOf('awaitWriters'), cutover.indexOf('finishTarget'));
-    expect(drain.slice(-2)).toEqual(['syncChanges', 'checkDirtyKeys']);
+    expect(drain.slice(-1)).toEqual(['drainTables']);
   });
 
   it('fails with ConsistencyBreach after the third repair round, and compensates', async () => {
@@ -279,5 +325,24 @@ describe('the online chain, with fake activities', () => {
     const blocked = result.events.filter((e) => e.type === 'CutoverBlocked');
     expect(blocked).toHaveLength(1); // once per set of blockers, not once per slice
     expect(calls.slice(-3)).toEqual(['setFreeze:open', 'releaseSource:remove', 'dropTargetObjects']);
+  });
+
+  it('drains without waiting, inside the write outage, for a table whose slice ends only once the drain has taken its table over', async () => {
+    const { id } = await start('sealed', { approval: 'manual' });
+    await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL', 60_000);
+    // The table's next look at its log holds on; the cutover is approved meanwhile.
+    script.holdSlices = true;
+    await eventually(async () => held > 0, 30_000);
+    await stack.ferry.approve(id);
+    const result = await resultWithin(stack.ferry, id, 60_000);
+    expect({ state: result.state, warnings: result.warnings }).toEqual({ state: 'SUCCEEDED', warnings: [] });
+    // One sealing drain, its fence ahead of every fence the table handed out.
+    expect(seals).toHaveLength(1);
+    expect(Math.max(...tableFences)).toBeLessThan(seals[0]);
+    // The table workflow ended (Superseded after the finish request is its normal end), and was
+    // awaited before the migration's result.
+    expect((await stack.client.workflow.getHandle(`${id}/table-0`).describe()).status.name).toBe('COMPLETED');
+    expect(result.tables.map((t) => t.phase)).toEqual(['COMPLETED']);
+    expect(calls.slice(calls.indexOf('finishTarget'))).toContain('releaseBookkeeping');
   });
 });

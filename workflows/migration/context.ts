@@ -113,7 +113,8 @@ export function batchRowsOf(spec: Spec): number | undefined {
   return flags.batchesByBytes ? undefined : EARLIER_DEFAULT_BATCH_ROWS;
 }
 
-export async function startTable(ctx: MigrationContext, table: TablePlan, waitForCopySlot: boolean) {
+/** `fencedRecheck`: the table's dirty-key re-checks write under its sync fence (PATCHES.sealedDrain). */
+export async function startTable(ctx: MigrationContext, table: TablePlan, waitForCopySlot: boolean, { fencedRecheck = false } = {}) {
   const { id, spec, tracker } = ctx;
   const marked = ctx.parentMarksCopying && spec.mode === 'full';
   const child = await startChild(tableMigrationWorkflow, {
@@ -139,6 +140,7 @@ export async function startTable(ctx: MigrationContext, table: TablePlan, waitFo
         ...(ctx.primaryKeyAfterLoad ? { primaryKeyAfterLoad: true } : {}),
         ...(spec.mode === 'online' && spec.parallelism.apply > 1 ? { applyLanes: spec.parallelism.apply } : {}),
         ...(marked ? { copyingMarkedByParent: true } : {}),
+        ...(fencedRecheck ? { fencedRecheck: true } : {}),
       },
     ],
   });

@@ -49,7 +49,22 @@ export interface CutoverInput {
   unvalidatedForeignKeys: { table: TablePlan['target']; name: string }[];
   /** Logical capture's consumer: the drain waits for it; it is stopped after the drain and awaited past the point of no return. */
   capture?: CaptureStream;
+  /**
+   * The drain takes each table's sync with a fence ahead of the table's own instead of waiting
+   * for its workflow to end (PATCHES.sealedDrain; the tables were started with fencedRecheck).
+   */
+  sealedDrain?: boolean;
+  /** Throws the failure of a table workflow that has failed (a sealed drain does not wait for them). */
+  failed?: () => void;
 }
+
+/**
+ * A sealed drain's fences are this far ahead of the clock: a table's own slices take the clock
+ * (or one more than their last), so none of theirs can pass a drain's while a migration lasts.
+ */
+const SEAL_AHEAD_MS = 365 * 24 * 3600_000;
+/** Tables per drainTables activity: a few activities drain hundreds of tables. */
+const DRAIN_GROUP_TABLES = 25;
 
 export async function cutOver(input: CutoverInput): Promise<CutoverReport> {
   const { ctx } = input;
@@ -77,8 +92,12 @@ export async function cutOver(input: CutoverInput): Promise<CutoverReport> {
     if (innermostApplicationFailure(err)?.type !== 'ExternalWorkflowExecutionNotFound') throw err;
   };
   await Promise.all(input.tables.map((table) => (ended ? table.signal(finishSyncSignal).catch(unlessEnded) : table.signal(finishSyncSignal))));
-  await Promise.all(input.tables.map((t) => t.result()));
-  const dirtyRowsChecked = await drainAndCheck(ctx);
+  // Sealed: the tables end beside the drain, which takes their syncs from them; before, the
+  // outage waited for every table workflow to end, one workflow task after another.
+  const sealed = input.sealedDrain === true;
+  if (!sealed) await Promise.all(input.tables.map((t) => t.result()));
+  const dirtyRowsChecked = sealed ? await drainSealed(ctx) : await drainAndCheck(ctx);
+  input.failed?.();
   // The consumer's work is done (the drain had all it captured). Its activity hears of the stop
   // at its next heartbeat, up to the worker's 2 s heartbeat throttle later: that wait stays out
   // of the write outage, awaited past the point of no return (executions begun before the patch
@@ -101,6 +120,8 @@ export async function cutOver(input: CutoverInput): Promise<CutoverReport> {
   const writeOutageMs = Math.max(0, Date.now() - Date.parse(frozenAt));
   const clientPauseMs = moved ? await moved.resume() : undefined;
   const afterwards = spec.cutover!.afterwards;
+  // Their last reports before the tables are marked complete.
+  if (sealed) await tablesEnded(ctx, input.tables);
   tracker.completeTables();
   tracker.event('CutoverCompleted', undefined, { writeOutageMs, dirtyRowsChecked, afterwards, ...(moved ? { clientPauseMs } : {}) });
   // Before capture is released: a consumer still streaming would fail on its dropped slot.
@@ -174,6 +195,72 @@ function describe(blockers: Blocker[]): string {
   return blockers.map((b) => `pid ${b.pid} (${b.applicationName || 'no application name'}, user ${b.user}, open ${b.xactAgeSeconds}s)`).join(', ');
 }
 
+/** Past the point of no return: a table workflow that failed after the drain had its table is a warning. */
+async function tablesEnded(ctx: MigrationContext, tables: CutoverInput['tables']): Promise<void> {
+  await Promise.all(
+    tables.map(async (table, index) => {
+      try {
+        await table.result();
+      } catch (err) {
+        const message = innermostApplicationFailure(err)?.message ?? String(err);
+        ctx.tracker.warnings.push(`the workflow of ${ctx.tracker.tables[index].source} failed after the drain had taken its table over: ${message}`);
+      }
+    }),
+  );
+}
+
+/**
+ * A sealed drain (the table workflows may still run a slice): groups of tables, one drainTables
+ * activity each (activities/drain.ts), whose first slice of each table takes its sync's fence.
+ */
+async function drainSealed(ctx: MigrationContext): Promise<number> {
+  const { id, spec, plan, tracker } = ctx;
+  const { drain } = ctx.acts;
+  const groups: TablePlan[][] = [];
+  for (let i = 0; i < plan.tables.length; i += DRAIN_GROUP_TABLES) groups.push(plan.tables.slice(i, i + DRAIN_GROUP_TABLES));
+  // Each group's fences a drain's own: a million apart (each attempt takes a thousand of them).
+  const fence = Date.now() + SEAL_AHEAD_MS;
+  let checked = 0;
+  // Every group at once: the drain is the write outage's own work.
+  await Promise.all(
+    groups.map(async (group, g) => {
+      const { tables } = await drain
+        .drainTables({
+          migrationId: id,
+          source: spec.source,
+          target: spec.target,
+          tables: group.map(copyTableOf),
+          fence: fence + g * 1_000_000,
+          sliceMs: SLICE_MS,
+          batchKeys: SYNC_BATCH_KEYS,
+          check: spec.validation !== 'none',
+          ...(spec.parallelism.apply > 1 ? { lanes: spec.parallelism.apply } : {}),
+        })
+        .catch((err: unknown) => {
+          // The drain checks capture too: changes it never logged must not pass the cutover.
+          const failure = innermostApplicationFailure(err);
+          const lost = failure?.type === FAILURE.CaptureLost ? (failure.details?.[0] as { tableIndex?: number } | undefined)?.tableIndex : undefined;
+          if (lost !== undefined) tracker.event('CaptureLost', tracker.tables[lost].source, { message: failure!.message });
+          throw err;
+        });
+      for (const table of tables) {
+        checked += table.checked;
+        if (table.mismatched > 0 || table.remaining > 0) breach(ctx, table.index, table);
+      }
+    }),
+  );
+  return checked;
+}
+
+function breach(ctx: MigrationContext, index: number, check: { mismatched: number; remaining: number }): never {
+  const { tracker } = ctx;
+  tracker.event('ConsistencyBreach', tracker.tables[index].source, { mismatched: check.mismatched, remaining: check.remaining });
+  throw ApplicationFailure.nonRetryable(
+    `${tracker.tables[index].source}: ${check.mismatched || check.remaining} changed row(s) still differ after the final drain`,
+    FAILURE.ConsistencyBreach,
+  );
+}
+
 /** The source is frozen and its writers are done: the logs can only shrink. */
 async function drainAndCheck(ctx: MigrationContext): Promise<number> {
   const { id, spec, plan, tracker } = ctx;
@@ -213,13 +300,7 @@ async function drainAndCheck(ctx: MigrationContext): Promise<number> {
       check = await drain.checkDirtyKeys(ref);
     }
     checked += check.checked;
-    if (check.mismatched > 0 || check.remaining > 0) {
-      tracker.event('ConsistencyBreach', tracker.tables[table.index].source, { mismatched: check.mismatched, remaining: check.remaining });
-      throw ApplicationFailure.nonRetryable(
-        `${tracker.tables[table.index].source}: ${check.mismatched || check.remaining} changed row(s) still differ after the final drain`,
-        FAILURE.ConsistencyBreach,
-      );
-    }
+    if (check.mismatched > 0 || check.remaining > 0) breach(ctx, table.index, check);
   });
   return checked;
 }

@@ -67,6 +67,8 @@ async function onlineChain(ctx: MigrationContext, settled: Promise<unknown>[], l
   const cutover = spec.cutover!;
   const handles: ChildWorkflowHandle<typeof tableMigrationWorkflow>[] = [];
   let childFailure: { error: unknown } | undefined;
+  // The cutover's drain takes the tables' syncs over without waiting for them to end.
+  const sealedDrain = flags.sealedDrain;
   // The slot holds every change from before the first copy; the consumer queues them as keys.
   const capture = logical
     ? new CaptureStream(ctx.acts.stream, { migrationId: id, source: spec.source, tables: captureTables(ctx) }, (error) => {
@@ -77,7 +79,7 @@ async function onlineChain(ctx: MigrationContext, settled: Promise<unknown>[], l
   // All at once: started one by one, each start would wait for a workflow task of its own.
   await Promise.all(
     plan.tables.map(async (table) => {
-      const handle = await startTable(ctx, table, true);
+      const handle = await startTable(ctx, table, true, { fencedRecheck: sealedDrain });
       handles[table.index] = handle;
       settled.push(
         handle.result().catch((error) => {
@@ -112,7 +114,7 @@ async function onlineChain(ctx: MigrationContext, settled: Promise<unknown>[], l
       );
     }
   }
-  return cutOver({ ctx, tables: handles, ...foreignKeys, ...(capture ? { capture } : {}) });
+  return cutOver({ ctx, tables: handles, ...foreignKeys, ...(capture ? { capture } : {}), ...(sealedDrain ? { sealedDrain, failed } : {}) });
 }
 
 /** At most parallelism.tables tables copy at once (the others already capture); until all are ready. */

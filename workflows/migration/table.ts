@@ -76,6 +76,11 @@ export interface TableWorkflowInput {
   copyingMarkedByParent?: boolean;
   /** Online: sessions applying the table's changes at once (`parallelism.apply`; absent: one). */
   applyLanes?: number;
+  /**
+   * Re-check dirty keys under the table's sync fence, so that the cutover's drain, once it has
+   * taken the fence, cannot meet a re-check still writing (PATCHES.sealedDrain).
+   */
+  fencedRecheck?: boolean;
   /** Carried across continue-as-new. */
   carried?: Carried;
 }
@@ -447,7 +452,7 @@ class TableRun {
       // (A table without a key keeps no dirty set: its changes apply exactly once, from a watermark.)
       if (this.input.validation !== 'none' && recheck && !isKeyless(this.table) && now - this.sync.lastRecheckAt >= this.timings.recheckMs) {
         this.sync.lastRecheckAt = now;
-        await this.acts.check.checkDirtyKeys({ ...this.ref(), table: this.copyTable });
+        await this.recheck();
         if (quiet) this.sync.dirtySinceRecheck = false;
         continue;
       }
@@ -465,6 +470,21 @@ class TableRun {
     }
     if (this.machine.can('CUTTING_OVER')) await this.move('CUTTING_OVER', 'cutover: the parent drains the last changes');
     return { rowsCopied: this.rowsCopied(), repairedRanges: this.repairedRanges };
+  }
+
+  /**
+   * The dirty keys re-checked while the table waits for the cutover. Under its sync fence
+   * (fencedRecheck) the cutover's drain, which takes the fence after asking the table to
+   * finish, stops it as Superseded: the drain has the table from there.
+   */
+  private async recheck(): Promise<void> {
+    const fence = this.input.fencedRecheck ? { fence: nextFence(this.sync) } : {};
+    try {
+      await this.acts.check.checkDirtyKeys({ ...this.ref(), table: this.copyTable, ...fence });
+    } catch (err) {
+      if (this.finishRequested && innermostApplicationFailure(err)?.type === FAILURE.Superseded) return;
+      throw err;
+    }
   }
 
   /**
