@@ -54,6 +54,10 @@ const SCENARIOS: Record<string, { failureType?: string; change?: boolean; runs?:
   // run ending while NATS was down: its last events handed to eventPublisherWorkflow (patch
   // detached-event-publisher).
   'online-event-stream': {},
+  // The cutover's drain taking the tables' syncs over (drainTables, its first slice of each
+  // sealing it) without waiting for their workflows to end, whose dirty-key re-checks ran under
+  // their sync fence; the tables awaited past the point of no return (patch sealed-drain).
+  'online-sealed-drain': {},
   // capture: logical on a private wal_level=logical cluster: the slot consumer beside the tables
   // and the cutover's wait for it, behind patched('logical-capture').
   'online-logical': {},
@@ -179,7 +183,7 @@ describe('recorded workflow histories', () => {
     }
 
     const all = [...fixtures.values()].flat();
-    expect(all).toHaveLength(129);
+    expect(all).toHaveLength(133);
     // docs/reliability.md's determinism row counts them, and the scenarios.
     const reliability = readFileSync(join(__dirname, '..', '..', 'docs', 'reliability.md'), 'utf8');
     expect(reliability).toContain(`${all.length} recorded histories in ${Object.keys(SCENARIOS).length} scenarios`);
