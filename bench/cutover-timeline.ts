@@ -4,8 +4,11 @@ import type { FerryClient } from '../src/client';
 
 /**
  * Where a cutover's outage went, read from the migration's history: from the freeze flip to the
- * writers' wait done, the tables' syncs stopped, the drain and dirty-row checks done, and the
- * target finished (the point of no return), in ms after the flip.
+ * writers' wait done, every table asked to finish, the drain and dirty-row checks done (one
+ * drainTables per group of tables; before the sealed drain, syncChanges and checkDirtyKeys per
+ * table), and the target finished (the point of no return), in ms after the flip; and when the
+ * last table workflow ended (before the sealed drain, inside the outage; now beside the drain,
+ * and it may be past the point of no return).
  */
 export async function cutoverTimeline(ferry: FerryClient, id: string): Promise<string> {
   type Event = {
@@ -14,16 +17,19 @@ export async function cutoverTimeline(ferry: FerryClient, id: string): Promise<s
     activityTaskScheduledEventAttributes?: { activityType?: { name?: string } };
     activityTaskCompletedEventAttributes?: { scheduledEventId?: string };
     childWorkflowExecutionCompletedEventAttributes?: unknown;
+    externalWorkflowExecutionSignaledEventAttributes?: unknown;
   };
   const { events } = JSON.parse(historyToJSON(await ferry.handle(id).fetchHistory())) as { events: Event[] };
   const scheduled = new Map<string, string>();
   const done: { type: string; at: number }[] = [];
   const childrenEnded: number[] = [];
+  const signaled: number[] = [];
   for (const e of events) {
     const at = Date.parse(e.eventTime);
     if (e.activityTaskScheduledEventAttributes) scheduled.set(e.eventId, e.activityTaskScheduledEventAttributes.activityType?.name ?? '');
     if (e.activityTaskCompletedEventAttributes) done.push({ type: scheduled.get(e.activityTaskCompletedEventAttributes.scheduledEventId ?? '') ?? '', at });
     if (e.childWorkflowExecutionCompletedEventAttributes) childrenEnded.push(at);
+    if (e.externalWorkflowExecutionSignaledEventAttributes) signaled.push(at);
   }
   // The flip is the setFreeze before the wait for writers (another one after the point of no return marks the source moved).
   const firstWait = done.find((d) => d.type === 'awaitWriters')?.at ?? Infinity;
@@ -32,9 +38,12 @@ export async function cutoverTimeline(ferry: FerryClient, id: string): Promise<s
   const last = (times: number[]) => Math.max(0, ...times.filter((t) => t >= flip && t <= finished));
   const ofType = (type: string) => last(done.filter((d) => d.type === type).map((d) => d.at));
   const after = (t: number) => (t > 0 ? `${t - flip} ms` : '—');
+  const grouped = ofType('drainTables');
+  const drain = grouped > 0 ? `drain and check ${after(grouped)}` : `drain ${after(ofType('syncChanges'))}, dirty check ${after(ofType('checkDirtyKeys'))}`;
+  const tablesEnded = Math.max(0, ...childrenEnded.filter((t) => t >= flip));
   return (
-    `writers ${after(ofType('awaitWriters'))}, syncs stopped ${after(last(childrenEnded))}, drain ${after(ofType('syncChanges'))}, ` +
-    `dirty check ${after(ofType('checkDirtyKeys'))}, finished ${after(ofType('finishTarget'))}`
+    `writers ${after(ofType('awaitWriters'))}, tables asked to finish ${after(last(signaled))}, ${drain}, ` +
+    `finished ${after(ofType('finishTarget'))}; table workflows ended ${after(tablesEnded)}`
   );
 }
 

@@ -91,12 +91,18 @@ export async function cutOver(input: CutoverInput): Promise<CutoverReport> {
   const unlessEnded = (err: unknown) => {
     if (innermostApplicationFailure(err)?.type !== 'ExternalWorkflowExecutionNotFound') throw err;
   };
-  await Promise.all(input.tables.map((table) => (ended ? table.signal(finishSyncSignal).catch(unlessEnded) : table.signal(finishSyncSignal))));
-  // Sealed: the tables end beside the drain, which takes their syncs from them; before, the
-  // outage waited for every table workflow to end, one workflow task after another.
+  const asked = Promise.all(input.tables.map((table) => (ended ? table.signal(finishSyncSignal).catch(unlessEnded) : table.signal(finishSyncSignal))));
+  asked.catch(() => undefined); // awaited below
+  // Sealed: the drain begins as the tables are asked to finish (in the same workflow task), and
+  // they end beside it, as it takes their syncs from them; before, the outage waited for every
+  // table workflow to end, one workflow task after another.
   const sealed = input.sealedDrain === true;
-  if (!sealed) await Promise.all(input.tables.map((t) => t.result()));
+  if (!sealed) {
+    await asked;
+    await Promise.all(input.tables.map((t) => t.result()));
+  }
   const dirtyRowsChecked = sealed ? await drainSealed(ctx) : await drainAndCheck(ctx);
+  await asked;
   input.failed?.();
   // The consumer's work is done (the drain had all it captured). Its activity hears of the stop
   // at its next heartbeat, up to the worker's 2 s heartbeat throttle later: that wait stays out

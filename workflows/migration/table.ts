@@ -440,7 +440,14 @@ class TableRun {
       await condition(() => !this.control.paused || this.finishRequested);
       if (this.finishRequested) break;
       if (this.historyFull()) return this.carryOn();
-      const result = await this.slices.run('sync', () => this.syncChanges(this.steadySyncSlice()));
+      let result;
+      try {
+        result = await this.slices.run('sync', () => this.syncChanges(this.steadySyncSlice()));
+      } catch (err) {
+        if (!this.takenOver(err)) throw err;
+        await condition(() => this.finishRequested);
+        break;
+      }
       if (!result) continue;
       const now = Date.now();
       const quiet = flags.quietIdleTables;
@@ -474,17 +481,26 @@ class TableRun {
 
   /**
    * The dirty keys re-checked while the table waits for the cutover. Under its sync fence
-   * (fencedRecheck) the cutover's drain, which takes the fence after asking the table to
-   * finish, stops it as Superseded: the drain has the table from there.
+   * (fencedRecheck) the cutover's drain, once it has taken the fence, stops it as Superseded:
+   * the drain has the table from there.
    */
   private async recheck(): Promise<void> {
     const fence = this.input.fencedRecheck ? { fence: nextFence(this.sync) } : {};
     try {
       await this.acts.check.checkDirtyKeys({ ...this.ref(), table: this.copyTable, ...fence });
     } catch (err) {
-      if (this.finishRequested && innermostApplicationFailure(err)?.type === FAILURE.Superseded) return;
-      throw err;
+      if (!this.takenOver(err)) throw err;
+      await condition(() => this.finishRequested);
     }
+  }
+
+  /**
+   * The cutover's drain has taken the table's sync (its fence) over: only the drain takes a fence
+   * ahead of the table's own, and the parent asks the table to finish as it begins to drain —
+   * that request may arrive just after this.
+   */
+  private takenOver(err: unknown): boolean {
+    return this.input.fencedRecheck === true && innermostApplicationFailure(err)?.type === FAILURE.Superseded;
   }
 
   /**
