@@ -7,9 +7,11 @@
  *   writers     wait until the write transactions begun before the flip have ended — their
  *               changes must be in the log before the drain — naming them while they block;
  *               after cutover.maxWait, cutover.onBlocked decides: roll back, end them, or wait.
- *               The tables keep syncing all the while, so no backlog piles up;
- *   drain       the tables stop; the last changes are applied and the changed rows compared,
- *               every table at once: work that grows with the rows changed, not the table;
+ *               The tables are asked to finish at the flip (sealed drain; before, they kept
+ *               syncing through this wait and were stopped after it);
+ *   drain       the last changes are applied and the changed rows compared, in groups of
+ *               tables, each table's sync taken over from its workflow (a fence ahead of its
+ *               own): work that grows with the rows changed, not the table;
  *   sequences   the source's positions, and foreign keys that could not be added earlier;
  *   no return   the target is authoritative; nothing after this can fail the migration:
  *               capture and (afterwards: unfreeze) the freeze are removed where locks allow,
@@ -78,31 +80,24 @@ export async function cutOver(input: CutoverInput): Promise<CutoverReport> {
   if (moved) await moved.pause();
   saga.push('openSource', () => cutoverSteps.setFreeze({ migrationId: id, source: spec.source, state: 'open' }));
   const { at: frozenAt } = await cutoverSteps.setFreeze({ migrationId: id, source: spec.source, state: 'frozen' });
+  // Sealed: the tables are asked to finish at the flip, and end while the writers are waited
+  // for; the drain takes their syncs from them, so it needs neither the requests delivered nor
+  // the workflows ended (awaited past the point of no return). Before, the outage waited after
+  // the writers for every table workflow to end, one workflow task after another.
+  const sealed = input.sealedDrain === true;
+  const asked = sealed ? askToFinish(input) : undefined;
+  asked?.catch(() => undefined); // awaited past the point of no return
   // A consumer that fails from here on could never confirm what the writers still commit.
   const capture = input.capture;
   const watched = capture && flags.deadConsumerEndsCutover ? <T>(work: () => Promise<T>) => capture.unlessFailed(work) : <T>(work: () => Promise<T>) => work();
   await watched(() => awaitWriters(ctx, frozenAt));
   // The writers are done; their changes reach the logs once the consumer is past this moment.
   if (capture) await watched(() => cutoverSteps.awaitCaptured({ migrationId: id, source: spec.source }));
-
-  // A table may have failed meanwhile (its last slice found capture lost): the signal then finds
-  // no workflow, and the table's own failure, from its result, is the one to report.
-  const ended = flags.tableFailureOverSignal;
-  const unlessEnded = (err: unknown) => {
-    if (innermostApplicationFailure(err)?.type !== 'ExternalWorkflowExecutionNotFound') throw err;
-  };
-  const asked = Promise.all(input.tables.map((table) => (ended ? table.signal(finishSyncSignal).catch(unlessEnded) : table.signal(finishSyncSignal))));
-  asked.catch(() => undefined); // awaited below
-  // Sealed: the drain begins as the tables are asked to finish (in the same workflow task), and
-  // they end beside it, as it takes their syncs from them; before, the outage waited for every
-  // table workflow to end, one workflow task after another.
-  const sealed = input.sealedDrain === true;
   if (!sealed) {
-    await asked;
+    await askToFinish(input);
     await Promise.all(input.tables.map((t) => t.result()));
   }
   const dirtyRowsChecked = sealed ? await drainSealed(ctx) : await drainAndCheck(ctx);
-  await asked;
   input.failed?.();
   // The consumer's work is done (the drain had all it captured). Its activity hears of the stop
   // at its next heartbeat, up to the worker's 2 s heartbeat throttle later: that wait stays out
@@ -127,7 +122,7 @@ export async function cutOver(input: CutoverInput): Promise<CutoverReport> {
   const clientPauseMs = moved ? await moved.resume() : undefined;
   const afterwards = spec.cutover!.afterwards;
   // Their last reports before the tables are marked complete.
-  if (sealed) await tablesEnded(ctx, input.tables);
+  if (asked) await tablesEnded(ctx, input.tables, asked);
   tracker.completeTables();
   tracker.event('CutoverCompleted', undefined, { writeOutageMs, dirtyRowsChecked, afterwards, ...(moved ? { clientPauseMs } : {}) });
   // Before capture is released: a consumer still streaming would fail on its dropped slot.
@@ -201,8 +196,18 @@ function describe(blockers: Blocker[]): string {
   return blockers.map((b) => `pid ${b.pid} (${b.applicationName || 'no application name'}, user ${b.user}, open ${b.xactAgeSeconds}s)`).join(', ');
 }
 
+/** finishSync to every table. One that has failed meanwhile (its last slice found capture lost) has no workflow to signal: its own failure, from its result, is the one to report. */
+function askToFinish(input: CutoverInput): Promise<unknown> {
+  const ended = flags.tableFailureOverSignal;
+  const unlessEnded = (err: unknown) => {
+    if (innermostApplicationFailure(err)?.type !== 'ExternalWorkflowExecutionNotFound') throw err;
+  };
+  return Promise.all(input.tables.map((table) => (ended ? table.signal(finishSyncSignal).catch(unlessEnded) : table.signal(finishSyncSignal))));
+}
+
 /** Past the point of no return: a table workflow that failed after the drain had its table is a warning. */
-async function tablesEnded(ctx: MigrationContext, tables: CutoverInput['tables']): Promise<void> {
+async function tablesEnded(ctx: MigrationContext, tables: CutoverInput['tables'], asked: Promise<unknown>): Promise<void> {
+  await asked.catch((err: unknown) => ctx.tracker.warnings.push(`a table was not asked to finish: ${innermostApplicationFailure(err)?.message ?? String(err)}`));
   await Promise.all(
     tables.map(async (table, index) => {
       try {
