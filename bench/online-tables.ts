@@ -1,7 +1,7 @@
 /**
  * `npm run bench:online-tables` — an online migration of many small tables (a schema per tenant),
- * on this machine: what the number of tables costs, before anything changes how online tables
- * are run. For each shape (--shapes 100,500: that many tables of --rows 50 rows, spread over
+ * on this machine: what the number of tables costs online (the time to approval, the outage).
+ * For each shape (--shapes 100,500: that many tables of --rows 50 rows, spread over
  * --schemas 10 schemas) one migration, capture by triggers, validation checksum, manual approval
  * given as soon as every table is ready, while pgbench (--clients 2) updates a random row of a
  * random table in each transaction until the cutover's freeze ends it. Prints per shape: the
