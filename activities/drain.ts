@@ -15,8 +15,6 @@ import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { FAILURE } from '../src/core/failure-types';
 import { CopyTable } from '../src/core/plan';
-import type { CheckDirtyInput, CheckDirtyResult } from './check-dirty';
-import type { SyncInput, SyncResult } from './sync-changes';
 
 export interface DrainTablesInput {
   migrationId: string;
@@ -43,12 +41,33 @@ export interface DrainedTable {
   remaining: number;
 }
 
+/** What drainTables asks of syncChanges (activities/sync-changes.ts SyncInput; activities do not import each other). */
+interface DrainSlice {
+  migrationId: string;
+  source: string;
+  target: string;
+  table: CopyTable;
+  fence: number;
+  sliceMs: number;
+  batchKeys: number;
+  recordDirty: boolean;
+  returnWhenCaughtUp: boolean;
+  seal?: boolean;
+  lanes?: number;
+}
+
+/** The two activities a drain is made of, as activities/index.ts hands them over. */
+export interface DrainParts {
+  syncChanges(input: DrainSlice): Promise<{ caughtUp: boolean; pending: number }>;
+  checkDirtyKeys(input: Pick<DrainSlice, 'migrationId' | 'source' | 'target' | 'table'>): Promise<Omit<DrainedTable, 'index'>>;
+}
+
 /** Tables of a group drained at once (each takes a pair of sessions, more with lanes). */
 const TABLES_AT_ONCE = 4;
 /** Slices of one table per attempt: its fences step by one within the attempt's thousand. */
 const SLICES_PER_ATTEMPT = 1000;
 
-export function createDrainTables(activities: { syncChanges(input: SyncInput): Promise<SyncResult>; checkDirtyKeys(input: CheckDirtyInput): Promise<CheckDirtyResult> }) {
+export function createDrainTables(activities: DrainParts) {
   return async function drainTables(input: DrainTablesInput): Promise<{ tables: DrainedTable[] }> {
     const { attempt } = Context.current().info;
     const drained: DrainedTable[] = [];
@@ -68,7 +87,7 @@ async function drainTable(
   input: DrainTablesInput,
   table: CopyTable,
   attempt: number,
-  { syncChanges, checkDirtyKeys }: Parameters<typeof createDrainTables>[0],
+  { syncChanges, checkDirtyKeys }: DrainParts,
 ): Promise<DrainedTable> {
   const ref = { migrationId: input.migrationId, source: input.source, target: input.target, table };
   let slice = 0;

@@ -71,7 +71,7 @@ const DRAIN_GROUP_TABLES = 25;
 export async function cutOver(input: CutoverInput): Promise<CutoverReport> {
   const { ctx } = input;
   const { id, spec, tracker, saga } = ctx;
-  const { cutoverSteps, steps } = ctx.acts;
+  const { cutoverSteps } = ctx.acts;
   tracker.step('cutover');
   tracker.setPhase('CUTTING_OVER', spec.cutover!.approval === 'auto' ? 'approved automatically' : 'approved');
   tracker.event('CutoverStarted');
@@ -105,14 +105,7 @@ export async function cutOver(input: CutoverInput): Promise<CutoverReport> {
   // awaited it here, and replay so).
   const consumerStopped = input.capture?.stop();
   if (input.capture && !flags.consumerStopOutsideOutage) await consumerStopped;
-  const unvalidated = [...input.unvalidatedForeignKeys];
-  if (input.foreignKeysAfterDrain) {
-    // NOT VALID: no scan inside the outage; validated after the point of no return.
-    const added = await steps.addForeignKeys({ source: spec.source, target: spec.target, tables: ctx.plan.tables });
-    for (const fk of added.skipped) tracker.warnings.push(`foreign key ${fk} not created: the referenced table is not on the target`);
-    unvalidated.push(...added.foreignKeys);
-  }
-  await steps.finishTarget({ migrationId: id, source: spec.source, target: spec.target, tables: ctx.plan.tables, ...objectSequences(ctx) });
+  const unvalidated = await finishTarget(input);
   // Still undone on a failure: the application's queries are held until the resume.
   if (moved) await moved.repoint();
 
@@ -131,6 +124,25 @@ export async function cutOver(input: CutoverInput): Promise<CutoverReport> {
   await CancellationScope.nonCancellable(() => afterPointOfNoReturn(ctx, unvalidated));
   const switched = spec.cutover!.switch ? { switch: 'pgbouncer' in spec.cutover!.switch ? ('pgbouncer' as const) : ('webhook' as const), clientPauseMs: clientPauseMs! } : {};
   return { frozenAt, writeOutageMs, dirtyRowsChecked, afterwards, ...switched };
+}
+
+/**
+ * The target's last steps inside the outage: foreign keys that could not be added before the
+ * drain (NOT VALID: no scan here), then sequences and the completion mark. Returns the foreign
+ * keys to validate after the point of no return.
+ */
+async function finishTarget(input: CutoverInput): Promise<CutoverInput['unvalidatedForeignKeys']> {
+  const { ctx } = input;
+  const { id, spec, tracker } = ctx;
+  const { steps } = ctx.acts;
+  const unvalidated = [...input.unvalidatedForeignKeys];
+  if (input.foreignKeysAfterDrain) {
+    const added = await steps.addForeignKeys({ source: spec.source, target: spec.target, tables: ctx.plan.tables });
+    for (const fk of added.skipped) tracker.warnings.push(`foreign key ${fk} not created: the referenced table is not on the target`);
+    unvalidated.push(...added.foreignKeys);
+  }
+  await steps.finishTarget({ migrationId: id, source: spec.source, target: spec.target, tables: ctx.plan.tables, ...objectSequences(ctx) });
+  return unvalidated;
 }
 
 /** Waits for the write transactions begun before the freeze, as cutover.onBlocked says. */
