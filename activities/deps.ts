@@ -16,7 +16,15 @@ export interface ActivityDeps {
   metrics?: ActivityMetrics;
   /** The worker's publisher to the event stream (FERRY_NATS_URL); absent where none is configured. */
   events?: EventPublisher;
+  /**
+   * The activities the worker runs at once (DEFAULT_ACTIVITY_SLOTS when absent): the budget an
+   * activity that works on several tables at once (the cutover's drain) shares with its peers.
+   */
+  activitySlots?: number;
 }
+
+/** A worker's activity slots unless `--concurrency` says otherwise. */
+export const DEFAULT_ACTIVITY_SLOTS = 8;
 
 export type ActivityMetrics = Pick<
   FerryMetrics,

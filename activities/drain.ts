@@ -14,6 +14,7 @@
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { FAILURE } from '../src/core/failure-types';
+import { Limiter } from '../src/core/limiter';
 import { CopyTable } from '../src/core/plan';
 
 export interface DrainTablesInput {
@@ -62,12 +63,24 @@ export interface DrainParts {
   checkDirtyKeys(input: Pick<DrainSlice, 'migrationId' | 'source' | 'target' | 'table'>): Promise<Omit<DrainedTable, 'index'>>;
 }
 
-/** Tables of a group drained at once (each takes a pair of sessions, more with lanes). */
+/**
+ * Tables of a group drained at once (each takes a pair of sessions, more with lanes), within
+ * the worker's budget (`places`).
+ */
 const TABLES_AT_ONCE = 4;
+/** How often a table waiting for a place among the worker's drains heartbeats. */
+const WAITING_HEARTBEAT_MS = 2_000;
 /** Slices of one table per attempt: its fences step by one within the attempt's thousand. */
 const SLICES_PER_ATTEMPT = 1000;
 
-export function createDrainTables(activities: DrainParts) {
+/**
+ * `places`: the tables the worker drains at once across all its drainTables activities — as
+ * many as it has activity slots, so that the drain's sessions stay within what that many
+ * single-table activities would hold (every group runs at once, and a group's four tables would
+ * otherwise take four pairs per slot: 300 tables on two workers ran the database out of
+ * connections).
+ */
+export function createDrainTables(activities: DrainParts, places: Limiter) {
   return async function drainTables(input: DrainTablesInput): Promise<{ tables: DrainedTable[] }> {
     const { attempt } = Context.current().info;
     const drained: DrainedTable[] = [];
@@ -75,12 +88,28 @@ export function createDrainTables(activities: DrainParts) {
     const worker = async () => {
       while (next < input.tables.length) {
         const table = input.tables[next++];
-        drained.push(await drainTable(input, table, attempt, activities));
+        const release = await takePlace(places);
+        try {
+          drained.push(await drainTable(input, table, attempt, activities));
+        } finally {
+          release();
+        }
       }
     };
     await Promise.all(Array.from({ length: Math.min(TABLES_AT_ONCE, input.tables.length) }, worker));
     return { tables: drained.sort((a, b) => a.index - b.index) };
   };
+}
+
+/** A place among the worker's drains, heartbeating while it waits (a cancellation ends the wait). */
+async function takePlace(places: Limiter): Promise<() => void> {
+  const ctx = Context.current();
+  const beat = setInterval(() => ctx.heartbeat(), WAITING_HEARTBEAT_MS);
+  try {
+    return await places.acquire(ctx.cancellationSignal);
+  } finally {
+    clearInterval(beat);
+  }
 }
 
 async function drainTable(

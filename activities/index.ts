@@ -13,7 +13,7 @@ import { classified } from './classified';
 import { createCleanupActivities } from './cleanup';
 import { createCopyChunk, createCopySmallTables } from './copy-chunk';
 import { createDrainTables } from './drain';
-import { ActivityDeps } from './deps';
+import { ActivityDeps, DEFAULT_ACTIVITY_SLOTS } from './deps';
 import { createFinalizeTarget } from './legacy/finalize-target';
 import { createForeignKeyActivities } from './foreign-keys';
 import { createFreezeActivities } from './freeze';
@@ -30,6 +30,7 @@ import { createStreamActivities } from './stream-changes';
 import { createRewriteActivities } from './rewrite';
 import { createRewriteSwapActivities } from './rewrite-swap';
 import { createChecksumBlocks, createRepairRange, createValidateAtPosition, createValidateChunk } from './validate-chunk';
+import { Limiter } from '../src/core/limiter';
 
 export type { ActivityDeps };
 
@@ -59,7 +60,7 @@ export function createActivities(deps: ActivityDeps) {
     ...createStreamActivities(deps),
     checkDirtyKeys,
     // The cutover's drain and check of a group of tables (PATCHES.sealedDrain).
-    drainTables: createDrainTables({ syncChanges: sync.syncChanges, checkDirtyKeys }),
+    drainTables: createDrainTables({ syncChanges: sync.syncChanges, checkDirtyKeys }, new Limiter(deps.activitySlots ?? DEFAULT_ACTIVITY_SLOTS)),
     sendCallback: createSendCallback(deps),
     ...createEventActivities(deps),
     // The cutover's switch: PgBouncer's (served beside it, createSwitchWorkerActivities) or a webhook's.

@@ -5,6 +5,7 @@
 import type { Duration } from '@temporalio/common';
 import { NativeConnection, Worker, WorkerOptions } from '@temporalio/worker';
 import { createActivities, createSwitchWorkerActivities } from '../activities';
+import { DEFAULT_ACTIVITY_SLOTS } from '../activities/deps';
 import { dataConverterFromEnv } from './codec';
 import { connectionOptions, TemporalConfig } from './config';
 import { ConnectionRegistry } from './db/connections';
@@ -106,7 +107,7 @@ export async function createFerryWorker(options: FerryWorkerOptions): Promise<Fe
   const dataConverter = dataConverterFromEnv(env);
   const switchOnly = options.switchQueue !== undefined;
   const bundle = switchOnly ? undefined : (options.workflowBundle ?? workflowBundle(env, { encodeFailures: Boolean(dataConverter?.failureConverterPath) }));
-  const activitySlots = options.maxConcurrentActivityTaskExecutions ?? 8;
+  const activitySlots = options.maxConcurrentActivityTaskExecutions ?? DEFAULT_ACTIVITY_SLOTS;
   // Two more pooled sessions than activity slots: an activity holds at most two of a pool's
   // sessions at once (source and target, which may be the same connection name), so while every
   // running activity holds one and waits for its second, two are still free and no wait is
@@ -123,7 +124,7 @@ export async function createFerryWorker(options: FerryWorkerOptions): Promise<Fe
     ...(bundle ? { workflowBundle: bundle } : {}),
     activities: switchOnly
       ? createSwitchWorkerActivities({ connections, logger: options.logger, env })
-      : createActivities({ connections, logger: options.logger, env, metrics: options.metrics, events }),
+      : createActivities({ connections, logger: options.logger, env, metrics: options.metrics, events, activitySlots }),
     maxConcurrentActivityTaskExecutions: activitySlots,
     maxConcurrentWorkflowTaskExecutions: options.maxConcurrentWorkflowTaskExecutions ?? 40,
     shutdownGraceTime: options.shutdownGraceTime ?? '30 seconds',

@@ -4,7 +4,8 @@
  * history must stay far from Temporal's limit. Checked against the databases, table by table.
  */
 import { Client } from 'pg';
-import { TestDatabases } from '../helpers/databases';
+import { FERRY_APPLICATION_NAME } from '../helpers/backends';
+import { adminUrl, TestDatabases } from '../helpers/databases';
 import { expectCleanRun } from '../helpers/repairs';
 import { resultWithin } from '../helpers/stack';
 import { stackSuite } from '../helpers/suite';
@@ -18,6 +19,33 @@ async function digests(dbs: TestDatabases, role: string): Promise<Record<string,
        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'many' AND c.relkind = 'r' ORDER BY 1`,
   );
   return Object.fromEntries(rows.map((r) => [r.t, r.d]));
+}
+
+/**
+ * The most sessions the workers held on the server at once, sampled every 100 ms until `stop`:
+ * the test's databases share the machine's server and its max_connections with everything else.
+ */
+function peakSessions(): { stop(): Promise<{ peak: number; limit: number }> } {
+  const admin = new Client({ connectionString: adminUrl() });
+  let running = true;
+  let peak = 0;
+  const loop = (async () => {
+    await admin.connect();
+    while (running) {
+      const { rows } = await admin.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_catalog.pg_stat_activity WHERE application_name = $1', [FERRY_APPLICATION_NAME]);
+      peak = Math.max(peak, rows[0].n);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    const { rows } = await admin.query<{ n: number }>("SELECT current_setting('max_connections')::int AS n");
+    await admin.end();
+    return rows[0].n;
+  })();
+  return {
+    async stop() {
+      running = false;
+      return { peak, limit: await loop };
+    },
+  };
 }
 
 /**
@@ -75,6 +103,7 @@ export function manyTablesSuite(defaultTables: number): void {
           }
         }
       })();
+      const sessions = peakSessions();
       let result;
       try {
         result = await resultWithin(suite.stack.ferry, id, 1_140_000);
@@ -83,7 +112,12 @@ export function manyTablesSuite(defaultTables: number): void {
         await writes$;
         await writer.end();
       }
+      const { peak, limit } = await sessions.stop();
+      console.log(`many tables: ${TABLES} tables, the workers' sessions peaked at ${peak} (max_connections ${limit})`);
       expect(result.state).toBe('SUCCEEDED');
+      // Two workers of eight slots: well inside the server's connections (the cutover's drain,
+      // four tables per activity and every group at once, once reached 98 of 100).
+      expect(peak).toBeLessThan(limit * 0.8);
       expect(stoppedBy).toMatch(/is frozen: Ferry migration many-tables/);
       expect(writes.insert + writes.update + writes.delete).toBeGreaterThan(100);
       expect(Math.min(writes.insert, writes.update, writes.delete)).toBeGreaterThan(10);
