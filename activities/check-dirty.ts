@@ -19,26 +19,9 @@ import { QualifiedName, quoteQualified } from '../src/core/identifiers';
 import { Key } from '../src/core/plan';
 import { ActivityDeps } from './deps';
 import { enqueue, keysFromJson } from '../src/db/change-log';
+import type { CheckDirtyInput, CheckDirtyResult } from '../src/core/sync-types';
 
-export interface CheckDirtyInput {
-  migrationId: string;
-  source: string;
-  target: string;
-  table: CopyTable;
-  batchKeys?: number;
-  /** A table's own re-check: its page writes under the table's sync fence (see createCheckDirty). */
-  fence?: number;
-}
-
-export interface CheckDirtyResult {
-  checked: number;
-  /** Keys whose rows differed; they were put back into the change log. */
-  mismatched: number;
-  /** Keys skipped because they were waiting in the change log. */
-  waiting: number;
-  /** Dirty keys left after the check. */
-  remaining: number;
-}
+export type { CheckDirtyInput, CheckDirtyResult } from '../src/core/sync-types';
 
 async function rowsByKey(db: ClientBase, table: CopyTable, relation: QualifiedName, keys: Key[]): Promise<Map<string, string>> {
   const binder = new ParamBinder();

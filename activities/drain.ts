@@ -16,6 +16,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { FAILURE } from '../src/core/failure-types';
 import { Limiter } from '../src/core/limiter';
 import { CopyTable } from '../src/core/plan';
+import type { CheckDirtyInput, CheckDirtyResult, SyncInput, SyncResult } from '../src/core/sync-types';
 
 export interface DrainTablesInput {
   migrationId: string;
@@ -42,25 +43,10 @@ export interface DrainedTable {
   remaining: number;
 }
 
-/** What drainTables asks of syncChanges (activities/sync-changes.ts SyncInput; activities do not import each other). */
-interface DrainSlice {
-  migrationId: string;
-  source: string;
-  target: string;
-  table: CopyTable;
-  fence: number;
-  sliceMs: number;
-  batchKeys: number;
-  recordDirty: boolean;
-  returnWhenCaughtUp: boolean;
-  seal?: boolean;
-  lanes?: number;
-}
-
 /** The two activities a drain is made of, as activities/index.ts hands them over. */
 export interface DrainParts {
-  syncChanges(input: DrainSlice): Promise<{ caughtUp: boolean; pending: number }>;
-  checkDirtyKeys(input: Pick<DrainSlice, 'migrationId' | 'source' | 'target' | 'table'>): Promise<Omit<DrainedTable, 'index'>>;
+  syncChanges(input: SyncInput): Promise<Pick<SyncResult, 'caughtUp' | 'pending'>>;
+  checkDirtyKeys(input: CheckDirtyInput): Promise<Pick<CheckDirtyResult, 'checked' | 'mismatched' | 'remaining'>>;
 }
 
 /**

@@ -21,6 +21,7 @@ import { withCatalogKeyTypes } from '../src/db/catalog';
 import { copyStream, deleteKeys, selectColumns } from '../src/db/copy-stream';
 import type { CopyTable } from '../src/core/plan';
 import { asActivityFailure } from '../src/db/errors';
+import type { SyncInput, SyncResult } from '../src/core/sync-types';
 import { distinctKeys, keyAsText, keyFromRow, keyInList, keyOrder, keyPredicate, literalBinder, ParamBinder, rangeBounds } from '../src/db/ranges';
 import { evictConflictsSql, readUniqueKeys } from '../src/db/unique-keys';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified } from '../src/core/identifiers';
@@ -28,55 +29,7 @@ import { INTEGER_TYPES, isKeyless, Key, KeyRange } from '../src/core/plan';
 import { syncKeylessSlice } from '../src/db/keyless-sync';
 import { ActivityDeps, tableLabel } from './deps';
 
-export interface SyncInput {
-  migrationId: string;
-  source: string;
-  target: string;
-  table: CopyTable;
-  fence: number;
-  sliceMs: number;
-  /** Keys per round. */
-  batchKeys: number;
-  /** Record applied keys in the dirty set (the table's validation has begun). */
-  recordDirty: boolean;
-  /**
-   * Return as soon as the log is caught up (first catch-up, final drain). Otherwise keep
-   * polling the log every POLL_MS for the whole slice: one activity per slice instead of one
-   * per poll keeps Temporal's own load off the machines.
-   */
-  returnWhenCaughtUp: boolean;
-  /**
-   * Sessions that apply a round at once, each its share of the keys by key hash, in its own
-   * fenced target transaction (`parallelism.apply`; absent: one). A table with unique indexes
-   * besides its key is applied by one session whatever this says.
-   */
-  lanes?: number;
-  /**
-   * With returnWhenCaughtUp: keep polling the log (every POLL_MS) this long while the rounds
-   * find changes, rather than returning after the first round that caught up. A look that finds
-   * the log empty (an idle table, which then frees its activity slot) or the source frozen (the
-   * cutover is about to ask for the finish) returns at once. Absent: no dwell.
-   */
-  busyDwellMs?: number;
-  /**
-   * The cutover's first drain of the table: take the sync's fence even when the log is empty
-   * (no look without it), so that from here on no slice or re-check of the table's own workflow
-   * can write (PATCHES.sealedDrain: the drain's fences are ahead of any the table hands out).
-   */
-  seal?: boolean;
-}
-
-export interface SyncResult {
-  applied: number;
-  rounds: number;
-  /**
-   * The last round found less than a full batch: the sync keeps up. (With live writers the log
-   * is never empty for long; "caught up" must not wait for that, or hot tables never converge.)
-   */
-  caughtUp: boolean;
-  pending: number;
-  lagSeconds: number;
-}
+export type { SyncInput, SyncResult } from '../src/core/sync-types';
 
 export interface EnqueueInput {
   migrationId: string;
@@ -351,12 +304,19 @@ async function retireLogRows(source: ClientBase, log: string, rows: { id: unknow
 }
 
 
+/** A dwelling slice that waited for its worker slot longer than crowdedAfterMs (SyncInput). */
+function waitedTooLong(input: SyncInput): boolean {
+  if (input.busyDwellMs === undefined || input.crowdedAfterMs === undefined) return false;
+  return Date.now() - Context.current().info.currentAttemptScheduledTimestampMs > input.crowdedAfterMs;
+}
+
 export function createSyncActivities({ connections, logger, metrics }: ActivityDeps) {
   async function syncChanges(input: SyncInput): Promise<SyncResult> {
-    const result = await syncOrEmpty(input);
+    const crowded = waitedTooLong(input);
+    const result = await syncOrEmpty(crowded ? { ...input, busyDwellMs: undefined } : input);
     metrics?.changesApplied.inc({ table: tableLabel(input.table) }, result.applied);
     metrics?.changeLag.set({ table: tableLabel(input.table) }, result.pending);
-    return result;
+    return crowded ? { ...result, crowded } : result;
   }
 
   async function syncOrEmpty(input: SyncInput): Promise<SyncResult> {
