@@ -63,6 +63,8 @@ interface Scenario {
   pooler?: boolean;
   /** A real `nats-server -js`: the workers publish events (and read approvals) there. */
   nats?: boolean;
+  /** The worker's activity slots (absent: the default). */
+  slots?: number;
   run(ctx: Context): Promise<Pick<ResultDocument, 'state' | 'error'>>;
 }
 
@@ -231,6 +233,54 @@ async function approvedWhileWriting(ctx: Context): Promise<ResultDocument> {
     await writes;
     await app.end();
   }
+}
+
+/**
+ * Approved while an application writes to both tables, on a worker of one activity slot: a
+ * ready table's slice that waited for the slot behind the other's dwell finds it crowded
+ * (PATCHES.crowdedSync) and the table pauses off the slot. The run shows one such result in a
+ * table's history, or it is not the scenario it says.
+ */
+async function approvedWhileCrowded(ctx: Context): Promise<ResultDocument> {
+  const { id, stack, dbs } = ctx;
+  await syncedAtApproval(ctx, onlineSpec({ cutover: { approval: 'manual', approvalTimeout: '10m', afterwards: 'unfreeze' } }));
+  const app = new PgClient({ connectionString: dbs.url('source'), application_name: 'recording-app' });
+  await app.connect();
+  let refused = false;
+  const writes = (async () => {
+    for (let i = 0; !refused; i += 1) {
+      const sql = i % 2 === 0 ? 'UPDATE public.accounts SET balance = balance + 1 WHERE id = $1' : 'UPDATE public.items SET v = v + 1 WHERE a = $1 % 20';
+      await app.query(sql, [1 + (i % 400)]).catch(() => (refused = true));
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  })();
+  try {
+    await eventually(async () => (await crowdedSlices(stack, id)) > 0, 120_000);
+    await stack.ferry.approve(id);
+    const result = await resultWithin(stack.ferry, id);
+    refused = true;
+    await writes;
+    if (result.state === 'SUCCEEDED') await sameRows(dbs, ONLINE_TABLES);
+    return result;
+  } finally {
+    refused = true;
+    await writes;
+    await app.end();
+  }
+}
+
+/** Sync slices of the migration's two tables that came back `crowded`, read from their histories. */
+async function crowdedSlices(stack: TestStack, id: string): Promise<number> {
+  let crowded = 0;
+  for (const index of [0, 1]) {
+    const history = await stack.client.workflow.getHandle(workflowIds.table(id, index)).fetchHistory();
+    for (const event of history.events ?? []) {
+      const payload = event.activityTaskCompletedEventAttributes?.result?.payloads?.[0];
+      if (Buffer.from(payload?.metadata?.encoding ?? []).toString('utf8') !== 'json/plain' || !payload?.data) continue;
+      if ((JSON.parse(Buffer.from(payload.data).toString('utf8')) as { crowded?: boolean }).crowded === true) crowded += 1;
+    }
+  }
+  return crowded;
 }
 
 /** Online with manual approval (and `cutover`'s other settings): synced at the approval, approved, rows compared; `ferry unfreeze` after, when asked. */
@@ -560,6 +610,16 @@ ANALYZE;`,
     run: approvedWhileWriting,
   },
   {
+    name: 'online-crowded-sync',
+    description:
+      'online after patch crowded-sync on a worker of one activity slot: an application writes to both tables at the approval, so a ready ' +
+      'table\'s slice waits for the slot behind the other\'s dwell, finds it crowded, does not dwell, and the table pauses off the slot; approved while it writes',
+    schema: ONLINE_SCHEMA,
+    expected: 'SUCCEEDED',
+    slots: 1,
+    run: approvedWhileCrowded,
+  },
+  {
     name: 'online-armed-freeze',
     description:
       'online with unique columns, a foreign key and an index (built before the approval); approved while a write transaction is open: ' +
@@ -886,6 +946,7 @@ async function recordScenario(scenario: Scenario, temporalCli: string): Promise<
     stack = await TestStack.start({
       connections: { src: dbs.url('source'), dst: dbs.url('target'), ...admin },
       extraEnv: { FERRY_CALLBACK_ALLOW_PRIVATE: 'true', FERRY_SECRET_SWITCH: 'recorded', ...streamEnv },
+      ...(scenario.slots ? { workerOptions: () => ({ activitySlots: scenario.slots }) } : {}),
     });
     const result = await scenario.run({ id: `fixture-${scenario.name}`, stack, dbs, receiver, pooler, nats });
     if (result.state !== scenario.expected) {

@@ -218,6 +218,13 @@ export const PATCHES = {
    * beside the drain and are awaited past the point of no return.
    */
   sealedDrain: 'sealed-drain',
+  /**
+   * A ready table's busy slice does not dwell when it waited for a worker slot longer than
+   * SyncInput.crowdedAfterMs (other work is queued behind the syncs), and the table then pauses
+   * longer before its next slice (5 s, doubling to timings.maxIdleMs): a hundred busy ready
+   * tables held eight slots in turn, and the rest of the migration waited behind them.
+   */
+  crowdedSync: 'crowded-sync',
 } as const;
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);

@@ -15,12 +15,13 @@ import { silentLogger } from '../../src/logger';
 import { parseSpec } from '../../src/core/spec';
 import { objectInventory, rowsAsText, TestDatabases } from '../helpers/databases';
 import { eventually } from '../helpers/stack';
-import { applyKeys, shareByKeyHash } from '../../activities/sync-changes';
+import { applyKeys, shareByKeyHash, SyncResult } from '../../activities/sync-changes';
 import { Client } from 'pg';
 
 class MockActivityEnvironment extends SdkMockActivityEnvironment {
-  constructor() {
-    super(undefined, { logger: new DefaultLogger('ERROR') });
+  /** `waitedMs`: how long ago the attempt was scheduled (the time it waited for a worker slot). */
+  constructor(waitedMs?: number) {
+    super(waitedMs === undefined ? undefined : { currentAttemptScheduledTimestampMs: Date.now() - waitedMs }, { logger: new DefaultLogger('ERROR') });
   }
 }
 
@@ -244,6 +245,9 @@ describe('the online apply', () => {
     await run(() => activities.copyChunk({ migrationId: 'dwell', source: 'src', target: 'dst', table, chunk: { ...plan.tables[0].chunks[0] }, batchRows: 1000, fence: Date.now(), sliceMs: 30_000 }));
     const slice = (busyDwellMs: number) =>
       run(() => activities.syncChanges({ migrationId: 'dwell', source: 'src', target: 'dst', table, fence: Date.now(), sliceMs: 30_000, batchKeys: 100, recordDirty: false, returnWhenCaughtUp: true, busyDwellMs }));
+    // Until the writer has changed a row the target does not have yet.
+    const targetBehind = () =>
+      eventually(async () => JSON.stringify(await rowsAsText(dbs, 'source', 'public.things', 'id')) !== JSON.stringify(await rowsAsText(dbs, 'target', 'public.things', 'id')), 10_000, 20);
     // A writer: one update every 50 ms, until told to stop.
     const writer = new Client({ connectionString: dbs.url('source') });
     await writer.connect();
@@ -255,12 +259,30 @@ describe('the online apply', () => {
       }
     })();
     try {
-      await eventually(async () => JSON.stringify(await rowsAsText(dbs, 'source', 'public.things', 'id')) !== JSON.stringify(await rowsAsText(dbs, 'target', 'public.things', 'id')), 10_000, 20);
+      await targetBehind();
       // Busy: one activity runs round after round for the dwell (without it: one round, then back).
       const started = Date.now();
       const busy = await slice(2_000);
       expect(busy.rounds).toBeGreaterThanOrEqual(3);
       expect(Date.now() - started).toBeGreaterThanOrEqual(2_000);
+      expect(busy.crowded).toBeUndefined();
+      // Crowded: a slice that waited 3 s for its slot (crowdedAfterMs 1 s) applies what the log
+      // holds and returns as soon as it is caught up, saying so; one that waited no time dwells.
+      const crowdedSlice = (waitedMs: number) =>
+        new MockActivityEnvironment(waitedMs).run(() =>
+          activities.syncChanges({ migrationId: 'dwell', source: 'src', target: 'dst', table, fence: Date.now(), sliceMs: 30_000, batchKeys: 100, recordDirty: false, returnWhenCaughtUp: true, busyDwellMs: 2_000, crowdedAfterMs: 1_000 }),
+        ) as Promise<SyncResult>;
+      await targetBehind();
+      const crowdedStarted = Date.now();
+      const crowded = await crowdedSlice(3_000);
+      expect(crowded.crowded).toBe(true);
+      expect(crowded.rounds).toBeGreaterThanOrEqual(1);
+      expect(Date.now() - crowdedStarted).toBeLessThan(1_500);
+      await targetBehind();
+      const uncrowdedStarted = Date.now();
+      const uncrowded = await crowdedSlice(0);
+      expect(uncrowded.crowded).toBeUndefined();
+      expect(Date.now() - uncrowdedStarted).toBeGreaterThanOrEqual(2_000);
     } finally {
       writing = false;
       await writes;

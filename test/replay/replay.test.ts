@@ -58,6 +58,9 @@ const SCENARIOS: Record<string, { failureType?: string; change?: boolean; runs?:
   // sealing it) without waiting for their workflows to end, whose dirty-key re-checks ran under
   // their sync fence; the tables awaited past the point of no return (patch sealed-drain).
   'online-sealed-drain': {},
+  // A worker of one activity slot: a ready table's slice that waited for it behind the other
+  // table's dwell found it crowded and did not dwell; the table paused off the slot (patch crowded-sync).
+  'online-crowded-sync': {},
   // capture: logical on a private wal_level=logical cluster: the slot consumer beside the tables
   // and the cutover's wait for it, behind patched('logical-capture').
   'online-logical': {},
@@ -183,7 +186,7 @@ describe('recorded workflow histories', () => {
     }
 
     const all = [...fixtures.values()].flat();
-    expect(all).toHaveLength(133);
+    expect(all).toHaveLength(137);
     // docs/reliability.md's determinism row counts them, and the scenarios.
     const reliability = readFileSync(join(__dirname, '..', '..', 'docs', 'reliability.md'), 'utf8');
     expect(reliability).toContain(`${all.length} recorded histories in ${Object.keys(SCENARIOS).length} scenarios`);

@@ -9,7 +9,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import type { Activities } from '../../activities';
 import { controlSignal } from '../../workflows/definitions';
-import { BUSY_DWELL_MS } from '../../workflows/migration/table';
+import { BUSY_DWELL_MS, CROWDED_AFTER_MS } from '../../workflows/migration/table';
 import type { MigrationPlan } from '../../src/core/plan';
 import { HEARTBEAT_THROTTLE } from '../../src/worker';
 import { eventually, resultWithin, TEST_TIMINGS, TestStack, waitForPhase } from '../helpers/stack';
@@ -48,6 +48,8 @@ interface Script {
    * Superseded, as the real activity's next write would.
    */
   holdSlices: boolean;
+  /** A ready table's slice (one given crowdedAfterMs) reports that it waited too long for a slot. */
+  crowded: boolean;
 }
 
 /** A drain's fence is a year ahead of the clock; a table's is the clock. */
@@ -60,7 +62,9 @@ describe('the online chain, with fake activities', () => {
   let calls: string[];
   /** Each sync slice's busyDwellMs (undefined: none asked). */
   let dwells: (number | undefined)[];
-  const script: Script = { mismatchRounds: 0, blockedSlices: 0, appliedPerSlice: 0, holdSlices: false };
+  const script: Script = { mismatchRounds: 0, blockedSlices: 0, appliedPerSlice: 0, holdSlices: false, crowded: false };
+  /** When each sync slice and dirty-key re-check began, in order. */
+  let timeline: { name: 'sync' | 'recheck'; at: number; crowdedAfterMs?: number }[];
   /** The fences of the table's own sync slices, and of the drain's sealing slices. */
   let tableFences: number[];
   let seals: number[];
@@ -92,6 +96,7 @@ describe('the online chain, with fake activities', () => {
     async syncChanges(input) {
       calls.push('syncChanges');
       dwells.push(input.busyDwellMs);
+      timeline.push({ name: 'sync', at: Date.now(), crowdedAfterMs: input.crowdedAfterMs });
       if (!isDrainFence(input.fence)) tableFences.push(input.fence);
       if (script.holdSlices && !isDrainFence(input.fence)) {
         held += 1;
@@ -105,7 +110,8 @@ describe('the online chain, with fake activities', () => {
         });
         throw ApplicationFailure.create({ type: 'Superseded', nonRetryable: true, message: "this table's sync is owned by a newer attempt" });
       }
-      return { applied: script.appliedPerSlice, rounds: script.appliedPerSlice > 0 ? 1 : 0, caughtUp: true, pending: 0, lagSeconds: 0 };
+      const crowded = script.crowded && input.crowdedAfterMs !== undefined ? { crowded: true } : {};
+      return { applied: script.appliedPerSlice, rounds: script.appliedPerSlice > 0 ? 1 : 0, caughtUp: true, pending: 0, lagSeconds: 0, ...crowded };
     },
     async validateChunk(input) {
       calls.push('validateChunk');
@@ -128,6 +134,7 @@ describe('the online chain, with fake activities', () => {
     },
     async checkDirtyKeys() {
       calls.push('checkDirtyKeys');
+      timeline.push({ name: 'recheck', at: Date.now() });
       return { checked: 0, mismatched: 0, waiting: 0, remaining: 0 };
     },
     async addPrimaryKey() {
@@ -201,6 +208,8 @@ describe('the online chain, with fake activities', () => {
   beforeEach(() => {
     calls = [];
     dwells = [];
+    timeline = [];
+    script.crowded = false;
     tableFences = [];
     seals = [];
     held = 0;
@@ -279,6 +288,36 @@ describe('the online chain, with fake activities', () => {
     await stack.ferry.approve(id);
     expect((await resultWithin(stack.ferry, id, 60_000)).state).toBe('SUCCEEDED');
   }, 180_000);
+
+  it('pauses a busy ready table off the slots while its slices find them crowded, and dwells again once they do not', async () => {
+    script.appliedPerSlice = 3;
+    const { id } = await start('crowded', { approval: 'manual' });
+    await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL', 60_000);
+    await eventually(async () => timeline.some((t) => t.crowdedAfterMs === CROWDED_AFTER_MS), 10_000);
+    // The gaps between one slice and the next, where no re-check came between (a due re-check
+    // runs straight after a slice, and the next slice straight after it).
+    const gapsFrom = (from: number) =>
+      timeline
+        .slice(from)
+        .flatMap((t, i, all) => (i > 0 && t.name === 'sync' && all[i - 1].name === 'sync' && all[i - 1].crowdedAfterMs !== undefined ? [t.at - all[i - 1].at] : []));
+    // Not crowded: back for the next slice after the short idle poll.
+    const quick = timeline.length;
+    await eventually(async () => gapsFrom(quick).length >= 3, 30_000);
+    expect(Math.min(...gapsFrom(quick))).toBeLessThan(BUSY_DWELL_MS / 2);
+    // Crowded: off the slots for a dwell's length at least between slices (the doubling is
+    // capped at this test's maxIdleMs, 5 s).
+    script.crowded = true;
+    const crowded = timeline.length + 1;
+    await eventually(async () => gapsFrom(crowded).length >= 3, 90_000);
+    expect(Math.min(...gapsFrom(crowded))).toBeGreaterThanOrEqual(BUSY_DWELL_MS);
+    // Room again: quick slices again.
+    script.crowded = false;
+    const again = timeline.length + 1;
+    await eventually(async () => gapsFrom(again).length >= 3, 60_000);
+    expect(Math.min(...gapsFrom(again))).toBeLessThan(BUSY_DWELL_MS / 2);
+    await stack.ferry.approve(id);
+    expect((await resultWithin(stack.ferry, id, 60_000)).state).toBe('SUCCEEDED');
+  }, 240_000);
 
   it('syncs again at once after pause and resume sent back to back, however often', async () => {
     const { id } = await start('pause-resume', { approval: 'manual' });

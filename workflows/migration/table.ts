@@ -7,7 +7,7 @@
  * the event sequence. Long loops continue as new before the history grows large.
  */
 import { allHandlersFinished, ApplicationFailure, CancellationScope, condition, continueAsNew, ExternalWorkflowHandle, getExternalWorkflowHandle, setHandler, workflowInfo } from '@temporalio/workflow';
-import type { SyncInput, SyncResult } from '../../activities/sync-changes';
+import type { SyncInput, SyncResult } from '../../src/core/sync-types';
 import { innermostApplicationFailure } from '../../src/core/failures';
 import { displayQualified } from '../../src/core/identifiers';
 import { ChunkCheckpoint, CopyTable, copyTableOf, isKeyless, isSmallTable, KeyRange, TablePlan } from '../../src/core/plan';
@@ -35,6 +35,12 @@ export const IDLE_POLL_MS = 500;
  * enough that a pause or a dirty re-check waits little behind it.
  */
 export const BUSY_DWELL_MS = 5_000;
+/**
+ * A ready table's busy slice that waited longer than this for a worker slot does not dwell
+ * (SyncInput.crowdedAfterMs), and the table pauses off the slot before its next slice: from
+ * BUSY_DWELL_MS, doubling up to timings.maxIdleMs while its slices keep finding the slots crowded.
+ */
+export const CROWDED_AFTER_MS = 1_000;
 /**
  * Online, the longest wait of an idle table between looks at its change log in executions begun
  * before PATCHES.quietIdleTables; later ones wait up to timings.maxIdleMs. Any write found
@@ -466,7 +472,10 @@ class TableRun {
       // An idle table waits longer and longer between looks at its log (up to MAX_IDLE_MS).
       const { sync } = this;
       const longest = quiet ? this.timings.maxIdleMs : LEGACY_MAX_IDLE_MS;
-      sync.idleMs = !this.progressByQuery ? IDLE_POLL_MS : result.applied > 0 ? IDLE_POLL_MS : Math.min(longest, (sync.idleMs ?? IDLE_POLL_MS) * 2);
+      const idle = sync.idleMs ?? IDLE_POLL_MS;
+      sync.idleMs = !this.progressByQuery ? IDLE_POLL_MS : result.applied > 0 ? IDLE_POLL_MS : Math.min(longest, idle * 2);
+      // Busy, but its slice found work queued for the slots (PATCHES.crowdedSync): off the slot for a while.
+      if (result.crowded) sync.idleMs = Math.min(this.timings.maxIdleMs, Math.max(BUSY_DWELL_MS, idle * 2));
       // (Executions begun before the patch waited out the whole wait whatever control did.)
       if (flags.sequencedControl) {
         this.controlChanged = false;
@@ -512,7 +521,7 @@ class TableRun {
     // (Recorded histories call patched() from the slice right after the indexes are built, before
     // the table declares itself ready: the check must stay nothingLeftToBuild, not declaredReady.)
     if (!slice.returnWhenCaughtUp || !this.nothingLeftToBuild() || !flags.busySyncDwell) return slice;
-    return { ...slice, busyDwellMs: BUSY_DWELL_MS };
+    return { ...slice, busyDwellMs: BUSY_DWELL_MS, ...(flags.crowdedSync ? { crowdedAfterMs: CROWDED_AFTER_MS } : {}) };
   }
 
   /** Validated and, where it has indexes to build, built: only the sync is left before the cutover. */
