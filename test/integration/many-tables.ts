@@ -22,17 +22,21 @@ async function digests(dbs: TestDatabases, role: string): Promise<Record<string,
 }
 
 /**
- * The most sessions the workers held on the server at once, sampled every 100 ms until `stop`:
- * the test's databases share the machine's server and its max_connections with everything else.
+ * The most sessions the workers held on the suite's databases at once, sampled every 100 ms
+ * until `stop` (other suites running beside this one have their own databases on the same
+ * server, and its max_connections is shared with them too).
  */
-function peakSessions(): { stop(): Promise<{ peak: number; limit: number }> } {
+function peakSessions(databases: string[]): { stop(): Promise<{ peak: number; limit: number }> } {
   const admin = new Client({ connectionString: adminUrl() });
   let running = true;
   let peak = 0;
   const loop = (async () => {
     await admin.connect();
     while (running) {
-      const { rows } = await admin.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_catalog.pg_stat_activity WHERE application_name = $1', [FERRY_APPLICATION_NAME]);
+      const { rows } = await admin.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_catalog.pg_stat_activity WHERE application_name = $1 AND datname = ANY ($2)', [
+        FERRY_APPLICATION_NAME,
+        databases,
+      ]);
       peak = Math.max(peak, rows[0].n);
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
@@ -103,7 +107,7 @@ export function manyTablesSuite(defaultTables: number): void {
           }
         }
       })();
-      const sessions = peakSessions();
+      const sessions = peakSessions(Object.values(suite.dbs.names));
       let result;
       try {
         result = await resultWithin(suite.stack.ferry, id, 1_140_000);
