@@ -201,8 +201,16 @@ INSERT INTO public.members SELECT g, 1 + g % 20, 'm' || g || '@example.com' FROM
 CREATE INDEX members_team ON public.members (team_id);
 ANALYZE;`;
 
-/** Synced at the approval, an application updating a row every 100 ms; approved while it writes (the freeze ends its writes). */
-async function approvedWhileWriting(ctx: Context): Promise<ResultDocument> {
+interface Application {
+  /** The i-th write: a statement and its parameters. */
+  write(i: number): [string, unknown[]];
+  everyMs: number;
+  /** Whether to approve now, given the writes that succeeded so far. */
+  approveWhen(written: number): Promise<boolean>;
+}
+
+/** Synced at the approval, an application writing; approved while it writes (the freeze ends its writes: read_only_sql_transaction). */
+async function approvedWhileApplicationWrites(ctx: Context, application: Application): Promise<ResultDocument> {
   const { id, stack, dbs } = ctx;
   await syncedAtApproval(ctx, onlineSpec({ cutover: { approval: 'manual', approvalTimeout: '10m', afterwards: 'unfreeze' } }));
   const app = new PgClient({ connectionString: dbs.url('source'), application_name: 'recording-app' });
@@ -211,17 +219,15 @@ async function approvedWhileWriting(ctx: Context): Promise<ResultDocument> {
   let written = 0;
   const writes = (async () => {
     for (let i = 0; !refused; i += 1) {
-      // The freeze refuses the write (read_only_sql_transaction): the application stops.
-      await app.query('UPDATE public.accounts SET balance = balance + 1 WHERE id = $1', [1 + (i % 400)]).then(
+      await app.query(...application.write(i)).then(
         () => (written += 1),
         () => (refused = true),
       );
-      await new Promise((r) => setTimeout(r, 100));
+      await new Promise((r) => setTimeout(r, application.everyMs));
     }
   })();
   try {
-    // Some seconds of writes reach the target while the tables dwell, then the approval.
-    await eventually(async () => written >= 40, 60_000);
+    await eventually(() => application.approveWhen(written), 120_000);
     await stack.ferry.approve(id);
     const result = await resultWithin(stack.ferry, id);
     refused = true;
@@ -235,39 +241,26 @@ async function approvedWhileWriting(ctx: Context): Promise<ResultDocument> {
   }
 }
 
+/** An application updating a row every 100 ms: some seconds of its writes reach the target while the tables dwell, then the approval. */
+const approvedWhileWriting = (ctx: Context) =>
+  approvedWhileApplicationWrites(ctx, {
+    write: (i) => ['UPDATE public.accounts SET balance = balance + 1 WHERE id = $1', [1 + (i % 400)]],
+    everyMs: 100,
+    approveWhen: async (written) => written >= 40,
+  });
+
 /**
- * Approved while an application writes to both tables, on a worker of one activity slot: a
- * ready table's slice that waited for the slot behind the other's dwell finds it crowded
- * (PATCHES.crowdedSync) and the table pauses off the slot. The run shows one such result in a
- * table's history, or it is not the scenario it says.
+ * An application writing to both tables every 50 ms, on a worker of one activity slot: a ready
+ * table's slice that waited for the slot behind the other's dwell finds it crowded
+ * (PATCHES.crowdedSync) and the table pauses off the slot. Approved once a table's history
+ * holds such a result, or it is not the scenario it says.
  */
-async function approvedWhileCrowded(ctx: Context): Promise<ResultDocument> {
-  const { id, stack, dbs } = ctx;
-  await syncedAtApproval(ctx, onlineSpec({ cutover: { approval: 'manual', approvalTimeout: '10m', afterwards: 'unfreeze' } }));
-  const app = new PgClient({ connectionString: dbs.url('source'), application_name: 'recording-app' });
-  await app.connect();
-  let refused = false;
-  const writes = (async () => {
-    for (let i = 0; !refused; i += 1) {
-      const sql = i % 2 === 0 ? 'UPDATE public.accounts SET balance = balance + 1 WHERE id = $1' : 'UPDATE public.items SET v = v + 1 WHERE a = $1 % 20';
-      await app.query(sql, [1 + (i % 400)]).catch(() => (refused = true));
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  })();
-  try {
-    await eventually(async () => (await crowdedSlices(stack, id)) > 0, 120_000);
-    await stack.ferry.approve(id);
-    const result = await resultWithin(stack.ferry, id);
-    refused = true;
-    await writes;
-    if (result.state === 'SUCCEEDED') await sameRows(dbs, ONLINE_TABLES);
-    return result;
-  } finally {
-    refused = true;
-    await writes;
-    await app.end();
-  }
-}
+const approvedWhileCrowded = (ctx: Context) =>
+  approvedWhileApplicationWrites(ctx, {
+    write: (i) => [i % 2 === 0 ? 'UPDATE public.accounts SET balance = balance + 1 WHERE id = $1' : 'UPDATE public.items SET v = v + 1 WHERE a = $1 % 20', [1 + (i % 400)]],
+    everyMs: 50,
+    approveWhen: async () => (await crowdedSlices(ctx.stack, ctx.id)) > 0,
+  });
 
 /** Sync slices of the migration's two tables that came back `crowded`, read from their histories. */
 async function crowdedSlices(stack: TestStack, id: string): Promise<number> {
