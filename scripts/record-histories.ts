@@ -33,6 +33,7 @@ import { headers } from '@nats-io/nats-core';
 import { connect } from '@nats-io/transport-node';
 import { sign } from '../src/signature';
 import { workflowIds } from '../src/core/names';
+import { activityPayloads } from '../test/helpers/history';
 import { Receiver } from '../test/helpers/receiver';
 import { eventually, resultWithin, TestStack, waitForPhase } from '../test/helpers/stack';
 
@@ -266,12 +267,8 @@ const approvedWhileCrowded = (ctx: Context) =>
 async function crowdedSlices(stack: TestStack, id: string): Promise<number> {
   let crowded = 0;
   for (const index of [0, 1]) {
-    const history = await stack.client.workflow.getHandle(workflowIds.table(id, index)).fetchHistory();
-    for (const event of history.events ?? []) {
-      const payload = event.activityTaskCompletedEventAttributes?.result?.payloads?.[0];
-      if (Buffer.from(payload?.metadata?.encoding ?? []).toString('utf8') !== 'json/plain' || !payload?.data) continue;
-      if ((JSON.parse(Buffer.from(payload.data).toString('utf8')) as { crowded?: boolean }).crowded === true) crowded += 1;
-    }
+    const { results } = await activityPayloads(stack.client, workflowIds.table(id, index));
+    crowded += (results.syncChanges ?? []).filter((r) => r?.crowded === true).length;
   }
   return crowded;
 }

@@ -109,3 +109,28 @@ export async function historiesText(client: Client, prefix: string, expected: nu
   }
   return { types: infos.map((i) => i.type).sort(), text: parts.join('\n') };
 }
+
+/** A workflow's activities' inputs and results (its current run), by activity type, as JSON. */
+export async function activityPayloads(client: Client, id: string) {
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- read back as the tests need them
+  const inputs: Record<string, any[]> = {};
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  const results: Record<string, any[]> = {};
+  // (An activity that returns nothing has a payload without data.)
+  const json = (p: { data?: Uint8Array | null } | undefined) => (p?.data?.length ? JSON.parse(Buffer.from(p.data).toString('utf8')) : null);
+  const types = new Map<string, string>();
+  for (const e of (await client.workflow.getHandle(id).fetchHistory()).events ?? []) {
+    const scheduled = e.activityTaskScheduledEventAttributes;
+    if (scheduled) {
+      const type = scheduled.activityType?.name ?? '';
+      types.set(String(e.eventId), type);
+      (inputs[type] ??= []).push(json(scheduled.input?.payloads?.[0]));
+    }
+    const completed = e.activityTaskCompletedEventAttributes;
+    if (completed) {
+      const type = types.get(String(completed.scheduledEventId)) ?? '';
+      (results[type] ??= []).push(json(completed.result?.payloads?.[0]));
+    }
+  }
+  return { inputs, results };
+}

@@ -11,8 +11,9 @@ import { TestDatabases } from '../helpers/databases';
 import { directActivities } from '../helpers/direct-activities';
 import { aroundActivities } from '../helpers/interceptors';
 import { expectCleanRun, scheduledActivities } from '../helpers/repairs';
+import { activityPayloads } from '../helpers/history';
 import { eventually, resultWithin } from '../helpers/stack';
-import { StackSuite, stackSuite } from '../helpers/suite';
+import { stackSuite } from '../helpers/suite';
 
 const TABLES = PLAN_PAGE + 20;
 
@@ -52,30 +53,6 @@ async function targetCatalog(dbs: TestDatabases): Promise<string[]> {
   return rows.map((r) => r.name);
 }
 
-/** The parent's activities' inputs and results, by activity type, as JSON. */
-async function payloadsOf(client: StackSuite['stack']['ferry']['client'], id: string) {
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- read back as the tests need them
-  const inputs: Record<string, any[]> = {};
-  // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  const results: Record<string, any[]> = {};
-  // (An activity that returns nothing has a payload without data.)
-  const json = (p: { data?: Uint8Array | null } | undefined) => (p?.data?.length ? JSON.parse(Buffer.from(p.data).toString('utf8')) : null);
-  const types = new Map<string, string>();
-  for (const e of (await client.workflow.getHandle(id).fetchHistory()).events ?? []) {
-    const scheduled = e.activityTaskScheduledEventAttributes;
-    if (scheduled) {
-      const type = scheduled.activityType?.name ?? '';
-      types.set(String(e.eventId), type);
-      (inputs[type] ??= []).push(json(scheduled.input?.payloads?.[0]));
-    }
-    const completed = e.activityTaskCompletedEventAttributes;
-    if (completed) {
-      const type = types.get(String(completed.scheduledEventId)) ?? '';
-      (results[type] ??= []).push(json(completed.result?.payloads?.[0]));
-    }
-  }
-  return { inputs, results };
-}
 
 describe(`a plan of ${TABLES} tables, stored on the target`, () => {
   /** Before each copySmallTables attempt. */
@@ -94,7 +71,7 @@ describe(`a plan of ${TABLES} tables, stored on the target`, () => {
   });
 
   const spec = { source: 'src', target: 'dst', tables: ['many.*'], validation: 'checksum' };
-  const parentPayloads = (id: string) => payloadsOf(suite.stack.ferry.client, id);
+  const parentPayloads = (id: string) => activityPayloads(suite.stack.ferry.client, id);
 
   it('moves every table through a plan loaded page by page: rows, keys across pages and the sequence equal, no event carrying the plan', async () => {
     // The preflight `ferry start` runs lists the first page and counts the rest; the migration plans itself.
