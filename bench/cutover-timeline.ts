@@ -15,18 +15,26 @@ export async function cutoverTimeline(ferry: FerryClient, id: string): Promise<s
     eventId: string;
     eventTime: string;
     activityTaskScheduledEventAttributes?: { activityType?: { name?: string } };
+    activityTaskStartedEventAttributes?: { scheduledEventId?: string };
     activityTaskCompletedEventAttributes?: { scheduledEventId?: string };
     childWorkflowExecutionCompletedEventAttributes?: unknown;
     externalWorkflowExecutionSignaledEventAttributes?: unknown;
   };
   const { events } = JSON.parse(historyToJSON(await ferry.handle(id).fetchHistory())) as { events: Event[] };
   const scheduled = new Map<string, string>();
+  const scheduledAt = new Map<string, number>();
+  const queued = new Map<string, number>();
   const done: { type: string; at: number }[] = [];
   const childrenEnded: number[] = [];
   const signaled: number[] = [];
   for (const e of events) {
     const at = Date.parse(e.eventTime);
-    if (e.activityTaskScheduledEventAttributes) scheduled.set(e.eventId, e.activityTaskScheduledEventAttributes.activityType?.name ?? '');
+    if (e.activityTaskScheduledEventAttributes) {
+      scheduled.set(e.eventId, e.activityTaskScheduledEventAttributes.activityType?.name ?? '');
+      scheduledAt.set(e.eventId, at);
+    }
+    const started = e.activityTaskStartedEventAttributes?.scheduledEventId;
+    if (started) queued.set(scheduled.get(started) ?? '', at - (scheduledAt.get(started) ?? at));
     if (e.activityTaskCompletedEventAttributes) done.push({ type: scheduled.get(e.activityTaskCompletedEventAttributes.scheduledEventId ?? '') ?? '', at });
     if (e.childWorkflowExecutionCompletedEventAttributes) childrenEnded.push(at);
     if (e.externalWorkflowExecutionSignaledEventAttributes) signaled.push(at);
@@ -41,9 +49,10 @@ export async function cutoverTimeline(ferry: FerryClient, id: string): Promise<s
   const grouped = ofType('drainTables');
   const drain = grouped > 0 ? `drain and check ${after(grouped)}` : `drain ${after(ofType('syncChanges'))}, dirty check ${after(ofType('checkDirtyKeys'))}`;
   const tablesEnded = Math.max(0, ...childrenEnded.filter((t) => t >= flip));
+  const waits = ['awaitWriters', 'drainTables', 'finishTarget'].map((type) => `${type} ${queued.get(type) ?? '—'} ms`).join(', ');
   return (
     `writers ${after(ofType('awaitWriters'))}, tables asked to finish ${after(last(signaled))}, ${drain}, ` +
-    `finished ${after(ofType('finishTarget'))}; table workflows ended ${after(tablesEnded)}`
+    `finished ${after(ofType('finishTarget'))}; table workflows ended ${after(tablesEnded)}; waited for a worker slot (the last of each): ${waits}`
   );
 }
 

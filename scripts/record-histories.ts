@@ -610,6 +610,15 @@ ANALYZE;`,
     run: approvedWhileCrowded,
   },
   {
+    name: 'online-cutover-queue',
+    description:
+      'online after patches tables-asked-after-outage and cutover-queue: approved while an application writes, the cutover runs its steps inside ' +
+      'the write outage on the cutover task queue, drains without asking the tables anything, and asks them to finish past the point of no return',
+    schema: ONLINE_SCHEMA,
+    expected: 'SUCCEEDED',
+    run: approvedWhileWriting,
+  },
+  {
     name: 'online-armed-freeze',
     description:
       'online with unique columns, a foreign key and an index (built before the approval); approved while a write transaction is open: ' +

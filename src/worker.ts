@@ -12,6 +12,7 @@ import { ConnectionRegistry } from './db/connections';
 import { EventPublisher, natsConfigured } from './event-stream';
 import { streamLimits } from './core/stream-limits';
 import { withoutRowData } from './db/errors';
+import { cutoverTaskQueue } from './core/names';
 import { Logger } from './logger';
 import { auditInterceptors, FerryMetrics } from './telemetry';
 import { workflowBundle } from './temporal/bundle';
@@ -43,6 +44,8 @@ export interface FerryWorkerOptions {
 
 export interface FerryWorker {
   worker: Worker;
+  /** The same activities on the cutover task queue (cutoverTaskQueue), with slots of their own; none on a switch worker. */
+  cutoverWorker?: Worker;
   connections: ConnectionRegistry;
   /** Runs until shutdown; closes the database pools and the Temporal connection afterwards. */
   run(): Promise<void>;
@@ -98,6 +101,13 @@ const keepRowDataOnWorker: NonNullable<NonNullable<WorkerOptions['interceptors']
   },
 });
 
+/**
+ * Slots of the cutover task queue (cutoverTaskQueue), beside the worker's own: the online
+ * cutover's steps inside the write outage run there, one after another but for the drain's
+ * groups, which also share the worker's drain budget (activitySlots tables at once).
+ */
+export const CUTOVER_ACTIVITY_SLOTS = 4;
+
 export const HEARTBEAT_THROTTLE = { maxHeartbeatThrottleInterval: '2 seconds', defaultHeartbeatThrottleInterval: '2 seconds' } as const;
 
 export async function createFerryWorker(options: FerryWorkerOptions): Promise<FerryWorker> {
@@ -112,7 +122,8 @@ export async function createFerryWorker(options: FerryWorkerOptions): Promise<Fe
   // sessions at once (source and target, which may be the same connection name), so while every
   // running activity holds one and waits for its second, two are still free and no wait is
   // forever. An activity that took a third from the same pool would break that.
-  const connections = new ConnectionRegistry({ env, poolSize: activitySlots + 2, applicationName: 'ferry-worker' });
+  // The cutover queue's slots count: its activities take pooled sessions too.
+  const connections = new ConnectionRegistry({ env, poolSize: activitySlots + (switchOnly ? 0 : CUTOVER_ACTIVITY_SLOTS) + 2, applicationName: 'ferry-worker' });
   // The event streams' limits, checked before the worker takes work: a bad one refuses to start.
   if (natsConfigured(env)) streamLimits(env);
   const events = new EventPublisher(env);
@@ -144,29 +155,50 @@ export async function createFerryWorker(options: FerryWorkerOptions): Promise<Fe
     // The first is outermost: the audit line logs the error as keepRowDataOnWorker left it.
     activity: [...(audit.activity ?? []), keepRowDataOnWorker, livenessHeartbeats, ...(options.interceptors?.activity ?? [])],
   };
-  let worker: Worker;
+  if (dataConverter) workerOptions.dataConverter = dataConverter;
+  let workers: Worker[];
   try {
-    if (dataConverter) workerOptions.dataConverter = dataConverter;
-    worker = await Worker.create(workerOptions);
+    workers = [await Worker.create(workerOptions)];
+    if (!switchOnly) workers.push(await Worker.create(cutoverWorkerOptions(workerOptions, options.temporal.taskQueue)));
   } catch (err) {
     await connection.close();
     await connections.close();
     throw err;
   }
+  return runningTogether(workers, connections, () => Promise.all([events.close(), connection.close()]));
+}
+
+/** The worker on its queue and, but for a switch worker, on the cutover queue: run, and shut down, together. */
+function runningTogether([worker, cutoverWorker]: Worker[], connections: ConnectionRegistry, close: () => Promise<unknown>): FerryWorker {
+  const workers = cutoverWorker ? [worker, cutoverWorker] : [worker];
+  const shutdown = () => {
+    for (const w of workers) if (w.getState() === 'RUNNING') w.shutdown();
+  };
   return {
     worker,
+    ...(cutoverWorker ? { cutoverWorker } : {}),
     connections,
     async run() {
       try {
-        await worker.run();
+        // One ending (a shutdown, a fatal error) ends the other; the first failure is the run's.
+        const runs = await Promise.allSettled(workers.map((w) => w.run().finally(shutdown)));
+        const failed = runs.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+        if (failed) throw failed.reason;
       } finally {
         await connections.close();
-        await events.close();
-        await connection.close();
+        await close();
       }
     },
-    shutdown() {
-      if (worker.getState() === 'RUNNING') worker.shutdown();
-    },
+    shutdown,
   };
+}
+
+/** The worker's activities alone, on the cutover task queue, with CUTOVER_ACTIVITY_SLOTS slots. */
+function cutoverWorkerOptions(options: WorkerOptions, taskQueue: string): WorkerOptions {
+  const cutover: WorkerOptions = { ...options, taskQueue: cutoverTaskQueue(taskQueue), maxConcurrentActivityTaskExecutions: CUTOVER_ACTIVITY_SLOTS };
+  // No workflows there, and the queue's server-side rate cap is the main queue's alone.
+  delete cutover.workflowBundle;
+  delete cutover.maxConcurrentWorkflowTaskExecutions;
+  delete cutover.maxTaskQueueActivitiesPerSecond;
+  return cutover;
 }

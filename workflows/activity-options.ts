@@ -9,9 +9,10 @@
  * heartbeating activity beats more often than that (the worker throttles a heartbeat to one per
  * 2 s), and it says how soon a lost worker's call is retried.
  */
-import { ActivityCancellationType, ActivityOptions, proxyActivities } from '@temporalio/workflow';
+import { ActivityCancellationType, ActivityOptions, proxyActivities, workflowInfo } from '@temporalio/workflow';
 import type { Activities } from '../activities';
 import { FAILURE } from '../src/core/failure-types';
+import { cutoverTaskQueue } from '../src/core/names';
 import { PRODUCTION_TIMINGS, Timings } from '../src/core/timings';
 
 /** What every heartbeating kind shares: the heartbeat timeout, and waiting for a cancellation to be acknowledged. */
@@ -19,25 +20,27 @@ function heartbeating(timings: Timings, options: Omit<ActivityOptions, 'heartbea
   return { ...options, heartbeatTimeout: timings.heartbeatTimeoutMs, cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED };
 }
 
-export function migrationActivities(timings: Timings) {
+/** A migration's activities; on `taskQueue` when given, else on the workflow's own. */
+export function migrationActivities(timings: Timings, taskQueue?: string) {
+  const on = (options: Omit<ActivityOptions, 'heartbeatTimeout' | 'cancellationType'>) => heartbeating(timings, { ...options, ...(taskQueue ? { taskQueue } : {}) });
   return {
     /** Database steps: DDL, capture, freeze, finalize. Retried with backoff; heartbeats for long DDL. */
     steps: proxyActivities<Activities>(
-      heartbeating(timings, {
+      on({
         startToCloseTimeout: '30 minutes',
         retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 20 },
       }),
     ),
     /** The final drain and checks at cutover: short slices, heartbeats per round. */
     drain: proxyActivities<Activities>(
-      heartbeating(timings, {
+      on({
         startToCloseTimeout: '10 minutes',
         retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '30 seconds', maximumAttempts: 50 },
       }),
     ),
     /** Preflight: a refusal is final, a flaky connection gets a few tries. */
     checks: proxyActivities<Activities>(
-      heartbeating(timings, {
+      on({
         startToCloseTimeout: '5 minutes',
         retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '10 seconds', maximumAttempts: 3 },
       }),
@@ -48,7 +51,7 @@ export function migrationActivities(timings: Timings) {
      * that report who blocks. Heartbeats notice a lost worker in seconds.
      */
     cutoverSteps: proxyActivities<Activities>(
-      heartbeating(timings, {
+      on({
         startToCloseTimeout: '2 minutes',
         retry: { initialInterval: '500 milliseconds', backoffCoefficient: 2, maximumInterval: '10 seconds', maximumAttempts: 30 },
       }),
@@ -58,7 +61,7 @@ export function migrationActivities(timings: Timings) {
      * quick attempts here; what remains is retried in the background (cleanupWorkflow).
      */
     release: proxyActivities<Activities>(
-      heartbeating(timings, {
+      on({
         startToCloseTimeout: '2 minutes',
         retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '10 seconds', maximumAttempts: 3 },
       }),
@@ -68,7 +71,7 @@ export function migrationActivities(timings: Timings) {
      * migration runs (a lost slot fails it non-retryably).
      */
     stream: proxyActivities<Activities>(
-      heartbeating(timings, {
+      on({
         startToCloseTimeout: '10 minutes',
         retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '10 seconds' },
       }),
@@ -77,6 +80,17 @@ export function migrationActivities(timings: Timings) {
 }
 
 export type MigrationActivities = ReturnType<typeof migrationActivities>;
+
+/**
+ * The online cutover's steps inside the write outage — the freeze, the wait for writers, the
+ * drain, the target's last steps — on the cutover task queue (PATCHES.cutoverQueue), which every
+ * worker polls with activity slots of its own: they no longer wait for a slot behind hundreds of
+ * tables' sync slices. Only inside a workflow (it reads the workflow's task queue).
+ */
+export function cutoverActivities(timings: Timings): Pick<MigrationActivities, 'cutoverSteps' | 'drain' | 'steps'> {
+  const { cutoverSteps, drain, steps } = migrationActivities(timings, cutoverTaskQueue(workflowInfo().taskQueue));
+  return { cutoverSteps, drain, steps };
+}
 
 /**
  * The cutover's switch (workflows/migration/switch.ts). PgBouncer's steps go to the queue its

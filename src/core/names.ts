@@ -7,6 +7,13 @@ import { defineSearchAttributeKey, SearchAttributeType } from '@temporalio/commo
 
 export const DEFAULT_TASK_QUEUE = 'ferry';
 
+/**
+ * The task queue beside a worker's own that carries only an online cutover's steps inside the
+ * write outage (`ferry-cutover` beside `ferry`): every worker polls it with activity slots of its
+ * own (CUTOVER_ACTIVITY_SLOTS in src/worker.ts), so those steps never wait behind the tables' syncs.
+ */
+export const cutoverTaskQueue = (taskQueue: string) => `${taskQueue}-cutover`;
+
 export const MIGRATION_WORKFLOW = 'migrationWorkflow';
 export const TABLE_WORKFLOW = 'tableMigrationWorkflow';
 /** A change plan: in-place schema changes on one database (docs/architecture.md §10). */
@@ -225,6 +232,19 @@ export const PATCHES = {
    * tables held eight slots in turn, and the rest of the migration waited behind them.
    */
   crowdedSync: 'crowded-sync',
+  /**
+   * Sealed drain: the tables are asked to finish past the point of no return instead of at the
+   * freeze's flip. The drain's seals already stop their writes; hundreds of signals sent at the
+   * flip went through the server and the worker beside the writers' wait and the drain, inside
+   * the write outage.
+   */
+  tablesAskedAfterOutage: 'tables-asked-after-outage',
+  /**
+   * The online cutover's steps inside the write outage go to the cutover task queue
+   * (cutoverTaskQueue), which every worker polls with slots of its own: at 100 busy tables the
+   * wait for writers waited over a second for one of the slots the tables' syncs held.
+   */
+  cutoverQueue: 'cutover-queue',
 } as const;
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);

@@ -134,3 +134,37 @@ export async function activityPayloads(client: Client, id: string) {
   }
   return { inputs, results };
 }
+
+/**
+ * A workflow's steps in the order its history holds them: `done:<activity type>` for each
+ * completed activity, `signal:<name>` for each signal it sent to another workflow.
+ */
+export async function historySteps(client: Client, workflowId: string): Promise<string[]> {
+  const history = await client.workflow.getHandle(workflowId).fetchHistory();
+  const scheduled = new Map<string, string>();
+  const steps: string[] = [];
+  for (const event of history.events ?? []) {
+    const s = event.activityTaskScheduledEventAttributes;
+    if (s) scheduled.set(String(event.eventId), s.activityType?.name ?? '');
+    const done = event.activityTaskCompletedEventAttributes;
+    if (done) steps.push(`done:${scheduled.get(String(done.scheduledEventId)) ?? ''}`);
+    const signal = event.signalExternalWorkflowExecutionInitiatedEventAttributes;
+    if (signal) steps.push(`signal:${signal.signalName ?? ''}`);
+  }
+  return steps;
+}
+
+/** The task queues each activity type of a workflow was scheduled on (distinct, in order of first use). */
+export async function activityQueues(client: Client, workflowId: string): Promise<Map<string, string[]>> {
+  const history = await client.workflow.getHandle(workflowId).fetchHistory();
+  const queues = new Map<string, string[]>();
+  for (const event of history.events ?? []) {
+    const s = event.activityTaskScheduledEventAttributes;
+    if (!s) continue;
+    const type = s.activityType?.name ?? '';
+    const queue = s.taskQueue?.name ?? '';
+    const seen = queues.get(type) ?? [];
+    if (!seen.includes(queue)) queues.set(type, [...seen, queue]);
+  }
+  return queues;
+}

@@ -61,6 +61,7 @@ const SCENARIOS: Record<string, { failureType?: string; change?: boolean; runs?:
   // A worker of one activity slot: a ready table's slice that waited for it behind the other
   // table's dwell found it crowded and did not dwell; the table paused off the slot (patch crowded-sync).
   'online-crowded-sync': {},
+  'online-cutover-queue': {},
   // capture: logical on a private wal_level=logical cluster: the slot consumer beside the tables
   // and the cutover's wait for it, behind patched('logical-capture').
   'online-logical': {},
@@ -186,7 +187,7 @@ describe('recorded workflow histories', () => {
     }
 
     const all = [...fixtures.values()].flat();
-    expect(all).toHaveLength(137);
+    expect(all).toHaveLength(141);
     // docs/reliability.md's determinism row counts them, and the scenarios.
     const reliability = readFileSync(join(__dirname, '..', '..', 'docs', 'reliability.md'), 'utf8');
     expect(reliability).toContain(`${all.length} recorded histories in ${Object.keys(SCENARIOS).length} scenarios`);

@@ -11,7 +11,9 @@ import type { Activities } from '../../activities';
 import { controlSignal } from '../../workflows/definitions';
 import { BUSY_DWELL_MS, CROWDED_AFTER_MS } from '../../workflows/migration/table';
 import type { MigrationPlan } from '../../src/core/plan';
+import { cutoverTaskQueue } from '../../src/core/names';
 import { HEARTBEAT_THROTTLE } from '../../src/worker';
+import { activityQueues, historySteps } from '../helpers/history';
 import { eventually, resultWithin, TEST_TIMINGS, TestStack, waitForPhase } from '../helpers/stack';
 
 const PLAN: MigrationPlan = {
@@ -58,6 +60,7 @@ const isDrainFence = (fence: number) => fence > Date.now() + 24 * 3600_000;
 describe('the online chain, with fake activities', () => {
   let stack: TestStack;
   let worker: Worker;
+  let cutoverWorker: Worker;
   let running: Promise<void>;
   let calls: string[];
   /** Each sync slice's busyDwellMs (undefined: none asked). */
@@ -108,6 +111,10 @@ describe('the online chain, with fake activities', () => {
             resolve();
           };
         });
+        throw ApplicationFailure.create({ type: 'Superseded', nonRetryable: true, message: "this table's sync is owned by a newer attempt" });
+      }
+      // A table's slice after the drain sealed its table: the fence is the drain's now.
+      if (seals.length > 0 && !isDrainFence(input.fence)) {
         throw ApplicationFailure.create({ type: 'Superseded', nonRetryable: true, message: "this table's sync is owned by a newer attempt" });
       }
       const crowded = script.crowded && input.crowdedAfterMs !== undefined ? { crowded: true } : {};
@@ -183,15 +190,12 @@ describe('the online chain, with fake activities', () => {
 
   beforeAll(async () => {
     stack = await TestStack.start({ connections: {}, workers: 0 });
-    worker = await Worker.create({
-      connection: await NativeConnection.connect({ address: stack.server.address }),
-      namespace: stack.server.namespace,
-      taskQueue: stack.taskQueue,
-      workflowBundle: { codePath: process.env.FERRY_WORKFLOW_BUNDLE! },
-      activities: fakes,
-      ...HEARTBEAT_THROTTLE,
-    });
-    running = worker.run();
+    const connection = await NativeConnection.connect({ address: stack.server.address });
+    const common = { connection, namespace: stack.server.namespace, activities: fakes, ...HEARTBEAT_THROTTLE };
+    worker = await Worker.create({ ...common, taskQueue: stack.taskQueue, workflowBundle: { codePath: process.env.FERRY_WORKFLOW_BUNDLE! } });
+    // As every Ferry worker does: the cutover's steps inside the outage come on a queue of their own.
+    cutoverWorker = await Worker.create({ ...common, taskQueue: cutoverTaskQueue(stack.taskQueue) });
+    running = Promise.all([worker.run(), cutoverWorker.run()]).then(() => undefined);
   });
 
   afterEach(() => {
@@ -201,6 +205,7 @@ describe('the online chain, with fake activities', () => {
 
   afterAll(async () => {
     worker?.shutdown();
+    cutoverWorker?.shutdown();
     await running;
     await stack?.teardown();
   });
@@ -383,5 +388,29 @@ describe('the online chain, with fake activities', () => {
     expect((await stack.client.workflow.getHandle(`${id}/table-0`).describe()).status.name).toBe('COMPLETED');
     expect(result.tables.map((t) => t.phase)).toEqual(['COMPLETED']);
     expect(calls.slice(calls.indexOf('finishTarget'))).toContain('releaseBookkeeping');
+  });
+
+  it('asks the tables to finish only past the point of no return and runs the outage on the cutover queue, so neither waits behind the tables', async () => {
+    script.appliedPerSlice = 3; // the application keeps writing: the table's sync is busy at the freeze
+    const { id } = await start('asked-after', { approval: 'manual' });
+    await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL', 60_000);
+    await stack.ferry.approve(id);
+    const result = await resultWithin(stack.ferry, id, 60_000);
+    expect({ state: result.state, warnings: result.warnings }).toEqual({ state: 'SUCCEEDED', warnings: [] });
+    const steps = await historySteps(stack.client, id);
+    // Inside the outage every step went to the cutover task queue, none to the tables' own.
+    const queues = await activityQueues(stack.client, id);
+    for (const type of ['awaitWriters', 'drainTables', 'finishTarget']) expect([type, queues.get(type)]).toEqual([type, [cutoverTaskQueue(stack.taskQueue)]]);
+    const flip = steps.indexOf('done:setFreeze');
+    const noReturn = steps.indexOf('done:finishTarget');
+    expect(flip).toBeGreaterThan(-1);
+    expect(steps.slice(flip, noReturn)).toEqual(expect.arrayContaining(['done:awaitWriters', 'done:drainTables']));
+    // The one table asked once, after the target was finished; none asked between.
+    expect(steps.filter((s) => s === 'signal:finishSync')).toHaveLength(1);
+    expect(steps.indexOf('signal:finishSync')).toBeGreaterThan(noReturn);
+    // The drain sealed the table; the table workflow still ended normally, awaited before the result.
+    expect(seals).toHaveLength(1);
+    expect((await stack.client.workflow.getHandle(`${id}/table-0`).describe()).status.name).toBe('COMPLETED');
+    expect(result.tables.map((t) => t.phase)).toEqual(['COMPLETED']);
   });
 });

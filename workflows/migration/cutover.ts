@@ -7,8 +7,9 @@
  *   writers     wait until the write transactions begun before the flip have ended — their
  *               changes must be in the log before the drain — naming them while they block;
  *               after cutover.maxWait, cutover.onBlocked decides: roll back, end them, or wait.
- *               The tables are asked to finish at the flip (sealed drain; before, they kept
- *               syncing through this wait and were stopped after it);
+ *               The tables are not stopped: the drain takes their syncs over, and they are
+ *               asked to finish past the point of no return (before, at the flip; before the
+ *               sealed drain, after this wait, and the drain waited for them to end);
  *   drain       the last changes are applied and the changed rows compared, in groups of
  *               tables, each table's sync taken over from its workflow (a fence ahead of its
  *               own): work that grows with the rows changed, not the table;
@@ -33,6 +34,8 @@ import { finishSyncSignal } from '../definitions';
 import { SLICE_MS, SYNC_BATCH_KEYS, tableMigrationWorkflow } from './table';
 import { FAILURE } from '../../src/core/failure-types';
 import { flags } from '../patches';
+import { cutoverActivities } from '../activity-options';
+import { timingsOf } from '../../src/core/timings';
 import { cutoverSwitch } from './switch';
 
 /**
@@ -68,7 +71,8 @@ const SEAL_AHEAD_MS = 365 * 24 * 3600_000;
 /** Tables per drainTables activity: a few activities drain hundreds of tables. */
 const DRAIN_GROUP_TABLES = 25;
 
-export async function cutOver(input: CutoverInput): Promise<CutoverReport> {
+export async function cutOver(given: CutoverInput): Promise<CutoverReport> {
+  const input = onCutoverQueue(given);
   const { ctx } = input;
   const { id, spec, tracker, saga } = ctx;
   const { cutoverSteps } = ctx.acts;
@@ -80,13 +84,14 @@ export async function cutOver(input: CutoverInput): Promise<CutoverReport> {
   if (moved) await moved.pause();
   saga.push('openSource', () => cutoverSteps.setFreeze({ migrationId: id, source: spec.source, state: 'open' }));
   const { at: frozenAt } = await cutoverSteps.setFreeze({ migrationId: id, source: spec.source, state: 'frozen' });
-  // Sealed: the tables are asked to finish at the flip, and end while the writers are waited
-  // for; the drain takes their syncs from them, so it needs neither the requests delivered nor
-  // the workflows ended (awaited past the point of no return). Before, the outage waited after
-  // the writers for every table workflow to end, one workflow task after another.
+  // Sealed: the drain takes the tables' syncs over, so they are asked to finish past the point
+  // of no return (PATCHES.tablesAskedAfterOutage), their signals and endings kept out of the
+  // outage (executions begun before asked at the flip; before the sealed drain, the outage
+  // waited after the writers for every table workflow to end).
   const sealed = input.sealedDrain === true;
-  const asked = sealed ? askToFinish(input) : undefined;
-  asked?.catch(() => undefined); // awaited past the point of no return
+  const askLater = sealed && flags.tablesAskedAfterOutage;
+  const askedAtFlip = sealed && !askLater ? askToFinish(input) : undefined;
+  askedAtFlip?.catch(() => undefined); // awaited past the point of no return
   // A consumer that fails from here on could never confirm what the writers still commit.
   const capture = input.capture;
   const watched = capture && flags.deadConsumerEndsCutover ? <T>(work: () => Promise<T>) => capture.unlessFailed(work) : <T>(work: () => Promise<T>) => work();
@@ -114,6 +119,7 @@ export async function cutOver(input: CutoverInput): Promise<CutoverReport> {
   const writeOutageMs = Math.max(0, Date.now() - Date.parse(frozenAt));
   const clientPauseMs = moved ? await moved.resume() : undefined;
   const afterwards = spec.cutover!.afterwards;
+  const asked = askLater ? askToFinish(input) : askedAtFlip;
   // Their last reports before the tables are marked complete.
   if (asked) await tablesEnded(ctx, input.tables, asked);
   tracker.completeTables();
@@ -124,6 +130,12 @@ export async function cutOver(input: CutoverInput): Promise<CutoverReport> {
   await CancellationScope.nonCancellable(() => afterPointOfNoReturn(ctx, unvalidated));
   const switched = spec.cutover!.switch ? { switch: 'pgbouncer' in spec.cutover!.switch ? ('pgbouncer' as const) : ('webhook' as const), clientPauseMs: clientPauseMs! } : {};
   return { frozenAt, writeOutageMs, dirtyRowsChecked, afterwards, ...switched };
+}
+
+/** The steps inside the outage on the cutover task queue, on slots no table's sync holds (PATCHES.cutoverQueue). */
+function onCutoverQueue(input: CutoverInput): CutoverInput {
+  if (!flags.cutoverQueue) return input;
+  return { ...input, ctx: { ...input.ctx, acts: { ...input.ctx.acts, ...cutoverActivities(timingsOf(input.ctx.options.timings)) } } };
 }
 
 /**

@@ -505,8 +505,9 @@ class TableRun {
 
   /**
    * The cutover's drain has taken the table's sync (its fence) over: only the drain takes a fence
-   * ahead of the table's own, and the parent asks the table to finish as it begins to drain —
-   * that request may arrive just after this.
+   * ahead of the table's own. The parent asks the table to finish past the point of no return
+   * (executions begun before PATCHES.tablesAskedAfterOutage: at the freeze), or cancels it if
+   * the cutover rolls back: the table waits for either.
    */
   private takenOver(err: unknown): boolean {
     return this.input.fencedRecheck === true && innermostApplicationFailure(err)?.type === FAILURE.Superseded;
