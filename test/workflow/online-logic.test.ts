@@ -52,6 +52,8 @@ interface Script {
   holdSlices: boolean;
   /** A ready table's slice (one given crowdedAfterMs) reports that it waited too long for a slot. */
   crowded: boolean;
+  /** finishTarget fails for good: the cutover rolls back after the drain sealed the tables. */
+  finishTargetFails: boolean;
 }
 
 /** A drain's fence is a year ahead of the clock; a table's is the clock. */
@@ -65,7 +67,7 @@ describe('the online chain, with fake activities', () => {
   let calls: string[];
   /** Each sync slice's busyDwellMs (undefined: none asked). */
   let dwells: (number | undefined)[];
-  const script: Script = { mismatchRounds: 0, blockedSlices: 0, appliedPerSlice: 0, holdSlices: false, crowded: false };
+  const script: Script = { mismatchRounds: 0, blockedSlices: 0, appliedPerSlice: 0, holdSlices: false, crowded: false, finishTargetFails: false };
   /** When each sync slice and dirty-key re-check began, in order. */
   let timeline: { name: 'sync' | 'recheck'; at: number; crowdedAfterMs?: number }[];
   /** The fences of the table's own sync slices, and of the drain's sealing slices. */
@@ -173,6 +175,7 @@ describe('the online chain, with fake activities', () => {
     },
     async finishTarget() {
       calls.push('finishTarget');
+      if (script.finishTargetFails) throw ApplicationFailure.nonRetryable('the target refused its last step', 'TargetRefused');
       return { writtenDuringCopy: [] };
     },
     async releaseSource(input) {
@@ -215,6 +218,7 @@ describe('the online chain, with fake activities', () => {
     dwells = [];
     timeline = [];
     script.crowded = false;
+    script.finishTargetFails = false;
     tableFences = [];
     seals = [];
     held = 0;
@@ -412,5 +416,21 @@ describe('the online chain, with fake activities', () => {
     expect(seals).toHaveLength(1);
     expect((await stack.client.workflow.getHandle(`${id}/table-0`).describe()).status.name).toBe('COMPLETED');
     expect(result.tables.map((t) => t.phase)).toEqual(['COMPLETED']);
+  });
+
+  it('cancels a sealed table still waiting to be asked when the cutover rolls back after the drain', async () => {
+    script.appliedPerSlice = 3;
+    script.finishTargetFails = true;
+    const { id } = await start('sealed-rollback', { approval: 'manual' });
+    await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL', 60_000);
+    await stack.ferry.approve(id);
+    const result = await resultWithin(stack.ferry, id, 60_000);
+    expect({ state: result.state, type: result.error?.type }).toEqual({ state: 'FAILED', type: 'TargetRefused' });
+    // The drain had sealed the table, which was never asked to finish: the rollback cancelled it
+    // before its compensations, the source reopened first.
+    expect(seals).toHaveLength(1);
+    expect((await historySteps(stack.client, id)).filter((s) => s === 'signal:finishSync')).toEqual([]);
+    expect((await stack.client.workflow.getHandle(`${id}/table-0`).describe()).status.name).toBe('CANCELLED');
+    expect(calls.slice(calls.indexOf('finishTarget'))).toEqual(['finishTarget', 'setFreeze:open', 'releaseSource:remove', 'dropTargetObjects']);
   });
 });
