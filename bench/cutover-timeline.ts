@@ -19,6 +19,7 @@ export async function cutoverTimeline(ferry: FerryClient, id: string): Promise<s
     activityTaskCompletedEventAttributes?: { scheduledEventId?: string };
     childWorkflowExecutionCompletedEventAttributes?: unknown;
     externalWorkflowExecutionSignaledEventAttributes?: unknown;
+    startChildWorkflowExecutionInitiatedEventAttributes?: { workflowId?: string };
   };
   const { events } = JSON.parse(historyToJSON(await ferry.handle(id).fetchHistory())) as { events: Event[] };
   const scheduled = new Map<string, string>();
@@ -26,6 +27,7 @@ export async function cutoverTimeline(ferry: FerryClient, id: string): Promise<s
   const queued = new Map<string, number>();
   const done: { type: string; at: number }[] = [];
   const childrenEnded: number[] = [];
+  const children: string[] = [];
   const signaled: number[] = [];
   for (const e of events) {
     const at = Date.parse(e.eventTime);
@@ -38,6 +40,8 @@ export async function cutoverTimeline(ferry: FerryClient, id: string): Promise<s
     if (e.activityTaskCompletedEventAttributes) done.push({ type: scheduled.get(e.activityTaskCompletedEventAttributes.scheduledEventId ?? '') ?? '', at });
     if (e.childWorkflowExecutionCompletedEventAttributes) childrenEnded.push(at);
     if (e.externalWorkflowExecutionSignaledEventAttributes) signaled.push(at);
+    const child = e.startChildWorkflowExecutionInitiatedEventAttributes?.workflowId;
+    if (child) children.push(child);
   }
   // The flip is the setFreeze before the wait for writers (another one after the point of no return marks the source moved).
   const firstWait = done.find((d) => d.type === 'awaitWriters')?.at ?? Infinity;
@@ -50,9 +54,24 @@ export async function cutoverTimeline(ferry: FerryClient, id: string): Promise<s
   const drain = grouped > 0 ? `drain and check ${after(grouped)}` : `drain ${after(ofType('syncChanges'))}, dirty check ${after(ofType('checkDirtyKeys'))}`;
   const tablesEnded = Math.max(0, ...childrenEnded.filter((t) => t >= flip));
   const waits = ['awaitWriters', 'drainTables', 'finishTarget'].map((type) => `${type} ${queued.get(type) ?? '—'} ms`).join(', ');
+  const tableSlices = await activitiesScheduledBetween(ferry, children, flip, finished);
   return (
     `writers ${after(ofType('awaitWriters'))}, tables asked to finish ${after(last(signaled))}, ${drain}, ` +
-    `finished ${after(ofType('finishTarget'))}; table workflows ended ${after(tablesEnded)}; waited for a worker slot (the last of each): ${waits}`
+    `finished ${after(ofType('finishTarget'))}; table workflows ended ${after(tablesEnded)}; waited for a worker slot (the last of each): ${waits}; ` +
+    `the tables' own activities scheduled inside the outage: ${tableSlices}`
   );
+}
+
+/** Activities the workflows `ids` (their latest runs) scheduled between `from` and `to`. */
+async function activitiesScheduledBetween(ferry: FerryClient, ids: string[], from: number, to: number): Promise<number> {
+  let count = 0;
+  for (const id of ids) {
+    const history = await ferry.handle(id).fetchHistory();
+    for (const e of history.events ?? []) {
+      const at = Number(e.eventTime?.seconds ?? 0) * 1000 + Math.floor((e.eventTime?.nanos ?? 0) / 1e6);
+      if (e.activityTaskScheduledEventAttributes && at >= from && at <= to) count += 1;
+    }
+  }
+  return count;
 }
 

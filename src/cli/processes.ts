@@ -151,14 +151,16 @@ async function workerCommand(flags: WorkerFlags): Promise<void> {
     identity: flags.identity,
     ...(flags.taskQueue ? { switchQueue: flags.taskQueue } : {}),
   });
+  const polling = worker.cutoverWorker ? [worker.worker, worker.cutoverWorker] : [worker.worker];
   const http =
     metrics && opts.metricsPort
       ? await telemetry.serveTelemetry({
           port: opts.metricsPort,
           metrics,
           sdkMetricsUrl,
-          ready: () => worker.worker.getState() === 'RUNNING',
-          live: () => worker.worker.getState() !== 'FAILED',
+          // Both Temporal workers: on the queue, and on the cutover queue beside it.
+          ready: () => polling.every((w) => w.getState() === 'RUNNING'),
+          live: () => polling.every((w) => w.getState() !== 'FAILED'),
         })
       : undefined;
   const onSignal = (signal: NodeJS.Signals) => {
