@@ -1,6 +1,7 @@
 /** Reads real workflow histories: which worker started which activity, on which attempt, and what they hold. */
 import { Client, WorkflowExecutionInfo } from '@temporalio/client';
 import { historyToJSON } from '@temporalio/common/lib/proto-utils';
+import type { temporal } from '@temporalio/proto';
 import { eventually } from './stack';
 
 export interface ActivityStart {
@@ -21,13 +22,18 @@ export async function activityStartsAllRuns(client: Client, workflowId: string):
   }
 }
 
-export async function activityStarts(client: Client, workflowId: string, runId?: string): Promise<ActivityStart[]> {
-  const history = await client.workflow.getHandle(workflowId, runId).fetchHistory();
+/** The events of a workflow's run (its current one unless `runId`), and the activity type of each scheduled event id. */
+async function eventsOf(client: Client, workflowId: string, runId?: string): Promise<{ events: temporal.api.history.v1.IHistoryEvent[]; scheduled: Map<string, string> }> {
+  const events = (await client.workflow.getHandle(workflowId, runId).fetchHistory()).events ?? [];
   const scheduled = new Map<string, string>();
+  for (const e of events) if (e.activityTaskScheduledEventAttributes) scheduled.set(String(e.eventId), e.activityTaskScheduledEventAttributes.activityType?.name ?? '');
+  return { events, scheduled };
+}
+
+export async function activityStarts(client: Client, workflowId: string, runId?: string): Promise<ActivityStart[]> {
+  const { events, scheduled } = await eventsOf(client, workflowId, runId);
   const starts: ActivityStart[] = [];
-  for (const event of history.events ?? []) {
-    const s = event.activityTaskScheduledEventAttributes;
-    if (s) scheduled.set(String(event.eventId), s.activityType?.name ?? '');
+  for (const event of events) {
     const st = event.activityTaskStartedEventAttributes;
     if (st) {
       starts.push({
@@ -118,14 +124,10 @@ export async function activityPayloads(client: Client, id: string) {
   const results: Record<string, any[]> = {};
   // (An activity that returns nothing has a payload without data.)
   const json = (p: { data?: Uint8Array | null } | undefined) => (p?.data?.length ? JSON.parse(Buffer.from(p.data).toString('utf8')) : null);
-  const types = new Map<string, string>();
-  for (const e of (await client.workflow.getHandle(id).fetchHistory()).events ?? []) {
+  const { events, scheduled: types } = await eventsOf(client, id);
+  for (const e of events) {
     const scheduled = e.activityTaskScheduledEventAttributes;
-    if (scheduled) {
-      const type = scheduled.activityType?.name ?? '';
-      types.set(String(e.eventId), type);
-      (inputs[type] ??= []).push(json(scheduled.input?.payloads?.[0]));
-    }
+    if (scheduled) (inputs[scheduled.activityType?.name ?? ''] ??= []).push(json(scheduled.input?.payloads?.[0]));
     const completed = e.activityTaskCompletedEventAttributes;
     if (completed) {
       const type = types.get(String(completed.scheduledEventId)) ?? '';
@@ -140,12 +142,9 @@ export async function activityPayloads(client: Client, id: string) {
  * completed activity, `signal:<name>` for each signal it sent to another workflow.
  */
 export async function historySteps(client: Client, workflowId: string): Promise<string[]> {
-  const history = await client.workflow.getHandle(workflowId).fetchHistory();
-  const scheduled = new Map<string, string>();
+  const { events, scheduled } = await eventsOf(client, workflowId);
   const steps: string[] = [];
-  for (const event of history.events ?? []) {
-    const s = event.activityTaskScheduledEventAttributes;
-    if (s) scheduled.set(String(event.eventId), s.activityType?.name ?? '');
+  for (const event of events) {
     const done = event.activityTaskCompletedEventAttributes;
     if (done) steps.push(`done:${scheduled.get(String(done.scheduledEventId)) ?? ''}`);
     const signal = event.signalExternalWorkflowExecutionInitiatedEventAttributes;
