@@ -1,5 +1,6 @@
 /** How a cutover's write outage was spent, from the migration's history (bench:online, bench:online-tables). */
 import { historyToJSON } from '@temporalio/common/lib/proto-utils';
+import { tsToMs } from '@temporalio/common/lib/time';
 import type { FerryClient } from '../src/client';
 
 /**
@@ -68,8 +69,9 @@ async function activitiesScheduledBetween(ferry: FerryClient, ids: string[], fro
   for (const id of ids) {
     const history = await ferry.handle(id).fetchHistory();
     for (const e of history.events ?? []) {
-      const at = Number(e.eventTime?.seconds ?? 0) * 1000 + Math.floor((e.eventTime?.nanos ?? 0) / 1e6);
-      if (e.activityTaskScheduledEventAttributes && at >= from && at <= to) count += 1;
+      if (!e.activityTaskScheduledEventAttributes) continue;
+      const at = tsToMs(e.eventTime);
+      if (at >= from && at <= to) count += 1;
     }
   }
   return count;

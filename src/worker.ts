@@ -44,8 +44,11 @@ export interface FerryWorkerOptions {
 
 export interface FerryWorker {
   worker: Worker;
-  /** The same activities on the cutover task queue (cutoverTaskQueue), with slots of their own; none on a switch worker. */
-  cutoverWorker?: Worker;
+  /**
+   * Every Temporal worker it runs: `worker`, and but for a switch worker the same activities on
+   * the cutover task queue (cutoverTaskQueue) with slots of their own.
+   */
+  workers: Worker[];
   connections: ConnectionRegistry;
   /** Runs until shutdown; closes the database pools and the Temporal connection afterwards. */
   run(): Promise<void>;
@@ -169,14 +172,13 @@ export async function createFerryWorker(options: FerryWorkerOptions): Promise<Fe
 }
 
 /** The worker on its queue and, but for a switch worker, on the cutover queue: run, and shut down, together. */
-function runningTogether([worker, cutoverWorker]: Worker[], connections: ConnectionRegistry, close: () => Promise<unknown>): FerryWorker {
-  const workers = cutoverWorker ? [worker, cutoverWorker] : [worker];
+function runningTogether(workers: Worker[], connections: ConnectionRegistry, close: () => Promise<unknown>): FerryWorker {
   const shutdown = () => {
     for (const w of workers) if (w.getState() === 'RUNNING') w.shutdown();
   };
   return {
-    worker,
-    ...(cutoverWorker ? { cutoverWorker } : {}),
+    worker: workers[0],
+    workers,
     connections,
     async run() {
       try {

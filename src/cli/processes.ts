@@ -151,7 +151,6 @@ async function workerCommand(flags: WorkerFlags): Promise<void> {
     identity: flags.identity,
     ...(flags.taskQueue ? { switchQueue: flags.taskQueue } : {}),
   });
-  const polling = worker.cutoverWorker ? [worker.worker, worker.cutoverWorker] : [worker.worker];
   const http =
     metrics && opts.metricsPort
       ? await telemetry.serveTelemetry({
@@ -159,8 +158,8 @@ async function workerCommand(flags: WorkerFlags): Promise<void> {
           metrics,
           sdkMetricsUrl,
           // Both Temporal workers: on the queue, and on the cutover queue beside it.
-          ready: () => polling.every((w) => w.getState() === 'RUNNING'),
-          live: () => polling.every((w) => w.getState() !== 'FAILED'),
+          ready: () => worker.workers.every((w) => w.getState() === 'RUNNING'),
+          live: () => worker.workers.every((w) => w.getState() !== 'FAILED'),
         })
       : undefined;
   const onSignal = (signal: NodeJS.Signals) => {

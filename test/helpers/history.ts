@@ -155,9 +155,9 @@ export async function historySteps(client: Client, workflowId: string): Promise<
 
 /** The task queues each activity type of a workflow was scheduled on (distinct, in order of first use). */
 export async function activityQueues(client: Client, workflowId: string): Promise<Map<string, string[]>> {
-  const history = await client.workflow.getHandle(workflowId).fetchHistory();
+  const { events } = await eventsOf(client, workflowId);
   const queues = new Map<string, string[]>();
-  for (const event of history.events ?? []) {
+  for (const event of events) {
     const s = event.activityTaskScheduledEventAttributes;
     if (!s) continue;
     const type = s.activityType?.name ?? '';

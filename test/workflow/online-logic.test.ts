@@ -56,6 +56,9 @@ interface Script {
   finishTargetFails: boolean;
 }
 
+/** What the real sync throws once a newer fence owns the table's sync. */
+const superseded = () => ApplicationFailure.create({ type: 'Superseded', nonRetryable: true, message: "this table's sync is owned by a newer attempt" });
+
 /** A drain's fence is a year ahead of the clock; a table's is the clock. */
 const isDrainFence = (fence: number) => fence > Date.now() + 24 * 3600_000;
 
@@ -113,11 +116,11 @@ describe('the online chain, with fake activities', () => {
             resolve();
           };
         });
-        throw ApplicationFailure.create({ type: 'Superseded', nonRetryable: true, message: "this table's sync is owned by a newer attempt" });
+        throw superseded();
       }
       // A table's slice after the drain sealed its table: the fence is the drain's now.
       if (seals.length > 0 && !isDrainFence(input.fence)) {
-        throw ApplicationFailure.create({ type: 'Superseded', nonRetryable: true, message: "this table's sync is owned by a newer attempt" });
+        throw superseded();
       }
       const crowded = script.crowded && input.crowdedAfterMs !== undefined ? { crowded: true } : {};
       return { applied: script.appliedPerSlice, rounds: script.appliedPerSlice > 0 ? 1 : 0, caughtUp: true, pending: 0, lagSeconds: 0, ...crowded };
