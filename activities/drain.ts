@@ -6,17 +6,27 @@
  * each: inside the write outage every activity is a round trip through Temporal and a slot on a
  * worker, which for a small table cost more than its drain.
  *
- * The first slice of each table seals it (SyncInput.seal): it takes the table's sync fence
- * whatever its log holds, so that no slice or re-check its own workflow still runs can write
- * afterwards. Each further slice takes a bigger fence; an attempt's fences are all above every
- * earlier attempt's, so a retried drain supersedes a lost one.
+ * The drain first seals the whole group (sealGroup): it takes every table's sync fence at once,
+ * so that no slice or re-check the tables' own workflows still run can write afterwards, checks
+ * their capture in set form, and finds the quiet tables — an empty change log and, when the
+ * drain compares, an empty dirty set — which need nothing more: the source is frozen, so their
+ * logs stay empty. Only the others are drained one by one, from a slice that seals again
+ * (SyncInput.seal: its fence taken whatever the log holds). Each slice takes a bigger fence than
+ * the last; an attempt's fences are all above every earlier attempt's, so a retried drain
+ * supersedes a lost one.
  */
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { FAILURE } from '../src/core/failure-types';
 import { Limiter } from '../src/core/limiter';
-import { CopyTable } from '../src/core/plan';
+import type { CopyTable } from '../src/core/plan';
 import type { CheckDirtyInput, CheckDirtyResult, SyncInput, SyncResult } from '../src/core/sync-types';
+import { isKeyless } from '../src/core/plan';
+import { claimSyncs, SYNC_CHUNK, tablesWithDirtyKeys } from '../src/db/bookkeeping';
+import { assertCaptureIntact, captureSuspects } from '../src/db/capture-check';
+import { tablesWithChanges } from '../src/db/change-log';
+import { fenceToken, superseded } from '../src/db/fenced';
+import type { ActivityDeps } from './deps';
 
 export interface DrainTablesInput {
   migrationId: string;
@@ -43,10 +53,46 @@ export interface DrainedTable {
   remaining: number;
 }
 
-/** The two activities a drain is made of, as activities/index.ts hands them over. */
+/** What a drain is made of, as activities/index.ts hands it over. */
 export interface DrainParts {
+  /** Seals the group with `token` and returns its quiet tables (createSealGroup). */
+  sealGroup(input: DrainTablesInput, token: number, owner: string): Promise<number[]>;
   syncChanges(input: SyncInput): Promise<Pick<SyncResult, 'caughtUp' | 'pending'>>;
   checkDirtyKeys(input: CheckDirtyInput): Promise<Pick<CheckDirtyResult, 'checked' | 'mismatched' | 'remaining'>>;
+}
+
+/** A CaptureLost failure that names its table, for the workflow to report. */
+function naming(table: CopyTable) {
+  return (err: unknown): never => {
+    if (err instanceof ApplicationFailure && err.type === FAILURE.CaptureLost) {
+      throw ApplicationFailure.create({ type: FAILURE.CaptureLost, message: err.message, nonRetryable: true, details: [{ tableIndex: table.index }] });
+    }
+    throw err;
+  };
+}
+
+/**
+ * The group's seal, in a handful of statements whatever its size: every table's sync fence taken
+ * with `token` (any table whose fence a newer attempt holds stops this one as Superseded), capture
+ * checked in set form, and the indexes of the quiet tables returned. A table without a key
+ * applies its log from a watermark (keyless-online.ts) and is always drained on its own.
+ */
+export function createSealGroup({ connections }: Pick<ActivityDeps, 'connections'>) {
+  return async function sealGroup(input: DrainTablesInput, token: number, owner: string): Promise<number[]> {
+    const { migrationId, tables } = input;
+    const indexes = tables.map((t) => t.index);
+    const sealed = new Set(await connections.withClient(input.target, (db) => claimSyncs(db, migrationId, indexes, token, owner)));
+    const lost = indexes.find((index) => !sealed.has(index));
+    if (lost !== undefined) throw superseded({ migrationId, tableIndex: lost, chunkIndex: SYNC_CHUNK });
+    const keyed = tables.filter((t) => !isKeyless(t)).map((t) => t.index);
+    const changed = await connections.withClient(input.source, async (db) => {
+      for (const table of await captureSuspects(db, migrationId, tables)) await assertCaptureIntact(db, { migrationId, table }).catch(naming(table));
+      return tablesWithChanges(db, migrationId, keyed);
+    });
+    const dirty = input.check ? await connections.withClient(input.target, (db) => tablesWithDirtyKeys(db, migrationId, keyed)) : [];
+    const stirred = new Set([...changed, ...dirty]);
+    return keyed.filter((index) => !stirred.has(index));
+  };
 }
 
 /**
@@ -68,12 +114,20 @@ const SLICES_PER_ATTEMPT = 1000;
  */
 export function createDrainTables(activities: DrainParts, places: Limiter) {
   return async function drainTables(input: DrainTablesInput): Promise<{ tables: DrainedTable[] }> {
-    const { attempt } = Context.current().info;
-    const drained: DrainedTable[] = [];
+    const { attempt, activityId } = Context.current().info;
+    const sealing = await takePlace(places);
+    let quiet: Set<number>;
+    try {
+      quiet = new Set(await activities.sealGroup(input, fenceToken(firstFence(input, attempt), attempt), `${activityId}#${attempt}`));
+    } finally {
+      sealing();
+    }
+    const drained: DrainedTable[] = [...quiet].map((index) => ({ index, checked: 0, mismatched: 0, remaining: 0 }));
+    const left = input.tables.filter((t) => !quiet.has(t.index));
     let next = 0;
     const worker = async () => {
-      while (next < input.tables.length) {
-        const table = input.tables[next++];
+      while (next < left.length) {
+        const table = left[next++];
         const release = await takePlace(places);
         try {
           drained.push(await drainTable(input, table, attempt, activities));
@@ -82,9 +136,14 @@ export function createDrainTables(activities: DrainParts, places: Limiter) {
         }
       }
     };
-    await Promise.all(Array.from({ length: Math.min(TABLES_AT_ONCE, input.tables.length) }, worker));
+    await Promise.all(Array.from({ length: Math.min(TABLES_AT_ONCE, left.length) }, worker));
     return { tables: drained.sort((a, b) => a.index - b.index) };
   };
+}
+
+/** The fence of an attempt's first slice (the group's seal): a thousand per attempt. */
+function firstFence(input: DrainTablesInput, attempt: number): number {
+  return input.fence + (attempt - 1) * SLICES_PER_ATTEMPT;
 }
 
 /** A place among the worker's drains, heartbeating while it waits (a cancellation ends the wait). */
@@ -105,26 +164,23 @@ async function drainTable(
   { syncChanges, checkDirtyKeys }: DrainParts,
 ): Promise<DrainedTable> {
   const ref = { migrationId: input.migrationId, source: input.source, target: input.target, table };
-  let slice = 0;
+  // Slice 0's fence is the group's seal.
+  let slice = 1;
   const drainAll = async () => {
     for (;;) {
       if (slice >= SLICES_PER_ATTEMPT) throw ApplicationFailure.retryable(`the drain of table #${table.index} took ${SLICES_PER_ATTEMPT} slices in one attempt`);
       const r = await syncChanges({
         ...ref,
-        fence: input.fence + (attempt - 1) * SLICES_PER_ATTEMPT + slice,
+        fence: firstFence(input, attempt) + slice,
         sliceMs: input.sliceMs,
         batchKeys: input.batchKeys,
         recordDirty: input.check,
         returnWhenCaughtUp: true,
-        ...(slice === 0 ? { seal: true } : {}),
+        // (The seal checked the group's capture just before.)
+        ...(slice === 1 ? { seal: true, captureChecked: true } : {}),
         ...(input.lanes && input.lanes > 1 ? { lanes: input.lanes } : {}),
-      }).catch((err: unknown) => {
         // The workflow reports which table lost its capture.
-        if (err instanceof ApplicationFailure && err.type === FAILURE.CaptureLost) {
-          throw ApplicationFailure.create({ type: FAILURE.CaptureLost, message: err.message, nonRetryable: true, details: [{ tableIndex: table.index }] });
-        }
-        throw err;
-      });
+      }).catch(naming(table));
       slice += 1;
       if (r.caughtUp && r.pending === 0) return;
     }

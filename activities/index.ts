@@ -12,7 +12,7 @@ import { createChangeSqlActivities } from './change-sql';
 import { classified } from './classified';
 import { createCleanupActivities } from './cleanup';
 import { createCopyChunk, createCopySmallTables } from './copy-chunk';
-import { createDrainTables } from './drain';
+import { createDrainTables, createSealGroup } from './drain';
 import { ActivityDeps, DEFAULT_ACTIVITY_SLOTS } from './deps';
 import { createFinalizeTarget } from './legacy/finalize-target';
 import { createForeignKeyActivities } from './foreign-keys';
@@ -60,7 +60,7 @@ export function createActivities(deps: ActivityDeps) {
     ...createStreamActivities(deps),
     checkDirtyKeys,
     // The cutover's drain and check of a group of tables (PATCHES.sealedDrain).
-    drainTables: createDrainTables({ syncChanges: sync.syncChanges, checkDirtyKeys }, new Limiter(deps.activitySlots ?? DEFAULT_ACTIVITY_SLOTS)),
+    drainTables: createDrainTables({ sealGroup: createSealGroup(deps), syncChanges: sync.syncChanges, checkDirtyKeys }, new Limiter(deps.activitySlots ?? DEFAULT_ACTIVITY_SLOTS)),
     sendCallback: createSendCallback(deps),
     ...createEventActivities(deps),
     // The cutover's switch: PgBouncer's (served beside it, createSwitchWorkerActivities) or a webhook's.

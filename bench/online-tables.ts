@@ -4,7 +4,8 @@
  * For each shape (--shapes 100,500: that many tables of --rows 50 rows, spread over
  * --schemas 10 schemas) one migration, capture by triggers, validation checksum, manual approval
  * given as soon as every table is ready, while pgbench (--clients 2) updates a random row of a
- * random table in each transaction until the cutover's freeze ends it. Prints per shape: the
+ * random table in each transaction until the cutover's freeze ends it (of the first --busy
+ * tables only, when given: most tenants of a real database are idle at any moment). Prints per shape: the
  * time to approval, the cutover's write outage and where it went, the parent's history length,
  * the worker's peak RSS, and whether both sides then hold the same rows (sums compared with SQL).
  * Figures, never assertions.
@@ -28,6 +29,7 @@ const SHAPES = arg('--shapes', '100,500').split(',').map(Number);
 const ROWS = Number(arg('--rows', '50'));
 const SCHEMAS = Number(arg('--schemas', '10'));
 const CLIENTS = Number(arg('--clients', '2'));
+const BUSY = args.includes('--busy') ? Number(arg('--busy', '0')) : undefined;
 const ADMIN = arg('--pg', process.env.FERRY_TEST_PG ?? DEFAULT_TEST_PG);
 const ROOT = join(__dirname, '..');
 const TAG = Date.now().toString(36);
@@ -76,7 +78,7 @@ async function shapeRun(ferry: FerryClient, shape: number, worker: number): Prom
   const { source, target } = names(shape);
   await createSource(source, shape);
   const script = join(tmpdir(), `ferry-bench-ot-${TAG}-${shape}.sql`);
-  writeFileSync(script, `\\set t random(1, ${shape})\n\\set k random(1, ${ROWS})\nSELECT public.bench_touch(:t, :k);\n`);
+  writeFileSync(script, `\\set t random(1, ${Math.min(shape, BUSY ?? shape)})\n\\set k random(1, ${ROWS})\nSELECT public.bench_touch(:t, :k);\n`);
   peakRssSince(worker);
   const writer = startProcess(PGBENCH, ['-n', '-c', String(CLIENTS), '-j', '1', '-T', '3600', '-f', script, url(source)]);
   const id = `bench-online-tables-${shape}-${TAG}`;
@@ -118,7 +120,8 @@ async function main(): Promise<void> {
   const worker = startProcess(process.execPath, [join(ROOT, 'bin', 'ferry.js'), 'worker'], { env, keep: 20_000 });
   const ferry = await FerryClient.connect({ address: server.address });
   try {
-    process.stdout.write(`online, ${ROWS} rows a table in ${SCHEMAS} schemas, pgbench -c ${CLIENTS} touching random rows until the freeze; one worker:\n`);
+    const touched = BUSY === undefined ? 'every table' : `the first ${BUSY} tables`;
+    process.stdout.write(`online, ${ROWS} rows a table in ${SCHEMAS} schemas, pgbench -c ${CLIENTS} touching random rows of ${touched} until the freeze; one worker:\n`);
     for (const shape of SHAPES) process.stdout.write(`  ${await shapeRun(ferry, shape, worker.child.pid!)}\n`);
   } finally {
     await ferry.close();

@@ -47,6 +47,12 @@ export interface SyncInput {
    * can write (PATCHES.sealedDrain: the drain's fences are ahead of any the table hands out).
    */
   seal?: boolean;
+  /**
+   * Set by the cutover's drain on its first slice of a table only: it has just sealed the table's
+   * group and checked their capture together (activities/drain.ts), so this slice does not check
+   * it again. Never set by a workflow.
+   */
+  captureChecked?: boolean;
 }
 
 export interface SyncResult {

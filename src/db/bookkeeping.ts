@@ -142,6 +142,30 @@ export async function claimChunk(db: ClientBase, ref: ChunkRef, token: number, o
 }
 
 /**
+ * claimChunk of the syncs (SYNC_CHUNK) of many tables in one statement: the indexes of those
+ * whose fence this took (any other is held by a newer token).
+ */
+export async function claimSyncs(db: ClientBase, migrationId: string, tableIndexes: number[], token: number, owner: string): Promise<number[]> {
+  const { rows } = await db.query(
+    `UPDATE _ferry.checkpoints SET owner_token = $4, owner = $5, updated_at = now()
+      WHERE migration_id = $1 AND table_index = ANY ($2::int[]) AND chunk_index = $3 AND owner_token < $4
+      RETURNING table_index`,
+    [migrationId, tableIndexes, SYNC_CHUNK, token, owner],
+  );
+  return rows.map((r) => r.table_index as number);
+}
+
+/** The tables among `tableIndexes` with keys in the dirty set. */
+export async function tablesWithDirtyKeys(db: ClientBase, migrationId: string, tableIndexes: number[]): Promise<number[]> {
+  const { rows } = await db.query(
+    `SELECT w.idx FROM unnest($2::int[]) AS w(idx)
+      WHERE EXISTS (SELECT 1 FROM _ferry.dirty d WHERE d.migration_id = $1 AND d.table_index = w.idx)`,
+    [migrationId, tableIndexes],
+  );
+  return rows.map((r) => r.idx as number);
+}
+
+/**
  * Inside a batch's transaction: lock the checkpoint row and check this attempt still owns it.
  * `share`: the attempt's parallel writers (a sync's lanes) hold the row together; a newer
  * attempt's claim waits for all of them just the same.

@@ -10,7 +10,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { ClientBase } from 'pg';
 import { displayQualified } from '../core/identifiers';
 import type { CopyTable } from '../core/plan';
-import { CAPTURE_SCHEMA, FINGERPRINT_SQL, PARTITIONS_SQL, readFreezeState, triggerNames } from './capture-sql';
+import { CAPTURE_SCHEMA, FINGERPRINT_SQL, fingerprintSql, PARTITIONS_SQL, partitionsSql, readFreezeState, triggerNames } from './capture-sql';
 import { FAILURE } from '../core/failure-types';
 import { isLogical, logicalNames } from './logical-sql';
 import { hasUniqueIndexOver } from './catalog';
@@ -19,17 +19,38 @@ import { hasUniqueIndexOver } from './catalog';
  * The triggers capture needs that are missing or not ENABLE ALWAYS, on the table and on each
  * of its partitions: the row trigger, the TRUNCATE refusal and, once armed, the freeze.
  */
-const MISSING_TRIGGERS_SQL = `
-WITH tree AS (
-  SELECT relid, level FROM pg_catalog.pg_partition_tree($1::regclass)
-  UNION SELECT $1::regclass, 0
-)
+function missingTriggersSql(relid: string, wanted: string): string {
+  return `
 SELECT tree.relid::regclass::text AS relation, want.name AS trigger, t.tgenabled::text AS enabled
-  FROM tree
- CROSS JOIN LATERAL unnest(CASE WHEN tree.level = 0 THEN $2::text[] ELSE $3::text[] END) AS want(name)
+  FROM (SELECT relid, level FROM pg_catalog.pg_partition_tree(${relid}::regclass) UNION SELECT ${relid}::regclass, 0) AS tree
+ CROSS JOIN LATERAL unnest(${wanted}::text[]) AS want(name)
   LEFT JOIN pg_catalog.pg_trigger t ON t.tgrelid = tree.relid AND t.tgname = want.name
- WHERE t.tgenabled IS DISTINCT FROM 'A'
+ WHERE t.tgenabled IS DISTINCT FROM 'A'`;
+}
+
+const MISSING_TRIGGERS_SQL = `${missingTriggersSql('$1', '$2')}
  ORDER BY tree.level, 1, 2`;
+
+/**
+ * The tables of a group (`$2`, their indexes) whose capture any of the checks below would find
+ * wanting: no registration, columns or partitions changed, a trigger of `$3` missing or not
+ * ENABLE ALWAYS — all in one statement instead of several each.
+ */
+const GROUP_SUSPECTS_SQL = `
+SELECT w.idx AS table_index
+  FROM unnest($2::int[]) AS w(idx)
+  LEFT JOIN ${CAPTURE_SCHEMA}.captures c ON c.migration_id = $1 AND c.table_index = w.idx
+ WHERE c.relid IS NULL
+    OR c.fingerprint IS DISTINCT FROM (${fingerprintSql('c.relid')})
+    OR (to_jsonb(c) ->> 'partitions' IS NOT NULL AND to_jsonb(c) ->> 'partitions' IS DISTINCT FROM (${partitionsSql('c.relid')}))
+    OR EXISTS (${missingTriggersSql('c.relid', '$3')})`;
+
+/** With logical capture: the tables of a group left out of the publication, all of them without the slot. */
+const GROUP_UNPUBLISHED_SQL = `
+SELECT s.idx AS table_index
+  FROM unnest($1::int[], $2::text[], $3::text[]) AS s(idx, nsp, rel)
+ WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots WHERE slot_name = $4)
+    OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication_tables p WHERE p.pubname = $5 AND p.schemaname = s.nsp AND p.tablename = s.rel)`;
 
 /** Logical capture: the slot must still exist and the publication still carry the table. */
 async function assertLogicalIntact(source: ClientBase, migrationId: string, table: CopyTable): Promise<void> {
@@ -65,6 +86,38 @@ async function assertPartitionsUnchanged(source: ClientBase, table: CopyTable, r
   }
 }
 
+/**
+ * The triggers every captured table (and each of its partitions: they carry the TRUNCATE
+ * refusal and the freeze of their own, and a clone of the row trigger) must have: the row
+ * trigger unless capture is logical, the TRUNCATE refusal and, once armed, the freeze.
+ */
+async function wantedTriggers(source: ClientBase, migrationId: string): Promise<{ logical: boolean; triggers: string[] }> {
+  const names = triggerNames(migrationId);
+  const armed = (await readFreezeState(source, migrationId)) !== 'absent';
+  const logical = await isLogical(source, migrationId);
+  return { logical, triggers: [...(logical ? [] : [names.capture]), names.truncate, ...(armed ? [names.freeze] : [])] };
+}
+
+/**
+ * The tables of a group whose capture assertCaptureIntact could find wanting, in a few
+ * statements whatever the group's size (the cutover's drain checks hundreds of tables inside
+ * the write outage): the same checks in set form. Each table returned must be checked on its
+ * own (assertCaptureIntact), which throws what is wrong with it — or passes, when what the set
+ * form saw was a partition added between two of its statements.
+ */
+export async function captureSuspects(source: ClientBase, migrationId: string, tables: CopyTable[]): Promise<CopyTable[]> {
+  if (tables.length === 0) return [];
+  const { logical, triggers } = await wantedTriggers(source, migrationId);
+  const indexes = tables.map((t) => t.index);
+  const suspects = new Set<number>((await source.query(GROUP_SUSPECTS_SQL, [migrationId, indexes, triggers])).rows.map((r) => r.table_index));
+  if (logical) {
+    const names = logicalNames(migrationId);
+    const params = [indexes, tables.map((t) => t.source.schema), tables.map((t) => t.source.name), names.slot, names.publication];
+    for (const r of (await source.query(GROUP_UNPUBLISHED_SQL, params)).rows) suspects.add(r.table_index);
+  }
+  return tables.filter((t) => suspects.has(t.index));
+}
+
 export async function assertCaptureIntact(source: ClientBase, input: { migrationId: string; table: CopyTable }): Promise<void> {
   const { table } = input;
   // partitions through to_jsonb: a captures table of an older Ferry has no such column.
@@ -84,13 +137,9 @@ export async function assertCaptureIntact(source: ClientBase, input: { migration
   // A partition attached, detached or added since capture lacks (or keeps) the freeze and the
   // TRUNCATE refusal.
   await assertPartitionsUnchanged(source, table, rows[0]);
-  const names = triggerNames(input.migrationId);
-  const armed = (await readFreezeState(source, input.migrationId)) !== 'absent';
-  const logical = await isLogical(source, input.migrationId);
+  const { logical, triggers } = await wantedTriggers(source, input.migrationId);
   if (logical) await assertLogicalIntact(source, input.migrationId, table);
-  const onTable = [...(logical ? [] : [names.capture]), names.truncate, ...(armed ? [names.freeze] : [])];
-  // Partitions carry the TRUNCATE refusal and the freeze of their own, and a clone of the row trigger.
-  const missing = await source.query(MISSING_TRIGGERS_SQL, [rows[0].relid, onTable, onTable]);
+  const missing = await source.query(MISSING_TRIGGERS_SQL, [rows[0].relid, triggers]);
   if (missing.rows.length > 0) {
     // A partition added between the check above and this query has no trigger of Ferry's yet:
     // that is the partitions' change, not a removed trigger (each statement reads its own snapshot).

@@ -319,23 +319,34 @@ $ferry$`,
   ];
 }
 
-/** Columns, types, NOT NULL and defaults of a table as one comparable string. */
-export const FINGERPRINT_SQL = `
+/**
+ * Columns, types, NOT NULL and defaults of a table as one comparable string; `relid` is an SQL
+ * expression (a parameter, or a column of an outer query).
+ */
+export function fingerprintSql(relid: string): string {
+  return `
 SELECT coalesce(string_agg(a.attname || ' ' || pg_catalog.format_type(a.atttypid, a.atttypmod) ||
          CASE WHEN a.attnotnull THEN ' not null' ELSE '' END, ', ' ORDER BY a.attnum), '') AS fingerprint
   FROM pg_catalog.pg_attribute a
- WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped`;
+ WHERE a.attrelid = ${relid} AND a.attnum > 0 AND NOT a.attisdropped`;
+}
+
+export const FINGERPRINT_SQL = fingerprintSql('$1');
 
 /**
  * A table's partitions with their bounds, as one comparable string ('' when it has none). A
  * partition that DETACH … CONCURRENTLY left half-detached (its first step commits before any
  * event trigger can refuse it) is no longer listed by pg_partition_tree, so it shows as gone.
  */
-export const PARTITIONS_SQL = `
+export function partitionsSql(relid: string): string {
+  return `
 SELECT coalesce(string_agg(c.oid::regclass::text || ' ' || pg_catalog.pg_get_expr(c.relpartbound, c.oid), ', ' ORDER BY c.oid), '') AS partitions
-  FROM pg_catalog.pg_partition_tree($1::regclass) t
+  FROM pg_catalog.pg_partition_tree(${relid}::regclass) t
   JOIN pg_catalog.pg_class c ON c.oid = t.relid
  WHERE t.level > 0`;
+}
+
+export const PARTITIONS_SQL = partitionsSql('$1');
 
 export function createFreezeStateSql(migrationId: string): string {
   return `CREATE SEQUENCE IF NOT EXISTS ${quoteQualified(freezeStateSequence(migrationId))} MINVALUE 0 MAXVALUE 9 START WITH 0 NO CYCLE`;

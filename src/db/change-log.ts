@@ -4,6 +4,8 @@
  */
 import { ClientBase } from 'pg';
 import type { Key } from '../core/plan';
+import { quoteQualified } from '../core/identifiers';
+import { captureNames } from './capture-sql';
 
 /** A subquery of text[] keys from `param`, a JSON array of keys (e.g. `$1`). */
 export function keysFromJson(param: string): string {
@@ -14,6 +16,14 @@ export function keysFromJson(param: string): string {
 export async function enqueue(db: ClientBase, log: string, keys: Key[]): Promise<void> {
   if (keys.length === 0) return;
   await db.query(`INSERT INTO ${log} (pk) ${keysFromJson('$1')}`, [JSON.stringify(keys)]);
+}
+
+/** The tables among `tableIndexes` whose change log holds anything, in one statement. */
+export async function tablesWithChanges(db: ClientBase, migrationId: string, tableIndexes: number[]): Promise<number[]> {
+  if (tableIndexes.length === 0) return [];
+  const looks = tableIndexes.map((index) => `SELECT ${Number(index)} AS idx WHERE EXISTS (SELECT 1 FROM ${quoteQualified(captureNames(migrationId, index).log)})`);
+  const { rows } = await db.query(looks.join('\nUNION ALL\n'));
+  return rows.map((r) => r.idx as number);
 }
 
 const PENDING_COUNT_CAP = 1_000_000;

@@ -17,6 +17,7 @@ import { objectInventory, rowsAsText, TestDatabases } from '../helpers/databases
 import { eventually } from '../helpers/stack';
 import { applyKeys, shareByKeyHash, SyncResult } from '../../activities/sync-changes';
 import { Client } from 'pg';
+import { assertCaptureIntact, captureSuspects } from '../../src/db/capture-check';
 
 class MockActivityEnvironment extends SdkMockActivityEnvironment {
   /** `waitedMs`: how long ago the attempt was scheduled (the time it waited for a worker slot). */
@@ -386,6 +387,106 @@ describe('the online apply', () => {
     // The drain's own next slice applies it.
     await run(() => activities.syncChanges({ ...slice, fence: tableFence + 365 * 24 * 3600_000 + 1 }));
     expect(await dbs.query('target', `SELECT v FROM public.things WHERE id = 3`)).toEqual([{ v: 'late' }]);
+  });
+
+  /** Copies every table of `plan` whole, as the full load would. */
+  async function copyAll(id: string, plan: MigrationPlan): Promise<void> {
+    for (const t of plan.tables) {
+      for (const chunk of t.chunks) {
+        await run(() => activities.copyChunk({ migrationId: id, source: 'src', target: 'dst', table: copyTableOf(t), chunk: { ...chunk }, batchRows: 1000, fence: Date.now(), sliceMs: 30_000 }));
+      }
+    }
+  }
+
+  it("drains a group at the cutover: every table's sync sealed at once, the quiet ones left at that, the others drained and checked", async () => {
+    const names = ['quiet', 'changed', 'stale', 'idle'];
+    await dbs.exec('source', names.map((n) => `CREATE TABLE public.${n} (id int PRIMARY KEY, v text); INSERT INTO public.${n} SELECT g, 'v' || g FROM generate_series(1, 50) g;`).join('\n'));
+    const plan = await migrate('group', names.map((n) => `public.${n}`));
+    await copyAll('group', plan);
+    const indexOf = (name: string) => plan.tables.find((t) => t.source.name === name)!.index;
+    const tableFence = Date.now();
+    const slice = (name: string, fence: number) =>
+      run(() => activities.syncChanges({ migrationId: 'group', source: 'src', target: 'dst', table: copyTableOf(plan.tables[indexOf(name)]), fence, sliceMs: 30_000, batchKeys: 100, recordDirty: true, returnWhenCaughtUp: true }));
+    // stale: a change applied (so dirty), then its target row damaged behind Ferry's back; idle: a change applied and re-checked.
+    await dbs.exec('source', `UPDATE public.stale SET v = 'new' WHERE id <= 3; UPDATE public.idle SET v = 'new' WHERE id <= 3`);
+    await slice('stale', tableFence);
+    await slice('idle', tableFence);
+    await run(() => activities.checkDirtyKeys({ migrationId: 'group', source: 'src', target: 'dst', table: copyTableOf(plan.tables[indexOf('idle')]), fence: tableFence + 1 }));
+    await dbs.exec('target', `UPDATE public.stale SET v = 'damaged' WHERE id = 2`);
+    // changed: still in its log at the freeze.
+    await dbs.exec('source', `UPDATE public.changed SET v = 'late' WHERE id > 45; DELETE FROM public.changed WHERE id = 1`);
+    const sealFence = tableFence + 365 * 24 * 3600_000;
+    const { tables } = await run(() =>
+      activities.drainTables({ migrationId: 'group', source: 'src', target: 'dst', tables: plan.tables.map(copyTableOf), fence: sealFence, sliceMs: 30_000, batchKeys: 100, check: true }),
+    );
+    expect(Object.fromEntries(tables.map((t) => [plan.tables[t.index].source.name, t]))).toEqual({
+      quiet: { index: indexOf('quiet'), checked: 0, mismatched: 0, remaining: 0 },
+      idle: { index: indexOf('idle'), checked: 0, mismatched: 0, remaining: 0 },
+      changed: { index: indexOf('changed'), checked: 6, mismatched: 0, remaining: 0 },
+      // Its first check found the damaged row and put it back into the log; the second drain repaired it.
+      stale: { index: indexOf('stale'), checked: 1, mismatched: 0, remaining: 0 },
+    });
+    for (const n of names) expect(await rowsAsText(dbs, 'target', `public.${n}`, 'id')).toEqual(await rowsAsText(dbs, 'source', `public.${n}`, 'id'));
+    // The quiet tables hold the seal's fence (slice 0 of the first attempt); the others a drain slice's, above it.
+    const tokens = await dbs.query<{ table_index: number; token: string }>('target', `SELECT table_index, owner_token::text AS token FROM _ferry.checkpoints WHERE migration_id = 'group' AND chunk_index = -1 ORDER BY 1`);
+    const sealed = String(sealFence * 1000 + 1);
+    expect(tokens.filter((t) => t.token === sealed).map((t) => plan.tables[t.table_index].source.name).sort()).toEqual(['idle', 'quiet']);
+    expect(tokens.filter((t) => BigInt(t.token) > BigInt(sealed)).map((t) => plan.tables[t.table_index].source.name).sort()).toEqual(['changed', 'stale']);
+    // A quiet table's own slice afterwards writes nothing: the seal took its fence too.
+    await dbs.exec('source', `UPDATE public.quiet SET v = 'after' WHERE id = 1`);
+    const err = await slice('quiet', Date.now()).catch((e: unknown) => e);
+    expect((err as ApplicationFailure).type).toBe('Superseded');
+    expect(await dbs.query('target', `SELECT v FROM public.quiet WHERE id = 1`)).toEqual([{ v: 'v1' }]);
+  });
+
+  it("checks the capture of a group in set form exactly as it checks each table's: the same tables found wanting", async () => {
+    const names = ['fine', 'dropped', 'origin', 'altered', 'unregistered'];
+    await dbs.exec('source', `${names.map((n) => `CREATE TABLE public.${n} (id int PRIMARY KEY, v text);`).join('\n')}
+      CREATE TABLE public.parted (id int, day date, PRIMARY KEY (id, day)) PARTITION BY RANGE (day);
+      CREATE TABLE public.parted_a PARTITION OF public.parted FOR VALUES FROM ('2024-01-01') TO ('2025-01-01');
+      CREATE TABLE public.grown (id int, day date, PRIMARY KEY (id, day)) PARTITION BY RANGE (day);
+      CREATE TABLE public.grown_a PARTITION OF public.grown FOR VALUES FROM ('2024-01-01') TO ('2025-01-01');
+      CREATE TABLE public.fine_parted (id int, day date, PRIMARY KEY (id, day)) PARTITION BY RANGE (day);
+      CREATE TABLE public.fine_parted_a PARTITION OF public.fine_parted FOR VALUES FROM ('2024-01-01') TO ('2025-01-01');`);
+    const all = [...names, 'parted', 'grown', 'fine_parted'];
+    const plan = await migrate('suspects', all.map((n) => `public.${n}`));
+    const tables = plan.tables.map(copyTableOf);
+    const byName = (name: string) => tables.find((t) => t.source.name === name)!;
+    const named = (found: { source: { name: string } }[]) => found.map((t) => t.source.name).sort();
+    /** The tables whose own check throws, with what it throws. */
+    const oneByOne = async () => {
+      const failed: { source: { name: string } }[] = [];
+      await connections.withClient('src', async (db) => {
+        for (const table of tables) if (await assertCaptureIntact(db, { migrationId: 'suspects', table }).then(() => false, () => true)) failed.push(table);
+      });
+      return named(failed);
+    };
+    const inSetForm = () => connections.withClient('src', async (db) => named(await captureSuspects(db, 'suspects', tables)));
+    expect(await inSetForm()).toEqual([]);
+    expect(await oneByOne()).toEqual([]);
+
+    const trigger = async (table: string, like: string) =>
+      (await dbs.query<{ tgname: string }>('source', `SELECT tgname FROM pg_trigger WHERE tgrelid = $1::regclass AND tgname LIKE $2`, [table, like]))[0].tgname;
+    const capture = await trigger('public.fine', 'ferry\\_capture\\_%');
+    const truncate = await trigger('public.fine', 'ferry\\_no\\_truncate\\_%');
+    // Without superuser there is no DDL guard: the tables' owner may do all of this.
+    await dbs.exec('source', `DO $$ DECLARE t text; BEGIN FOR t IN SELECT evtname FROM pg_event_trigger LOOP EXECUTE format('DROP EVENT TRIGGER %I', t); END LOOP; END $$;
+      DROP TRIGGER ${capture} ON public.dropped;
+      ALTER TABLE public.origin ENABLE TRIGGER ${capture};
+      ALTER TABLE public.altered ADD COLUMN extra int;
+      ALTER TABLE public.parted_a DISABLE TRIGGER ${truncate};
+      CREATE TABLE public.grown_b PARTITION OF public.grown FOR VALUES FROM ('2025-01-01') TO ('2026-01-01');
+      DELETE FROM _ferry_capture.captures WHERE migration_id = 'suspects' AND table_index = ${byName('unregistered').index};`);
+    const wanting = ['altered', 'dropped', 'grown', 'origin', 'parted', 'unregistered'];
+    expect(await oneByOne()).toEqual(wanting);
+    expect(await inSetForm()).toEqual(wanting);
+    // The drain names the table whose capture is lost, as its slice of that table would have.
+    const group = [byName('fine'), byName('dropped')];
+    const err = (await run(() =>
+      activities.drainTables({ migrationId: 'suspects', source: 'src', target: 'dst', tables: group, fence: Date.now() + 365 * 24 * 3600_000, sliceMs: 30_000, batchKeys: 100, check: true }),
+    ).catch((e: unknown) => e)) as ApplicationFailure;
+    expect({ type: err.type, details: err.details }).toEqual({ type: 'CaptureLost', details: [{ tableIndex: byName('dropped').index }] });
+    expect(err.message).toContain(`trigger ${capture} on public.dropped was dropped`);
   });
 
   it('replaces rows of a prepared target without firing its cascading foreign keys or its triggers', async () => {

@@ -6,7 +6,7 @@
  * a subscription writes, and the tables of a legacy inheritance tree. Each of these lost rows,
  * stalled capture for good, or let writes reach the old database after the cutover.
  */
-import { CancelledFailure } from '@temporalio/common';
+import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { DefaultLogger } from '@temporalio/worker';
 import { Client } from 'pg';
@@ -14,7 +14,9 @@ import { CaptureTable } from '../../activities/capture';
 import { parseSpec } from '../../src/core/spec';
 import { quoteQualified } from '../../src/core/identifiers';
 import { captureNames } from '../../src/db/capture-sql';
-import { MigrationPlan } from '../../src/core/plan';
+import { copyTableOf, MigrationPlan } from '../../src/core/plan';
+import { assertCaptureIntact, captureSuspects } from '../../src/db/capture-check';
+import { logicalNames } from '../../src/db/logical-sql';
 import { TestDatabases } from '../helpers/databases';
 import { DirectActivities, directActivities } from '../helpers/direct-activities';
 import { LogicalCluster, startLogicalCluster } from '../helpers/logical-cluster';
@@ -187,6 +189,38 @@ describe('logical capture', () => {
       await open.query('ROLLBACK').catch(() => undefined);
       await open.end();
       await direct.run(() => direct.activities.releaseSource({ migrationId: 'slot-race', source: 'src', freeze: 'remove' }));
+    }
+  });
+});
+
+describe("the cutover drain's capture check of a group", () => {
+  it("finds, in set form, what each table's own check finds: a table left out of the publication, then every table once the slot is gone", async () => {
+    await dbs.exec('source', 'CREATE TABLE public.pub_a (id int PRIMARY KEY); CREATE TABLE public.pub_b (id int PRIMARY KEY);');
+    const plan = await captured('pubcheck', ['public.pub_a', 'public.pub_b'], 'logical');
+    const tables = plan.tables.map(copyTableOf);
+    const { slot, publication } = logicalNames('pubcheck');
+    const db = new Client({ connectionString: dbs.url('source') });
+    await db.connect();
+    try {
+      const inSetForm = async () => (await captureSuspects(db, 'pubcheck', tables)).map((t) => t.source.name).sort();
+      const oneByOne = async () => {
+        const failed: string[] = [];
+        for (const table of tables) {
+          const err = await assertCaptureIntact(db, { migrationId: 'pubcheck', table }).then(() => undefined, (e: unknown) => e as ApplicationFailure);
+          if (err) failed.push(`${table.source.name}: ${err.type}`);
+        }
+        return failed;
+      };
+      expect(await inSetForm()).toEqual([]);
+      expect(await oneByOne()).toEqual([]);
+      await dbs.exec('source', `ALTER PUBLICATION ${publication} DROP TABLE public.pub_b`);
+      expect(await inSetForm()).toEqual(['pub_b']);
+      expect(await oneByOne()).toEqual(['pub_b: CaptureLost']);
+      await dbs.exec('source', `SELECT pg_drop_replication_slot('${slot}')`);
+      expect(await inSetForm()).toEqual(['pub_a', 'pub_b']);
+      expect(await oneByOne()).toEqual(['pub_a: CaptureLost', 'pub_b: CaptureLost']);
+    } finally {
+      await db.end();
     }
   });
 });

@@ -26,12 +26,21 @@ function input(first: number, count: number): DrainTablesInput {
   };
 }
 
-/** Parts whose slices each take a few ms, counting the tables under way at once. */
-function countingParts() {
+/**
+ * Parts whose slices each take a few ms, counting the tables under way at once; the seal finds
+ * the tables of `quiet` quiet.
+ */
+function countingParts(quiet = new Set<number>()) {
   let now = 0;
-  const seen = { peak: 0, tables: new Set<number>() };
+  const seen = { peak: 0, tables: new Set<number>(), seals: [] as { token: number; tables: number[] }[], fences: [] as number[], checkedSlices: [] as { index: number; seal?: boolean }[] };
   const parts: DrainParts = {
+    async sealGroup(group, token) {
+      seen.seals.push({ token, tables: group.tables.map((t) => t.index) });
+      return group.tables.map((t) => t.index).filter((index) => quiet.has(index));
+    },
     async syncChanges(slice) {
+      seen.fences.push(slice.fence);
+      if (slice.captureChecked) seen.checkedSlices.push({ index: slice.table.index, seal: slice.seal });
       now += 1;
       seen.peak = Math.max(seen.peak, now);
       seen.tables.add(slice.table.index);
@@ -65,6 +74,26 @@ describe("the cutover's drain", () => {
     const drainTables = createDrainTables(parts, new Limiter(8));
     await run(() => drainTables(input(0, 10)));
     expect(seen.peak).toBe(4);
+  });
+
+  it('seals the whole group first and drains only the tables the seal did not find quiet, above its fence', async () => {
+    const { parts, seen } = countingParts(new Set([1, 3, 4]));
+    const drainTables = createDrainTables(parts, new Limiter(8));
+    const { tables } = await run(() => drainTables(input(0, 6)));
+    expect(seen.seals).toEqual([{ token: 1 * 1000 + 1, tables: [0, 1, 2, 3, 4, 5] }]);
+    expect([...seen.tables].sort()).toEqual([0, 2, 5]);
+    // Every slice's fence is above the seal's (the fence of slice 0).
+    expect(Math.min(...seen.fences)).toBe(2);
+    // Each drained table's first slice seals it again, its capture checked by the group's seal just before.
+    expect(seen.checkedSlices.sort((a, b) => a.index - b.index)).toEqual([0, 2, 5].map((index) => ({ index, seal: true })));
+    expect(tables.map((t) => [t.index, t.checked])).toEqual([
+      [0, 1],
+      [1, 0],
+      [2, 1],
+      [3, 0],
+      [4, 0],
+      [5, 1],
+    ]);
   });
 
   it('gives up a wait for a place when cancelled, and takes none', async () => {
