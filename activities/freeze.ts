@@ -29,7 +29,7 @@ import { inTransaction } from '../src/db/connections';
 import { refusal } from '../src/db/errors';
 import { QualifiedName, quoteQualified } from '../src/core/identifiers';
 import type { Blocker } from '../src/core/status';
-import { relationTree } from '../src/db/triggers';
+import { relationTree, relationTrees } from '../src/db/triggers';
 import type { CaptureInput, SourceRef } from '../src/core/capture-input';
 import { removeFreeze } from '../src/db/freeze';
 import { ActivityDeps } from './deps';
@@ -132,11 +132,9 @@ export function createFreezeActivities({ connections, logger }: ActivityDeps) {
     const started = Date.now();
     const terminated: number[] = [];
     return await connections.withClient(input.source, async (db) => {
-      const relids: number[] = [];
-      for (const table of input.tables) {
-        const rel = await db.query('SELECT to_regclass($1)::oid::int8 AS relid', [quoteQualified(table)]);
-        if (rel.rows[0].relid) relids.push(...(await relationTree(db, Number(rel.rows[0].relid))).map((r) => r.relid));
-      }
+      // The tables and their partitions in one statement: inside the write outage, two round
+      // trips a table took a second at 200 tables.
+      const relids = await relationTrees(db, input.tables.map(quoteQualified));
       let first: string | undefined;
       for (;;) {
         const blockers = await writersBegunBefore(db, relids, input.frozenAt);

@@ -2,7 +2,7 @@
  * Triggers on tables the application uses: finding a table's partitions, and dropping triggers
  * without stalling the application behind a long reader.
  */
-import { PoolClient } from 'pg';
+import { ClientBase, PoolClient } from 'pg';
 import { inTransaction } from './connections';
 import { sqlState } from './errors';
 import { quoteIdent } from '../core/identifiers';
@@ -28,6 +28,22 @@ export async function relationTree(db: PoolClient, relid: number): Promise<{ rel
     [relid],
   );
   return rows.map((r) => ({ relid: Number(r.relid), name: r.name }));
+}
+
+/**
+ * The oids of the tables named (quoted, qualified) and of all their partitions, in one statement
+ * whatever their number; a name that no longer resolves is left out.
+ */
+export async function relationTrees(db: ClientBase, quotedNames: string[]): Promise<number[]> {
+  const { rows } = await db.query(
+    `SELECT DISTINCT tree.relid::int8 AS relid
+       FROM unnest($1::text[]) AS n(name)
+      CROSS JOIN LATERAL (SELECT pg_catalog.to_regclass(n.name) AS root) r
+      CROSS JOIN LATERAL (SELECT r.root::oid AS relid UNION ALL SELECT p.relid::oid FROM pg_catalog.pg_partition_tree(r.root) p WHERE p.level > 0) tree
+      WHERE r.root IS NOT NULL`,
+    [quotedNames],
+  );
+  return rows.map((r) => Number(r.relid));
 }
 
 /**

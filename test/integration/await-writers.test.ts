@@ -57,6 +57,27 @@ describe("the cutover's wait for writers begun before the freeze", () => {
     }
   });
 
+  it('waits for a writer that wrote to a partition only, which locks the partition and not its parent', async () => {
+    await dbs.exec('source', `CREATE TABLE public.events (id int, day date, PRIMARY KEY (id, day)) PARTITION BY RANGE (day);
+      CREATE TABLE public.events_a PARTITION OF public.events FOR VALUES FROM ('2024-01-01') TO ('2025-01-01')`);
+    const writer = await openWriter(dbs.url('source'));
+    try {
+      await writer.client.query(`INSERT INTO public.events_a VALUES (1, '2024-06-01')`);
+      // Only items' lock is given up: the writer keeps its lock on the partition alone.
+      await writer.client.query('COMMIT; BEGIN');
+      await writer.client.query(`INSERT INTO public.events_a VALUES (2, '2024-06-02')`);
+      const frozenAt = await sourceNow();
+      const tables = [items, { schema: 'public', name: 'events' }, { schema: 'public', name: 'gone' }];
+      const waiting = await direct.run(() => direct.activities.awaitWriters({ migrationId: 'm1', source: 'src', tables, frozenAt, sliceMs: 300 }));
+      expect(waiting.blockers.map((b) => b.pid)).toEqual([writer.pid]);
+      await writer.client.query('COMMIT');
+      const done = await direct.run(() => direct.activities.awaitWriters({ migrationId: 'm1', source: 'src', tables, frozenAt, sliceMs: 300 }));
+      expect(done.blockers).toEqual([]);
+    } finally {
+      await writer.client.end();
+    }
+  });
+
   it('counts no session missing from the activity view it read: such a session began after the freeze or has ended', async () => {
     const observer = new Client({ connectionString: dbs.url('source') });
     await observer.connect();
