@@ -20,7 +20,7 @@ import { displayQualified, QualifiedName, quoteIdent, quoteQualified } from '../
 import { TablePlan } from '../src/core/plan';
 import { tablePages } from '../src/db/stored-plan';
 import { ActivityDeps } from './deps';
-import { copySequencePosition, copySequencePositions } from '../src/db/sequences';
+import { copySequencePositionsTogether, SequenceToCarry } from '../src/db/sequences';
 
 type TableRef = Pick<TablePlan, 'source' | 'target' | 'targetExisted' | 'sourceWrites'>;
 
@@ -124,14 +124,15 @@ export function createForeignKeyActivities({ connections }: ActivityDeps) {
     await connections.withClient(input.source, (source) =>
       connections.withClient(input.target, (target) =>
         inTransaction(target, async () => {
+          const sequences: SequenceToCarry[] = (input.sequences ?? []).map((sequence) => ({ source: sequence, target: sequence }));
           for await (const page of tablePages(target, input)) {
             for (const { plan, info } of await readAll(source, page)) {
               // Table statistics count every insert, update and delete since the server started.
               if (info.writes > plan.sourceWrites) writtenDuringCopy.push({ table: displayQualified(plan.source), changes: info.writes - plan.sourceWrites });
-              await copySequencePositions(source, target, info, plan.target);
+              for (const seq of info.sequences) sequences.push({ source: seq.name, table: plan.target, column: seq.column });
             }
           }
-          for (const sequence of input.sequences ?? []) await copySequencePosition(source, target, sequence);
+          await copySequencePositionsTogether(source, target, sequences);
           if (input.migrationId) await markCompleted(target, input.migrationId);
         }),
       ),
