@@ -321,6 +321,17 @@ export function createSyncActivities({ connections, logger, metrics }: ActivityD
 
   async function syncOrEmpty(input: SyncInput): Promise<SyncResult> {
     try {
+      // A ready table's slice begun inside the cutover's write outage applies nothing: the drain
+      // applies what is left, and this slice's rounds and fence claims would only compete with it
+      // on the same cores (at 200 tables, 30–45 of the tables' slices began after the freeze,
+      // while the drain's claims waited up to half a second for the fences they held).
+      if (input.busyDwellMs !== undefined) {
+        const left = await connections.withClient(input.source, async (db) =>
+          // (Not where the freeze is absent: capture of an older Ferry, frozen only by its cutover's locks.)
+          (await readFreezeState(db, input.migrationId)) === 'frozen' ? logLag(db, quoteQualified(captureNames(input.migrationId, input.table.index).log)) : undefined,
+        );
+        if (left) return { applied: 0, rounds: 0, caughtUp: true, ...left };
+      }
       // A caught-up table's look at an empty log writes nothing, so it needs no fence: capture
       // is checked and the log looked at on a pooled connection, without the two new sessions
       // and the fence committed on the target that applying takes (in a 100-table run, such

@@ -32,7 +32,9 @@ export interface SyncInput {
    * With returnWhenCaughtUp: keep polling the log (every POLL_MS) this long while the rounds
    * find changes, rather than returning after the first round that caught up. A look that finds
    * the log empty (an idle table, which then frees its activity slot) or the source frozen (the
-   * cutover is about to ask for the finish) returns at once. Absent: no dwell.
+   * cutover is about to ask for the finish) returns at once; one that begins with the source
+   * frozen applies nothing and returns caught up, leaving the last changes to the cutover's drain
+   * (only a ready table's own slices dwell, never a drain's). Absent: no dwell.
    */
   busyDwellMs?: number;
   /**

@@ -327,6 +327,18 @@ describe('the online apply', () => {
       feeding = false;
       await feeder;
     }
+    // Begun while frozen: nothing applied, the log left as it is for the cutover's drain.
+    await dbs.exec('source', `INSERT INTO ${log} (pk) VALUES ('{9}')`);
+    const pendingBefore = (await dbs.query<{ n: number }>('source', `SELECT count(*)::int AS n FROM ${log}`))[0].n;
+    const begunFrozen = await slice(20_000);
+    expect(begunFrozen).toMatchObject({ applied: 0, rounds: 0, caughtUp: true, pending: pendingBefore });
+    expect((await dbs.query<{ n: number }>('source', `SELECT count(*)::int AS n FROM ${log}`))[0].n).toBe(pendingBefore);
+    // A drain's slice (no dwell) applies it.
+    const drained = await run(() =>
+      activities.syncChanges({ migrationId: 'dwell', source: 'src', target: 'dst', table, fence: Date.now(), sliceMs: 30_000, batchKeys: 100, recordDirty: false, returnWhenCaughtUp: true, seal: true }),
+    );
+    expect(drained).toMatchObject({ caughtUp: true, pending: 0 });
+    expect(drained.applied).toBeGreaterThan(0);
   });
 
   it('re-checks the dirty set: skips keys still waiting in the log, clears matching rows, puts differing ones back into the log', async () => {
