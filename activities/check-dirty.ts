@@ -11,7 +11,7 @@ import { ClientBase } from 'pg';
 import { SYNC_CHUNK } from '../src/db/bookkeeping';
 import { withFencedSessions } from '../src/db/fenced';
 import { withCatalogKeyTypes } from '../src/db/catalog';
-import { captureNames } from '../src/db/capture-sql';
+import { quotedLog } from '../src/db/capture-sql';
 import { selectColumns } from '../src/db/copy-stream';
 import type { CopyTable } from '../src/core/plan';
 import { keyAsText, keyFromRow, keyInList, ParamBinder } from '../src/db/ranges';
@@ -59,7 +59,7 @@ export function createCheckDirty({ connections }: ActivityDeps) {
   async function checkPages(input: CheckDirtyInput, source: ClientBase, target: ClientBase, write: PageWrite): Promise<CheckDirtyResult> {
     const ctx = Context.current();
     const batchKeys = input.batchKeys ?? 5000;
-    const log = quoteQualified(captureNames(input.migrationId, input.table.index).log);
+    const log = quotedLog(input.migrationId, input.table.index);
     const result: CheckDirtyResult = { checked: 0, mismatched: 0, waiting: 0, remaining: 0 };
     let after: Key | null = null;
     for (;;) {

@@ -20,7 +20,7 @@ import { displayQualified, QualifiedName, quoteIdent, quoteQualified } from '../
 import { TablePlan } from '../src/core/plan';
 import { tablePages } from '../src/db/stored-plan';
 import { ActivityDeps } from './deps';
-import { copySequencePositionsTogether, SequenceToCarry } from '../src/db/sequences';
+import { copySequencePositions, SequenceToCarry } from '../src/db/sequences';
 
 type TableRef = Pick<TablePlan, 'source' | 'target' | 'targetExisted' | 'sourceWrites'>;
 
@@ -132,7 +132,7 @@ export function createForeignKeyActivities({ connections }: ActivityDeps) {
               for (const seq of info.sequences) sequences.push({ source: seq.name, table: plan.target, column: seq.column });
             }
           }
-          await copySequencePositionsTogether(source, target, sequences);
+          await copySequencePositions(source, target, sequences);
           if (input.migrationId) await markCompleted(target, input.migrationId);
         }),
       ),

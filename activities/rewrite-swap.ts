@@ -16,7 +16,7 @@ import { checksumSql, ColumnMapping, revertBatchSql, rewriteCaptureId, rewriteNa
 import { revertCaptureId } from '../src/core/change-plan';
 import { FAILURE, SQLSTATE } from '../src/core/failure-types';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified, withSuffix } from '../src/core/identifiers';
-import { captureNames, GUARD_BYPASS } from '../src/db/capture-sql';
+import { captureNames, GUARD_BYPASS, quotedLog } from '../src/db/capture-sql';
 import { inTransaction } from '../src/db/connections';
 import { refusal, sqlState } from '../src/db/errors';
 import { attachDependents, carryIdentity, detachDependents, moveOutgoingForeignKeys, readDependents, relid, swapIndexNames } from '../src/db/table-swap';
@@ -180,7 +180,7 @@ export function createRewriteSwapActivities({ connections, logger }: ActivityDep
     return connections.withClient(input.database, async (db) => {
       const present = await db.query(`SELECT to_regclass($1) IS NOT NULL AS old, to_regclass($2) IS NOT NULL AS log`, [
         quoteQualified(names.old),
-        quoteQualified(captureNames(revertCaptureId(input.changeId, input.step), 0).log),
+        quotedLog(revertCaptureId(input.changeId, input.step), 0),
       ]);
       if (!present.rows[0].old || !present.rows[0].log) {
         throw refusal(FAILURE.ChangeRefused, `${displayQualified(input.table)} cannot be reverted: ${present.rows[0].old ? 'the writes since the swap were not captured' : 'its old table is gone'}`);

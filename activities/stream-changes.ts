@@ -19,11 +19,10 @@ import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { LogicalReplicationService, Pgoutput, PgoutputPlugin } from 'pg-logical-replication';
 import { ClientBase, PoolClient } from 'pg';
 import { inTransaction } from '../src/db/connections';
-import { captureNames } from '../src/db/capture-sql';
+import { quotedLog } from '../src/db/capture-sql';
 import { isTransientState, sqlState } from '../src/db/errors';
 import { awaitConfirmed, emitMark, LogicalNames, logicalNames, MARKS_TABLE, SLOT_LAG_SQL, SLOTS_TABLE, streamsMessages } from '../src/db/logical-sql';
 import { sessionConfig } from '../src/db/session';
-import { quoteQualified } from '../src/core/identifiers';
 import { Key } from '../src/core/plan';
 import { FAILURE } from '../src/core/failure-types';
 import type { CaptureTable } from '../src/core/capture-input';
@@ -487,11 +486,11 @@ class StreamSlice {
   /** Writes keys (and row changes) into their tables' change logs, in the caller's transaction. */
   private async enqueueKeys(batches: KeysByTable, ops: OpsByTable): Promise<void> {
     for (const [index, keys] of batches) {
-      await enqueue(this.db, quoteQualified(captureNames(this.input.migrationId, index).log), [...keys.values()]);
+      await enqueue(this.db, quotedLog(this.input.migrationId, index), [...keys.values()]);
       this.queued += keys.size;
     }
     for (const [index, changes] of ops) {
-      await enqueueOps(this.db, quoteQualified(captureNames(this.input.migrationId, index).log), changes);
+      await enqueueOps(this.db, quotedLog(this.input.migrationId, index), changes);
       this.queued += changes.length;
     }
   }

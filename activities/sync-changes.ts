@@ -15,17 +15,16 @@ import { ClientBase } from 'pg';
 import { SYNC_CHUNK } from '../src/db/bookkeeping';
 import { FencedLane, FencedSessions, withFencedSessions } from '../src/db/fenced';
 import { assertCaptureIntact, assertKeyIntact } from '../src/db/capture-check';
-import { captureNames, readFreezeState } from '../src/db/capture-sql';
+import { quotedLog, readFreezeState } from '../src/db/capture-sql';
 import { enqueue, keysFromJson, logLag, POLL_MS, vacuumLogWhenDue } from '../src/db/change-log';
 import { withCatalogKeyTypes } from '../src/db/catalog';
 import { copyStream, deleteKeys, selectColumns } from '../src/db/copy-stream';
-import type { CopyTable } from '../src/core/plan';
 import { asActivityFailure } from '../src/db/errors';
 import type { SyncInput, SyncResult } from '../src/core/sync-types';
 import { distinctKeys, keyAsText, keyFromRow, keyInList, keyOrder, keyPredicate, literalBinder, ParamBinder, rangeBounds } from '../src/db/ranges';
 import { evictConflictsSql, readUniqueKeys } from '../src/db/unique-keys';
 import { displayQualified, QualifiedName, quoteIdent, quoteQualified } from '../src/core/identifiers';
-import { INTEGER_TYPES, isKeyless, Key, KeyRange } from '../src/core/plan';
+import { CopyTable, INTEGER_TYPES, isKeyless, Key, KeyRange } from '../src/core/plan';
 import { syncKeylessSlice } from '../src/db/keyless-sync';
 import { ActivityDeps, tableLabel } from './deps';
 
@@ -180,7 +179,7 @@ async function frozenDuring(ctx: Context, source: ClientBase, migrationId: strin
 /** Capture intact (or the sync fails as it would in a slice) and nothing in the table's log. */
 async function logIsEmpty(source: ClientBase, input: SyncInput): Promise<boolean> {
   await assertCaptureIntact(source, input);
-  const log = quoteQualified(captureNames(input.migrationId, input.table.index).log);
+  const log = quotedLog(input.migrationId, input.table.index);
   const { rows } = await source.query(`SELECT NOT EXISTS (SELECT 1 FROM ${log}) AS empty`);
   return rows[0].empty === true;
 }
@@ -242,7 +241,7 @@ async function recordDirty(target: ClientBase, migrationId: string, tableIndex: 
  */
 async function syncSlice(input: SyncInput, { source, target, write, lanes: openLanes }: FencedSessions): Promise<SyncResult> {
   const ctx = Context.current();
-  const log = quoteQualified(captureNames(input.migrationId, input.table.index).log);
+  const log = quotedLog(input.migrationId, input.table.index);
   const started = Date.now();
   let applied = 0;
   let rounds = 0;
@@ -328,7 +327,7 @@ export function createSyncActivities({ connections, logger, metrics }: ActivityD
       if (input.busyDwellMs !== undefined) {
         const left = await connections.withClient(input.source, async (db) =>
           // (Not where the freeze is absent: capture of an older Ferry, frozen only by its cutover's locks.)
-          (await readFreezeState(db, input.migrationId)) === 'frozen' ? logLag(db, quoteQualified(captureNames(input.migrationId, input.table.index).log)) : undefined,
+          (await readFreezeState(db, input.migrationId)) === 'frozen' ? logLag(db, quotedLog(input.migrationId, input.table.index)) : undefined,
         );
         if (left) return { applied: 0, rounds: 0, caughtUp: true, ...left };
       }
@@ -361,7 +360,7 @@ export function createSyncActivities({ connections, logger, metrics }: ActivityD
    */
   async function enqueueKeys(input: EnqueueInput): Promise<{ enqueued: number }> {
     const ctx = Context.current();
-    const log = quoteQualified(captureNames(input.migrationId, input.table.index).log);
+    const log = quotedLog(input.migrationId, input.table.index);
     const table = await connections.withClient(input.source, (db) => withCatalogKeyTypes(db, input.table));
     let enqueued = 0;
     for (const range of input.ranges) {

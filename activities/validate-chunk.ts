@@ -14,7 +14,7 @@ import { copyRange, deleteRange } from '../src/db/copy-stream';
 import { withFencedSessions } from '../src/db/fenced';
 import type { CopyTable } from '../src/core/plan';
 import { distinctKeys, keyAsText, keyFromRow, keyInList, keyOrder, keyPredicate, ParamBinder, rangeBounds } from '../src/db/ranges';
-import { captureNames } from '../src/db/capture-sql';
+import { quotedLog } from '../src/db/capture-sql';
 import { awaitConfirmed, isLogical } from '../src/db/logical-sql';
 import { displayQualified, QualifiedName, quoteQualified } from '../src/core/identifiers';
 import { Key, KeyRange } from '../src/core/plan';
@@ -139,7 +139,7 @@ class RangeComparison {
 
   /** The keys waiting in the table's change log, as of the source transaction just begun. */
   private async waitingKeys(migrationId: string): Promise<Key[]> {
-    const log = quoteQualified(captureNames(migrationId, this.input.table.index).log);
+    const log = quotedLog(migrationId, this.input.table.index);
     const readLog = async (db: ClientBase) => distinctKeys((await db.query(`SELECT pk FROM ${log}`)).rows.map((r) => r.pk as Key));
     if (!this.logical) return readLog(this.source);
     // The consumer lags behind the commits: the snapshot first, then a mark after it; once

@@ -101,10 +101,12 @@ export function createFinalizeTarget({ connections }: ActivityDeps) {
               }
             }
           }
-          for (const { plan, info } of infos) {
-            await copySequencePositions(source, target, info, plan.target);
-            await target.query(`ANALYZE ${quoteQualified(plan.target)}`);
-          }
+          await copySequencePositions(
+            source,
+            target,
+            infos.flatMap(({ plan, info }) => info.sequences.map((seq) => ({ source: seq.name, table: plan.target, column: seq.column }))),
+          );
+          for (const { plan } of infos) await target.query(`ANALYZE ${quoteQualified(plan.target)}`);
           return result;
         } finally {
           await target.query('RESET statement_timeout').catch(() => undefined);

@@ -42,6 +42,11 @@ export function captureNames(migrationId: string, tableIndex: number): CaptureNa
   };
 }
 
+/** A table's change log, quoted for a statement. */
+export function quotedLog(migrationId: string, tableIndex: number): string {
+  return quoteQualified(captureNames(migrationId, tableIndex).log);
+}
+
 /** Trigger names are per migration (each lives on its own table). */
 export function triggerNames(migrationId: string): { capture: string; truncate: string; freeze: string; rowFreeze: string } {
   const tag = migrationTag(migrationId);

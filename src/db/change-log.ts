@@ -4,8 +4,7 @@
  */
 import { ClientBase } from 'pg';
 import type { Key } from '../core/plan';
-import { quoteQualified } from '../core/identifiers';
-import { captureNames } from './capture-sql';
+import { quotedLog } from './capture-sql';
 
 /** A subquery of text[] keys from `param`, a JSON array of keys (e.g. `$1`). */
 export function keysFromJson(param: string): string {
@@ -21,7 +20,7 @@ export async function enqueue(db: ClientBase, log: string, keys: Key[]): Promise
 /** The tables among `tableIndexes` whose change log holds anything, in one statement. */
 export async function tablesWithChanges(db: ClientBase, migrationId: string, tableIndexes: number[]): Promise<number[]> {
   if (tableIndexes.length === 0) return [];
-  const looks = tableIndexes.map((index) => `SELECT ${Number(index)} AS idx WHERE EXISTS (SELECT 1 FROM ${quoteQualified(captureNames(migrationId, index).log)})`);
+  const looks = tableIndexes.map((index) => `SELECT ${Number(index)} AS idx WHERE EXISTS (SELECT 1 FROM ${quotedLog(migrationId, index)})`);
   const { rows } = await db.query(looks.join('\nUNION ALL\n'));
   return rows.map((r) => r.idx as number);
 }

@@ -6,7 +6,7 @@
 import { Client, ClientBase, PoolClient } from 'pg';
 import { ApplicationFailure } from '@temporalio/common';
 import { hasUniqueIndexOver, readSourceTables, TableInfo, TableKey, withCatalogKeyTypes } from './catalog';
-import { captureNames } from './capture-sql';
+import { quotedLog } from './capture-sql';
 import { inTransaction } from './connections';
 import { deleteKeys } from './copy-stream';
 import { addConstraintSql, addPrimaryKeySql, createIndexSql } from './ddl';
@@ -270,7 +270,7 @@ async function evictDuplicates(source: Session, target: Session, input: IndexBui
     await target.query(`LOCK TABLE ${quoteQualified(input.table.target)} IN SHARE ROW EXCLUSIVE MODE`);
     const keys: Key[] = (await target.query(duplicateKeysSql(input.table.target, key, shape))).rows.map((r) => keyFromRow(r, shape));
     if (keys.length === 0) return 0;
-    const log = quoteQualified(captureNames(input.migrationId, input.table.index).log);
+    const log = quotedLog(input.migrationId, input.table.index);
     await enqueue(source, log, keys);
     await deleteKeys(target, shape, keys);
     return keys.length;

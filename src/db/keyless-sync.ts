@@ -7,7 +7,7 @@
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { advanceCheckpoint, ChunkRef, SYNC_CHUNK } from './bookkeeping';
-import { captureNames } from './capture-sql';
+import { quotedLog } from './capture-sql';
 import { logLag, POLL_MS, vacuumLogWhenDue } from './change-log';
 import { ConnectionRegistry } from './connections';
 import { copyStream, selectColumns } from './copy-stream';
@@ -80,7 +80,7 @@ export interface KeylessSliceResult {
 export async function syncKeylessSlice(input: KeylessSlice, sessions: Pick<FencedSessions, 'source' | 'target' | 'table' | 'claimed' | 'write'>, until?: string): Promise<KeylessSliceResult> {
   const ctx = Context.current();
   const { source, target, table } = sessions;
-  const log = quoteQualified(captureNames(input.migrationId, table.index).log);
+  const log = quotedLog(input.migrationId, table.index);
   const ref: ChunkRef = { migrationId: input.migrationId, tableIndex: table.index, chunkIndex: SYNC_CHUNK };
   let mark: Watermark | null = watermarkOf(sessions.claimed.lastKey);
   if (!mark) {

@@ -1,43 +1,24 @@
 /** Sequence positions carried from the source to the target at a migration's finish. */
 import { ClientBase } from 'pg';
 import { QualifiedName, quoteQualified } from '../core/identifiers';
-import { SequenceInfo, TableInfo } from './catalog';
-
-/** Sets each target sequence to the source's last_value (not max(column): that misses used-up values). */
-export async function copySequencePositions(source: ClientBase, target: ClientBase, info: TableInfo, targetTable: QualifiedName): Promise<void> {
-  for (const seq of info.sequences) {
-    const position = await source.query(`SELECT last_value::text AS last_value, is_called FROM ${quoteQualified(seq.name)}`);
-    const targetSeq = await targetSequenceFor(target, seq, targetTable);
-    if (!targetSeq) continue;
-    await target.query('SELECT pg_catalog.setval($1::regclass, $2::int8, $3)', [
-      targetSeq,
-      position.rows[0].last_value,
-      position.rows[0].is_called,
-    ]);
-  }
-}
-
-/** The target column's own sequence (serial OWNED BY or identity), whatever its name. */
-async function targetSequenceFor(target: ClientBase, seq: SequenceInfo, table: QualifiedName): Promise<string | null> {
-  const { rows } = await target.query('SELECT pg_catalog.pg_get_serial_sequence($1, $2) AS seq', [quoteQualified(table), seq.column]);
-  return rows[0].seq;
-}
 
 /** One sequence position to carry: the source's sequence, and the target's (its name, or the column that owns it). */
 export type SequenceToCarry = { source: QualifiedName; target: QualifiedName } | { source: QualifiedName; table: QualifiedName; column: string };
 
-/** Sequences read, looked up and set per statement in copySequencePositionsTogether. */
+/** Sequences read, looked up and set per statement in copySequencePositions. */
 const SEQUENCES_AT_ONCE = 500;
 
 /**
- * copySequencePositions for many sequences, and those no column owns (`objects: all`, under the
- * same name on both sides), in three statements per SEQUENCES_AT_ONCE whatever their number:
+ * Sets each target sequence to the source's last_value (not max(column): that misses values used
+ * and rolled back). A sequence is named on both sides (`objects: all`'s standalone ones), or found
+ * on the target from the column that owns it (serial OWNED BY or identity), whatever its name there.
+ * Three statements per SEQUENCES_AT_ONCE whatever their number:
  * the cutover's last step runs inside the write outage, where three round trips a sequence are
  * 1,500 at 500 tables with a serial key each. The source's positions are read together, the
  * target's sequences named together, and every one set in one statement. A column whose target
- * table has no sequence of its own is left alone, as one by one.
+ * table has no sequence of its own is left alone.
  */
-export async function copySequencePositionsTogether(source: ClientBase, target: ClientBase, sequences: SequenceToCarry[]): Promise<void> {
+export async function copySequencePositions(source: ClientBase, target: ClientBase, sequences: SequenceToCarry[]): Promise<void> {
   for (let from = 0; from < sequences.length; from += SEQUENCES_AT_ONCE) {
     const part = sequences.slice(from, from + SEQUENCES_AT_ONCE);
     const reads = part.map((s, i) => `SELECT ${i} AS i, last_value::text AS last_value, is_called FROM ${quoteQualified(s.source)}`);

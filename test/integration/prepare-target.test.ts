@@ -10,7 +10,7 @@ import { silentLogger } from '../../src/logger';
 import { copyTableOf } from '../../src/core/plan';
 import { parseSpec } from '../../src/core/spec';
 import { objectInventory, rowsAsText, TestDatabases } from '../helpers/databases';
-import { copySequencePositionsTogether } from '../../src/db/sequences';
+import { copySequencePositions } from '../../src/db/sequences';
 
 class MockActivityEnvironment extends SdkMockActivityEnvironment {
   constructor() {
@@ -129,7 +129,7 @@ describe('prepareTarget on a target with objects of its own', () => {
     // A target table whose column draws from no sequence: nothing is set, nothing fails.
     await connections.withClient('src', (source) =>
       connections.withClient('dst', (target) =>
-        copySequencePositionsTogether(source, target, [
+        copySequencePositions(source, target, [
           { source: { schema: 'public', name: 'used_id_seq' }, table: { schema: 'public', name: 'plain' }, column: 'id' },
           { source: { schema: 'loose', name: 's3' }, target: { schema: 'loose', name: 's1' } },
         ]),
