@@ -18,6 +18,7 @@ import { WORKER_PROCESS_ENV } from '../src/config';
 import { connectionEnvVar } from '../src/core/names';
 import { databaseUrl, DEFAULT_TEST_PG, ensurePostgres, runSql } from '../src/dev/postgres';
 import { startDevServer } from '../src/dev/dev-server';
+import { approvalTimeline } from './approval-timeline';
 import { cutoverTimeline } from './cutover-timeline';
 import { startProcess } from './process';
 import { peakRssSince } from './rss';
@@ -65,6 +66,15 @@ async function fingerprint(db: string, tables: number): Promise<string> {
   return String((rows as { f: string }[])[0]?.f ?? '');
 }
 
+/** What the cutover's drain would have before it at this moment: the changes in the tables' logs, and the dirty keys to compare. */
+async function backlog(source: string, target: string, id: string): Promise<string> {
+  const logs = (await runSql(url(source), `SELECT tablename FROM pg_catalog.pg_tables WHERE schemaname = '_ferry_capture' AND tablename LIKE 'log\\_%'`)) as { tablename: string }[];
+  const counts = logs.map((l) => `SELECT count(*) AS n FROM _ferry_capture.${l.tablename}`);
+  const changes = counts.length ? ((await runSql(url(source), `SELECT sum(n)::int AS n FROM (${counts.join(' UNION ALL ')}) x`)) as { n: number }[])[0].n : 0;
+  const dirty = ((await runSql(url(target), `SELECT count(*)::int AS n FROM _ferry.dirty WHERE migration_id = '${id}'`)) as { n: number }[])[0].n;
+  return `${changes} changes in the logs and ${dirty} dirty keys at the approval`;
+}
+
 async function waitForApprovalPhase(ferry: FerryClient, id: string): Promise<void> {
   for (;;) {
     const s = await ferry.status(id);
@@ -87,16 +97,18 @@ async function shapeRun(ferry: FerryClient, shape: number, worker: number): Prom
     await ferry.start({ id, source: `ot_src_${shape}`, target: `ot_tgt_${shape}`, mode: 'online', capture: 'trigger', tables: ['tenant_*.*'], cutover: { approval: 'manual', approvalTimeout: '2h' } }, {});
     await waitForApprovalPhase(ferry, id);
     const ready = Date.now() - started;
+    const left = await backlog(source, target, id);
     await ferry.approve(id);
     const result = await ferry.result(id);
     if (result.state !== 'SUCCEEDED') throw new Error(`${id} ended ${result.state}: ${JSON.stringify(result.error)}`);
     const history = (await ferry.handle(id).describe()).historyLength;
     const timeline = await cutoverTimeline(ferry, id);
+    const toApproval = await approvalTimeline(ferry, id, shape, started, started + ready);
     writer.child.kill();
     await writer.done;
     const same = (await fingerprint(source, shape)) === (await fingerprint(target, shape));
     return (
-      `${shape.toLocaleString('en')} tables: ready for approval after ${(ready / 1000).toFixed(1)} s, whole run ${((Date.now() - started) / 1000).toFixed(1)} s, ` +
+      `${shape.toLocaleString('en')} tables: ready for approval after ${(ready / 1000).toFixed(1)} s (${toApproval}; ${left}), whole run ${((Date.now() - started) / 1000).toFixed(1)} s, ` +
       `write outage ${result.cutover!.writeOutageMs} ms (${timeline}), parent history ${history} events, worker peak RSS ${peakRssSince(worker)} MB, ` +
       `rows ${same ? 'equal on both sides' : 'DIFFER'}`
     );

@@ -32,7 +32,7 @@ import { jetstream } from '@nats-io/jetstream';
 import { headers } from '@nats-io/nats-core';
 import { connect } from '@nats-io/transport-node';
 import { sign } from '../src/signature';
-import { workflowIds } from '../src/core/names';
+import { readyTaskQueue, workflowIds } from '../src/core/names';
 import { activityPayloads } from '../test/helpers/history';
 import { Receiver } from '../test/helpers/receiver';
 import { eventually, resultWithin, TestStack, waitForPhase } from '../test/helpers/stack';
@@ -262,6 +262,15 @@ const approvedWhileCrowded = (ctx: Context) =>
     everyMs: 50,
     approveWhen: async () => (await crowdedSlices(ctx.stack, ctx.id)) > 0,
   });
+
+/** The types of the activities a table workflow's latest run scheduled on the ready task queue. */
+async function readyQueueActivities(stack: TestStack, workflowId: string): Promise<string[]> {
+  const { events } = await stack.client.workflow.getHandle(workflowId).fetchHistory();
+  return (events ?? []).flatMap((e) => {
+    const scheduled = e.activityTaskScheduledEventAttributes;
+    return scheduled?.taskQueue?.name === readyTaskQueue(stack.taskQueue) ? [scheduled.activityType?.name ?? ''] : [];
+  });
+}
 
 /** Sync slices of the migration's two tables that came back `crowded`, read from their histories. */
 async function crowdedSlices(stack: TestStack, id: string): Promise<number> {
@@ -617,6 +626,24 @@ ANALYZE;`,
     schema: ONLINE_SCHEMA,
     expected: 'SUCCEEDED',
     run: approvedWhileWriting,
+  },
+  {
+    name: 'online-ready-queue',
+    description:
+      'online after patch ready-queue: once declared ready, each table runs its sync slices and re-checks on the ready task queue ' +
+      '(<queue>-ready) while an application writes; approved while it writes, drained and cut over',
+    schema: ONLINE_SCHEMA,
+    expected: 'SUCCEEDED',
+    run: (ctx) =>
+      approvedWhileApplicationWrites(ctx, {
+        write: (i) => ['UPDATE public.accounts SET balance = balance + 1 WHERE id = $1', [1 + (i % 400)]],
+        everyMs: 100,
+        // Or it is not the scenario it says: slices of both tables on the ready queue, and a re-check.
+        approveWhen: async () => {
+          const ready = await Promise.all([0, 1].map((index) => readyQueueActivities(ctx.stack, workflowIds.table(ctx.id, index))));
+          return ready.every((types) => types.includes('syncChanges')) && ready.some((types) => types.includes('checkDirtyKeys'));
+        },
+      }),
   },
   {
     name: 'online-armed-freeze',

@@ -12,7 +12,7 @@ import { ConnectionRegistry } from './db/connections';
 import { EventPublisher, natsConfigured } from './event-stream';
 import { streamLimits } from './core/stream-limits';
 import { withoutRowData } from './db/errors';
-import { cutoverTaskQueue } from './core/names';
+import { cutoverTaskQueue, readyTaskQueue } from './core/names';
 import { Logger } from './logger';
 import { auditInterceptors, FerryMetrics } from './telemetry';
 import { workflowBundle } from './temporal/bundle';
@@ -46,7 +46,7 @@ export interface FerryWorker {
   worker: Worker;
   /**
    * Every Temporal worker it runs: `worker`, and but for a switch worker the same activities on
-   * the cutover task queue (cutoverTaskQueue) with slots of their own.
+   * the cutover and ready task queues (cutoverTaskQueue, readyTaskQueue) with slots of their own.
    */
   workers: Worker[];
   connections: ConnectionRegistry;
@@ -114,6 +114,18 @@ const keepRowDataOnWorker: NonNullable<NonNullable<WorkerOptions['interceptors']
  */
 export const CUTOVER_ACTIVITY_SLOTS = 8;
 
+/**
+ * Slots of the ready task queue (readyTaskQueue), beside the worker's own: the sync slices and
+ * dirty re-checks of the online tables ready for the cutover run there, so that the copies, keys,
+ * validations and index builds of the tables not ready yet never wait behind them. Half the
+ * worker's own (4 at the default 8): those slices keep the ready tables' lag down but are not on
+ * the way to the approval, and each holds a pair of sessions — with as many as the worker's own,
+ * the 300-table soak test's two workers peaked at 69 sessions of the server's 100 (47 with half).
+ */
+export function readySlots(activitySlots: number): number {
+  return Math.max(1, Math.ceil(activitySlots / 2));
+}
+
 export const HEARTBEAT_THROTTLE = { maxHeartbeatThrottleInterval: '2 seconds', defaultHeartbeatThrottleInterval: '2 seconds' } as const;
 
 export async function createFerryWorker(options: FerryWorkerOptions): Promise<FerryWorker> {
@@ -128,8 +140,12 @@ export async function createFerryWorker(options: FerryWorkerOptions): Promise<Fe
   // sessions at once (source and target, which may be the same connection name), so while every
   // running activity holds one and waits for its second, two are still free and no wait is
   // forever. An activity that took a third from the same pool would break that.
-  // The cutover queue's slots count: its activities take pooled sessions too.
-  const connections = new ConnectionRegistry({ env, poolSize: activitySlots + (switchOnly ? 0 : CUTOVER_ACTIVITY_SLOTS) + 2, applicationName: 'ferry-worker' });
+  // The cutover and ready queues' slots count: their activities take pooled sessions too.
+  const connections = new ConnectionRegistry({
+    env,
+    poolSize: activitySlots + (switchOnly ? 0 : CUTOVER_ACTIVITY_SLOTS + readySlots(activitySlots)) + 2,
+    applicationName: 'ferry-worker',
+  });
   // The event streams' limits, checked before the worker takes work: a bad one refuses to start.
   if (natsConfigured(env)) streamLimits(env);
   const events = new EventPublisher(env);
@@ -164,8 +180,7 @@ export async function createFerryWorker(options: FerryWorkerOptions): Promise<Fe
   if (dataConverter) workerOptions.dataConverter = dataConverter;
   let workers: Worker[];
   try {
-    workers = [await Worker.create(workerOptions)];
-    if (!switchOnly) workers.push(await Worker.create(cutoverWorkerOptions(workerOptions, options.temporal.taskQueue)));
+    workers = await createWorkers(workerOptions, switchOnly ? undefined : options.temporal.taskQueue, activitySlots);
   } catch (err) {
     await connection.close();
     await connections.close();
@@ -174,7 +189,17 @@ export async function createFerryWorker(options: FerryWorkerOptions): Promise<Fe
   return runningTogether(workers, connections, () => Promise.all([events.close(), connection.close()]));
 }
 
-/** The worker on its queue and, but for a switch worker, on the cutover queue: run, and shut down, together. */
+/** The worker on its queue and, with `besideQueue` (all but a switch worker), on that queue's cutover and ready queues. */
+async function createWorkers(options: WorkerOptions, besideQueue: string | undefined, activitySlots: number): Promise<Worker[]> {
+  const workers = [await Worker.create(options)];
+  if (besideQueue !== undefined) {
+    workers.push(await Worker.create(besideOptions(options, cutoverTaskQueue(besideQueue), CUTOVER_ACTIVITY_SLOTS)));
+    workers.push(await Worker.create(besideOptions(options, readyTaskQueue(besideQueue), readySlots(activitySlots))));
+  }
+  return workers;
+}
+
+/** The worker on its queue and, but for a switch worker, on the cutover and ready queues: run, and shut down, together. */
 function runningTogether(workers: Worker[], connections: ConnectionRegistry, close: () => Promise<unknown>): FerryWorker {
   const shutdown = () => {
     for (const w of workers) if (w.getState() === 'RUNNING') w.shutdown();
@@ -198,12 +223,12 @@ function runningTogether(workers: Worker[], connections: ConnectionRegistry, clo
   };
 }
 
-/** The worker's activities alone, on the cutover task queue, with CUTOVER_ACTIVITY_SLOTS slots. */
-function cutoverWorkerOptions(options: WorkerOptions, taskQueue: string): WorkerOptions {
-  const cutover: WorkerOptions = { ...options, taskQueue: cutoverTaskQueue(taskQueue), maxConcurrentActivityTaskExecutions: CUTOVER_ACTIVITY_SLOTS };
+/** The worker's activities alone, on a queue beside its own (the cutover's, the ready tables'), with `slots` slots. */
+function besideOptions(options: WorkerOptions, taskQueue: string, slots: number): WorkerOptions {
+  const beside: WorkerOptions = { ...options, taskQueue, maxConcurrentActivityTaskExecutions: slots };
   // No workflows there, and the queue's server-side rate cap is the main queue's alone.
-  delete cutover.workflowBundle;
-  delete cutover.maxConcurrentWorkflowTaskExecutions;
-  delete cutover.maxTaskQueueActivitiesPerSecond;
-  return cutover;
+  delete beside.workflowBundle;
+  delete beside.maxConcurrentWorkflowTaskExecutions;
+  delete beside.maxTaskQueueActivitiesPerSecond;
+  return beside;
 }

@@ -12,7 +12,7 @@
 import { ActivityCancellationType, ActivityOptions, proxyActivities, workflowInfo } from '@temporalio/workflow';
 import type { Activities } from '../activities';
 import { FAILURE } from '../src/core/failure-types';
-import { cutoverTaskQueue } from '../src/core/names';
+import { cutoverTaskQueue, readyTaskQueue } from '../src/core/names';
 import { PRODUCTION_TIMINGS, Timings } from '../src/core/timings';
 
 /** What every heartbeating kind shares: the heartbeat timeout, and waiting for a cancellation to be acknowledged. */
@@ -173,19 +173,27 @@ export function notifyActivities(timings: Timings) {
 
 /** A table workflow's activities: its slices of copy and sync, its checks, its keys and indexes. */
 export function tableActivities(timings: Timings) {
+  const copy: ActivityOptions = {
+    startToCloseTimeout: '10 minutes',
+    retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 50 },
+  };
+  const check: ActivityOptions = {
+    startToCloseTimeout: '2 hours',
+    retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 20 },
+  };
+  // (Read only when a ready table's work is scheduled: only then is it inside a workflow.)
+  const onReadyQueue = () => ({ taskQueue: readyTaskQueue(workflowInfo().taskQueue) });
   return {
-    copy: proxyActivities<Activities>(
-      heartbeating(timings, {
-        startToCloseTimeout: '10 minutes',
-        retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 50 },
-      }),
-    ),
-    check: proxyActivities<Activities>(
-      heartbeating(timings, {
-        startToCloseTimeout: '2 hours',
-        retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 20 },
-      }),
-    ),
+    copy: proxyActivities<Activities>(heartbeating(timings, copy)),
+    check: proxyActivities<Activities>(heartbeating(timings, check)),
+    /**
+     * A ready table's sync slices and re-checks (PATCHES.readyQueue): as copy and check, on the
+     * ready task queue, out of the way of the tables not ready yet.
+     */
+    ready: () => ({
+      copy: proxyActivities<Activities>(heartbeating(timings, { ...copy, ...onReadyQueue() })),
+      check: proxyActivities<Activities>(heartbeating(timings, { ...check, ...onReadyQueue() })),
+    }),
     /** Keys, indexes and ANALYZE: an index on a large table can take hours; liveness heartbeats notice a lost worker. */
     build: proxyActivities<Activities>(
       heartbeating(timings, {

@@ -13,6 +13,8 @@ export const DEFAULT_TASK_QUEUE = 'ferry';
  * own (CUTOVER_ACTIVITY_SLOTS in src/worker.ts), so those steps never wait behind the tables' syncs.
  */
 export const cutoverTaskQueue = (taskQueue: string) => `${taskQueue}-cutover`;
+/** Where the online tables ready for the cutover sync while they wait for it (PATCHES.readyQueue). */
+export const readyTaskQueue = (taskQueue: string) => `${taskQueue}-ready`;
 
 export const MIGRATION_WORKFLOW = 'migrationWorkflow';
 export const TABLE_WORKFLOW = 'tableMigrationWorkflow';
@@ -245,6 +247,20 @@ export const PATCHES = {
    * wait for writers waited over a second for one of the slots the tables' syncs held.
    */
   cutoverQueue: 'cutover-queue',
+  /**
+   * Online, a table declared ready for the cutover runs its sync slices and dirty re-checks on
+   * the ready task queue (readyTaskQueue), which every worker polls with slots of its own, so that
+   * the copies, keys, validations and index builds of the tables not ready yet no longer queue
+   * behind them: at 100 busy tables each of those waited about 3 s for a worker slot behind the
+   * ready tables' slices, which made most of the time to approval.
+   */
+  readyQueue: 'ready-queue',
+  /**
+   * Online, as smallTablesShareSlots in full mode: a small table takes a quarter of a
+   * parallelism.tables slot while it copies (workflows/migration/online.ts grantCopySlots), so
+   * that four of them copy where one large table would.
+   */
+  onlineSmallTablesShareSlots: 'online-small-tables-share-slots',
 } as const;
 
 export const FerryStateKey = defineSearchAttributeKey('FerryState', SearchAttributeType.KEYWORD);

@@ -62,6 +62,9 @@ const SCENARIOS: Record<string, { failureType?: string; change?: boolean; runs?:
   // table's dwell found it crowded and did not dwell; the table paused off the slot (patch crowded-sync).
   'online-crowded-sync': {},
   'online-cutover-queue': {},
+  // Tables declared ready syncing and re-checking on the ready task queue (patch ready-queue),
+  // small tables copying four to a parallelism.tables slot (patch online-small-tables-share-slots).
+  'online-ready-queue': {},
   // capture: logical on a private wal_level=logical cluster: the slot consumer beside the tables
   // and the cutover's wait for it, behind patched('logical-capture').
   'online-logical': {},
@@ -187,7 +190,7 @@ describe('recorded workflow histories', () => {
     }
 
     const all = [...fixtures.values()].flat();
-    expect(all).toHaveLength(141);
+    expect(all).toHaveLength(145);
     // docs/reliability.md's determinism row counts them, and the scenarios.
     const reliability = readFileSync(join(__dirname, '..', '..', 'docs', 'reliability.md'), 'utf8');
     expect(reliability).toContain(`${all.length} recorded histories in ${Object.keys(SCENARIOS).length} scenarios`);

@@ -12,6 +12,7 @@ import type { CallbackInput } from '../../activities/callback';
 import { ResultDocument } from '../../src/core/status';
 import { HEARTBEAT_THROTTLE } from '../../src/worker';
 import { eventually, TestStack } from '../helpers/stack';
+import { mixedTables } from '../helpers/plans';
 
 type Mode = {
   copy: 'ok' | 'slow' | 'fail';
@@ -23,24 +24,6 @@ type Mode = {
   /** checksumBlocks finds the target's rows one short of the source's. */
   blocksDiffer?: boolean;
 };
-
-/** One large table and eight small ones (one chunk, a hundred rows: src/core/plan.ts isSmallTable). */
-function mixedTables() {
-  const table = (index: number, rowsEstimated: number, chunks: number) => ({
-    index,
-    source: { schema: 'public', name: `t${index}` },
-    target: { schema: 'public', name: `t${index}` },
-    columns: ['id'],
-    keyColumns: [{ name: 'id', type: 'bigint', collatable: false }],
-    copyFormat: 'binary' as const,
-    keyCollateC: false,
-    rowsEstimated,
-    chunks: chunks === 1 ? [{ index: 0, lower: null, upper: null }] : [{ index: 0, lower: null, upper: ['10'] }, { index: 1, lower: ['10'], upper: null }],
-    targetExisted: false,
-    sourceWrites: 0,
-  });
-  return [table(0, 500_000, 2), ...Array.from({ length: 8 }, (_, i) => table(i + 1, 100, 1))];
-}
 
 describe('migrationWorkflow orchestration', () => {
   let stack: TestStack;

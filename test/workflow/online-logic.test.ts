@@ -11,8 +11,9 @@ import type { Activities } from '../../activities';
 import { controlSignal } from '../../workflows/definitions';
 import { BUSY_DWELL_MS, CROWDED_AFTER_MS } from '../../workflows/migration/table';
 import type { MigrationPlan } from '../../src/core/plan';
-import { cutoverTaskQueue } from '../../src/core/names';
+import { cutoverTaskQueue, readyTaskQueue } from '../../src/core/names';
 import { HEARTBEAT_THROTTLE } from '../../src/worker';
+import { mixedTables } from '../helpers/plans';
 import { activityQueues, historySteps } from '../helpers/history';
 import { eventually, resultWithin, TEST_TIMINGS, TestStack, waitForPhase } from '../helpers/stack';
 
@@ -54,6 +55,8 @@ interface Script {
   crowded: boolean;
   /** finishTarget fails for good: the cutover rolls back after the drain sealed the tables. */
   finishTargetFails: boolean;
+  /** The plan is one large table and eight small ones (mixedTables), each copy taking a second. */
+  mixed: boolean;
 }
 
 /** What the real sync throws once a newer fence owns the table's sync. */
@@ -66,11 +69,14 @@ describe('the online chain, with fake activities', () => {
   let stack: TestStack;
   let worker: Worker;
   let cutoverWorker: Worker;
+  let readyWorker: Worker;
   let running: Promise<void>;
   let calls: string[];
   /** Each sync slice's busyDwellMs (undefined: none asked). */
   let dwells: (number | undefined)[];
-  const script: Script = { mismatchRounds: 0, blockedSlices: 0, appliedPerSlice: 0, holdSlices: false, crowded: false, finishTargetFails: false };
+  const script: Script = { mismatchRounds: 0, blockedSlices: 0, appliedPerSlice: 0, holdSlices: false, crowded: false, finishTargetFails: false, mixed: false };
+  /** With script.mixed: the small and large tables copying now, and the most seen at once. */
+  const copying = { small: 0, large: 0, maxSmall: 0, smallBesideLarge: 0 };
   /** When each sync slice and dirty-key re-check began, in order. */
   let timeline: { name: 'sync' | 'recheck'; at: number; crowdedAfterMs?: number }[];
   /** The fences of the table's own sync slices, and of the drain's sealing slices. */
@@ -78,7 +84,10 @@ describe('the online chain, with fake activities', () => {
   let seals: number[];
   let held: number;
   let releaseHeld: (() => void) | undefined;
+  /** Each activity of the table's, in order, with the task queue it ran on. */
+  let queues: { name: string; queue: string }[];
   const count = (name: string) => calls.filter((c) => c === name).length;
+  const noting = (name: string) => queues.push({ name, queue: Context.current().info.taskQueue });
 
   const fakes: Partial<Activities> = {
     // Workers without FERRY_NATS_URL: the run publishes no events after its first burst.
@@ -87,7 +96,7 @@ describe('the online chain, with fake activities', () => {
     },
     async preflight() {
       calls.push('preflight');
-      return PLAN;
+      return script.mixed ? { ...PLAN, tables: mixedTables() } : PLAN;
     },
     async prepareTarget() {
       calls.push('prepareTarget');
@@ -97,12 +106,22 @@ describe('the online chain, with fake activities', () => {
       calls.push('installCapture');
       return { ddlGuard: true };
     },
-    async copyChunk() {
+    async copyChunk(input) {
       calls.push('copyChunk');
+      noting('copyChunk');
+      if (script.mixed) {
+        const kind = input.table.index === 0 ? 'large' : 'small';
+        copying[kind] += 1;
+        copying.maxSmall = Math.max(copying.maxSmall, copying.small);
+        if (copying.small > 0 && copying.large > 0) copying.smallBesideLarge += 1;
+        await Context.current().sleep(1_000);
+        copying[kind] -= 1;
+      }
       return { checkpoint: { lastKey: null, rowsCopied: 20, done: true }, rows: 20, bytes: 200, batches: 1 };
     },
     async syncChanges(input) {
       calls.push('syncChanges');
+      noting('syncChanges');
       dwells.push(input.busyDwellMs);
       timeline.push({ name: 'sync', at: Date.now(), crowdedAfterMs: input.crowdedAfterMs });
       if (!isDrainFence(input.fence)) tableFences.push(input.fence);
@@ -127,6 +146,7 @@ describe('the online chain, with fake activities', () => {
     },
     async validateChunk(input) {
       calls.push('validateChunk');
+      noting('validateChunk');
       if (script.mismatchRounds > 0) {
         script.mismatchRounds -= 1;
         return { match: false, sourceRows: 20, targetRows: 19, mismatches: [input.range], excluded: 0 };
@@ -146,19 +166,23 @@ describe('the online chain, with fake activities', () => {
     },
     async checkDirtyKeys() {
       calls.push('checkDirtyKeys');
+      noting('checkDirtyKeys');
       timeline.push({ name: 'recheck', at: Date.now() });
       return { checked: 0, mismatched: 0, waiting: 0, remaining: 0 };
     },
     async addPrimaryKey() {
       calls.push('addPrimaryKey');
+      noting('addPrimaryKey');
       return { built: true };
     },
     async listIndexes() {
       calls.push('listIndexes');
+      noting('listIndexes');
       return { indexes: [] };
     },
     async analyzeTable() {
       calls.push('analyzeTable');
+      noting('analyzeTable');
     },
     async addForeignKeys() {
       calls.push('addForeignKeys');
@@ -201,7 +225,9 @@ describe('the online chain, with fake activities', () => {
     worker = await Worker.create({ ...common, taskQueue: stack.taskQueue, workflowBundle: { codePath: process.env.FERRY_WORKFLOW_BUNDLE! } });
     // As every Ferry worker does: the cutover's steps inside the outage come on a queue of their own.
     cutoverWorker = await Worker.create({ ...common, taskQueue: cutoverTaskQueue(stack.taskQueue) });
-    running = Promise.all([worker.run(), cutoverWorker.run()]).then(() => undefined);
+    // And the ready tables' syncs on another.
+    readyWorker = await Worker.create({ ...common, taskQueue: readyTaskQueue(stack.taskQueue) });
+    running = Promise.all([worker.run(), cutoverWorker.run(), readyWorker.run()]).then(() => undefined);
   });
 
   afterEach(() => {
@@ -212,6 +238,7 @@ describe('the online chain, with fake activities', () => {
   afterAll(async () => {
     worker?.shutdown();
     cutoverWorker?.shutdown();
+    readyWorker?.shutdown();
     await running;
     await stack?.teardown();
   });
@@ -222,8 +249,10 @@ describe('the online chain, with fake activities', () => {
     timeline = [];
     script.crowded = false;
     script.finishTargetFails = false;
+    script.mixed = false;
     tableFences = [];
     seals = [];
+    queues = [];
     held = 0;
     script.holdSlices = false;
     script.mismatchRounds = 0;
@@ -299,6 +328,38 @@ describe('the online chain, with fake activities', () => {
     expect(count('checkDirtyKeys') - quietFrom.checks).toBeLessThanOrEqual(1);
     await stack.ferry.approve(id);
     expect((await resultWithin(stack.ferry, id, 60_000)).state).toBe('SUCCEEDED');
+  }, 180_000);
+
+  it("runs a ready table's sync slices and re-checks on the ready queue, out of the way of the tables not ready yet", async () => {
+    script.appliedPerSlice = 3;
+    const { id } = await start('ready-queue', { approval: 'manual' });
+    await waitForPhase(stack.ferry, id, 'AWAITING_APPROVAL', 60_000);
+    await eventually(async () => count('checkDirtyKeys') >= 2, 60_000);
+    const ready = queues.findIndex((q) => q.queue === readyTaskQueue(stack.taskQueue));
+    expect(ready).toBeGreaterThan(0);
+    // Until ready, everything on the migration's own queue: the copy, the key, ANALYZE, the
+    // catch-up slices, the validation, the indexes listed.
+    const before = queues.slice(0, ready);
+    expect(before.every((q) => q.queue === stack.taskQueue)).toBe(true);
+    expect(new Set(before.map((q) => q.name))).toEqual(new Set(['copyChunk', 'addPrimaryKey', 'analyzeTable', 'syncChanges', 'validateChunk', 'listIndexes']));
+    // Ready: every slice and re-check from then on on the ready queue.
+    const after = queues.slice(ready);
+    expect(after.every((q) => q.queue === readyTaskQueue(stack.taskQueue) && (q.name === 'syncChanges' || q.name === 'checkDirtyKeys'))).toBe(true);
+    expect(after.filter((q) => q.name === 'checkDirtyKeys').length).toBeGreaterThanOrEqual(2);
+    await stack.ferry.approve(id);
+    expect((await resultWithin(stack.ferry, id, 60_000)).state).toBe('SUCCEEDED');
+  }, 120_000);
+
+  it('copies small tables four to a parallelism.tables slot, and a large table alone in its slot, as full mode does', async () => {
+    script.mixed = true;
+    Object.assign(copying, { small: 0, large: 0, maxSmall: 0, smallBesideLarge: 0 });
+    const { id } = await stack.ferry.start(
+      { source: 'a', target: 'b', mode: 'online', tables: ['public.*'], parallelism: { tables: 1 }, cutover: { approval: 'auto' } },
+      { id: 'mixed', skipPreflight: true, timings: TEST_TIMINGS },
+    );
+    expect((await resultWithin(stack.ferry, id, 120_000)).state).toBe('SUCCEEDED');
+    expect(count('copyChunk')).toBe(2 + 8);
+    expect({ maxSmall: copying.maxSmall, smallBesideLarge: copying.smallBesideLarge }).toEqual({ maxSmall: 4, smallBesideLarge: 0 });
   }, 180_000);
 
   it('pauses a busy ready table off the slots while its slices find them crowded, and dwells again once they do not', async () => {

@@ -14,7 +14,7 @@ import { legacyFinalizeAtTheEnd } from '../legacy/full-load-v1';
 import { flags } from '../patches';
 
 /** Small tables (isSmallTable) that copy at once in one `parallelism.tables` slot. */
-const SMALL_PER_SLOT = 4;
+export const SMALL_PER_SLOT = 4;
 /** From this many small tables on, they are copied in groups (PATCHES.smallTableGroups)… */
 export const SMALL_GROUP_FROM = 20;
 /** …of at most this many tables, a group taking one slot. */

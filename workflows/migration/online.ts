@@ -6,7 +6,8 @@
  *   gate → cutover (workflows/migration/cutover.ts).
  */
 import { ApplicationFailure, CancellationScope, ChildWorkflowHandle, condition, sleep } from '@temporalio/workflow';
-import { capturesLogically } from '../../src/core/plan';
+import { capturesLogically, isSmallTable } from '../../src/core/plan';
+import { SMALL_PER_SLOT } from './full-load';
 import { CaptureStream } from './capture-stream';
 import { formatDuration } from '../../src/core/duration';
 import { innermostApplicationFailure } from '../../src/core/failures';
@@ -117,21 +118,31 @@ async function onlineChain(ctx: MigrationContext, settled: Promise<unknown>[], l
   return cutOver({ ctx, tables: handles, ...foreignKeys, ...(capture ? { capture } : {}), ...(sealedDrain ? { sealedDrain, failed } : {}) });
 }
 
-/** At most parallelism.tables tables copy at once (the others already capture); until all are ready. */
+/**
+ * At most parallelism.tables tables copy at once (the others already capture), a small table a
+ * quarter of a slot as in full mode (PATCHES.onlineSmallTablesShareSlots: for a table of a few
+ * thousand rows the copy's round trips through Temporal take longer than the rows); until all
+ * are ready.
+ */
 async function grantCopySlots(ctx: MigrationContext, handles: ChildWorkflowHandle<typeof tableMigrationWorkflow>[], failed: () => boolean): Promise<void> {
   const { spec, plan, tracker } = ctx;
   const waiting = [...plan.tables.map((t) => t.index)];
   const granted = new Set<number>();
-  const copying = () => [...granted].filter((i) => !COPIED.has(tracker.tables[i].phase)).length;
+  const shared = flags.onlineSmallTablesShareSlots;
+  const weight = (i: number) => (shared && !isSmallTable(plan.tables[i]) ? SMALL_PER_SLOT : 1);
+  const slots = spec.parallelism.tables * (shared ? SMALL_PER_SLOT : 1);
+  const copying = () => [...granted].filter((i) => !COPIED.has(tracker.tables[i].phase)).reduce((sum, i) => sum + weight(i), 0);
+  // (A table heavier than the slots left starts alone, once nothing else copies.)
+  const room = () => waiting.length > 0 && (copying() === 0 || copying() + weight(waiting[0]) <= slots);
   const ready = () => tracker.tables.every((t) => t.phase === 'AWAITING_APPROVAL');
   for (;;) {
-    while (waiting.length > 0 && copying() < spec.parallelism.tables) {
+    while (room()) {
       const index = waiting.shift()!;
       granted.add(index);
       await handles[index].signal(startCopySignal);
     }
     if (failed() || ready()) return;
-    await condition(() => failed() || ready() || (waiting.length > 0 && copying() < spec.parallelism.tables));
+    await condition(() => failed() || ready() || room());
   }
 }
 

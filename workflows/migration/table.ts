@@ -170,6 +170,8 @@ class TableRun {
   private readonly parent: ExternalWorkflowHandle;
   private readonly timings: Timings;
   private readonly acts: ReturnType<typeof tableActivities>;
+  /** The ready task queue's copy and check activities, once the table is ready. */
+  private onReady?: ReturnType<ReturnType<typeof tableActivities>['ready']>;
   private repairedRanges: number;
   private control: Control;
   private copyAllowed: boolean;
@@ -448,7 +450,7 @@ class TableRun {
       if (this.historyFull()) return this.carryOn();
       let result;
       try {
-        result = await this.slices.run('sync', () => this.syncChanges(this.steadySyncSlice()));
+        result = await this.slices.run('sync', () => this.syncChanges(this.steadySyncSlice(), this.onReadyQueue()));
       } catch (err) {
         if (!this.takenOver(err)) throw err;
         await condition(() => this.finishRequested);
@@ -496,7 +498,7 @@ class TableRun {
   private async recheck(): Promise<void> {
     const fence = this.input.fencedRecheck ? { fence: nextFence(this.sync) } : {};
     try {
-      await this.acts.check.checkDirtyKeys({ ...this.ref(), table: this.copyTable, ...fence });
+      await (this.onReadyQueue() ? this.readyActs() : this.acts).check.checkDirtyKeys({ ...this.ref(), table: this.copyTable, ...fence });
     } catch (err) {
       if (!this.takenOver(err)) throw err;
       await condition(() => this.finishRequested);
@@ -659,10 +661,24 @@ class TableRun {
     );
   }
 
+  /**
+   * A table declared ready for the cutover: its sync slices and re-checks run on the ready task
+   * queue (PATCHES.readyQueue). The flag is read only then, so the marker sits where a table
+   * first has such work.
+   */
+  private onReadyQueue(): boolean {
+    return this.declaredReady() && flags.readyQueue;
+  }
+
+  private readyActs() {
+    this.onReady ??= this.acts.ready();
+    return this.onReady;
+  }
+
   /** Capture removed behind Ferry's back fails the sync for good; the parent hears why first. */
-  private async syncChanges(args: SyncInput): Promise<SyncResult> {
+  private async syncChanges(args: SyncInput, onReadyQueue = false): Promise<SyncResult> {
     try {
-      return await this.acts.copy.syncChanges(args);
+      return await (onReadyQueue ? this.readyActs() : this.acts).copy.syncChanges(args);
     } catch (err) {
       const failure = innermostApplicationFailure(err);
       if (failure?.type === FAILURE.CaptureLost && flags.captureLostEvent) await this.event('CaptureLost', { message: failure.message });
