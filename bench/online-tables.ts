@@ -6,7 +6,8 @@
  * given as soon as every table is ready, while pgbench (--clients 2) updates a random row of a
  * random table in each transaction until the cutover's freeze ends it (of the first --busy
  * tables only, when given: most tenants of a real database are idle at any moment). Prints per shape: the
- * time to approval, the cutover's write outage and where it went, the parent's history length,
+ * time to approval and where it went (approval-timeline.ts), the changes in the logs and the dirty
+ * keys at the approval, the cutover's write outage and where it went, the parent's history length,
  * the worker's peak RSS, and whether both sides then hold the same rows (sums compared with SQL).
  * Figures, never assertions.
  */

@@ -17,3 +17,29 @@ export function mixedTables() {
   });
   return [table(0, 500_000, 2), ...Array.from({ length: 8 }, (_, i) => table(i + 1, 100, 1))];
 }
+
+/** How many of mixedTables' small and large tables copy at once, and the most seen. */
+export class CopyTally {
+  small = 0;
+  large = 0;
+  maxSmall = 0;
+  /** Copies that began while a table of the other kind was copying. */
+  smallBesideLarge = 0;
+
+  reset(): void {
+    Object.assign(this, { small: 0, large: 0, maxSmall: 0, smallBesideLarge: 0 });
+  }
+
+  /** Counts table `index`'s copy (0 is the large one) while `copy` runs. */
+  async during<T>(index: number, copy: () => Promise<T>): Promise<T> {
+    const kind = index === 0 ? 'large' : 'small';
+    this[kind] += 1;
+    this.maxSmall = Math.max(this.maxSmall, this.small);
+    if (this.small > 0 && this.large > 0) this.smallBesideLarge += 1;
+    try {
+      return await copy();
+    } finally {
+      this[kind] -= 1;
+    }
+  }
+}

@@ -12,7 +12,7 @@ import type { CallbackInput } from '../../activities/callback';
 import { ResultDocument } from '../../src/core/status';
 import { HEARTBEAT_THROTTLE } from '../../src/worker';
 import { eventually, TestStack } from '../helpers/stack';
-import { mixedTables } from '../helpers/plans';
+import { CopyTally, mixedTables } from '../helpers/plans';
 
 type Mode = {
   copy: 'ok' | 'slow' | 'fail';
@@ -33,7 +33,7 @@ describe('migrationWorkflow orchestration', () => {
   let callbacks: CallbackInput[];
   const mode: Mode = { copy: 'ok', mixed: false };
   /** Copies running now, and the most seen at once (mixed mode): small tables, large ones. */
-  const copying = { small: 0, large: 0, maxSmall: 0, smallBesideLarge: 0 };
+  const copying = new CopyTally();
 
   const fakes: Partial<Activities> = {
     // Workers without FERRY_NATS_URL: the run publishes no events after its first burst.
@@ -72,12 +72,7 @@ describe('migrationWorkflow orchestration', () => {
     },
     async copyChunk(input) {
       if (mode.mixed) {
-        const kind = input.table.index === 0 ? 'large' : 'small';
-        copying[kind] += 1;
-        copying.maxSmall = Math.max(copying.maxSmall, copying.small);
-        if (copying.small > 0 && copying.large > 0) copying.smallBesideLarge += 1;
-        await Context.current().sleep(1_500);
-        copying[kind] -= 1;
+        await copying.during(input.table.index, () => Context.current().sleep(1_500));
         const done = { checkpoint: { lastKey: null, rowsCopied: 10, done: true }, rows: 10, bytes: 100, batches: 1 };
         return input.finish ? { ...done, finished: { built: 1, evicted: 0 } } : done;
       }
@@ -236,7 +231,7 @@ describe('migrationWorkflow orchestration', () => {
 
   it('copies small tables four to a parallelism.tables slot, and a large table alone in its slot', async () => {
     mode.mixed = true;
-    Object.assign(copying, { small: 0, large: 0, maxSmall: 0, smallBesideLarge: 0 });
+    copying.reset();
     const tables = mixedTables().map((t) => `public.${t.source.name}`);
     const { id } = await start('mixed', { tables, validation: 'none', parallelism: { tables: 1 } });
     const result = await stack.ferry.result(id);

@@ -13,7 +13,7 @@ import { BUSY_DWELL_MS, CROWDED_AFTER_MS } from '../../workflows/migration/table
 import type { MigrationPlan } from '../../src/core/plan';
 import { cutoverTaskQueue, readyTaskQueue } from '../../src/core/names';
 import { HEARTBEAT_THROTTLE } from '../../src/worker';
-import { mixedTables } from '../helpers/plans';
+import { CopyTally, mixedTables } from '../helpers/plans';
 import { activityQueues, historySteps } from '../helpers/history';
 import { eventually, resultWithin, TEST_TIMINGS, TestStack, waitForPhase } from '../helpers/stack';
 
@@ -76,7 +76,7 @@ describe('the online chain, with fake activities', () => {
   let dwells: (number | undefined)[];
   const script: Script = { mismatchRounds: 0, blockedSlices: 0, appliedPerSlice: 0, holdSlices: false, crowded: false, finishTargetFails: false, mixed: false };
   /** With script.mixed: the small and large tables copying now, and the most seen at once. */
-  const copying = { small: 0, large: 0, maxSmall: 0, smallBesideLarge: 0 };
+  const copying = new CopyTally();
   /** When each sync slice and dirty-key re-check began, in order. */
   let timeline: { name: 'sync' | 'recheck'; at: number; crowdedAfterMs?: number }[];
   /** The fences of the table's own sync slices, and of the drain's sealing slices. */
@@ -110,12 +110,7 @@ describe('the online chain, with fake activities', () => {
       calls.push('copyChunk');
       noting('copyChunk');
       if (script.mixed) {
-        const kind = input.table.index === 0 ? 'large' : 'small';
-        copying[kind] += 1;
-        copying.maxSmall = Math.max(copying.maxSmall, copying.small);
-        if (copying.small > 0 && copying.large > 0) copying.smallBesideLarge += 1;
-        await Context.current().sleep(1_000);
-        copying[kind] -= 1;
+        await copying.during(input.table.index, () => Context.current().sleep(1_000));
       }
       return { checkpoint: { lastKey: null, rowsCopied: 20, done: true }, rows: 20, bytes: 200, batches: 1 };
     },
@@ -352,7 +347,7 @@ describe('the online chain, with fake activities', () => {
 
   it('copies small tables four to a parallelism.tables slot, and a large table alone in its slot, as full mode does', async () => {
     script.mixed = true;
-    Object.assign(copying, { small: 0, large: 0, maxSmall: 0, smallBesideLarge: 0 });
+    copying.reset();
     const { id } = await stack.ferry.start(
       { source: 'a', target: 'b', mode: 'online', tables: ['public.*'], parallelism: { tables: 1 }, cutover: { approval: 'auto' } },
       { id: 'mixed', skipPreflight: true, timings: TEST_TIMINGS },
