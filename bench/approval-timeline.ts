@@ -1,7 +1,7 @@
 /** Where the time to approval of an online migration of many tables went, from its table workflows' histories (bench:online-tables). */
 import { tsToMs } from '@temporalio/common/lib/time';
 import type { FerryClient } from '../src/client';
-import { workflowIds } from '../src/core/names';
+import { readyTaskQueue, workflowIds } from '../src/core/names';
 
 interface Tally {
   count: number;
@@ -14,9 +14,8 @@ interface Tally {
 /**
  * Over every run of every table workflow of migration `id`, up to `until` (the approval): each
  * activity type's count, time run and time waited for a worker slot, summed (those of the ready
- * tables' queue apart); the timers' count
- * and time slept; the workflow tasks' count and time waited; and when the tables were given their
- * copy slot and reached the end of their copy (the median and the last, in s after `from`).
+ * tables' queue apart); the timers' count and time slept; the workflow tasks' count and time
+ * waited; and when the tables were given their copy slot (the median and the last, in s after `from`).
  */
 export async function approvalTimeline(ferry: FerryClient, id: string, tables: number, from: number, until: number): Promise<string> {
   const activities = new Map<string, Tally>();
@@ -33,7 +32,7 @@ export async function approvalTimeline(ferry: FerryClient, id: string, tables: n
     for (const e of history.events ?? []) {
       const at = tsToMs(e.eventTime);
       if (at > until) break;
-      const id = String(e.eventId);
+      const eventId = String(e.eventId);
       if (e.workflowTaskScheduledEventAttributes) taskScheduled = at;
       if (e.workflowTaskStartedEventAttributes) {
         tasks += 1;
@@ -42,8 +41,8 @@ export async function approvalTimeline(ferry: FerryClient, id: string, tables: n
       if (e.workflowExecutionSignaledEventAttributes?.signalName === 'startCopy') copyGiven.push(at - from);
       const scheduling = e.activityTaskScheduledEventAttributes;
       if (scheduling) {
-        const onReady = scheduling.taskQueue?.name?.endsWith('-ready') ? ' (ready queue)' : '';
-        scheduled.set(id, { type: `${scheduling.activityType?.name ?? '?'}${onReady}`, at });
+        const onReady = scheduling.taskQueue?.name === readyTaskQueue(ferry.config.taskQueue) ? ' (ready queue)' : '';
+        scheduled.set(eventId, { type: `${scheduling.activityType?.name ?? '?'}${onReady}`, at });
       }
       const start = e.activityTaskStartedEventAttributes;
       if (start) {
@@ -60,7 +59,7 @@ export async function approvalTimeline(ferry: FerryClient, id: string, tables: n
         const tally = activities.get(s?.type ?? '?');
         if (tally) tally.ran += at - (started.get(String(end.scheduledEventId)) ?? at);
       }
-      if (e.timerStartedEventAttributes) timerAt.set(id, at);
+      if (e.timerStartedEventAttributes) timerAt.set(eventId, at);
       if (e.timerFiredEventAttributes) {
         timers += 1;
         slept += at - (timerAt.get(String(e.timerFiredEventAttributes.startedEventId)) ?? at);

@@ -33,7 +33,7 @@ import { headers } from '@nats-io/nats-core';
 import { connect } from '@nats-io/transport-node';
 import { sign } from '../src/signature';
 import { readyTaskQueue, workflowIds } from '../src/core/names';
-import { activityPayloads } from '../test/helpers/history';
+import { activityPayloads, activityQueues } from '../test/helpers/history';
 import { Receiver } from '../test/helpers/receiver';
 import { eventually, resultWithin, TestStack, waitForPhase } from '../test/helpers/stack';
 
@@ -262,15 +262,6 @@ const approvedWhileCrowded = (ctx: Context) =>
     everyMs: 50,
     approveWhen: async () => (await crowdedSlices(ctx.stack, ctx.id)) > 0,
   });
-
-/** The types of the activities a table workflow's latest run scheduled on the ready task queue. */
-async function readyQueueActivities(stack: TestStack, workflowId: string): Promise<string[]> {
-  const { events } = await stack.client.workflow.getHandle(workflowId).fetchHistory();
-  return (events ?? []).flatMap((e) => {
-    const scheduled = e.activityTaskScheduledEventAttributes;
-    return scheduled?.taskQueue?.name === readyTaskQueue(stack.taskQueue) ? [scheduled.activityType?.name ?? ''] : [];
-  });
-}
 
 /** Sync slices of the migration's two tables that came back `crowded`, read from their histories. */
 async function crowdedSlices(stack: TestStack, id: string): Promise<number> {
@@ -640,8 +631,9 @@ ANALYZE;`,
         everyMs: 100,
         // Or it is not the scenario it says: slices of both tables on the ready queue, and a re-check.
         approveWhen: async () => {
-          const ready = await Promise.all([0, 1].map((index) => readyQueueActivities(ctx.stack, workflowIds.table(ctx.id, index))));
-          return ready.every((types) => types.includes('syncChanges')) && ready.some((types) => types.includes('checkDirtyKeys'));
+          const tables = await Promise.all([0, 1].map((index) => activityQueues(ctx.stack.client, workflowIds.table(ctx.id, index))));
+          const onReady = (queues: Map<string, string[]>, type: string) => queues.get(type)?.includes(readyTaskQueue(ctx.stack.taskQueue)) === true;
+          return tables.every((queues) => onReady(queues, 'syncChanges')) && tables.some((queues) => onReady(queues, 'checkDirtyKeys'));
         },
       }),
   },

@@ -9,7 +9,7 @@
  * heartbeating activity beats more often than that (the worker throttles a heartbeat to one per
  * 2 s), and it says how soon a lost worker's call is retried.
  */
-import { ActivityCancellationType, ActivityOptions, proxyActivities, workflowInfo } from '@temporalio/workflow';
+import { ActivityCancellationType, ActivityInterfaceFor, ActivityOptions, proxyActivities, workflowInfo } from '@temporalio/workflow';
 import type { Activities } from '../activities';
 import { FAILURE } from '../src/core/failure-types';
 import { cutoverTaskQueue, readyTaskQueue } from '../src/core/names';
@@ -181,19 +181,25 @@ export function tableActivities(timings: Timings) {
     startToCloseTimeout: '2 hours',
     retry: { initialInterval: '1 second', backoffCoefficient: 2, maximumInterval: '1 minute', maximumAttempts: 20 },
   };
-  // (Read only when a ready table's work is scheduled: only then is it inside a workflow.)
-  const onReadyQueue = () => ({ taskQueue: readyTaskQueue(workflowInfo().taskQueue) });
+  let ready: { copy: ActivityInterfaceFor<Activities>; check: ActivityInterfaceFor<Activities> } | undefined;
   return {
     copy: proxyActivities<Activities>(heartbeating(timings, copy)),
     check: proxyActivities<Activities>(heartbeating(timings, check)),
     /**
      * A ready table's sync slices and re-checks (PATCHES.readyQueue): as copy and check, on the
-     * ready task queue, out of the way of the tables not ready yet.
+     * ready task queue, out of the way of the tables not ready yet. Made on first use: the
+     * queue's name is read from the workflow, which only then is sure to be running.
      */
-    ready: () => ({
-      copy: proxyActivities<Activities>(heartbeating(timings, { ...copy, ...onReadyQueue() })),
-      check: proxyActivities<Activities>(heartbeating(timings, { ...check, ...onReadyQueue() })),
-    }),
+    ready() {
+      if (!ready) {
+        const onReadyQueue = { taskQueue: readyTaskQueue(workflowInfo().taskQueue) };
+        ready = {
+          copy: proxyActivities<Activities>(heartbeating(timings, { ...copy, ...onReadyQueue })),
+          check: proxyActivities<Activities>(heartbeating(timings, { ...check, ...onReadyQueue })),
+        };
+      }
+      return ready;
+    },
     /** Keys, indexes and ANALYZE: an index on a large table can take hours; liveness heartbeats notice a lost worker. */
     build: proxyActivities<Activities>(
       heartbeating(timings, {

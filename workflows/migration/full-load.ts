@@ -15,6 +15,10 @@ import { flags } from '../patches';
 
 /** Small tables (isSmallTable) that copy at once in one `parallelism.tables` slot. */
 export const SMALL_PER_SLOT = 4;
+/** What a table takes of a `parallelism.tables` slot, in SMALL_PER_SLOTths: a small table one, any other all. */
+export function slotWeight(table: TablePlan): number {
+  return isSmallTable(table) ? 1 : SMALL_PER_SLOT;
+}
 /** From this many small tables on, they are copied in groups (PATCHES.smallTableGroups)… */
 export const SMALL_GROUP_FROM = 20;
 /** …of at most this many tables, a group taking one slot. */
@@ -44,7 +48,7 @@ export async function runFullLoad(ctx: MigrationContext): Promise<void> {
     // Temporal, not the databases, are what takes the time. Many of them go in groups, a group
     // a slot (PATCHES.smallTableGroups).
     const work = planWork(plan.tables, spec.parallelism.tables);
-    const weight = (w: Work) => ('group' in w || !isSmallTable(w.table) ? SMALL_PER_SLOT : 1);
+    const weight = (w: Work) => ('group' in w ? SMALL_PER_SLOT : slotWeight(w.table));
     await runWeighted(work, spec.parallelism.tables * SMALL_PER_SLOT, weight, async (w) => {
       if ('table' in w) return copyTable(w.table);
       for (const table of await copyGroup(ctx, w.group)) await copyTable(table);

@@ -6,8 +6,8 @@
  *   gate → cutover (workflows/migration/cutover.ts).
  */
 import { ApplicationFailure, CancellationScope, ChildWorkflowHandle, condition, sleep } from '@temporalio/workflow';
-import { capturesLogically, isSmallTable } from '../../src/core/plan';
-import { SMALL_PER_SLOT } from './full-load';
+import { capturesLogically } from '../../src/core/plan';
+import { slotWeight, SMALL_PER_SLOT } from './full-load';
 import { CaptureStream } from './capture-stream';
 import { formatDuration } from '../../src/core/duration';
 import { innermostApplicationFailure } from '../../src/core/failures';
@@ -129,7 +129,7 @@ async function grantCopySlots(ctx: MigrationContext, handles: ChildWorkflowHandl
   const waiting = [...plan.tables.map((t) => t.index)];
   const granted = new Set<number>();
   const shared = flags.onlineSmallTablesShareSlots;
-  const weight = (i: number) => (shared && !isSmallTable(plan.tables[i]) ? SMALL_PER_SLOT : 1);
+  const weight = (i: number) => (shared ? slotWeight(plan.tables[i]) : 1);
   const slots = spec.parallelism.tables * (shared ? SMALL_PER_SLOT : 1);
   const copying = () => [...granted].filter((i) => !COPIED.has(tracker.tables[i].phase)).reduce((sum, i) => sum + weight(i), 0);
   // (A table heavier than the slots left starts alone, once nothing else copies.)

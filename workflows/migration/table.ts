@@ -170,8 +170,6 @@ class TableRun {
   private readonly parent: ExternalWorkflowHandle;
   private readonly timings: Timings;
   private readonly acts: ReturnType<typeof tableActivities>;
-  /** The ready task queue's copy and check activities, once the table is ready. */
-  private onReady?: ReturnType<ReturnType<typeof tableActivities>['ready']>;
   private repairedRanges: number;
   private control: Control;
   private copyAllowed: boolean;
@@ -498,7 +496,7 @@ class TableRun {
   private async recheck(): Promise<void> {
     const fence = this.input.fencedRecheck ? { fence: nextFence(this.sync) } : {};
     try {
-      await (this.onReadyQueue() ? this.readyActs() : this.acts).check.checkDirtyKeys({ ...this.ref(), table: this.copyTable, ...fence });
+      await (this.onReadyQueue() ? this.acts.ready() : this.acts).check.checkDirtyKeys({ ...this.ref(), table: this.copyTable, ...fence });
     } catch (err) {
       if (!this.takenOver(err)) throw err;
       await condition(() => this.finishRequested);
@@ -670,15 +668,11 @@ class TableRun {
     return this.declaredReady() && flags.readyQueue;
   }
 
-  private readyActs() {
-    this.onReady ??= this.acts.ready();
-    return this.onReady;
-  }
 
   /** Capture removed behind Ferry's back fails the sync for good; the parent hears why first. */
   private async syncChanges(args: SyncInput, onReadyQueue = false): Promise<SyncResult> {
     try {
-      return await (onReadyQueue ? this.readyActs() : this.acts).copy.syncChanges(args);
+      return await (onReadyQueue ? this.acts.ready() : this.acts).copy.syncChanges(args);
     } catch (err) {
       const failure = innermostApplicationFailure(err);
       if (failure?.type === FAILURE.CaptureLost && flags.captureLostEvent) await this.event('CaptureLost', { message: failure.message });
