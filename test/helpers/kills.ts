@@ -48,6 +48,17 @@ async function historyOf(ferry: FerryClient, workflowId: string, activityId: str
 }
 
 /**
+ * Whether the attempt a kill aimed at had already completed: its last report can reach the
+ * server between the look that found it running and the SIGKILL (an awaitWriters slice ends as
+ * soon as one of the sessions it waits for ends). Read once the worker has exited, before the
+ * hold that kept the activity busy is released, so that a kill that missed can aim again.
+ */
+export async function finishedBeforeKill(ferry: FerryClient, aimed: RunningActivity): Promise<boolean> {
+  const { started, completed } = await historyOf(ferry, aimed.workflowId, aimed.activityId);
+  return completed && (started?.attempt ?? 1) === aimed.attempt;
+}
+
+/**
  * Waits until Temporal has given the killed activity its next attempt, and says how the killed
  * one ended. Watches the pending activity (the next attempt shows there with the killed one's
  * failure for at least the retry's backoff), and falls back to the history when the next attempt
