@@ -191,12 +191,21 @@ export async function createFerryWorker(options: FerryWorkerOptions): Promise<Fe
 
 /** The worker on its queue and, with `besideQueue` (all but a switch worker), on that queue's cutover and ready queues. */
 async function createWorkers(options: WorkerOptions, besideQueue: string | undefined, activitySlots: number): Promise<Worker[]> {
-  const workers = [await Worker.create(options)];
-  if (besideQueue !== undefined) {
-    workers.push(await Worker.create(besideOptions(options, cutoverTaskQueue(besideQueue), CUTOVER_ACTIVITY_SLOTS)));
-    workers.push(await Worker.create(besideOptions(options, readyTaskQueue(besideQueue), readySlots(activitySlots))));
+  const workers: Worker[] = [];
+  try {
+    workers.push(await Worker.create(options));
+    if (besideQueue !== undefined) {
+      workers.push(await Worker.create(besideOptions(options, cutoverTaskQueue(besideQueue), CUTOVER_ACTIVITY_SLOTS)));
+      workers.push(await Worker.create(besideOptions(options, readyTaskQueue(besideQueue), readySlots(activitySlots))));
+    }
+    return workers;
+  } catch (err) {
+    // A Worker made but never run keeps its hold on the connection (closing it would throw
+    // instead of the cause), and the SDK releases it only at the end of a run: run the ones
+    // made down at once. A task they were handed in that moment ends as at any shutdown.
+    await Promise.allSettled(workers.map((w) => w.runUntil(Promise.resolve())));
+    throw err;
   }
-  return workers;
 }
 
 /** The worker on its queue and, but for a switch worker, on the cutover and ready queues: run, and shut down, together. */

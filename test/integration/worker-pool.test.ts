@@ -1,8 +1,11 @@
 /**
  * The worker pool: several workers share the task queue and a migration's chunks spread over
  * them. Each worker takes one activity at a time, so two chunks copying together must run on
- * two workers; the history records who ran what.
+ * two workers; the history records who ran what. A worker that cannot be made whole lets go of
+ * what it made.
  */
+import { Worker } from '@temporalio/worker';
+import { readyTaskQueue } from '../../src/core/names';
 import { rowsAsText } from '../helpers/databases';
 import { activityStarts } from '../helpers/history';
 import { stackSuite } from '../helpers/suite';
@@ -34,6 +37,27 @@ describe('a pool of two workers', () => {
     expect(await rowsAsText(suite.dbs, 'target', 'public.events', 'id')).toEqual(await rowsAsText(suite.dbs, 'source', 'public.events', 'id'));
     const copiers = new Set((await activityStarts(suite.stack.client, `${id}/table-0`)).filter((s) => s.activityType === 'copyChunk').map((s) => s.identity));
     expect([...copiers].sort()).toEqual(['in-process-1', 'in-process-2']);
+  });
+
+  it('lets go of the workers it made when the one on its ready queue cannot be made: the cause is thrown, none is left holding the connection', async () => {
+    // The failure is injected (Temporal's Worker.create refuses nothing a valid queue name
+    // passes); the workers made before it are real, on a queue of their own.
+    const queue = `${suite.stack.taskQueue}-unmade`;
+    const made: Worker[] = [];
+    const create = Worker.create.bind(Worker);
+    const spy = jest.spyOn(Worker, 'create').mockImplementation(async (options) => {
+      if (options.taskQueue === readyTaskQueue(queue)) throw new Error("the ready queue's worker could not be made");
+      const worker = await create(options);
+      made.push(worker);
+      return worker;
+    });
+    try {
+      await expect(suite.stack.startWorker({ taskQueue: queue })).rejects.toThrow("the ready queue's worker could not be made");
+    } finally {
+      spy.mockRestore();
+    }
+    // The main queue's worker and the cutover queue's, run down (a Worker never run holds its connection).
+    expect(made.map((w) => w.getState())).toEqual(['STOPPED', 'STOPPED']);
   });
 
   it('obeys a worker-wide activity rate cap (ferry worker --max-activities-per-second)', async () => {
