@@ -21,7 +21,7 @@ import { dropLogical, ensureSlot, logicalNames, SLOTS_TABLE } from '../src/db/lo
 import { quoteIdent, quoteQualified } from '../src/core/identifiers';
 import { dropTriggers, relationsWithTriggers } from '../src/db/triggers';
 import { dropSchemaIfEmpty } from '../src/db/schema-versions';
-import { capturesExist, installCaptureIn, LOCK_TIMEOUT, lockCapture } from '../src/db/capture-install';
+import { capturesExist, installCaptureInParts, LOCK_TIMEOUT, lockCapture } from '../src/db/capture-install';
 import { ActivityDeps } from './deps';
 import { removeFreeze } from '../src/db/freeze';
 import type { CaptureInput, SourceRef } from '../src/core/capture-input';
@@ -42,17 +42,19 @@ export { CAPTURE_LOCK } from '../src/db/capture-install';
 
 export function createCaptureActivities({ connections, logger }: ActivityDeps) {
   async function installCapture(input: CaptureInput): Promise<{ ddlGuard: boolean }> {
-    const installed = await connections.withClient(input.source, (db) =>
-      inTransaction(db, async () => {
-        await db.query(LOCK_TIMEOUT);
-        const result = await installCaptureIn(db, input);
-        logger.info(
-          { migrationId: input.migrationId, tables: input.tables.length, ddlGuard: result.ddlGuard, armFreeze: Boolean(input.armFreeze), logical: Boolean(input.logical) },
-          'capture installed',
-        );
-        return result;
-      }),
-    );
+    const installed = await connections.withClient(input.source, async (db) => {
+      const part = <T>(work: () => Promise<T>) =>
+        inTransaction(db, async () => {
+          await db.query(LOCK_TIMEOUT);
+          return work();
+        });
+      const result = await installCaptureInParts(db, input, part);
+      logger.info(
+        { migrationId: input.migrationId, tables: input.tables.length, ddlGuard: result.ddlGuard, armFreeze: Boolean(input.armFreeze), logical: Boolean(input.logical) },
+        'capture installed',
+      );
+      return result;
+    });
     // The slot outside that transaction (PostgreSQL refuses it in one that wrote), and on a retry
     // that found the rest installed: its start is where the stream begins, before any row is copied.
     if (input.logical) await connections.withClient(input.source, (db) => ensureSlot(db, logicalNames(input.migrationId)));
@@ -77,7 +79,7 @@ export function createCaptureActivities({ connections, logger }: ActivityDeps) {
       const captured = await inTransaction(db, async () => {
         await db.query(LOCK_TIMEOUT);
         await lockCapture(db);
-        if (!(await capturesExist(db))) return [];
+        if (!(await capturesExist(db))) return undefined;
         for (const name of guardEventTriggers(migrationId)) await db.query(`DROP EVENT TRIGGER IF EXISTS ${quoteIdent(name)}`);
         await db.query(`DROP FUNCTION IF EXISTS ${quoteQualified(guardFunction(migrationId))}()`);
         const { rows } = await db.query(`SELECT table_index FROM ${CAPTURE_SCHEMA}.captures WHERE migration_id = $1 ORDER BY table_index`, [migrationId]);
@@ -96,7 +98,8 @@ export function createCaptureActivities({ connections, logger }: ActivityDeps) {
         const dropped = await dropTriggers(db, name, [triggers.capture, triggers.truncate]);
         if (!dropped) pending.push(`capture triggers on ${name}`);
       }
-      if (captured.length > 0 && pending.length === 0) {
+      // Also with no table's row: an install stopped after its first part left what the tables share.
+      if (captured && pending.length === 0) {
         await inTransaction(db, async () => {
           await db.query(LOCK_TIMEOUT);
           await lockCapture(db);

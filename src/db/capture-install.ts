@@ -27,7 +27,7 @@ import {
 import { refusal, sqlState } from './errors';
 import { createPublicationSql, logicalNames, SLOTS_TABLE, streamsMessages } from './logical-sql';
 import { displayQualified, quoteQualified } from '../core/identifiers';
-import { relationTree } from './triggers';
+import { relationTree, relationTrees } from './triggers';
 import { migrateSchema } from './schema-versions';
 import type { CaptureInput, CaptureTable } from '../core/capture-input';
 import { FAILURE } from '../core/failure-types';
@@ -49,47 +49,105 @@ export async function capturesExist(db: PoolClient): Promise<boolean> {
  * capture lock, Ferry's capture schema, then per table its log, trigger function and triggers,
  * the TRUNCATE refusal on it and its partitions, the armed freeze when asked, and the DDL guard
  * (needs superuser; without it, or with `guard: false`, the sync compares column fingerprints).
- * A migration whose capture is installed already is left as it is.
+ * A migration whose capture is installed already is left as it is. A rewrite's swap installs
+ * the revert's capture this way, with its own statements; a migration uses installCaptureInParts.
  */
 export async function installCaptureIn(db: PoolClient, input: CaptureInput, { guard = true } = {}): Promise<{ ddlGuard: boolean }> {
+  await installShared(db, input);
+  const installed = await installedCapture(db, input);
+  if (installed.done) return { ddlGuard: installed.ddlGuard };
+  const fresh: [CaptureTable, number][] = [];
+  for (const table of input.tables) fresh.push([table, await captureTable(db, input, table)]);
+  return { ddlGuard: await finishCapture(db, input, fresh, guard) };
+}
+
+/**
+ * Installs capture as installCaptureIn does, in parts: what every table shares, then each table in
+ * a transaction of its own, the last one together with the guard and the publication. A table's
+ * writers wait only for its own part (CREATE TRIGGER's lock), not for the whole install, which
+ * at 500 tables in one transaction held the first table's writers for seconds; and a retry
+ * resumes after the parts committed (a table's row in `captures`, written in its part) instead
+ * of starting over because one table's lock was taken. `transaction` runs a part (BEGIN, the
+ * lock_timeout, COMMIT).
+ */
+export async function installCaptureInParts(
+  db: PoolClient,
+  input: CaptureInput,
+  transaction: <T>(work: () => Promise<T>) => Promise<T>,
+  { guard = true } = {},
+): Promise<{ ddlGuard: boolean }> {
+  const installed = await transaction(async () => {
+    await installShared(db, input);
+    return installedCapture(db, input);
+  });
+  if (installed.done) return { ddlGuard: installed.ddlGuard };
+  const todo = input.tables.filter((t) => !installed.tables.has(t.index));
+  const last = todo.pop();
+  for (const table of todo) {
+    await transaction(async () => {
+      await lockCapture(db);
+      await registerTable(db, input, table, await captureTable(db, input, table), { ddlGuard: false, complete: false });
+    });
+  }
+  const ddlGuard = await transaction(async () => {
+    await lockCapture(db);
+    return finishCapture(db, input, last ? [[last, await captureTable(db, input, last)]] : [], guard);
+  });
+  return { ddlGuard };
+}
+
+/** What every table's capture uses: the capture lock, the bookkeeping, the TRUNCATE refusal, the freeze's state and function. */
+async function installShared(db: PoolClient, input: CaptureInput): Promise<void> {
   await lockCapture(db);
   await migrateSchema(db, CAPTURE_BOOKKEEPING);
-  const installed = await db.query(`SELECT ddl_guard FROM ${CAPTURE_SCHEMA}.captures WHERE migration_id = $1 LIMIT 1`, [input.migrationId]);
-  if (installed.rowCount) return { ddlGuard: installed.rows[0].ddl_guard as boolean };
-
   await db.query(createRefuseTruncateSql(input.migrationId));
   if (input.armFreeze) {
     await db.query(`CREATE SCHEMA IF NOT EXISTS ${FREEZE_SCHEMA}`);
     await db.query(createFreezeStateSql(input.migrationId));
     await db.query(createArmedFreezeFunctionSql(input.migrationId));
   }
-  const relids: number[] = [];
-  // The tables and all their partitions: what the DDL guard protects.
-  const guarded: number[] = [];
-  for (const table of input.tables) {
-    relids.push(await captureTable(db, input, table, guarded));
-  }
-  const ddlGuard = guard && (await installGuard(db, input.migrationId, guarded));
-  for (const [i, table] of input.tables.entries()) {
-    const fp = await db.query(FINGERPRINT_SQL, [relids[i]]);
-    const parts = await db.query(PARTITIONS_SQL, [relids[i]]);
-    await db.query(
-      `INSERT INTO ${CAPTURE_SCHEMA}.captures (migration_id, table_index, relid, fingerprint, ddl_guard, partitions) VALUES ($1, $2, $3, $4, $5, $6)`,
-      [input.migrationId, table.index, relids[i], fp.rows[0].fingerprint, ddlGuard, parts.rows[0].partitions],
-    );
-  }
+}
+
+/** The migration's tables whose capture is in place, and whether the whole install is (every table, the last part done). */
+async function installedCapture(db: PoolClient, input: CaptureInput): Promise<{ done: boolean; ddlGuard: boolean; tables: Set<number> }> {
+  const { rows } = await db.query(`SELECT table_index, ddl_guard, complete FROM ${CAPTURE_SCHEMA}.captures WHERE migration_id = $1`, [input.migrationId]);
+  // An install of an older Ferry wrote every row at once: `complete` is true on each (its default).
+  const done = rows.length > 0 && rows.every((r) => r.complete);
+  return { done, ddlGuard: rows.length > 0 && Boolean(rows[0].ddl_guard), tables: new Set(rows.map((r) => Number(r.table_index))) };
+}
+
+/**
+ * The install's last statements: the DDL guard over the captured tables and their partitions,
+ * the rows of `fresh` (the tables captured in this transaction, with their relids), every row
+ * marked complete, and with logical capture the publication and the slot's row.
+ */
+async function finishCapture(db: PoolClient, input: CaptureInput, fresh: [CaptureTable, number][], guard: boolean): Promise<boolean> {
+  const trees = await relationTrees(db, input.tables.map((t) => quoteQualified(t.source)));
+  const ddlGuard = guard && (await installGuard(db, input.migrationId, trees));
+  for (const [table, relid] of fresh) await registerTable(db, input, table, relid, { ddlGuard, complete: true });
+  await db.query(`UPDATE ${CAPTURE_SCHEMA}.captures SET ddl_guard = $2, complete = true WHERE migration_id = $1`, [input.migrationId, ddlGuard]);
   if (input.logical) {
     const logical = logicalNames(input.migrationId);
     // Committed before the slot exists: the stream decodes with the publication in place.
-    const partitioned = await db.query(`SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE oid = ANY ($1::oid[]) AND relkind = 'p') AS any`, [relids]);
+    const partitioned = await db.query(`SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE oid = ANY ($1::oid[]) AND relkind = 'p') AS any`, [trees]);
     await db.query(createPublicationSql(logical, input.tables.map((t) => t.source), partitioned.rows[0].any, !(await streamsMessages(db))));
     await db.query(`INSERT INTO ${SLOTS_TABLE} (migration_id, slot, publication) VALUES ($1, $2, $3)`, [input.migrationId, logical.slot, logical.publication]);
   }
-  return { ddlGuard };
+  return ddlGuard;
 }
 
-/** One table's log, trigger function and triggers; returns its relid and adds it and its partitions to `guarded`. */
-async function captureTable(db: PoolClient, input: CaptureInput, table: CaptureTable, guarded: number[]): Promise<number> {
+/** A captured table's row: its columns' fingerprint and partitions as they are now, which the syncs check against. */
+async function registerTable(db: PoolClient, input: CaptureInput, table: CaptureTable, relid: number, state: { ddlGuard: boolean; complete: boolean }): Promise<void> {
+  const fp = await db.query(FINGERPRINT_SQL, [relid]);
+  const parts = await db.query(PARTITIONS_SQL, [relid]);
+  await db.query(
+    `INSERT INTO ${CAPTURE_SCHEMA}.captures (migration_id, table_index, relid, fingerprint, ddl_guard, partitions, complete) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+    [input.migrationId, table.index, relid, fp.rows[0].fingerprint, state.ddlGuard, parts.rows[0].partitions, state.complete],
+  );
+}
+
+/** One table's log, trigger function and triggers; returns its relid. */
+async function captureTable(db: PoolClient, input: CaptureInput, table: CaptureTable): Promise<number> {
   const names = captureNames(input.migrationId, table.index);
   const rel = await db.query('SELECT to_regclass($1)::oid::int8 AS relid', [quoteQualified(table.source)]);
   if (!rel.rows[0].relid) throw refusal(FAILURE.MissingTable, `table ${displayQualified(table.source)} disappeared from the source`);
@@ -119,8 +177,7 @@ async function captureTable(db: PoolClient, input: CaptureInput, table: CaptureT
   }
   // Statement triggers fire only for statements that name their own table: a write or
   // TRUNCATE straight into a partition meets the partition's.
-  for (const { relid, name } of [self, ...partitions]) {
-    guarded.push(relid);
+  for (const { name } of [self, ...partitions]) {
     for (const sql of createRefuseTruncateTriggerSql(name, input.migrationId)) await db.query(sql);
     if (input.armFreeze) for (const sql of createArmedFreezeTriggerSql(name, input.migrationId)) await db.query(sql);
   }

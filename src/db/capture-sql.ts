@@ -159,6 +159,14 @@ CREATE TABLE ${CAPTURE_SCHEMA}.marks (
   content text NOT NULL
 )`,
     },
+    {
+      version: 4,
+      name: 'capture installed in parts',
+      // A table's row is written with its triggers, in a transaction of its own; the last part
+      // (the last table, the guard, the publication) marks every row complete. A Ferry that
+      // knows only version 3 refuses this schema rather than take a partial install for done.
+      sql: `ALTER TABLE ${CAPTURE_SCHEMA}.captures ADD COLUMN complete boolean NOT NULL DEFAULT true`,
+    },
   ],
 };
 

@@ -630,7 +630,7 @@ describe('the online apply', () => {
     ]);
     // Capture's schema at its newest version (3: the marks of a source before PostgreSQL 14).
     expect(await dbs.query('source', `SELECT max(version) AS v FROM _ferry_capture.schema_versions`)).toEqual([{ v: CAPTURE_BOOKKEEPING.steps.length }]);
-    expect(CAPTURE_BOOKKEEPING.steps.length).toBe(3);
+    expect(CAPTURE_BOOKKEEPING.steps.length).toBe(4);
     // Capture and bookkeeping never share a schema.
     expect(await dbs.query('source', `SELECT nspname FROM pg_namespace WHERE nspname = '_ferry'`)).toEqual([]);
 
