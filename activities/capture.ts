@@ -112,8 +112,12 @@ export function createCaptureActivities({ connections, logger }: ActivityDeps) {
           await db.query(`DELETE FROM ${CAPTURE_SCHEMA}.captures WHERE migration_id = $1`, [migrationId]);
           const logical = await db.query(`SELECT to_regclass('${SLOTS_TABLE}') IS NOT NULL AS present`);
           if (logical.rows[0].present) await db.query(`DELETE FROM ${SLOTS_TABLE} WHERE migration_id = $1`, [migrationId]);
+          // Another migration's rows, or its functions: an install between its first part and
+          // its first table's has the TRUNCATE refusal's function and no row yet.
           const others = await db.query(
-            `SELECT 1 FROM ${CAPTURE_SCHEMA}.captures${logical.rows[0].present ? ` UNION ALL SELECT 1 FROM ${SLOTS_TABLE}` : ''} LIMIT 1`,
+            `SELECT 1 FROM ${CAPTURE_SCHEMA}.captures${logical.rows[0].present ? ` UNION ALL SELECT 1 FROM ${SLOTS_TABLE}` : ''}
+              UNION ALL SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1 LIMIT 1`,
+            [CAPTURE_SCHEMA],
           );
           if (others.rowCount === 0) await dropSchemaIfEmpty(db, CAPTURE_SCHEMA, ['captures', 'slots', 'marks']);
         });

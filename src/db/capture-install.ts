@@ -53,8 +53,7 @@ export async function capturesExist(db: PoolClient): Promise<boolean> {
  * the revert's capture this way, with its own statements; a migration uses installCaptureInParts.
  */
 export async function installCaptureIn(db: PoolClient, input: CaptureInput, { guard = true } = {}): Promise<{ ddlGuard: boolean }> {
-  await installShared(db, input);
-  const installed = await installedCapture(db, input);
+  const installed = await beginCapture(db, input);
   if (installed.done) return { ddlGuard: installed.ddlGuard };
   const fresh: [CaptureTable, number][] = [];
   for (const table of input.tables) fresh.push([table, await captureTable(db, input, table)]);
@@ -76,10 +75,7 @@ export async function installCaptureInParts(
   transaction: <T>(work: () => Promise<T>) => Promise<T>,
   { guard = true } = {},
 ): Promise<{ ddlGuard: boolean }> {
-  const installed = await transaction(async () => {
-    await installShared(db, input);
-    return installedCapture(db, input);
-  });
+  const installed = await transaction(() => beginCapture(db, input));
   if (installed.done) return { ddlGuard: installed.ddlGuard };
   const todo = input.tables.filter((t) => !installed.tables.has(t.index));
   const last = todo.pop();
@@ -96,20 +92,32 @@ export async function installCaptureInParts(
   return { ddlGuard };
 }
 
-/** What every table's capture uses: the capture lock, the bookkeeping, the TRUNCATE refusal, the freeze's state and function. */
-async function installShared(db: PoolClient, input: CaptureInput): Promise<void> {
+/**
+ * The capture lock and the bookkeeping; then, unless the install is done already (left as it is),
+ * what every table's capture uses: the TRUNCATE refusal's function, the freeze's state and function.
+ */
+async function beginCapture(db: PoolClient, input: CaptureInput): Promise<Installed> {
   await lockCapture(db);
   await migrateSchema(db, CAPTURE_BOOKKEEPING);
+  const installed = await installedCapture(db, input);
+  if (installed.done) return installed;
   await db.query(createRefuseTruncateSql(input.migrationId));
   if (input.armFreeze) {
     await db.query(`CREATE SCHEMA IF NOT EXISTS ${FREEZE_SCHEMA}`);
     await db.query(createFreezeStateSql(input.migrationId));
     await db.query(createArmedFreezeFunctionSql(input.migrationId));
   }
+  return installed;
 }
 
 /** The migration's tables whose capture is in place, and whether the whole install is (every table, the last part done). */
-async function installedCapture(db: PoolClient, input: CaptureInput): Promise<{ done: boolean; ddlGuard: boolean; tables: Set<number> }> {
+interface Installed {
+  done: boolean;
+  ddlGuard: boolean;
+  tables: Set<number>;
+}
+
+async function installedCapture(db: PoolClient, input: CaptureInput): Promise<Installed> {
   const { rows } = await db.query(`SELECT table_index, ddl_guard, complete FROM ${CAPTURE_SCHEMA}.captures WHERE migration_id = $1`, [input.migrationId]);
   // An install of an older Ferry wrote every row at once: `complete` is true on each (its default).
   const done = rows.length > 0 && rows.every((r) => r.complete);
@@ -122,7 +130,8 @@ async function installedCapture(db: PoolClient, input: CaptureInput): Promise<{ 
  * marked complete, and with logical capture the publication and the slot's row.
  */
 async function finishCapture(db: PoolClient, input: CaptureInput, fresh: [CaptureTable, number][], guard: boolean): Promise<boolean> {
-  const trees = await relationTrees(db, input.tables.map((t) => quoteQualified(t.source)));
+  // The tables and their partitions, for the guard and the publication (a rewrite's swap wants neither).
+  const trees = guard || input.logical ? await relationTrees(db, input.tables.map((t) => quoteQualified(t.source))) : [];
   const ddlGuard = guard && (await installGuard(db, input.migrationId, trees));
   for (const [table, relid] of fresh) await registerTable(db, input, table, relid, { ddlGuard, complete: true });
   await db.query(`UPDATE ${CAPTURE_SCHEMA}.captures SET ddl_guard = $2, complete = true WHERE migration_id = $1`, [input.migrationId, ddlGuard]);

@@ -97,6 +97,30 @@ describe('capture installed in parts', () => {
     await release('parts');
   });
 
+  it("keeps the bookkeeping when another migration is released while this one's install has only its first part", async () => {
+    await install('done', [tables[11]]);
+    // The first table held: 'early' commits what the tables share, then waits on t0 and gives up.
+    const hold = await HeldLock.take(dbs.url('source'), 'first table', ['UPDATE public.t0 SET v = v WHERE id = 1']);
+    try {
+      const early = install('early', tables.slice(0, 11));
+      early.catch(() => undefined);
+      await eventually(
+        async () => (await dbs.query('source', "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()")).length > 0,
+        10_000,
+        10,
+      );
+      // Waits for the capture lock the waiting part holds, then finds no row but 'done''s own.
+      await release('done');
+      expect(await early.then(() => 'installed', (err: Error) => err.message)).toMatch(/lock timeout/);
+    } finally {
+      await hold.release();
+    }
+    expect(await dbs.query('source', "SELECT to_regclass('_ferry_capture.captures') IS NOT NULL AS kept")).toEqual([{ kept: true }]);
+    await install('early', tables.slice(0, 11));
+    expect(await capturedTables('early')).toEqual(tables.slice(0, 11).map((t) => t.source.name));
+    await release('early');
+  });
+
   it('leaves nothing of an install that failed part way once released: the tables before the failure were captured, the source is as it was', async () => {
     const untouched = await objectInventory(dbs, 'source');
     // Table 5 is captured by another migration: the install stops there (AlreadyCaptured).
