@@ -48,8 +48,8 @@ export async function capturesExist(db: PoolClient): Promise<boolean> {
  * Installs capture for `input.tables` inside the caller's transaction (its lock_timeout set): the
  * capture lock, Ferry's capture schema, then per table its log, trigger function and triggers,
  * the TRUNCATE refusal on it and its partitions, the armed freeze when asked, and the DDL guard
- * (needs superuser; without it, or with `guard: false`, the sync compares column fingerprints).
- * A migration whose capture is installed already is left as it is. A rewrite's swap installs
+ * (needs superuser; with it or without, each sync slice compares the column fingerprints the
+ * rows recorded). A migration whose capture is installed already is left as it is. A rewrite's swap installs
  * the revert's capture this way, with its own statements; a migration uses installCaptureInParts.
  */
 export async function installCaptureIn(db: PoolClient, input: CaptureInput, { guard = true } = {}): Promise<{ ddlGuard: boolean }> {
