@@ -319,8 +319,10 @@ export function randomKillsSuite(defaultTrials: number, server?: () => Promise<S
             ]);
           }
           if (kind === 'awaitWriters') {
-            // A write transaction open across the freeze: the cutover waits for it to end.
-            when(suite.dbs.url(source), `${relation('_ferry_capture.captures')} IS NOT NULL`, 'open write', [
+            // A write transaction open across the freeze: the cutover waits for it to end. Taken
+            // once capture is installed whole (its rows complete): capture goes in table by table,
+            // and a write held open before a table's part would keep the install waiting instead.
+            when(suite.dbs.url(source), `EXISTS (SELECT 1 FROM _ferry_capture.captures WHERE complete)`, 'open write', [
               `UPDATE public.accounts SET note = 'held open by the test' WHERE id = ${HELD_ROW}`,
             ]);
           }
