@@ -74,12 +74,18 @@ describe('a worker killed with SIGKILL mid-chunk', () => {
   });
 
   it('loses and duplicates nothing of a table without a key: the chunk resumes at the next block', async () => {
+    // The case above's survivor stops first: polling already, it started the copy before the
+    // throttle reached it, and the whole table was copied before a chunk could be seen running
+    // (CI and here, 2026-12-07).
+    const before = suite.stack.processes.filter((w) => w.process.exitCode === null && w.process.signalCode === null);
+    for (const w of before) w.process.kill('SIGTERM');
+    await Promise.all(before.map((w) => w.exited));
     const { id } = await suite.stack.ferry.start(
       { source: 'old', target: 'new', batchRows: 2000, parallelism: { tables: 1, chunks: 2 }, tables: [{ name: 'public.ledger_raw', chunks: 2 }] },
       { id: 'kill-keyless', skipPreflight: true },
     );
     await suite.stack.ferry.throttle(id, { rowsPerSecond: 20_000 });
-    // Two more workers beside the one the case above left: whichever runs the chunk is killed.
+    // Two workers after the throttle: whichever runs the chunk is killed.
     await suite.stack.startWorkerProcessReady('w3');
     await suite.stack.startWorkerProcessReady('w4');
     const owner = await eventually(async () => {
