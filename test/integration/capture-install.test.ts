@@ -50,6 +50,15 @@ async function capturedTables(migrationId: string): Promise<string[]> {
   return rows.map((r) => r.t).sort((a, b) => Number(a.slice(1)) - Number(b.slice(1)));
 }
 
+/** Until a session of the source database (the install's) waits for a lock. */
+async function untilASessionWaitsForALock(): Promise<void> {
+  await eventually(
+    async () => (await dbs.query('source', "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()")).length > 0,
+    10_000,
+    10,
+  );
+}
+
 describe('capture installed in parts', () => {
   it("commits each table's capture on its own: while the install waits for the last table's lock, the first is captured and takes writes; a retry finishes from there", async () => {
     // A write left open on the last table: the install's CREATE TRIGGER there waits (2 s lock_timeout), then fails.
@@ -59,11 +68,7 @@ describe('capture installed in parts', () => {
     let write: string;
     let outcome: string;
     try {
-      await eventually(
-        async () => (await dbs.query('source', "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()")).length > 0,
-        10_000,
-        10,
-      );
+      await untilASessionWaitsForALock();
       // In one transaction the first table's trigger lock would be held until the install ends.
       write = await dbs
         .exec('source', "SET lock_timeout = '500ms'; UPDATE public.t0 SET v = 'during the install' WHERE id = 1")
@@ -104,11 +109,7 @@ describe('capture installed in parts', () => {
     try {
       const early = install('early', tables.slice(0, 11));
       early.catch(() => undefined);
-      await eventually(
-        async () => (await dbs.query('source', "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()")).length > 0,
-        10_000,
-        10,
-      );
+      await untilASessionWaitsForALock();
       // Waits for the capture lock the waiting part holds, then finds no row but 'done''s own.
       await release('done');
       expect(await early.then(() => 'installed', (err: Error) => err.message)).toMatch(/lock timeout/);
